@@ -1,0 +1,268 @@
+/*
+ * zeroshard — ZeRO-style sharded data-parallel training runtime for C.
+ *
+ * Conventions that hold for every function in this header:
+ *   - Fallible functions return zs_status; ZS_OK is 0. On failure the text of
+ *     zs_last_error() (thread-local) says what failed, where, and what to do.
+ *   - Outputs are trailing out-parameters, written only on success.
+ *   - destroy(NULL) is a no-op.
+ *   - Sizes of tensors are in elements; memory and traffic are in bytes.
+ *   - Calls that take a zs_ctx are collective over the context's communicator
+ *     unless stated otherwise: every rank must make them in the same order.
+ *   - The library never terminates the process.
+ */
+#ifndef ZEROSHARD_H
+#define ZEROSHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ status */
+
+/* One table generates the enum, the names and the messages (see zs_status_name). */
+#define ZS_STATUS_TABLE(X)                                                                   \
+    X(ZS_OK, 0, "success")                                                                   \
+    X(ZS_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                        \
+    X(ZS_ERR_CONFIG, 2, "invalid configuration")                                             \
+    X(ZS_ERR_OUT_OF_MEMORY, 3, "out of memory")                                              \
+    X(ZS_ERR_COMM, 4, "communication failed")                                                \
+    X(ZS_ERR_STATE, 5, "call made in the wrong state or order")                              \
+    X(ZS_ERR_MISMATCH, 6, "ranks disagree")                                                  \
+    X(ZS_ERR_IO, 7, "file input/output failed")                                              \
+    X(ZS_ERR_UNSUPPORTED, 8, "not supported by this build or backend")                       \
+    X(ZS_ERR_INTERNAL, 9, "internal error (please report it)")
+
+typedef enum zs_status {
+#define ZS_STATUS_ENUM_(name, value, message) name = value,
+    ZS_STATUS_TABLE(ZS_STATUS_ENUM_)
+#undef ZS_STATUS_ENUM_
+} zs_status;
+
+/* "ZS_ERR_CONFIG" for ZS_ERR_CONFIG; "ZS_UNKNOWN_STATUS" for values outside the table. */
+const char *zs_status_name(zs_status status);
+/* The table's one-line description of the status. */
+const char *zs_status_message(zs_status status);
+/* The detailed message of the last failure on the calling thread ("" if none).
+ * The string stays valid until the next failing zeroshard call on this thread. */
+const char *zs_last_error(void);
+
+/* ------------------------------------------------------------------- types */
+
+typedef enum zs_dtype {
+    ZS_DTYPE_FP32 = 0,
+    ZS_DTYPE_FP16 = 1,
+    ZS_DTYPE_BF16 = 2
+} zs_dtype;
+
+const char *zs_dtype_name(zs_dtype dtype);
+/* Bytes of one element. */
+size_t zs_dtype_size(zs_dtype dtype);
+
+typedef struct zs_config zs_config; /* a validated configuration */
+typedef struct zs_ctx zs_ctx;       /* one training run on one communicator */
+typedef struct zs_unit zs_unit;     /* a group of parameters gathered together */
+typedef struct zs_param zs_param;   /* one tensor; owned by its context */
+
+/* ------------------------------------------------------------------ config */
+
+/* Reads and validates a libconfig file. Errors read "file:line: message".
+ * Not collective. The caller owns *out and frees it with zs_config_destroy. */
+zs_status zs_config_load(const char *path, zs_config **out);
+/* Applies "group.key=value" (e.g. "zero.stage=2") and validates again.
+ * On failure the configuration is left as it was. Not collective. */
+zs_status zs_config_override(zs_config *cfg, const char *assignment);
+void zs_config_destroy(zs_config *cfg);
+/* The path given to zs_config_load. */
+const char *zs_config_path(const zs_config *cfg);
+/* A 64-bit hash of every validated value (runtime and app keys); equal
+ * configurations have equal hashes whatever their formatting. */
+uint64_t zs_config_hash(const zs_config *cfg);
+
+/* The `app` group belongs to the training program: it reads its own keys with
+ * these calls, which give file:line errors for wrong types and ranges, and
+ * then calls zs_config_app_finish, which rejects any app key nobody read (with
+ * a suggestion of the nearest one read). Integers accept only integer
+ * literals; floats accept integers too ("lr = 1"). */
+zs_status zs_config_app_int(zs_config *cfg, const char *key, int64_t default_value,
+                            int64_t min, int64_t max, int64_t *out);
+zs_status zs_config_app_float(zs_config *cfg, const char *key, double default_value,
+                              double min, double max, double *out);
+zs_status zs_config_app_bool(zs_config *cfg, const char *key, int default_value, int *out);
+/* *out points into cfg and lives as long as cfg. */
+zs_status zs_config_app_string(zs_config *cfg, const char *key, const char *default_value,
+                               const char **out);
+zs_status zs_config_app_finish(zs_config *cfg);
+
+/* ----------------------------------------------------------------- context */
+
+/* Creates a context on MPI_COMM_WORLD (initializing MPI if the program has
+ * not; it is then finalized by the last zs_destroy). Collective: every rank
+ * checks that all ranks loaded the same configuration (zs_config_hash) and
+ * fails together if not. The context copies what it needs from cfg.
+ * See zeroshard_mpi.h to run on another communicator. */
+zs_status zs_create(const zs_config *cfg, zs_ctx **out);
+void zs_destroy(zs_ctx *zs);
+
+int zs_rank(const zs_ctx *zs);
+int zs_world_size(const zs_ctx *zs);
+/* 0, 1, 2 or 3. */
+int zs_stage(const zs_ctx *zs);
+
+/* ------------------------------------------------------- model description */
+
+typedef enum zs_init_kind {
+    ZS_INIT_ZEROS = 0,
+    ZS_INIT_CONSTANT,  /* every element = a */
+    ZS_INIT_UNIFORM,   /* uniform in [a, b) */
+    ZS_INIT_NORMAL     /* normal with mean a and standard deviation b */
+} zs_init_kind;
+
+/* Initial values depend only on (seed, parameter name, element index): they
+ * are the same on every rank and for every world size and stage. */
+typedef struct zs_init {
+    zs_init_kind kind;
+    double a;
+    double b;
+} zs_init;
+
+#define ZS_INIT_ZEROS_VALUE ((zs_init){ZS_INIT_ZEROS, 0.0, 0.0})
+#define ZS_INIT_CONSTANT_VALUE(v) ((zs_init){ZS_INIT_CONSTANT, (v), 0.0})
+#define ZS_INIT_UNIFORM_RANGE(lo, hi) ((zs_init){ZS_INIT_UNIFORM, (lo), (hi)})
+#define ZS_INIT_NORMAL_STD(std) ((zs_init){ZS_INIT_NORMAL, 0.0, (std)})
+
+/* Parameter flags. */
+#define ZS_PARAM_NO_DECAY 0x1u /* exclude from weight decay (biases, norms) */
+
+/* Units are registered in forward order between zs_build's predecessors:
+ *   zs_unit_begin; zs_param_create...; zs_unit_end;   (repeat) ; zs_build.
+ * Names are unique across the model, at most 255 bytes, without '/' or NUL.
+ * Shapes have 1..8 dimensions of positive extent. Handles stay valid until
+ * zs_destroy. Not collective, but every rank must describe the same model
+ * (zs_build checks). */
+zs_status zs_unit_begin(zs_ctx *zs, const char *name, zs_unit **out);
+zs_status zs_param_create(zs_ctx *zs, const char *name, int ndim, const int64_t *shape,
+                          zs_init init, unsigned flags, zs_param **out);
+zs_status zs_unit_end(zs_ctx *zs);
+
+/* Freezes the layout, allocates this rank's shards and initializes them.
+ * Collective; fails on every rank if ranks described different models. */
+zs_status zs_build(zs_ctx *zs);
+
+int zs_unit_count(const zs_ctx *zs);
+zs_unit *zs_unit_at(zs_ctx *zs, int index); /* forward order; NULL if out of range */
+const char *zs_unit_name(const zs_unit *unit);
+const char *zs_param_name(const zs_param *p);
+int64_t zs_param_numel(const zs_param *p);
+zs_dtype zs_param_dtype(const zs_param *p); /* the compute dtype of data and grad */
+
+/* ------------------------------------------------------------------- steps */
+
+/* zs_fetch makes a unit's full parameters readable through zs_param_data
+ * until zs_release. In stage 3 it all-gathers the unit (collective) and at most
+ * zero.max_live_units units may be fetched at once; in stages 0-2 it only
+ * checks the call order. */
+zs_status zs_fetch(zs_ctx *zs, zs_unit *unit);
+zs_status zs_release(zs_ctx *zs, zs_unit *unit);
+
+/* The unit's full parameters (compute dtype), valid between zs_fetch and
+ * zs_release. NULL (with zs_last_error set) if the unit is not fetched. */
+void *zs_param_data(const zs_param *p);
+
+/* The unit's full gradient (compute dtype) for this micro-step. Backward passes
+ * ADD into it (it starts at zero). Valid from a call made while the unit is
+ * fetched until zs_grads_ready. In stages 2 and 3 the first call for a unit
+ * takes one of zero.max_live_units transient gradient buffers; NULL (with
+ * zs_last_error set) if the unit is not fetched or none is free. */
+void *zs_param_grad(zs_param *p);
+
+/* Declares the unit's gradient complete for this micro-step; the runtime
+ * reduces it (reduce-scatter in stages 1-3, all-reduce in stage 0) and in
+ * stages 2-3 frees the transient buffer. Collective. Every unit must be
+ * declared once per step before zs_step. */
+zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit);
+
+/* Multiply the loss by this before backward (1 unless a loss scaler runs). */
+float zs_loss_scale(const zs_ctx *zs);
+
+typedef struct zs_step_info {
+    int64_t step;          /* optimizer steps completed, including this one */
+    double lr;             /* learning rate used by this step */
+    double grad_norm;      /* global L2 norm of the rank-averaged gradient */
+    int skipped;           /* 1 if the update was skipped (no change to any state) */
+    int64_t skipped_total; /* skipped steps since the start */
+    double loss_scale;     /* the loss scale in force during this step */
+} zs_step_info;
+
+/* Averages gradients over ranks, updates this rank's shard with the configured
+ * optimizer and schedule, and gathers parameters where the stage keeps them
+ * full. Collective. info may be NULL. */
+zs_status zs_step(zs_ctx *zs, zs_step_info *info);
+
+/* ------------------------------------------------------------- accounting */
+
+/* Memory tags. Model state (params, grads, master, optim) equals the ZeRO
+ * formula of the stage plus padding; the rest is bounded by configuration. */
+#define ZS_MEM_TAG_TABLE(X)                                                   \
+    X(ZS_MEM_PARAMS, "params", "persistent parameters (full, or the shard in stage 3)") \
+    X(ZS_MEM_GRADS, "grads", "persistent gradients (full in stages 0-1, shard in 2-3)") \
+    X(ZS_MEM_MASTER, "master", "fp32 master weights when the compute dtype is not fp32") \
+    X(ZS_MEM_OPTIM, "optim", "optimizer state (moments, momentum)")                  \
+    X(ZS_MEM_LIVE_PARAMS, "live_params", "stage-3 gathered units (max_live_units of them)") \
+    X(ZS_MEM_LIVE_GRADS, "live_grads", "stage-2/3 transient full gradients of units")       \
+    X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes)")
+
+typedef enum zs_mem_tag {
+#define ZS_MEM_TAG_ENUM_(name, text, description) name,
+    ZS_MEM_TAG_TABLE(ZS_MEM_TAG_ENUM_)
+#undef ZS_MEM_TAG_ENUM_
+    ZS_MEM_TAG_COUNT
+} zs_mem_tag;
+
+const char *zs_mem_tag_name(zs_mem_tag tag);
+
+typedef struct zs_memory_stats {
+    uint64_t current[ZS_MEM_TAG_COUNT]; /* bytes held now, per tag, on this rank */
+    uint64_t peak[ZS_MEM_TAG_COUNT];    /* most bytes ever held, per tag */
+    uint64_t total_current;
+    uint64_t total_peak;                /* peak of the sum (not the sum of peaks) */
+    int live_units_current;             /* units fetched now (stage 3 gathers) */
+    int live_units_peak;
+} zs_memory_stats;
+
+/* This rank's figures. Not collective. */
+zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out);
+
+#define ZS_COMM_OP_TABLE(X)                    \
+    X(ZS_COMM_REDUCE_SCATTER, "reduce_scatter") \
+    X(ZS_COMM_ALL_GATHER, "all_gather")         \
+    X(ZS_COMM_ALL_REDUCE, "all_reduce")         \
+    X(ZS_COMM_BROADCAST, "broadcast")           \
+    X(ZS_COMM_BARRIER, "barrier")
+
+typedef enum zs_comm_op {
+#define ZS_COMM_OP_ENUM_(name, text) name,
+    ZS_COMM_OP_TABLE(ZS_COMM_OP_ENUM_)
+#undef ZS_COMM_OP_ENUM_
+    ZS_COMM_OP_COUNT
+} zs_comm_op;
+
+const char *zs_comm_op_name(zs_comm_op op);
+
+/* Bytes are what this rank sends under the ring algorithm ("bus bytes" in
+ * nccl-tests terms): (n-1)/n of the buffer for reduce-scatter and all-gather,
+ * 2(n-1)/n for all-reduce, whichever implementation is configured. */
+typedef struct zs_comm_stats {
+    uint64_t calls[ZS_COMM_OP_COUNT];
+    uint64_t bytes[ZS_COMM_OP_COUNT];
+} zs_comm_stats;
+
+zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZEROSHARD_H */

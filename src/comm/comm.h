@@ -1,0 +1,80 @@
+/* Collectives used by the runtime, with per-op call and byte counters.
+ *
+ * All data collectives are in place over one buffer of `size * count`
+ * elements, split into `size` equal chunks of `count` elements; rank r's chunk
+ * starts at element r * count. This matches the partition plan: a unit's flat
+ * buffer is padded so every rank owns one equal chunk.
+ *
+ * Every call is collective over the communicator and synchronous (returns when
+ * the local buffer is final). `label` names what is being moved (a unit name,
+ * "config hash", ...) so an error message can say which collective failed;
+ * every collective also carries a sequence number for the same reason.
+ *
+ * Implementations sit behind zs__comm_ops (comm_impl.h): MPI today, NCCL later.
+ * This file's functions do the byte accounting, so every implementation counts
+ * the same way: the bytes this rank sends under the ring algorithm. */
+#ifndef ZS_COMM_COMM_H
+#define ZS_COMM_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/memory.h"
+#include "zeroshard.h"
+
+typedef struct zs__comm zs__comm;
+
+typedef enum zs__reduce_op { ZS_REDUCE_SUM = 0, ZS_REDUCE_MAX = 1 } zs__reduce_op;
+
+/* Duplicates `comm` (the runtime's traffic never mixes with the program's),
+ * sets MPI_ERRORS_RETURN on the duplicate, and allocates the staging buffer of
+ * settings->comm.segment_bytes charged to ZS_MEM_COMM when a ring is used. */
+zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__mem *mem,
+                              zs__comm **out);
+void zs__comm_destroy(zs__comm *comm);
+
+int zs__comm_rank(const zs__comm *comm);
+int zs__comm_size(const zs__comm *comm);
+
+/* Sum reduce-scatter. On entry buf holds this rank's contribution to all
+ * size*count elements; on return chunk `rank` holds the sum over ranks. The
+ * other chunks are clobbered. For a fixed communicator size, count and
+ * implementation the summation order of every element is fixed (bitwise
+ * reproducible). Sent bytes counted: (size-1) * count * dtype size. */
+zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                  const char *label);
+
+/* All-gather. On entry chunk `rank` holds this rank's data; on return every
+ * chunk holds its owner's data. Counted: (size-1) * count * dtype size. */
+zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                              const char *label);
+
+/* Sum all-reduce of size*count elements, done as reduce_scatter + all_gather
+ * with the same implementation, so every element equals what reduce_scatter
+ * alone would give its owner, bit for bit (stage 0 relies on this to match
+ * stages 1-3). Counted under ZS_COMM_ALL_REDUCE: 2 * (size-1) * count * size. */
+zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                              const char *label);
+
+/* All-reduce of a few doubles (norms, flags) with MPI_Allreduce.
+ * Counted under ZS_COMM_ALL_REDUCE: 2 * (size-1)/size * n * 8 bytes, rounded down. */
+zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
+                                      const char *label);
+
+/* Every rank contributes `bytes` bytes; `all` receives size * bytes, rank
+ * order. Used for agreement checks (config hash, model layout). Counted under
+ * ZS_COMM_ALL_GATHER as (size-1) * bytes. */
+zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                    const char *label);
+
+/* Broadcast of raw bytes from root. Counted: bytes on the root, 0 elsewhere. */
+zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
+                             const char *label);
+zs_status zs__comm_barrier(zs__comm *comm, const char *label);
+
+/* Cumulative counters since creation. */
+void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out);
+
+#endif

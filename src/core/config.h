@@ -1,0 +1,73 @@
+/* The validated configuration. zs_config_load parses a libconfig file into
+ * zs__settings; the runtime reads only zs__settings, never libconfig.
+ * Every key, its type, default and range is listed once in config_schema.c,
+ * which drives validation, unknown-key suggestions, the hash and the docs. */
+#ifndef ZS_CORE_CONFIG_H
+#define ZS_CORE_CONFIG_H
+
+#include <stdint.h>
+
+#include "core/log.h"
+#include "zeroshard.h"
+
+typedef enum zs__backend_kind { ZS_BACKEND_CPU = 0, ZS_BACKEND_CUDA = 1 } zs__backend_kind;
+
+typedef enum zs__optimizer_kind {
+    ZS_OPTIMIZER_SGD = 0,
+    ZS_OPTIMIZER_ADAM = 1,  /* L2 weight decay added to the gradient */
+    ZS_OPTIMIZER_ADAMW = 2  /* decoupled weight decay */
+} zs__optimizer_kind;
+
+typedef enum zs__schedule_kind {
+    ZS_SCHEDULE_CONSTANT = 0,
+    ZS_SCHEDULE_WARMUP_COSINE = 1
+} zs__schedule_kind;
+
+/* Which algorithm carries a collective: a ring over MPI point-to-point, or the
+ * MPI library's own collective (MPI_Reduce_scatter_block, MPI_Allgather). */
+typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__comm_impl;
+
+typedef struct zs__settings {
+    zs__backend_kind backend;      /* backend = "cpu" | "cuda"; default "cpu" */
+    uint64_t seed;                 /* seed; default 42; parameter initialization */
+
+    struct {
+        int stage;                 /* zero.stage; 0..3; default 0 */
+        int max_live_units;        /* zero.max_live_units; 1..65536; default 2 */
+        int64_t align;             /* zero.align; elements; power of two 1..4096; default 16 */
+    } zero;
+
+    struct {
+        zs__optimizer_kind kind;   /* optimizer.type = "sgd" | "adam" | "adamw"; default "adamw" */
+        double lr;                 /* optimizer.lr; REQUIRED; (0, 10] */
+        double beta1;              /* optimizer.beta1; [0, 1); default 0.9 */
+        double beta2;              /* optimizer.beta2; [0, 1); default 0.999 */
+        double eps;                /* optimizer.eps; (0, 1]; default 1e-8 */
+        double weight_decay;       /* optimizer.weight_decay; [0, 10]; default 0.0 */
+        double momentum;           /* optimizer.momentum (sgd); [0, 1); default 0.0 */
+        int nesterov;              /* optimizer.nesterov (sgd); bool; default false; needs momentum > 0 */
+    } optimizer;
+
+    struct {
+        zs__schedule_kind kind;    /* scheduler.type = "constant" | "warmup_cosine"; default "constant" */
+        int64_t warmup_steps;      /* scheduler.warmup_steps; >= 0; default 0 */
+        int64_t total_steps;       /* scheduler.total_steps; > warmup_steps for warmup_cosine; default 0 */
+        double min_lr;             /* scheduler.min_lr; [0, optimizer.lr]; default 0.0 */
+    } scheduler;
+
+    struct {
+        zs__comm_impl reduce_scatter; /* comm.reduce_scatter = "ring" | "mpi"; default "ring" */
+        zs__comm_impl all_gather;     /* comm.all_gather = "ring" | "mpi"; default "ring" */
+        int64_t segment_bytes;        /* comm.segment_bytes; 4096..1 GiB; default 4 MiB */
+    } comm;
+
+    struct {
+        zs_log_level level;        /* log.level = "error"|"warn"|"info"|"debug"; default "info" */
+        char file[512];            /* log.file; pattern (%h %p %r); default "" = stderr */
+    } log;
+} zs__settings;
+
+/* Settings as validated. The pointer lives as long as cfg. */
+const zs__settings *zs__config_settings(const zs_config *cfg);
+
+#endif

@@ -1,0 +1,68 @@
+#include "core/memory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+const char *zs_mem_tag_name(zs_mem_tag tag) {
+    switch (tag) {
+#define ZS_MEM_TAG_NAME_(name, text, description) \
+    case name:                                    \
+        return text;
+        ZS_MEM_TAG_TABLE(ZS_MEM_TAG_NAME_)
+#undef ZS_MEM_TAG_NAME_
+    case ZS_MEM_TAG_COUNT:
+        break;
+    }
+    return "unknown";
+}
+
+void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
+    ZS_ASSERT(tag >= 0 && tag < ZS_MEM_TAG_COUNT);
+    mem->current[tag] += bytes;
+    if (mem->current[tag] > mem->peak[tag]) mem->peak[tag] = mem->current[tag];
+    mem->total_current += bytes;
+    if (mem->total_current > mem->total_peak) mem->total_peak = mem->total_current;
+}
+
+void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
+    ZS_ASSERT(tag >= 0 && tag < ZS_MEM_TAG_COUNT);
+    ZS_ASSERT(mem->current[tag] >= bytes);
+    mem->current[tag] -= bytes;
+    mem->total_current -= bytes;
+}
+
+zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **out) {
+    *out = NULL;
+    if (bytes == 0) return ZS_OK;
+    size_t rounded;
+    if (!zs__add_size(bytes, ZS_HOST_ALIGNMENT - 1, &rounded))
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "allocation of %zu bytes for '%s' overflows",
+                        bytes, zs_mem_tag_name(tag));
+    rounded -= rounded % ZS_HOST_ALIGNMENT;
+    void *ptr = aligned_alloc(ZS_HOST_ALIGNMENT, rounded);
+    if (!ptr)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY,
+                        "cannot allocate %zu bytes of host memory for '%s' "
+                        "(%llu bytes held already); use a higher zero.stage or more ranks",
+                        bytes, zs_mem_tag_name(tag), (unsigned long long)mem->total_current);
+    memset(ptr, 0, rounded);
+    zs__mem_charge(mem, tag, bytes);
+    *out = ptr;
+    return ZS_OK;
+}
+
+void zs__mem_host_free(zs__mem *mem, zs_mem_tag tag, void *ptr, size_t bytes) {
+    if (!ptr) return;
+    zs__mem_uncharge(mem, tag, bytes);
+    free(ptr);
+}
+
+int zs__mul_size(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+int zs__add_size(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}

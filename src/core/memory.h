@@ -1,0 +1,38 @@
+/* Memory accounting: every byte the runtime holds is charged to one tag
+ * (zeroshard.h's ZS_MEM_TAG_TABLE), so the report can be compared with the
+ * ZeRO formula. One accountant per context; backends charge it when they
+ * allocate. Not thread-safe: allocation happens on the calling thread only. */
+#ifndef ZS_CORE_MEMORY_H
+#define ZS_CORE_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard.h"
+
+typedef struct zs__mem {
+    uint64_t current[ZS_MEM_TAG_COUNT];
+    uint64_t peak[ZS_MEM_TAG_COUNT];
+    uint64_t total_current;
+    uint64_t total_peak;
+} zs__mem;
+
+/* Host allocations are aligned to this many bytes (a cache line, and enough
+ * for any SIMD load the kernels use). */
+#define ZS_HOST_ALIGNMENT 64
+
+void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes);
+void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes);
+
+/* Zero-filled, ZS_HOST_ALIGNMENT-aligned host memory charged to tag. A
+ * zero-byte request succeeds with *out = NULL. The failure message names the
+ * tag and the size. */
+zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **out);
+/* ptr may be NULL; bytes must be what was requested. */
+void zs__mem_host_free(zs__mem *mem, zs_mem_tag tag, void *ptr, size_t bytes);
+
+/* Overflow-checked a * b and a + b for sizes; return 0 on overflow. */
+int zs__mul_size(size_t a, size_t b, size_t *out);
+int zs__add_size(size_t a, size_t b, size_t *out);
+
+#endif
