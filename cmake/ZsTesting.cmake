@@ -5,6 +5,7 @@ set(ZS_TEST_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_MCA_mpi_yield_when_idle=1
   OMP_NUM_THREADS=1
   ZS_LOG_LEVEL=warn)
 set(ZS_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)

@@ -29,7 +29,7 @@ typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__c
 
 typedef struct zs__settings {
     zs__backend_kind backend;      /* backend = "cpu" | "cuda"; default "cpu" */
-    uint64_t seed;                 /* seed; default 42; parameter initialization */
+    uint64_t seed;                 /* seed; 0..2^63-1; default 42; parameter initialization */
 
     struct {
         int stage;                 /* zero.stage; 0..3; default 0 */
@@ -51,7 +51,7 @@ typedef struct zs__settings {
     struct {
         zs__schedule_kind kind;    /* scheduler.type = "constant" | "warmup_cosine"; default "constant" */
         int64_t warmup_steps;      /* scheduler.warmup_steps; >= 0; default 0 */
-        int64_t total_steps;       /* scheduler.total_steps; > warmup_steps for warmup_cosine; default 0 */
+        int64_t total_steps;       /* scheduler.total_steps; >= 0, > warmup_steps for warmup_cosine; default 0 */
         double min_lr;             /* scheduler.min_lr; [0, optimizer.lr]; default 0.0 */
     } scheduler;
 
@@ -63,7 +63,7 @@ typedef struct zs__settings {
 
     struct {
         zs_log_level level;        /* log.level = "error"|"warn"|"info"|"debug"; default "info" */
-        char file[512];            /* log.file; pattern (%h %p %r); default "" = stderr */
+        char file[512];            /* log.file; pattern (%h %p %r), at most 511 bytes; default "" = stderr */
     } log;
 } zs__settings;
 

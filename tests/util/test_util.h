@@ -83,9 +83,10 @@ void zt_fails_with_(zs_status got, zs_status expected, const char *text, const c
 /* Abort the test right away (after printing) when continuing makes no sense. */
 #define ZT_REQUIRE(cond)                                                            \
     do {                                                                            \
-        ZT_CHECK(cond);                                                             \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "  cannot continue\n");                                 \
+        int zt_ok_ = (cond) ? 1 : 0; /* evaluated once: cond may have effects */     \
+        ZT_CHECK(zt_ok_);                                                           \
+        if (!zt_ok_) {                                                              \
+            fprintf(stderr, "  (%s) failed; cannot continue\n", #cond);              \
             zt_finish("(aborted)");                                                 \
             exit(1);                                                                \
         }                                                                           \

@@ -1,0 +1,33 @@
+# Thin wrapper: dependencies, configure, build, run. CMake does the real work.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -DZS_WERROR=ON
+NP ?= 4
+
+# Open MPI refuses root without these, and 4 ranks on 2 cores need oversubscription.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+MPIRUN = mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1
+
+.PHONY: all deps configure build demo test clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The main example: a 3-layer MLP classifier trained with ZeRO stage 3 on 4 ranks.
+demo: build
+	$(MPIRUN) -np $(NP) $(BUILD_DIR)/examples/mlp/mlp_train configs/mlp_zero3.cfg
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zeroshard needs, if any is missing.
+# Idempotent and quiet when everything is present; needs root (or sudo) only
+# when it has something to install.
+set -euo pipefail
+
+packages=(
+  build-essential   # gcc, make
+  cmake
+  pkg-config
+  openmpi-bin       # mpirun
+  libopenmpi-dev    # mpi.h, libmpi
+  libconfig-dev     # configuration files
+  libopenblas-dev   # sgemm for the examples
+  libxxhash-dev     # XXH3 hashes (config and layout agreement)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo_cmd=(sudo); else
+    echo "install-deps: need root to install ${missing[*]}; run as root or install them by hand" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

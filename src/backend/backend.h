@@ -1,0 +1,87 @@
+/* The backend interface: where tensors live and how element-wise kernels run.
+ * The ZeRO orchestration (src/zero) calls only these; the CPU backend (cpu.c)
+ * runs kernels as OpenMP loops over the math of kernels/ headers, and a CUDA
+ * backend will run the same math as grid-stride kernels.
+ *
+ * Every allocation is charged to a memory tag of the context's accountant.
+ * The CPU backend is synchronous today: each call returns when its work is
+ * done, so no stream or event appears in this interface yet. It is added with
+ * the first backend that needs it, together with CPU worker-thread streams
+ * that make a missing event wait visible in CPU tests. */
+#ifndef ZS_BACKEND_BACKEND_H
+#define ZS_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/memory.h"
+#include "kernels/init.h"
+#include "kernels/optimizer.h"
+#include "zeroshard.h"
+
+typedef struct zs__backend zs__backend;
+
+/* A typed buffer: `count` elements of `dtype`, charged to `tag`. */
+typedef struct zs__buf {
+    void *ptr;
+    int64_t count;
+    zs_dtype dtype;
+    zs_mem_tag tag;
+} zs__buf;
+
+/* One optimizer update over `count` consecutive elements of one parameter.
+ * In this version parameters, gradients and state are fp32 and the parameter
+ * is its own master copy; the dtypes are carried so that mixed precision can
+ * add cases without changing callers. */
+typedef struct zs__update_args {
+    zs_k_optim_kind kind;
+    void *param;            /* [count] param_dtype, updated in place */
+    zs_dtype param_dtype;
+    const void *grad;       /* [count] grad_dtype, summed over ranks */
+    zs_dtype grad_dtype;
+    float *m;               /* [count] first moment / SGD momentum; NULL if none */
+    float *v;               /* [count] second moment; NULL for SGD */
+    int64_t count;
+    zs_k_optim_scalars scalars;
+} zs__update_args;
+
+typedef struct zs__backend_ops {
+    const char *name;
+    /* Zero-filled device (here: host) memory charged to tag. */
+    zs_status (*alloc)(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out);
+    void (*free)(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes);
+    zs_status (*zero)(zs__backend *be, void *ptr, size_t bytes);
+    zs_status (*copy)(zs__backend *be, void *dst, const void *src, size_t bytes);
+    /* dst[j] = init value of element first + j, for j < count. */
+    zs_status (*init_fill)(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
+                           int64_t count, zs_k_init_kind kind, double a, double b, uint64_t key);
+    /* Sum of squares of x[0..count) in double, in a fixed order that does not
+     * depend on the number of threads (reproducible norms). */
+    zs_status (*sum_squares)(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
+                             double *out);
+    zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);
+    void (*destroy)(zs__backend *be);
+} zs__backend_ops;
+
+struct zs__backend {
+    const zs__backend_ops *ops;
+    zs__mem *mem;
+    void *impl;
+};
+
+/* Creates the backend named by settings->backend; ZS_ERR_UNSUPPORTED with a
+ * message if this build lacks it. */
+zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, zs__backend **out);
+void zs__backend_destroy(zs__backend *be);
+
+zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out);
+
+/* Allocates a zero-filled buffer of count elements (count may be 0). */
+zs_status zs__buf_alloc(zs__backend *be, zs__buf *buf, zs_mem_tag tag, zs_dtype dtype,
+                        int64_t count);
+void zs__buf_free(zs__backend *be, zs__buf *buf);
+/* Address of element `index` of the buffer. */
+void *zs__buf_at(const zs__buf *buf, int64_t index);
+
+#endif

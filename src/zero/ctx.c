@@ -1,0 +1,148 @@
+/* Context lifetime: MPI start-up, configuration agreement across ranks,
+ * accessors and the accounting reports. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "zero/ctx.h"
+#include "zeroshard_mpi.h"
+
+/* Process-wide on purpose: MPI itself is process-wide. When zeroshard had to
+ * initialize MPI, the last context destroyed finalizes it. */
+static int g_contexts_owning_mpi;
+
+zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char *advice) {
+    uint64_t *all = malloc(sizeof *all * (size_t)zs->world_size);
+    if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "agreement on %s: out of host memory", what);
+    zs_status st = zs__comm_all_gather_bytes(zs->comm, &value, sizeof value, all, what);
+    if (st != ZS_OK) {
+        free(all);
+        return st;
+    }
+    int differing = -1;
+    for (int r = 1; r < zs->world_size && differing < 0; r++)
+        if (all[r] != all[0]) differing = r;
+    uint64_t first = all[0], theirs = differing >= 0 ? all[differing] : 0;
+    free(all);
+    if (differing >= 0)
+        return zs__fail(ZS_ERR_MISMATCH,
+                        "ranks disagree on the %s: rank %d has %016llx but rank 0 has %016llx "
+                        "(this is rank %d); %s",
+                        what, differing, (unsigned long long)theirs, (unsigned long long)first,
+                        zs->rank, advice);
+    return ZS_OK;
+}
+
+static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs_ctx **out) {
+    zs_status st = ZS_OK;
+    zs_ctx *zs = calloc(1, sizeof *zs);
+    if (!zs) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory");
+    zs->settings = *zs__config_settings(cfg);
+    zs->config_hash = zs_config_hash(cfg);
+    zs->compute_dtype = ZS_DTYPE_FP32;
+    zs->owns_mpi = owns_mpi;
+    if (owns_mpi) g_contexts_owning_mpi++;
+
+    ZS_CHECK_GOTO(zs__comm_create_mpi(comm, &zs->settings, &zs->mem, &zs->comm), st, fail);
+    zs->rank = zs__comm_rank(zs->comm);
+    zs->world_size = zs__comm_size(zs->comm);
+    zs__log_configure(zs->rank, zs->settings.log.level, zs->settings.log.file);
+
+    /* Agree before anything else: a rank that loaded another file would
+     * otherwise train a different model or hang in a collective later. */
+    char advice[700];
+    snprintf(advice, sizeof advice,
+             "every rank must load the same configuration (this rank loaded '%s'); "
+             "check the paths and overrides given to each rank",
+             zs_config_path(cfg));
+    ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
+    ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, &zs->backend), st, fail);
+
+    ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d",
+            zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
+            zs->backend->ops->name, zs->settings.zero.max_live_units);
+    *out = zs;
+    return ZS_OK;
+fail:
+    zs_destroy(zs);
+    return st;
+}
+
+zs_status zs_create_with_comm(const zs_config *cfg, MPI_Comm comm, zs_ctx **out) {
+    if (!cfg || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_create: cfg and out are required");
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized)
+        return zs__fail(ZS_ERR_STATE, "zs_create_with_comm: MPI is not initialized; call "
+                                      "MPI_Init_thread first, or use zs_create");
+    return create_on(cfg, comm, 0, out);
+}
+
+zs_status zs_create(const zs_config *cfg, zs_ctx **out) {
+    if (!cfg || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_create: cfg and out are required");
+    int initialized = 0, owns = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return zs__fail(ZS_ERR_COMM, "zs_create: MPI_Init_thread failed; launch the "
+                                         "program with mpirun");
+        owns = 1;
+    }
+    return create_on(cfg, MPI_COMM_WORLD, owns, out);
+}
+
+void zs_destroy(zs_ctx *zs) {
+    if (!zs) return;
+    zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
+                       &zs->grads_shard, &zs->optim_m, &zs->optim_v,
+                       &zs->live_params.storage, &zs->live_grads.storage};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
+    free(zs->live_params.owner);
+    free(zs->live_grads.owner);
+    for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);
+    for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
+    free(zs->params);
+    free(zs->units);
+    zs__plan_destroy(zs->plan);
+    zs__backend_destroy(zs->backend);
+    zs__comm_destroy(zs->comm);
+    if (zs->owns_mpi && --g_contexts_owning_mpi == 0) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+    }
+    free(zs);
+}
+
+int zs_rank(const zs_ctx *zs) { return zs->rank; }
+int zs_world_size(const zs_ctx *zs) { return zs->world_size; }
+int zs_stage(const zs_ctx *zs) { return zs->settings.zero.stage; }
+
+float zs_loss_scale(const zs_ctx *zs) {
+    (void)zs;
+    return 1.0f;
+}
+
+zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {
+    if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_memory_report: zs and out are required");
+    memset(out, 0, sizeof *out);
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
+        out->current[t] = zs->mem.current[t];
+        out->peak[t] = zs->mem.peak[t];
+    }
+    out->total_current = zs->mem.total_current;
+    out->total_peak = zs->mem.total_peak;
+    out->live_units_current = zs->live_units;
+    out->live_units_peak = zs->live_units_peak;
+    return ZS_OK;
+}
+
+zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out) {
+    if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_comm_report: zs and out are required");
+    zs__comm_stats(zs->comm, out);
+    return ZS_OK;
+}

@@ -1,0 +1,100 @@
+/* The private shape of a context, its units and parameters. */
+#ifndef ZS_ZERO_CTX_H
+#define ZS_ZERO_CTX_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/memory.h"
+#include "zero/plan.h"
+#include "zeroshard.h"
+
+#define ZS_NAME_CAPACITY 256
+#define ZS_MAX_DIMS 8
+
+struct zs_param {
+    zs_ctx *ctx;
+    zs_unit *unit;
+    int index;                   /* in the model, registration order */
+    char name[ZS_NAME_CAPACITY];
+    int ndim;
+    int64_t shape[ZS_MAX_DIMS];
+    int64_t numel;
+    zs_init init;
+    unsigned flags;
+};
+
+struct zs_unit {
+    zs_ctx *ctx;
+    int index;                   /* forward order */
+    char name[ZS_NAME_CAPACITY];
+    int first_param;
+    int param_count;
+    /* Per-step state. */
+    int fetched;                 /* between zs_fetch and zs_release */
+    int grads_declared;          /* zs_grads_ready called since the last zs_step */
+    int live_slot;               /* stage 3: the gathered-parameter slot, or -1 */
+    int grad_slot;               /* stages 2-3: the transient gradient slot, or -1 */
+};
+
+/* Residency of a unit's full tensors in stage 3 (parameters) and stages 2-3
+ * (gradients): a fixed pool of max_live_units slots, each sized for the
+ * largest unit, allocated once at build. `owner[i]` is the unit index in slot
+ * i, or -1 when free. */
+typedef struct zs__slot_pool {
+    zs__buf storage;             /* slots * slot_numel elements */
+    int64_t slot_numel;
+    int slots;
+    int *owner;
+} zs__slot_pool;
+
+struct zs_ctx {
+    zs__settings settings;
+    uint64_t config_hash;
+    zs_dtype compute_dtype;
+
+    int rank;
+    int world_size;
+    int owns_mpi;                /* this context initialized MPI */
+    zs__mem mem;
+    zs__comm *comm;
+    zs__backend *backend;
+
+    /* The model as described, in registration order. */
+    zs_unit **units;
+    int unit_count, unit_capacity;
+    zs_param **params;
+    int param_count, param_capacity;
+    zs_unit *open_unit;          /* between zs_unit_begin and zs_unit_end */
+    int built;
+    zs__plan *plan;
+
+    /* Model state (DESIGN §3). Which of these exist depends on the stage:
+     *   params_full  [plan->padded_numel] stages 0-2      (tag params)
+     *   params_shard [plan->shard_numel]  stage 3         (tag params)
+     *   grads_full   [plan->padded_numel] stages 0-1      (tag grads)
+     *   grads_shard  [plan->shard_numel]  stages 2-3      (tag grads)
+     *   optim_m/v    [padded_numel] stage 0, [shard_numel] stages 1-3 (tag optim)
+     * In fp32 the parameters are their own master copy, so no master buffer
+     * exists; mixed precision adds one (tag master). */
+    zs__buf params_full, params_shard, grads_full, grads_shard, optim_m, optim_v;
+    zs__slot_pool live_params;   /* stage 3 */
+    zs__slot_pool live_grads;    /* stages 2-3 */
+    int live_units;              /* stage-3 units gathered now */
+    int live_units_peak;
+
+    int64_t step;                /* optimizer steps taken */
+    int64_t skipped_total;
+};
+
+/* Collective helpers shared by the zero/ files. */
+/* Every rank contributes a 64-bit digest; fails on every rank (ZS_ERR_MISMATCH)
+ * if any differs from rank 0's, naming the first differing rank and `what`. */
+zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char *advice);
+
+/* Learning rate of optimizer step t (1-based) under the configured schedule. */
+double zs__schedule_lr(const zs__settings *settings, int64_t t);
+
+#endif

@@ -1,0 +1,260 @@
+/* Describing the model (units and parameters) and building it: the partition
+ * plan, the model-state buffers of the stage, and initial values. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/init.h"
+#include "zero/ctx.h"
+
+static zs_status check_name(const char *what, const char *name) {
+    if (!name || !*name)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s name must be a non-empty string", what);
+    size_t n = strnlen(name, ZS_NAME_CAPACITY);
+    if (n >= ZS_NAME_CAPACITY)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s name '%.40s...' is longer than %d bytes",
+                        what, name, ZS_NAME_CAPACITY - 1);
+    if (strchr(name, '/'))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s name '%s' contains '/'; use '.' to separate components", what, name);
+    return ZS_OK;
+}
+
+static zs_status check_buildable(zs_ctx *zs, const char *call) {
+    if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: context is NULL", call);
+    if (zs->built)
+        return zs__fail(ZS_ERR_STATE, "%s: the model is already built; describe every unit "
+                                      "before zs_build", call);
+    return ZS_OK;
+}
+
+static zs_status grow(void **array, int *capacity, int needed, size_t element) {
+    if (needed <= *capacity) return ZS_OK;
+    int cap = *capacity ? *capacity * 2 : 16;
+    while (cap < needed) cap *= 2;
+    void *p = realloc(*array, (size_t)cap * element);
+    if (!p) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "model description: out of host memory");
+    *array = p;
+    *capacity = cap;
+    return ZS_OK;
+}
+
+zs_status zs_unit_begin(zs_ctx *zs, const char *name, zs_unit **out) {
+    ZS_CHECK(check_buildable(zs, "zs_unit_begin"));
+    if (zs->open_unit)
+        return zs__fail(ZS_ERR_STATE, "zs_unit_begin('%s'): unit '%s' is still open; call "
+                        "zs_unit_end first", name ? name : "", zs->open_unit->name);
+    ZS_CHECK(check_name("unit", name));
+    for (int i = 0; i < zs->unit_count; i++)
+        if (strcmp(zs->units[i]->name, name) == 0)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "unit name '%s' is used twice", name);
+    ZS_CHECK(grow((void **)&zs->units, &zs->unit_capacity, zs->unit_count + 1, sizeof(zs_unit *)));
+    zs_unit *u = calloc(1, sizeof *u);
+    if (!u) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_unit_begin: out of host memory");
+    u->ctx = zs;
+    u->index = zs->unit_count;
+    snprintf(u->name, sizeof u->name, "%s", name);
+    u->first_param = zs->param_count;
+    u->live_slot = u->grad_slot = -1;
+    zs->units[zs->unit_count++] = u;
+    zs->open_unit = u;
+    if (out) *out = u;
+    return ZS_OK;
+}
+
+zs_status zs_param_create(zs_ctx *zs, const char *name, int ndim, const int64_t *shape,
+                          zs_init init, unsigned flags, zs_param **out) {
+    ZS_CHECK(check_buildable(zs, "zs_param_create"));
+    if (!zs->open_unit)
+        return zs__fail(ZS_ERR_STATE, "zs_param_create('%s'): no unit is open; call "
+                        "zs_unit_begin first", name ? name : "");
+    ZS_CHECK(check_name("parameter", name));
+    for (int i = 0; i < zs->param_count; i++)
+        if (strcmp(zs->params[i]->name, name) == 0)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter name '%s' is used twice", name);
+    if (ndim < 1 || ndim > ZS_MAX_DIMS || !shape)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': ndim = %d must be 1..%d with a "
+                        "shape array", name, ndim, ZS_MAX_DIMS);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': dimension %d is %lld; "
+                            "extents must be positive", name, d, (long long)shape[d]);
+        if (__builtin_mul_overflow(numel, shape[d], &numel))
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': size overflows int64", name);
+    }
+    if (init.kind < ZS_INIT_ZEROS || init.kind > ZS_INIT_NORMAL)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': unknown init kind %d", name,
+                        (int)init.kind);
+    if (init.kind == ZS_INIT_UNIFORM && !(init.a < init.b))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': uniform init needs a < b "
+                        "(got %g, %g)", name, init.a, init.b);
+    if (init.kind == ZS_INIT_NORMAL && !(init.b >= 0))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': normal init needs std >= 0 "
+                        "(got %g)", name, init.b);
+    if (flags & ~ZS_PARAM_NO_DECAY)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': unknown flags 0x%x", name,
+                        flags & ~ZS_PARAM_NO_DECAY);
+    ZS_CHECK(grow((void **)&zs->params, &zs->param_capacity, zs->param_count + 1,
+                  sizeof(zs_param *)));
+    zs_param *p = calloc(1, sizeof *p);
+    if (!p) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_param_create: out of host memory");
+    p->ctx = zs;
+    p->unit = zs->open_unit;
+    p->index = zs->param_count;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    memcpy(p->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    p->numel = numel;
+    p->init = init;
+    p->flags = flags;
+    zs->params[zs->param_count++] = p;
+    zs->open_unit->param_count++;
+    if (out) *out = p;
+    return ZS_OK;
+}
+
+zs_status zs_unit_end(zs_ctx *zs) {
+    ZS_CHECK(check_buildable(zs, "zs_unit_end"));
+    if (!zs->open_unit) return zs__fail(ZS_ERR_STATE, "zs_unit_end: no unit is open");
+    if (zs->open_unit->param_count == 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "unit '%s' has no parameters; every unit needs "
+                        "at least one", zs->open_unit->name);
+    zs->open_unit = NULL;
+    return ZS_OK;
+}
+
+/* A digest of everything that must be identical on every rank: units, names,
+ * shapes, flags and initializers, in order. */
+static uint64_t layout_digest(const zs_ctx *zs) {
+    XXH3_state_t *state = XXH3_createState();
+    if (!state) return 0;
+    XXH3_64bits_reset(state);
+    for (int u = 0; u < zs->unit_count; u++) {
+        const zs_unit *unit = zs->units[u];
+        XXH3_64bits_update(state, unit->name, strlen(unit->name) + 1);
+        XXH3_64bits_update(state, &unit->param_count, sizeof unit->param_count);
+        for (int i = 0; i < unit->param_count; i++) {
+            const zs_param *p = zs->params[unit->first_param + i];
+            XXH3_64bits_update(state, p->name, strlen(p->name) + 1);
+            XXH3_64bits_update(state, &p->ndim, sizeof p->ndim);
+            XXH3_64bits_update(state, p->shape, sizeof(int64_t) * (size_t)p->ndim);
+            XXH3_64bits_update(state, &p->flags, sizeof p->flags);
+            int kind = (int)p->init.kind;
+            XXH3_64bits_update(state, &kind, sizeof kind);
+            XXH3_64bits_update(state, &p->init.a, sizeof p->init.a);
+            XXH3_64bits_update(state, &p->init.b, sizeof p->init.b);
+        }
+    }
+    uint64_t digest = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    return digest;
+}
+
+static zs_status pool_create(zs_ctx *zs, zs__slot_pool *pool, zs_mem_tag tag) {
+    pool->slots = zs->settings.zero.max_live_units;
+    pool->slot_numel = zs->plan->max_unit_padded_numel;
+    int64_t total;
+    if (__builtin_mul_overflow(pool->slot_numel, (int64_t)pool->slots, &total))
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "live-unit pool size overflows");
+    pool->owner = malloc(sizeof(int) * (size_t)pool->slots);
+    if (!pool->owner) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "live-unit pool: out of host memory");
+    for (int i = 0; i < pool->slots; i++) pool->owner[i] = -1;
+    return zs__buf_alloc(zs->backend, &pool->storage, tag, zs->compute_dtype, total);
+}
+
+/* Fills [first, first + count) of parameter p (in its own element indices) at
+ * dst, which holds those elements contiguously. */
+static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, int64_t first, int64_t count) {
+    if (count <= 0) return ZS_OK;
+    uint64_t key = zs_k_param_key(zs->settings.seed, p->name);
+    return zs->backend->ops->init_fill(zs->backend, dst, zs->compute_dtype, first, count,
+                                       (zs_k_init_kind)p->init.kind, p->init.a, p->init.b, key);
+}
+
+static zs_status allocate_and_initialize(zs_ctx *zs) {
+    const zs__plan *plan = zs->plan;
+    const int stage = zs->settings.zero.stage;
+    const zs_dtype dt = zs->compute_dtype;
+    zs__backend *be = zs->backend;
+    int64_t state_numel = stage == 0 ? plan->padded_numel : plan->shard_numel;
+
+    if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, ZS_MEM_PARAMS, dt, plan->padded_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, ZS_MEM_PARAMS, dt, plan->shard_numel));
+    if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, ZS_MEM_GRADS, dt, plan->padded_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, ZS_MEM_GRADS, dt, plan->shard_numel));
+
+    const zs__settings *s = &zs->settings;
+    int moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
+    if (moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
+    if (moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
+
+    if (stage == 3) ZS_CHECK(pool_create(zs, &zs->live_params, ZS_MEM_LIVE_PARAMS));
+    if (stage >= 2) ZS_CHECK(pool_create(zs, &zs->live_grads, ZS_MEM_LIVE_GRADS));
+
+    /* Initial values: full buffers are filled whole on every rank (the values
+     * depend only on seed, name and index, so no communication is needed);
+     * stage 3 fills only the owned slice. Gaps and padding stay zero. */
+    for (int i = 0; i < zs->param_count; i++) {
+        const zs_param *p = zs->params[i];
+        const zs__plan_param *pp = &plan->params[i];
+        const zs__plan_unit *pu = &plan->units[pp->unit];
+        if (stage < 3) {
+            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_full, pu->full_offset + pp->offset),
+                                0, p->numel));
+        } else {
+            int64_t b, e;
+            if (!zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
+            int64_t local = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
+            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_shard, local), b, e - b));
+        }
+    }
+    return ZS_OK;
+}
+
+zs_status zs_build(zs_ctx *zs) {
+    ZS_CHECK(check_buildable(zs, "zs_build"));
+    if (zs->open_unit)
+        return zs__fail(ZS_ERR_STATE, "zs_build: unit '%s' is still open; call zs_unit_end",
+                        zs->open_unit->name);
+    /* Agree on the layout first, so that a rank with another model fails
+     * every rank here instead of hanging one of them in a collective. */
+    ZS_CHECK(zs__agree_u64(zs, layout_digest(zs), "model layout",
+                           "every rank must register the same units and parameters (names, "
+                           "shapes, flags, initializers) in the same order"));
+
+    int *per_unit = malloc(sizeof(int) * (size_t)(zs->unit_count ? zs->unit_count : 1));
+    int64_t *numels = malloc(sizeof(int64_t) * (size_t)(zs->param_count ? zs->param_count : 1));
+    zs_status st = ZS_OK;
+    if (!per_unit || !numels) {
+        st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    } else {
+        for (int u = 0; u < zs->unit_count; u++) per_unit[u] = zs->units[u]->param_count;
+        for (int i = 0; i < zs->param_count; i++) numels[i] = zs->params[i]->numel;
+        st = zs__plan_create(zs->world_size, zs->settings.zero.align, zs->unit_count, per_unit,
+                             numels, &zs->plan);
+    }
+    free(per_unit);
+    free(numels);
+    if (st != ZS_OK) return zs__fail_context(st, "zs_build");
+
+    st = allocate_and_initialize(zs);
+    if (st != ZS_OK) return zs__fail_context(st, "zs_build on rank %d", zs->rank);
+    zs->built = 1;
+    ZS_INFO("built %d units, %d parameters, %lld elements (%lld padded; %lld per rank)",
+            zs->unit_count, zs->param_count, (long long)zs->plan->numel,
+            (long long)zs->plan->padded_numel, (long long)zs->plan->shard_numel);
+    return ZS_OK;
+}
+
+int zs_unit_count(const zs_ctx *zs) { return zs->unit_count; }
+zs_unit *zs_unit_at(zs_ctx *zs, int index) {
+    return index >= 0 && index < zs->unit_count ? zs->units[index] : NULL;
+}
+const char *zs_unit_name(const zs_unit *unit) { return unit->name; }
+const char *zs_param_name(const zs_param *p) { return p->name; }
+int64_t zs_param_numel(const zs_param *p) { return p->numel; }
+zs_dtype zs_param_dtype(const zs_param *p) { return p->ctx->compute_dtype; }

@@ -1,0 +1,123 @@
+#include "zero/plan.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+
+static int is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/* Rounds x up to a multiple of m (m > 0); returns 0 on overflow. */
+static int round_up(int64_t x, int64_t m, int64_t *out) {
+    int64_t r = x % m;
+    if (r == 0) {
+        *out = x;
+        return 1;
+    }
+    return !__builtin_add_overflow(x, m - r, out);
+}
+
+zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
+                          const int *params_per_unit, const int64_t *param_numel,
+                          zs__plan **out) {
+    if (world_size < 1)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: world size %d must be >= 1",
+                        world_size);
+    if (!is_power_of_two(align))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "partition plan: align = %lld elements must be a power of two",
+                        (long long)align);
+    if (unit_count < 1)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "partition plan: the model has no units; register at least one "
+                        "with zs_unit_begin/zs_param_create/zs_unit_end");
+    int64_t granule;
+    if (__builtin_mul_overflow((int64_t)world_size, align, &granule))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: world size x align overflows");
+
+    int param_count = 0;
+    for (int u = 0; u < unit_count; u++) {
+        if (params_per_unit[u] < 1)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "partition plan: unit %d has no parameters; every unit needs at "
+                            "least one", u);
+        if (__builtin_add_overflow(param_count, params_per_unit[u], &param_count))
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: too many parameters");
+    }
+
+    zs__plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "partition plan: out of host memory");
+    plan->units = calloc((size_t)unit_count, sizeof *plan->units);
+    plan->params = calloc((size_t)param_count, sizeof *plan->params);
+    if (!plan->units || !plan->params) {
+        zs__plan_destroy(plan);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "partition plan: out of host memory");
+    }
+    plan->world_size = world_size;
+    plan->align = align;
+    plan->unit_count = unit_count;
+    plan->param_count = param_count;
+
+    int p = 0;
+    for (int u = 0; u < unit_count; u++) {
+        zs__plan_unit *unit = &plan->units[u];
+        unit->first_param = p;
+        unit->param_count = params_per_unit[u];
+        int64_t cursor = 0;
+        for (int i = 0; i < unit->param_count; i++, p++) {
+            int64_t n = param_numel[p];
+            if (n < 1) {
+                zs__plan_destroy(plan);
+                return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                "partition plan: parameter %d of unit %d has %lld elements; "
+                                "sizes must be positive", i, u, (long long)n);
+            }
+            int64_t start, end;
+            if (!round_up(cursor, align, &start) || __builtin_add_overflow(start, n, &end) ||
+                __builtin_add_overflow(plan->numel, n, &plan->numel)) {
+                zs__plan_destroy(plan);
+                return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                "partition plan: unit %d is too large (int64 overflow)", u);
+            }
+            plan->params[p] = (zs__plan_param){.unit = u, .numel = n, .offset = start};
+            cursor = end;
+        }
+        unit->used_numel = cursor;
+        if (!round_up(cursor, granule, &unit->padded_numel) ||
+            __builtin_add_overflow(plan->padded_numel, unit->padded_numel, &plan->padded_numel)) {
+            zs__plan_destroy(plan);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "partition plan: the model is too large (int64 overflow)");
+        }
+        unit->shard_numel = unit->padded_numel / world_size;
+        unit->full_offset = plan->padded_numel - unit->padded_numel;
+        unit->shard_offset = plan->shard_numel;
+        plan->shard_numel += unit->shard_numel;
+        if (unit->padded_numel > plan->max_unit_padded_numel)
+            plan->max_unit_padded_numel = unit->padded_numel;
+    }
+    *out = plan;
+    return ZS_OK;
+}
+
+void zs__plan_destroy(zs__plan *plan) {
+    if (!plan) return;
+    free(plan->units);
+    free(plan->params);
+    free(plan);
+}
+
+int zs__plan_owned_range(const zs__plan *plan, int param, int rank, int64_t *begin, int64_t *end) {
+    const zs__plan_param *pp = &plan->params[param];
+    const zs__plan_unit *unit = &plan->units[pp->unit];
+    int64_t lo = (int64_t)rank * unit->shard_numel;
+    int64_t hi = lo + unit->shard_numel;
+    int64_t b = pp->offset > lo ? pp->offset : lo;
+    int64_t e = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+    if (b >= e) {
+        *begin = *end = 0;
+        return 0;
+    }
+    *begin = b - pp->offset;
+    *end = e - pp->offset;
+    return 1;
+}

@@ -1,0 +1,65 @@
+/* The partition plan: where every parameter element lives, for a given world
+ * size. Pure arithmetic, no MPI and no allocation of tensors, so it can be
+ * unit-tested for any world size on one process.
+ *
+ * Layout (DESIGN §3): within a unit, parameters are laid out in registration
+ * order, each starting at a multiple of `align` elements. The unit's flat
+ * length is then padded to a multiple of world_size * align, so that rank r
+ * owns the equal contiguous slice [r * shard, (r + 1) * shard) of every unit,
+ * and every slice starts aligned. Gaps and padding hold zeros forever: their
+ * gradients are zero, so every optimizer keeps them at zero.
+ *
+ * Model-wide buffers concatenate units: the full buffer of the model places
+ * unit u at full_offset[u] (sum of padded lengths before it); a rank's shard
+ * buffer places unit u's slice at shard_offset[u] (sum of shard lengths). */
+#ifndef ZS_ZERO_PLAN_H
+#define ZS_ZERO_PLAN_H
+
+#include <stdint.h>
+
+#include "zeroshard.h"
+
+typedef struct zs__plan_unit {
+    int first_param;       /* index of the unit's first parameter in the plan */
+    int param_count;
+    int64_t used_numel;    /* end of the last parameter (includes alignment gaps) */
+    int64_t padded_numel;  /* used_numel rounded up to world_size * align */
+    int64_t shard_numel;   /* padded_numel / world_size: what each rank owns */
+    int64_t full_offset;   /* start of the unit in a model-wide full buffer */
+    int64_t shard_offset;  /* start of the unit's slice in a rank's shard buffer */
+} zs__plan_unit;
+
+typedef struct zs__plan_param {
+    int unit;
+    int64_t numel;
+    int64_t offset;        /* start within its unit, a multiple of align */
+} zs__plan_param;
+
+typedef struct zs__plan {
+    int world_size;
+    int64_t align;
+    int unit_count;
+    int param_count;
+    zs__plan_unit *units;
+    zs__plan_param *params;
+    int64_t numel;          /* Ψ: the sum of parameter sizes, no gaps or padding */
+    int64_t padded_numel;   /* sum of padded unit lengths: the full buffer length */
+    int64_t shard_numel;    /* sum of shard lengths: a rank's shard buffer length */
+    int64_t max_unit_padded_numel; /* the largest padded unit: a live buffer's size */
+} zs__plan;
+
+/* Lays out `unit_count` units; unit u holds params_per_unit[u] parameters whose
+ * sizes follow, in order, in param_numel[]. Fails (ZS_ERR_INVALID_ARGUMENT,
+ * naming the unit index) on an empty unit, a non-positive size, world_size < 1,
+ * align not a power of two, or a size that overflows int64. */
+zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
+                          const int *params_per_unit, const int64_t *param_numel,
+                          zs__plan **out);
+void zs__plan_destroy(zs__plan *plan);
+
+/* The part of parameter p that rank `rank` owns, as [*begin, *end) in the
+ * parameter's own element indices. Returns 0 (and an empty range) if the rank
+ * owns none of it. */
+int zs__plan_owned_range(const zs__plan *plan, int param, int rank, int64_t *begin, int64_t *end);
+
+#endif

@@ -1,0 +1,266 @@
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zeroshard_mpi.h"
+
+#define HARNESS_ALIGN 16
+
+static const char *param_names[2 * TINY_LAYERS] = {"layer0.weight", "layer0.bias", "layer1.weight",
+                                                   "layer1.bias",   "layer2.weight", "layer2.bias"};
+
+static int64_t param_numel(int i) { return i % 2 == 0 ? tiny_weight_numel(i / 2) : tiny_bias_numel(i / 2); }
+
+static int64_t model_numel(void) {
+    int64_t n = 0;
+    for (int i = 0; i < 2 * TINY_LAYERS; i++) n += param_numel(i);
+    return n;
+}
+
+static int64_t param_start(int i) {
+    int64_t n = 0;
+    for (int j = 0; j < i; j++) n += param_numel(j);
+    return n;
+}
+
+int64_t harness_unit_padded(int l, int world) {
+    int64_t w = tiny_weight_numel(l);
+    int64_t bias_at = (w + HARNESS_ALIGN - 1) / HARNESS_ALIGN * HARNESS_ALIGN;
+    int64_t used = bias_at + tiny_bias_numel(l);
+    int64_t granule = (int64_t)world * HARNESS_ALIGN;
+    return (used + granule - 1) / granule * granule;
+}
+
+static int fail(const char *what, zs_status st) {
+    fprintf(stderr, "harness: %s failed: %s: %s\n", what, zs_status_name(st), zs_last_error());
+    return -1;
+}
+#define H_CHECK(call)                                 \
+    do {                                              \
+        zs_status h_st_ = (call);                     \
+        if (h_st_ != ZS_OK) return fail(#call, h_st_); \
+    } while (0)
+
+static int write_config(const harness_options *opt, char *path, size_t cap) {
+    char dir[] = "/tmp/zs_harness_XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    snprintf(path, cap, "%s/run.cfg", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "seed = 7;\n"
+            "zero: { stage = %d; max_live_units = %d; align = %d; };\n"
+            "optimizer: { type = \"%s\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
+            "             beta2 = 0.99; eps = 1e-8; momentum = %.17g; nesterov = %s; };\n"
+            "scheduler: { type = \"%s\"; warmup_steps = 3; total_steps = %d; min_lr = 0.001; };\n"
+            "comm: { segment_bytes = 4096; };\n",
+            opt->stage, opt->max_live_units, HARNESS_ALIGN, opt->optimizer, opt->momentum,
+            opt->nesterov ? "true" : "false", opt->scheduler, opt->steps);
+    fclose(f);
+    return 0;
+}
+
+/* Copies every parameter's full value into dst (registration order). */
+static int gather_all(zs_ctx *zs, zs_param **params, float *dst) {
+    for (int l = 0; l < TINY_LAYERS; l++) {
+        zs_unit *u = zs_unit_at(zs, l);
+        H_CHECK(zs_fetch(zs, u));
+        for (int k = 0; k < 2; k++) {
+            int i = 2 * l + k;
+            const float *src = zs_param_data(params[i]);
+            if (!src) return fail("zs_param_data", ZS_ERR_STATE);
+            memcpy(dst + param_start(i), src, sizeof(float) * (size_t)param_numel(i));
+        }
+        H_CHECK(zs_release(zs, u));
+    }
+    return 0;
+}
+
+int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) {
+    memset(out, 0, sizeof *out);
+    out->numel = model_numel();
+    out->initial = calloc((size_t)out->numel, sizeof(float));
+    out->final = calloc((size_t)out->numel, sizeof(float));
+
+    char path[256];
+    if (write_config(opt, path, sizeof path) != 0) return fail("write_config", ZS_ERR_IO);
+    zs_config *cfg = NULL;
+    H_CHECK(zs_config_load(path, &cfg));
+    unlink(path);
+    zs_ctx *zs = NULL;
+    H_CHECK(zs_create_with_comm(cfg, comm, &zs));
+    zs_config_destroy(cfg);
+    int world = zs_world_size(zs), rank = zs_rank(zs);
+    out->world = world;
+
+    zs_param *params[2 * TINY_LAYERS];
+    for (int l = 0; l < TINY_LAYERS; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d", l);
+        H_CHECK(zs_unit_begin(zs, name, NULL));
+        int64_t wshape[2] = {tiny_dims[l + 1], tiny_dims[l]};
+        int64_t bshape[1] = {tiny_dims[l + 1]};
+        H_CHECK(zs_param_create(zs, param_names[2 * l], 2, wshape, ZS_INIT_NORMAL_STD(0.3), 0,
+                                &params[2 * l]));
+        H_CHECK(zs_param_create(zs, param_names[2 * l + 1], 1, bshape,
+                                ZS_INIT_UNIFORM_RANGE(-0.1, 0.1), ZS_PARAM_NO_DECAY,
+                                &params[2 * l + 1]));
+        H_CHECK(zs_unit_end(zs));
+    }
+    H_CHECK(zs_build(zs));
+    if (gather_all(zs, params, out->initial) != 0) return -1;
+
+    int local_batch = TINY_BATCH / world;
+    int64_t first = (int64_t)rank * local_batch;
+    tiny_acts acts;
+    tiny_acts_init(&acts, local_batch);
+    for (int step = 0; step < opt->steps; step++) {
+        zs_comm_stats before, after;
+        H_CHECK(zs_comm_report(zs, &before));
+        tiny_load_batch(&acts, step, first);
+        /* Forward. With prefetch, the next unit is fetched before the current
+         * one is released, so two units are live at once in stage 3. */
+        zs_unit *prev = NULL;
+        for (int l = 0; l < TINY_LAYERS; l++) {
+            zs_unit *u = zs_unit_at(zs, l);
+            H_CHECK(zs_fetch(zs, u));
+            if (prev && opt->prefetch) H_CHECK(zs_release(zs, prev));
+            tiny_forward(l, zs_param_data(params[2 * l]), zs_param_data(params[2 * l + 1]), &acts);
+            if (opt->prefetch) prev = u;
+            else H_CHECK(zs_release(zs, u));
+        }
+        if (prev) H_CHECK(zs_release(zs, prev));
+        double local_loss = tiny_loss(&acts), global_loss = 0.0;
+        MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, comm);
+        out->loss[step] = global_loss / world;
+
+        tiny_backward_begin(&acts, TINY_BATCH);
+        for (int l = TINY_LAYERS - 1; l >= 0; l--) {
+            zs_unit *u = zs_unit_at(zs, l);
+            H_CHECK(zs_fetch(zs, u));
+            float *gw = zs_param_grad(params[2 * l]);
+            float *gb = zs_param_grad(params[2 * l + 1]);
+            if (!gw || !gb) return fail("zs_param_grad", ZS_ERR_STATE);
+            tiny_backward(l, zs_param_data(params[2 * l]), zs_param_data(params[2 * l + 1]), gw, gb,
+                          &acts, opt->mode, step, first, world);
+            H_CHECK(zs_grads_ready(zs, u));
+            H_CHECK(zs_release(zs, u));
+        }
+        zs_step_info info;
+        H_CHECK(zs_step(zs, &info));
+        out->grad_norm[step] = info.grad_norm;
+        out->lr[step] = info.lr;
+        H_CHECK(zs_comm_report(zs, &after));
+        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+            out->step_bytes.bytes[op] = after.bytes[op] - before.bytes[op];
+            out->step_bytes.calls[op] = after.calls[op] - before.calls[op];
+        }
+    }
+    tiny_acts_free(&acts);
+    H_CHECK(zs_memory_report(zs, &out->memory));
+    if (gather_all(zs, params, out->final) != 0) return -1;
+    zs_destroy(zs);
+    return 0;
+}
+
+/* ------------------------------------------------------------ reference */
+
+/* Plain formulas, written independently of kernels/optimizer.h. */
+static double reference_lr(const harness_options *opt, int t) {
+    const double peak = 0.01, low = 0.001;
+    if (strcmp(opt->scheduler, "constant") == 0) return peak;
+    if (t <= 3) return peak * t / 3.0;
+    if (t >= opt->steps) return low;
+    return low + (peak - low) * 0.5 * (1.0 + cos(acos(-1.0) * (t - 3) / (double)(opt->steps - 3)));
+}
+
+void harness_reference(const harness_options *opt, const float *initial, harness_result *out) {
+    memset(out, 0, sizeof *out);
+    out->world = 1;
+    out->numel = model_numel();
+    out->initial = calloc((size_t)out->numel, sizeof(float));
+    out->final = calloc((size_t)out->numel, sizeof(float));
+    memcpy(out->initial, initial, sizeof(float) * (size_t)out->numel);
+    float *p = out->final;
+    memcpy(p, initial, sizeof(float) * (size_t)out->numel);
+    float *g = calloc((size_t)out->numel, sizeof(float));
+    float *m = calloc((size_t)out->numel, sizeof(float));
+    float *v = calloc((size_t)out->numel, sizeof(float));
+    const double b1 = 0.9, b2 = 0.99, eps = 1e-8, wd_all = 0.1;
+
+    tiny_acts acts;
+    tiny_acts_init(&acts, TINY_BATCH);
+    for (int step = 0; step < opt->steps; step++) {
+        int t = step + 1;
+        double lr = reference_lr(opt, t);
+        tiny_load_batch(&acts, step, 0);
+        for (int l = 0; l < TINY_LAYERS; l++)
+            tiny_forward(l, p + param_start(2 * l), p + param_start(2 * l + 1), &acts);
+        out->loss[step] = tiny_loss(&acts);
+        memset(g, 0, sizeof(float) * (size_t)out->numel);
+        tiny_backward_begin(&acts, TINY_BATCH);
+        for (int l = TINY_LAYERS - 1; l >= 0; l--)
+            tiny_backward(l, p + param_start(2 * l), p + param_start(2 * l + 1),
+                          g + param_start(2 * l), g + param_start(2 * l + 1), &acts, opt->mode,
+                          step, 0, 1);
+        double sq = 0.0;
+        for (int64_t i = 0; i < out->numel; i++) sq += (double)g[i] * g[i];
+        out->grad_norm[step] = sqrt(sq);
+        out->lr[step] = lr;
+        for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+            double wd = (i % 2 == 1) ? 0.0 : wd_all; /* biases are flagged no-decay */
+            for (int64_t k = param_start(i); k < param_start(i) + param_numel(i); k++) {
+                double grad = g[k], w = p[k];
+                if (strcmp(opt->optimizer, "sgd") == 0) {
+                    grad += wd * w;
+                    if (opt->momentum > 0) {
+                        m[k] = (float)(opt->momentum * m[k] + grad);
+                        grad = opt->nesterov ? grad + opt->momentum * m[k] : m[k];
+                    }
+                    p[k] = (float)(w - lr * grad);
+                    continue;
+                }
+                if (strcmp(opt->optimizer, "adamw") == 0) w -= lr * wd * w;
+                else grad += wd * w;
+                m[k] = (float)(b1 * m[k] + (1 - b1) * grad);
+                v[k] = (float)(b2 * v[k] + (1 - b2) * grad * grad);
+                double mhat = m[k] / (1 - pow(b1, t));
+                double vhat = v[k] / (1 - pow(b2, t));
+                p[k] = (float)(w - lr * mhat / (sqrt(vhat) + eps));
+            }
+        }
+    }
+    tiny_acts_free(&acts);
+    free(g);
+    free(m);
+    free(v);
+}
+
+void harness_result_free(harness_result *r) {
+    free(r->initial);
+    free(r->final);
+    r->initial = r->final = NULL;
+}
+
+double harness_max_relative_diff(const float *a, const float *b, const char **worst_name) {
+    double worst = 0.0;
+    for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+        double max_diff = 0.0, max_ref = 0.0;
+        for (int64_t k = param_start(i); k < param_start(i) + param_numel(i); k++) {
+            double d = fabs((double)a[k] - (double)b[k]);
+            if (d > max_diff) max_diff = d;
+            if (fabs((double)b[k]) > max_ref) max_ref = fabs((double)b[k]);
+        }
+        double rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+        if (rel > worst || (worst == 0.0 && i == 0)) {
+            worst = rel;
+            if (worst_name) *worst_name = param_names[i];
+        }
+    }
+    return worst;
+}

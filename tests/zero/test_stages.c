@@ -1,0 +1,117 @@
+/* Stages 0-3 at this world size (run under mpirun -np 1..4):
+ *   - 20 AdamW steps match the single-process reference within 1e-5 relative
+ *     (max |a-b| / max |b| per tensor) on every parameter;
+ *   - stages 0-3 give bit-identical parameters, losses and gradient norms;
+ *   - model-state bytes per tag equal the ZeRO formula computed here from the
+ *     layout rules, and stage 3 never holds more than max_live_units units;
+ *   - bytes sent per step equal 2Ψ(n-1)/n (stages 0-2) or 3Ψ(n-1)/n (stage 3)
+ *     for the padded Ψ, and are within padding of the unpadded Ψ. */
+#include <mpi.h>
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "test_util.h"
+
+#define STEPS 20
+#define MAX_LIVE 2
+
+static void check_memory(int stage, int world, const zs_memory_stats *m) {
+    int64_t padded = 0, max_unit = 0;
+    for (int l = 0; l < TINY_LAYERS; l++) {
+        int64_t u = harness_unit_padded(l, world);
+        padded += u;
+        if (u > max_unit) max_unit = u;
+    }
+    const uint64_t full = (uint64_t)padded * 4, shard = (uint64_t)padded / world * 4;
+    /* fp32 AdamW: params and grads 4 bytes each, two fp32 moments, and the
+     * parameters are their own master copy (K = 8). */
+    uint64_t want_params = stage == 3 ? shard : full;
+    uint64_t want_grads = stage >= 2 ? shard : full;
+    uint64_t want_optim = 2 * (stage == 0 ? full : shard);
+    uint64_t live = (uint64_t)MAX_LIVE * (uint64_t)max_unit * 4;
+    ZT_EQ_U64(m->current[ZS_MEM_PARAMS], want_params);
+    ZT_EQ_U64(m->current[ZS_MEM_GRADS], want_grads);
+    ZT_EQ_U64(m->current[ZS_MEM_OPTIM], want_optim);
+    ZT_EQ_U64(m->current[ZS_MEM_MASTER], 0);
+    ZT_EQ_U64(m->peak[ZS_MEM_PARAMS], want_params);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_PARAMS], stage == 3 ? live : 0);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_GRADS], stage >= 2 ? live : 0);
+    /* The ring's staging buffer is bounded by comm.segment_bytes (4096 here). */
+    ZT_CHECK_MSG(m->peak[ZS_MEM_COMM] <= 2 * 4096, "comm staging %llu bytes",
+                 (unsigned long long)m->peak[ZS_MEM_COMM]);
+    ZT_CHECK_MSG(m->live_units_peak <= MAX_LIVE, "peak live units %d > %d", m->live_units_peak,
+                 MAX_LIVE);
+    /* The loop prefetches, so stage 3 reaches exactly the bound. */
+    ZT_EQ_INT(m->live_units_peak, stage == 3 ? MAX_LIVE : 0);
+}
+
+static void check_bytes(int stage, int world, const zs_comm_stats *b) {
+    int64_t padded = 0, unpadded = 0;
+    for (int l = 0; l < TINY_LAYERS; l++) {
+        padded += harness_unit_padded(l, world);
+        unpadded += tiny_weight_numel(l) + tiny_bias_numel(l);
+    }
+    /* Bulk traffic: everything but the step's scalar all-reduce (2 doubles). */
+    uint64_t scalar = (uint64_t)(2.0 * (world - 1) / world * 2 * 8);
+    uint64_t bulk = b->bytes[ZS_COMM_REDUCE_SCATTER] + b->bytes[ZS_COMM_ALL_GATHER] +
+                    b->bytes[ZS_COMM_ALL_REDUCE] - scalar;
+    int passes = stage == 3 ? 3 : 2;
+    uint64_t want = (uint64_t)passes * (uint64_t)padded / world * (world - 1) * 4;
+    ZT_EQ_U64(bulk, want);
+    uint64_t ideal = (uint64_t)(passes * (double)unpadded * (world - 1) / world * 4);
+    uint64_t padding = (uint64_t)passes * (uint64_t)(padded - unpadded) * 4;
+    ZT_CHECK_MSG(bulk + 1 >= ideal && bulk <= ideal + padding + 1,
+                 "stage %d: %llu bytes vs ideal %llu (+%llu padding)", stage,
+                 (unsigned long long)bulk, (unsigned long long)ideal, (unsigned long long)padding);
+    ZT_EQ_U64(b->calls[ZS_COMM_BROADCAST], 0);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+    harness_result runs[4];
+    harness_options opt = {.optimizer = "adamw", .steps = STEPS, .mode = TINY_GRAD_TRUE,
+                           .max_live_units = MAX_LIVE, .prefetch = 1, .scheduler = "warmup_cosine"};
+    for (int stage = 0; stage < 4; stage++) {
+        opt.stage = stage;
+        ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &runs[stage]) == 0);
+        check_memory(stage, world, &runs[stage].memory);
+        check_bytes(stage, world, &runs[stage].step_bytes);
+    }
+
+    harness_result ref;
+    harness_reference(&opt, runs[0].initial, &ref);
+    for (int stage = 0; stage < 4; stage++) {
+        const char *name = "";
+        double rel = harness_max_relative_diff(runs[stage].final, ref.final, &name);
+        ZT_CHECK_MSG(rel <= 1e-5, "np %d stage %d: %s differs from the reference by %.3g (relative)",
+                     world, stage, name, rel);
+        ZT_CHECK_MSG(runs[stage].loss[STEPS - 1] < runs[stage].loss[0],
+                     "stage %d: loss did not fall (%g -> %g)", stage, runs[stage].loss[0],
+                     runs[stage].loss[STEPS - 1]);
+        for (int s = 0; s < STEPS; s++) {
+            ZT_CHECK_MSG(fabs(runs[stage].grad_norm[s] - ref.grad_norm[s]) <= 1e-5 * ref.grad_norm[s],
+                         "stage %d step %d: grad norm %.9g vs reference %.9g", stage, s,
+                         runs[stage].grad_norm[s], ref.grad_norm[s]);
+            ZT_CHECK_MSG(fabs(runs[stage].lr[s] - ref.lr[s]) <= 1e-12, "step %d lr %.17g vs %.17g",
+                         s, runs[stage].lr[s], ref.lr[s]);
+        }
+    }
+    for (int stage = 1; stage < 4; stage++) {
+        ZT_CHECK_MSG(memcmp(runs[0].initial, runs[stage].initial, sizeof(float) * (size_t)runs[0].numel) == 0,
+                     "stage %d starts from other weights than stage 0", stage);
+        ZT_CHECK_MSG(memcmp(runs[0].final, runs[stage].final, sizeof(float) * (size_t)runs[0].numel) == 0,
+                     "np %d: stage %d parameters are not bit-identical to stage 0", world, stage);
+        ZT_CHECK_MSG(memcmp(runs[0].grad_norm, runs[stage].grad_norm, sizeof(double) * STEPS) == 0,
+                     "np %d: stage %d gradient norms are not bit-identical to stage 0", world, stage);
+    }
+    harness_result_free(&ref);
+    for (int stage = 0; stage < 4; stage++) harness_result_free(&runs[stage]);
+    int rc = zt_finish("test_stages");
+    MPI_Finalize();
+    return rc;
+}
