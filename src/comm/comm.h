@@ -54,7 +54,7 @@ zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype 
 /* Sum all-reduce of size*count elements, done as reduce_scatter + all_gather
  * with the same implementation, so every element equals what reduce_scatter
  * alone would give its owner, bit for bit (stage 0 relies on this to match
- * stages 1-3). Counted under ZS_COMM_ALL_REDUCE: 2 * (size-1) * count * size. */
+ * stages 1-3). Counted under ZS_COMM_ALL_REDUCE: 2 * (size-1) * count * element size. */
 zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                               const char *label);
 

@@ -1,0 +1,180 @@
+/* Reduce-scatter and all-gather bandwidth of both implementations (ring over
+ * MPI point-to-point, and MPI's own collectives), measured in one run so the
+ * ring/mpi ratio is not at the mercy of a shared machine's drift.
+ *
+ *   mpirun -np N bench_comm [--min-bytes B] [--max-bytes B] [--factor F]
+ *                           [--iters I] [--warmup W] [--segment-bytes S]
+ *
+ * bytes is the whole buffer (size chunks); time is the median over
+ * iterations of the slowest rank's time; algbw = bytes / time and
+ * busbw = algbw * (n-1)/n as in nccl-tests for reduce-scatter and all-gather.
+ * The implementations alternate iteration by iteration. A third row, "raw",
+ * calls MPI_Reduce_scatter_block / MPI_Allgather once on the whole buffer,
+ * in place, without zeroshard: the MPI collective used the plain way, to show
+ * what the segmenting and packing of the "mpi" implementation cost. */
+#include <limits.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+typedef struct options {
+    size_t min_bytes, max_bytes;
+    int factor, iters, warmup;
+    int64_t segment_bytes;
+} options;
+
+static int parse(int argc, char **argv, options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *key = argv[i];
+        if (i + 1 >= argc) return 0;
+        char *end = NULL;
+        long long value = strtoll(argv[++i], &end, 10);
+        if (!end || *end || value <= 0) return 0;
+        if (strcmp(key, "--min-bytes") == 0) o->min_bytes = (size_t)value;
+        else if (strcmp(key, "--max-bytes") == 0) o->max_bytes = (size_t)value;
+        else if (strcmp(key, "--factor") == 0 && value >= 2) o->factor = (int)value;
+        else if (strcmp(key, "--iters") == 0) o->iters = (int)value;
+        else if (strcmp(key, "--warmup") == 0) o->warmup = (int)value;
+        else if (strcmp(key, "--segment-bytes") == 0) o->segment_bytes = value;
+        else return 0;
+    }
+    return o->min_bytes <= o->max_bytes;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The whole buffer in one MPI call (its count must fit in an int). */
+static zs_status raw_call(zs_comm_op op, float *buf, size_t count) {
+    int size = 1, rank = 0, rc;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (op == ZS_COMM_REDUCE_SCATTER) {
+        /* In place, the result lands in the first chunk; move it to ours. */
+        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD);
+        if (rank > 0) memmove(buf + (size_t)rank * count, buf, count * sizeof(float));
+    } else {
+        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, MPI_FLOAT,
+                           MPI_COMM_WORLD);
+    }
+    return rc == MPI_SUCCESS ? ZS_OK : ZS_ERR_COMM;
+}
+
+/* One timed call (comm NULL: raw MPI): the slowest rank's seconds, known on
+ * every rank. */
+static double timed(zs__comm *comm, zs_comm_op op, float *buf, size_t count) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    zs_status status = !comm ? raw_call(op, buf, count)
+                       : op == ZS_COMM_REDUCE_SCATTER
+                           ? zs__comm_reduce_scatter(comm, buf, count, ZS_DTYPE_FP32, "bench")
+                           : zs__comm_all_gather(comm, buf, count, ZS_DTYPE_FP32, "bench");
+    double seconds = MPI_Wtime() - start;
+    if (status != ZS_OK) {
+        fprintf(stderr, "bench_comm: %s\n", zs_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    double slowest = 0;
+    MPI_Allreduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return slowest;
+}
+
+int main(int argc, char **argv) {
+    int provided = 0, rank = 0, size = 1;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    /* 1 MiB to 256 MiB in powers of 2, 9 timed iterations: about 20 s at 4
+     * ranks on 2 cores. The segment default is the config's (4 MiB). */
+    options o = {1u << 20, 256u << 20, 2, 9, 2, 4 << 20};
+    if (!parse(argc, argv, &o)) {
+        if (rank == 0)
+            fprintf(stderr, "usage: bench_comm [--min-bytes B] [--max-bytes B] [--factor F] "
+                            "[--iters I] [--warmup W] [--segment-bytes S]\n");
+        MPI_Finalize();
+        return 2;
+    }
+
+    enum { IMPLS = 3 };
+    const char *impl_names[IMPLS] = {"ring", "mpi", "raw"};
+    zs__comm *comms[IMPLS] = {NULL, NULL, NULL};
+    zs__mem mems[2];
+    for (int k = 0; k < 2; k++) {
+        zs__settings settings;
+        memset(&settings, 0, sizeof settings);
+        settings.comm.reduce_scatter = k == 0 ? ZS_COMM_IMPL_RING : ZS_COMM_IMPL_MPI;
+        settings.comm.all_gather = settings.comm.reduce_scatter;
+        settings.comm.segment_bytes = o.segment_bytes;
+        memset(&mems[k], 0, sizeof mems[k]);
+        if (zs__comm_create_mpi(MPI_COMM_WORLD, &settings, &mems[k], &comms[k]) != ZS_OK) {
+            fprintf(stderr, "bench_comm: rank %d: %s\n", rank, zs_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+
+    /* Zeros stay zeros under repeated sums, so no iteration meets infinities
+     * or denormals; touching the pages here keeps page faults out of timing. */
+    float *buf = malloc(o.max_bytes);
+    double *samples = malloc(sizeof(double) * (size_t)o.iters * IMPLS);
+    if (o.max_bytes / sizeof(float) > INT_MAX) {
+        fprintf(stderr, "bench_comm: --max-bytes must stay below %zu for the raw rows\n",
+                (size_t)INT_MAX * sizeof(float));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (!buf || !samples) {
+        fprintf(stderr, "bench_comm: cannot allocate %zu bytes\n", o.max_bytes);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(buf, 0, o.max_bytes);
+
+    if (rank == 0) {
+        printf("# bench_comm: %d ranks, segment_bytes %lld, %d iterations after %d warm-up, "
+               "time = median of max over ranks\n",
+               size, (long long)o.segment_bytes, o.iters, o.warmup);
+        printf("%-15s %-5s %12s %12s %10s %10s %9s %9s\n", "op", "impl", "bytes", "time_us",
+               "algbw_GBs", "busbw_GBs", "ring/mpi", "ring/raw");
+    }
+    const zs_comm_op ops[2] = {ZS_COMM_REDUCE_SCATTER, ZS_COMM_ALL_GATHER};
+    double started = MPI_Wtime();
+    for (int p = 0; p < 2; p++) {
+        for (size_t target = o.min_bytes; target <= o.max_bytes; target *= (size_t)o.factor) {
+            size_t count = target / (sizeof(float) * (size_t)size);
+            if (count == 0) continue;
+            size_t bytes = count * sizeof(float) * (size_t)size;
+            for (int w = 0; w < o.warmup; w++)
+                for (int k = 0; k < IMPLS; k++) timed(comms[k], ops[p], buf, count);
+            for (int it = 0; it < o.iters; it++)
+                for (int k = 0; k < IMPLS; k++)
+                    samples[k * o.iters + it] = timed(comms[k], ops[p], buf, count);
+            double median[IMPLS], busbw[IMPLS], algbw[IMPLS];
+            for (int k = 0; k < IMPLS; k++) {
+                qsort(samples + k * o.iters, (size_t)o.iters, sizeof(double), compare_double);
+                median[k] = samples[k * o.iters + o.iters / 2];
+                algbw[k] = (double)bytes / median[k] / 1e9;
+                busbw[k] = algbw[k] * (size - 1) / size;
+            }
+            if (rank == 0)
+                for (int k = 0; k < IMPLS; k++)
+                    printf("%-15s %-5s %12zu %12.1f %10.3f %10.3f %9.2f %9.2f\n",
+                           zs_comm_op_name(ops[p]), impl_names[k], bytes, median[k] * 1e6,
+                           algbw[k], busbw[k], busbw[0] / busbw[1], busbw[0] / busbw[2]);
+            if (rank == 0) fflush(stdout);
+            if (target > o.max_bytes / (size_t)o.factor) break;
+        }
+    }
+    if (rank == 0) printf("# total %.1f s\n", MPI_Wtime() - started);
+
+    free(samples);
+    free(buf);
+    for (int k = 0; k < 2; k++) zs__comm_destroy(comms[k]);
+    MPI_Finalize();
+    return 0;
+}

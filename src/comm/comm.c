@@ -1,0 +1,220 @@
+/* The implementation-independent half of the collectives: argument checks,
+ * sequence numbers, debug logging and byte accounting, then dispatch through
+ * zs__comm_ops. Keeping these here means an NCCL implementation counts and
+ * reports exactly like the MPI one. */
+#include "comm/comm_impl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+const char *zs_comm_op_name(zs_comm_op op) {
+    switch (op) {
+#define ZS_COMM_OP_NAME_(name, text) \
+    case name:                       \
+        return text;
+        ZS_COMM_OP_TABLE(ZS_COMM_OP_NAME_)
+#undef ZS_COMM_OP_NAME_
+    case ZS_COMM_OP_COUNT:
+        break;
+    }
+    return "unknown";
+}
+
+static const char *impl_name(zs__comm_impl impl) {
+    return impl == ZS_COMM_IMPL_RING ? "ring" : "mpi";
+}
+
+zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
+                       const zs__settings *settings, zs__mem *mem, zs__comm **out) {
+    zs__comm *comm = calloc(1, sizeof *comm);
+    if (!comm)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate a communicator (%zu bytes)",
+                        sizeof *comm);
+    comm->ops = ops;
+    comm->state = state;
+    comm->mem = mem;
+    comm->rank = rank;
+    comm->size = size;
+    comm->reduce_scatter_impl = settings->comm.reduce_scatter;
+    comm->all_gather_impl = settings->comm.all_gather;
+    comm->segment_bytes = (size_t)settings->comm.segment_bytes;
+    *out = comm;
+    return ZS_OK;
+}
+
+void zs__comm_destroy(zs__comm *comm) {
+    if (!comm) return;
+    comm->ops->destroy(comm);
+    free(comm);
+}
+
+int zs__comm_rank(const zs__comm *comm) { return comm->rank; }
+int zs__comm_size(const zs__comm *comm) { return comm->size; }
+
+void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out) { *out = comm->stats; }
+
+/* Numbers the call (every rank numbers its collectives the same way, so "#17"
+ * identifies one collective across ranks) and logs it at debug level, which is
+ * how a user finds the first call where ranks diverged. */
+static zs__comm_call begin_call(zs__comm *comm, const char *op, const char *label,
+                                const char *what) {
+    zs__comm_call call = {op, label ? label : "", ++comm->seq};
+    if (zs__log_enabled(ZS_LOG_DEBUG))
+        ZS_DEBUG("comm: %s #%" PRIu64 " of '%s': %s", call.op, call.seq, call.label, what);
+    return call;
+}
+
+static void account(zs__comm *comm, zs_comm_op op, uint64_t bytes) {
+    comm->stats.calls[op]++;
+    comm->stats.bytes[op] += bytes;
+}
+
+/* Checks what every chunked collective needs: a buffer of size*count elements
+ * whose byte size fits in size_t, and a dtype the op supports. The check runs
+ * before the call is numbered, and gives the same answer on every rank when
+ * every rank made the same call, so a rejected call never leaves ranks out of
+ * step. */
+static zs_status check_chunked(const zs__comm *comm, const char *op, const void *buf,
+                               size_t count, zs_dtype dtype, int sums, const char *label) {
+    size_t esize = zs_dtype_size(dtype);
+    if (esize == 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s of '%s': unknown dtype %d", op,
+                        label ? label : "", (int)dtype);
+    if (sums && dtype != ZS_DTYPE_FP32)
+        return zs__fail(ZS_ERR_UNSUPPORTED,
+                        "%s of '%s': sum reductions of %s are not supported yet (only fp32); "
+                        "reduce an fp32 copy of the data until mixed-precision collectives land",
+                        op, label ? label : "", zs_dtype_name(dtype));
+    size_t total;
+    if (!zs__mul_size(count, (size_t)comm->size, &total) || !zs__mul_size(total, esize, &total))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s of '%s': %d chunks of %zu %s elements overflow the address space",
+                        op, label ? label : "", comm->size, count, zs_dtype_name(dtype));
+    if (!buf && count > 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s of '%s': buffer is NULL", op,
+                        label ? label : "");
+    return ZS_OK;
+}
+
+static void describe_chunked(char *what, size_t capacity, const zs__comm *comm, size_t count,
+                             zs_dtype dtype, zs__comm_impl impl) {
+    snprintf(what, capacity, "%d chunks of %zu %s elements (%s)", comm->size, count,
+             zs_dtype_name(dtype), impl_name(impl));
+}
+
+/* (size-1) * count * element size: what a ring sends from each rank. */
+static uint64_t ring_bytes(const zs__comm *comm, size_t count, zs_dtype dtype) {
+    return (uint64_t)(comm->size - 1) * (uint64_t)count * zs_dtype_size(dtype);
+}
+
+zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                  const char *label) {
+    ZS_CHECK(check_chunked(comm, "reduce_scatter", buf, count, dtype, 1, label));
+    char what[128];
+    describe_chunked(what, sizeof what, comm, count, dtype, comm->reduce_scatter_impl);
+    zs__comm_call call = begin_call(comm, "reduce_scatter", label, what);
+    account(comm, ZS_COMM_REDUCE_SCATTER, ring_bytes(comm, count, dtype));
+    if (comm->size == 1 || count == 0) return ZS_OK;
+    ZS_CHECK(comm->ops->reduce_scatter(comm, buf, count, dtype, comm->reduce_scatter_impl,
+                                       &call));
+    return ZS_OK;
+}
+
+zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                              const char *label) {
+    ZS_CHECK(check_chunked(comm, "all_gather", buf, count, dtype, 0, label));
+    char what[128];
+    describe_chunked(what, sizeof what, comm, count, dtype, comm->all_gather_impl);
+    zs__comm_call call = begin_call(comm, "all_gather", label, what);
+    account(comm, ZS_COMM_ALL_GATHER, ring_bytes(comm, count, dtype));
+    if (comm->size == 1 || count == 0) return ZS_OK;
+    ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, comm->all_gather_impl, &call));
+    return ZS_OK;
+}
+
+zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                              const char *label) {
+    ZS_CHECK(check_chunked(comm, "all_reduce", buf, count, dtype, 1, label));
+    char what[160];
+    snprintf(what, sizeof what, "%d chunks of %zu %s elements (%s reduce-scatter, %s all-gather)",
+             comm->size, count, zs_dtype_name(dtype), impl_name(comm->reduce_scatter_impl),
+             impl_name(comm->all_gather_impl));
+    zs__comm_call call = begin_call(comm, "all_reduce", label, what);
+    account(comm, ZS_COMM_ALL_REDUCE, 2 * ring_bytes(comm, count, dtype));
+    if (comm->size == 1 || count == 0) return ZS_OK;
+    /* The two halves run under the all-reduce's name and number, and are not
+     * counted again under ZS_COMM_REDUCE_SCATTER / ZS_COMM_ALL_GATHER. Because
+     * the all-gather only copies the owner's bits, every rank ends with what
+     * reduce_scatter alone gives the owner. */
+    ZS_CHECK(comm->ops->reduce_scatter(comm, buf, count, dtype, comm->reduce_scatter_impl,
+                                       &call));
+    ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, comm->all_gather_impl, &call));
+    return ZS_OK;
+}
+
+zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
+                                      const char *label) {
+    if (n < 0 || (n > 0 && !values) || (op != ZS_REDUCE_SUM && op != ZS_REDUCE_MAX))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "all_reduce of scalars '%s': bad arguments (n = %d, values %s, op %d)",
+                        label ? label : "", n, values ? "set" : "NULL", (int)op);
+    char what[96];
+    snprintf(what, sizeof what, "%d doubles (%s)", n, op == ZS_REDUCE_SUM ? "sum" : "max");
+    zs__comm_call call = begin_call(comm, "all_reduce", label, what);
+    /* 2(n-1)/n of the payload, as a ring all-reduce would send, rounded down. */
+    account(comm, ZS_COMM_ALL_REDUCE,
+            2 * (uint64_t)(comm->size - 1) * (uint64_t)n * sizeof(double) / (uint64_t)comm->size);
+    if (comm->size == 1 || n == 0) return ZS_OK;
+    ZS_CHECK(comm->ops->all_reduce_scalars(comm, values, n, op, &call));
+    return ZS_OK;
+}
+
+zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                    const char *label) {
+    size_t total;
+    if (!zs__mul_size(bytes, (size_t)comm->size, &total) || (bytes > 0 && (!mine || !all)))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "all_gather of bytes '%s': bad arguments (%zu bytes from each of %d ranks)",
+                        label ? label : "", bytes, comm->size);
+    char what[64];
+    snprintf(what, sizeof what, "%zu bytes from each rank", bytes);
+    zs__comm_call call = begin_call(comm, "all_gather", label, what);
+    account(comm, ZS_COMM_ALL_GATHER, (uint64_t)(comm->size - 1) * (uint64_t)bytes);
+    if (bytes == 0) return ZS_OK;
+    if (comm->size == 1) {
+        /* Nothing to exchange, but `all` must still hold this rank's bytes. */
+        if (all != mine) memmove(all, mine, bytes);
+        return ZS_OK;
+    }
+    ZS_CHECK(comm->ops->all_gather_bytes(comm, mine, bytes, all, &call));
+    return ZS_OK;
+}
+
+zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
+                             const char *label) {
+    if (root < 0 || root >= comm->size || (bytes > 0 && !buf))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "broadcast of '%s': bad arguments (root %d of %d ranks, %zu bytes)",
+                        label ? label : "", root, comm->size, bytes);
+    char what[64];
+    snprintf(what, sizeof what, "%zu bytes from rank %d", bytes, root);
+    zs__comm_call call = begin_call(comm, "broadcast", label, what);
+    account(comm, ZS_COMM_BROADCAST,
+            comm->rank == root && comm->size > 1 ? (uint64_t)bytes : 0);
+    if (comm->size == 1 || bytes == 0) return ZS_OK;
+    ZS_CHECK(comm->ops->broadcast(comm, buf, bytes, root, &call));
+    return ZS_OK;
+}
+
+zs_status zs__comm_barrier(zs__comm *comm, const char *label) {
+    zs__comm_call call = begin_call(comm, "barrier", label, "");
+    account(comm, ZS_COMM_BARRIER, 0);
+    if (comm->size == 1) return ZS_OK;
+    ZS_CHECK(comm->ops->barrier(comm, &call));
+    return ZS_OK;
+}

@@ -1,0 +1,63 @@
+/* The inside of a communicator, shared by comm.c (checks, numbering,
+ * accounting, logging) and the implementations behind zs__comm_ops (mpi.c
+ * today, nccl.c later). An implementation only moves data: comm.c has already
+ * validated the arguments, numbered the call and counted its bytes, so every
+ * implementation counts the same way. */
+#ifndef ZS_COMM_COMM_IMPL_H
+#define ZS_COMM_COMM_IMPL_H
+
+#include "comm/comm.h"
+
+/* What a collective is called in messages: "reduce_scatter #17 of 'block.3'".
+ * `op` is the name of the public call (an all-reduce runs its reduce-scatter
+ * and all-gather under the all-reduce's name and number). */
+typedef struct zs__comm_call {
+    const char *op;
+    const char *label;
+    uint64_t seq;
+} zs__comm_call;
+
+/* One table per implementation, filled by a static const initializer.
+ * Buffers follow comm.h's layout: `size` chunks of `count` elements. The
+ * functions receive only well-formed arguments (size > 1, count > 0, a dtype
+ * they were asked to support) and must return ZS_ERR_COMM with a message that
+ * names call->op, call->label, call->seq and the rank when the transport fails.
+ * `impl` is the algorithm the settings chose for this op; an implementation
+ * whose library has a single algorithm (NCCL) may ignore it. */
+typedef struct zs__comm_ops {
+    const char *name;
+    zs_status (*reduce_scatter)(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                zs__comm_impl impl, const zs__comm_call *call);
+    zs_status (*all_gather)(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                            zs__comm_impl impl, const zs__comm_call *call);
+    zs_status (*all_reduce_scalars)(zs__comm *comm, double *values, int n, zs__reduce_op op,
+                                    const zs__comm_call *call);
+    zs_status (*all_gather_bytes)(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                  const zs__comm_call *call);
+    zs_status (*broadcast)(zs__comm *comm, void *buf, size_t bytes, int root,
+                           const zs__comm_call *call);
+    zs_status (*barrier)(zs__comm *comm, const zs__comm_call *call);
+    /* Releases `state` (the implementation's own part). */
+    void (*destroy)(zs__comm *comm);
+} zs__comm_ops;
+
+struct zs__comm {
+    const zs__comm_ops *ops;
+    void *state;                     /* the implementation's own part */
+    zs__mem *mem;                    /* the context's accountant (ZS_MEM_COMM) */
+    int rank;
+    int size;
+    zs__comm_impl reduce_scatter_impl;
+    zs__comm_impl all_gather_impl;
+    size_t segment_bytes;            /* settings->comm.segment_bytes */
+    uint64_t seq;                    /* collectives started so far; the Nth is "#N" */
+    zs_comm_stats stats;
+};
+
+/* Allocates a communicator around an implementation's state and copies the
+ * settings it needs. Called by an implementation's create function, which
+ * owns `state` until this succeeds and the communicator owns it afterwards. */
+zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
+                       const zs__settings *settings, zs__mem *mem, zs__comm **out);
+
+#endif

@@ -1,0 +1,335 @@
+/* Collectives over MPI (src/comm): results, determinism, segmentation,
+ * counters and staging memory, for the implementation named on the command
+ * line ("ring" or "mpi"); the other implementation is created too so the two
+ * can be compared in one run.
+ *
+ *   mpirun -np N test_comm ring|mpi
+ *
+ * Exact checks use "exactly summable" data: small integers times powers of
+ * two, with the same power for every rank at a given element, so any
+ * summation order gives the same float and the reference is exact. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "test_util.h"
+
+static int g_rank, g_size;
+
+/* Rank r's contribution to element i: an integer in [-8, 8] times 2^-(i%5). */
+static float exact_value(int rank, size_t i) {
+    int k = (int)((i * 7 + (size_t)rank * 13) % 17) - 8;
+    return ldexpf((float)k, -(int)(i % 5));
+}
+
+/* A fixed pseudo-random float in [0.5, 1.5): sums of these round, so they
+ * show whether two summation orders agree. Positive, so no cancellation. */
+static float rough_value(int rank, size_t i) {
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)rank * 0xBF58476D1CE4E5B9ull + 1;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return 0.5f + (float)(x >> 40) / (float)(1u << 24);
+}
+
+static float *alloc_floats(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    ZT_REQUIRE(p != NULL);
+    return p;
+}
+
+static void fill(float *buf, size_t total, float (*value)(int, size_t)) {
+    for (size_t i = 0; i < total; i++) buf[i] = value(g_rank, i);
+}
+
+/* The counters moved by exactly one call of `op` with `bytes`. */
+static void check_delta(const char *what, const zs_comm_stats *before, const zs__comm *comm,
+                        zs_comm_op op, uint64_t bytes) {
+    zs_comm_stats after;
+    zs__comm_stats(comm, &after);
+    for (int o = 0; o < ZS_COMM_OP_COUNT; o++) {
+        uint64_t calls = after.calls[o] - before->calls[o];
+        uint64_t moved = after.bytes[o] - before->bytes[o];
+        ZT_CHECK_MSG(calls == (o == (int)op ? 1u : 0u), "%s: %s calls went up by %llu", what,
+                     zs_comm_op_name((zs_comm_op)o), (unsigned long long)calls);
+        ZT_CHECK_MSG(moved == (o == (int)op ? bytes : 0u), "%s: %s bytes went up by %llu, not %llu",
+                     what, zs_comm_op_name((zs_comm_op)o), (unsigned long long)moved,
+                     (unsigned long long)(o == (int)op ? bytes : 0u));
+    }
+}
+
+static uint64_t ring_bytes(size_t count, size_t esize) {
+    return (uint64_t)(g_size - 1) * count * esize;
+}
+
+/* Reduce-scatter of exact data equals the exact sum; counters follow comm.h. */
+static void check_reduce_scatter_exact(zs__comm *comm, size_t count) {
+    size_t total = count * (size_t)g_size;
+    float *buf = alloc_floats(total);
+    fill(buf, total, exact_value);
+    zs_comm_stats before;
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_reduce_scatter(comm, buf, count, ZS_DTYPE_FP32, "exact"));
+    check_delta("reduce_scatter", &before, comm, ZS_COMM_REDUCE_SCATTER,
+                ring_bytes(count, sizeof(float)));
+    size_t bad = 0, first = 0;
+    double first_ref = 0;
+    for (size_t i = (size_t)g_rank * count; i < (size_t)(g_rank + 1) * count; i++) {
+        double ref = 0;
+        for (int r = 0; r < g_size; r++) ref += exact_value(r, i);
+        if (buf[i] != (float)ref && bad++ == 0) {
+            first = i;
+            first_ref = ref;
+        }
+    }
+    ZT_CHECK_MSG(bad == 0, "count %zu: %zu wrong sums, first at element %zu: got %g, want %g",
+                 count, bad, first, bad ? (double)buf[first] : 0.0, first_ref);
+    free(buf);
+}
+
+/* All-gather puts every owner's chunk in place; the dtype does not matter. */
+static void check_all_gather(zs__comm *comm, size_t count, zs_dtype dtype) {
+    size_t esize = zs_dtype_size(dtype);
+    size_t chunk = count * esize, total = chunk * (size_t)g_size;
+    unsigned char *buf = malloc(total ? total : 1);
+    ZT_REQUIRE(buf != NULL);
+    memset(buf, 0xA5, total);
+    for (size_t b = 0; b < chunk; b++)
+        buf[(size_t)g_rank * chunk + b] = (unsigned char)(b * 31 + (size_t)g_rank * 7 + 1);
+    zs_comm_stats before;
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_all_gather(comm, buf, count, dtype, "gather"));
+    check_delta("all_gather", &before, comm, ZS_COMM_ALL_GATHER, ring_bytes(count, esize));
+    size_t bad = 0;
+    for (int r = 0; r < g_size; r++)
+        for (size_t b = 0; b < chunk; b++)
+            bad += buf[(size_t)r * chunk + b] != (unsigned char)(b * 31 + (size_t)r * 7 + 1);
+    ZT_CHECK_MSG(bad == 0, "all_gather of %zu %s elements: %zu wrong bytes", count,
+                 zs_dtype_name(dtype), bad);
+    free(buf);
+}
+
+/* All-reduce of exact data is exact everywhere; on rough data it equals
+ * reduce_scatter + all_gather bit for bit, and every rank holds the same bits. */
+static void check_all_reduce(zs__comm *comm, size_t count) {
+    size_t total = count * (size_t)g_size;
+    float *a = alloc_floats(total), *b = alloc_floats(total), *root = alloc_floats(total);
+
+    fill(a, total, exact_value);
+    zs_comm_stats before;
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_all_reduce(comm, a, count, ZS_DTYPE_FP32, "exact"));
+    check_delta("all_reduce", &before, comm, ZS_COMM_ALL_REDUCE,
+                2 * ring_bytes(count, sizeof(float)));
+    size_t bad = 0;
+    for (size_t i = 0; i < total; i++) {
+        double ref = 0;
+        for (int r = 0; r < g_size; r++) ref += exact_value(r, i);
+        bad += a[i] != (float)ref;
+    }
+    ZT_CHECK_MSG(bad == 0, "all_reduce of %zu: %zu wrong sums", count, bad);
+
+    fill(a, total, rough_value);
+    fill(b, total, rough_value);
+    ZT_OK(zs__comm_all_reduce(comm, a, count, ZS_DTYPE_FP32, "rough"));
+    ZT_OK(zs__comm_reduce_scatter(comm, b, count, ZS_DTYPE_FP32, "rough"));
+    ZT_OK(zs__comm_all_gather(comm, b, count, ZS_DTYPE_FP32, "rough"));
+    ZT_CHECK_MSG(memcmp(a, b, total * sizeof(float)) == 0,
+                 "all_reduce differs from reduce_scatter + all_gather (count %zu)", count);
+
+    memcpy(root, a, total * sizeof(float));
+    MPI_Bcast(root, (int)(total * sizeof(float)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ZT_CHECK_MSG(memcmp(a, root, total * sizeof(float)) == 0,
+                 "all_reduce result differs from rank 0's (count %zu)", count);
+    free(a);
+    free(b);
+    free(root);
+}
+
+/* Two reduce-scatters of the same rough data give the same bits. */
+static void check_determinism(zs__comm *comm, size_t count) {
+    size_t total = count * (size_t)g_size, own = (size_t)g_rank * count;
+    float *a = alloc_floats(total), *b = alloc_floats(total);
+    fill(a, total, rough_value);
+    fill(b, total, rough_value);
+    ZT_OK(zs__comm_reduce_scatter(comm, a, count, ZS_DTYPE_FP32, "first"));
+    ZT_OK(zs__comm_reduce_scatter(comm, b, count, ZS_DTYPE_FP32, "second"));
+    ZT_CHECK_MSG(memcmp(a + own, b + own, count * sizeof(float)) == 0,
+                 "two reduce-scatters of the same data differ (count %zu)", count);
+    free(a);
+    free(b);
+}
+
+/* Ring and MPI agree on exact data bit for bit, and on rough data within
+ * 1e-6 relative (they may add in different orders). Returns whether the rough
+ * results were also bitwise identical, for the log. */
+static int compare_impls(zs__comm *ring, zs__comm *mpi, size_t count) {
+    size_t total = count * (size_t)g_size, own = (size_t)g_rank * count;
+    float *a = alloc_floats(total), *b = alloc_floats(total);
+    fill(a, total, exact_value);
+    fill(b, total, exact_value);
+    ZT_OK(zs__comm_reduce_scatter(ring, a, count, ZS_DTYPE_FP32, "ring"));
+    ZT_OK(zs__comm_reduce_scatter(mpi, b, count, ZS_DTYPE_FP32, "mpi"));
+    ZT_CHECK_MSG(memcmp(a + own, b + own, count * sizeof(float)) == 0,
+                 "ring and mpi differ on exactly summable data (count %zu)", count);
+
+    fill(a, total, rough_value);
+    fill(b, total, rough_value);
+    ZT_OK(zs__comm_reduce_scatter(ring, a, count, ZS_DTYPE_FP32, "ring"));
+    ZT_OK(zs__comm_reduce_scatter(mpi, b, count, ZS_DTYPE_FP32, "mpi"));
+    double worst = 0;
+    for (size_t i = own; i < own + count; i++) {
+        double rel = fabs((double)a[i] - (double)b[i]) / fabs((double)b[i]);
+        if (rel > worst) worst = rel;
+    }
+    ZT_CHECK_MSG(worst <= 1e-6, "ring and mpi differ by %g relative (count %zu)", worst, count);
+    int same = memcmp(a + own, b + own, count * sizeof(float)) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+static void check_small_collectives(zs__comm *comm, size_t segment) {
+    zs_comm_stats before;
+
+    /* Scalars: sum and max of exact values. */
+    double v[3] = {g_rank + 1.0, -g_rank * 0.5, 2.0};
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_all_reduce_scalars(comm, v, 3, ZS_REDUCE_SUM, "sum"));
+    check_delta("all_reduce_scalars", &before, comm, ZS_COMM_ALL_REDUCE,
+                2 * (uint64_t)(g_size - 1) * 3 * 8 / (uint64_t)g_size);
+    double n = g_size;
+    ZT_CHECK(v[0] == n * (n + 1) / 2 && v[1] == -0.25 * n * (n - 1) && v[2] == 2.0 * n);
+    double m[2] = {(double)g_rank, -(double)g_rank};
+    ZT_OK(zs__comm_all_reduce_scalars(comm, m, 2, ZS_REDUCE_MAX, "max"));
+    ZT_CHECK(m[0] == g_size - 1 && m[1] == 0.0);
+
+    /* Bytes from every rank, more than one segment so the pieces path runs. */
+    size_t bytes = segment + 999;
+    unsigned char *mine = malloc(bytes), *all = malloc(bytes * (size_t)g_size);
+    ZT_REQUIRE(mine && all);
+    for (size_t b = 0; b < bytes; b++) mine[b] = (unsigned char)(b + (size_t)g_rank * 3);
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_all_gather_bytes(comm, mine, bytes, all, "bytes"));
+    check_delta("all_gather_bytes", &before, comm, ZS_COMM_ALL_GATHER,
+                (uint64_t)(g_size - 1) * bytes);
+    size_t bad = 0;
+    for (int r = 0; r < g_size; r++)
+        for (size_t b = 0; b < bytes; b++)
+            bad += all[(size_t)r * bytes + b] != (unsigned char)(b + (size_t)r * 3);
+    ZT_CHECK_MSG(bad == 0, "all_gather_bytes: %zu wrong bytes", bad);
+
+    /* Broadcast from the last rank, longer than a segment. */
+    int root = g_size - 1;
+    for (size_t b = 0; b < bytes; b++)
+        mine[b] = g_rank == root ? (unsigned char)(b * 5 + 3) : 0;
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_broadcast(comm, mine, bytes, root, "bcast"));
+    check_delta("broadcast", &before, comm, ZS_COMM_BROADCAST,
+                g_rank == root && g_size > 1 ? bytes : 0);
+    bad = 0;
+    for (size_t b = 0; b < bytes; b++) bad += mine[b] != (unsigned char)(b * 5 + 3);
+    ZT_CHECK_MSG(bad == 0, "broadcast: %zu wrong bytes", bad);
+    free(mine);
+    free(all);
+
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_barrier(comm, "barrier"));
+    check_delta("barrier", &before, comm, ZS_COMM_BARRIER, 0);
+
+    /* Zero elements: counted, nothing moved. */
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_reduce_scatter(comm, NULL, 0, ZS_DTYPE_FP32, "empty"));
+    check_delta("empty reduce_scatter", &before, comm, ZS_COMM_REDUCE_SCATTER, 0);
+
+    /* Half-precision sums are refused before anything moves or is counted. */
+    uint16_t half[8] = {0};
+    zs__comm_stats(comm, &before);
+    ZT_FAILS_WITH(zs__comm_reduce_scatter(comm, half, 1, ZS_DTYPE_FP16, "grads"),
+                  ZS_ERR_UNSUPPORTED, "not supported");
+    ZT_FAILS_WITH(zs__comm_all_reduce(comm, half, 1, ZS_DTYPE_BF16, "grads"),
+                  ZS_ERR_UNSUPPORTED, "bf16");
+    zs_comm_stats after;
+    zs__comm_stats(comm, &after);
+    ZT_CHECK(memcmp(&before, &after, sizeof before) == 0);
+}
+
+static zs__comm *create(zs__comm_impl impl, int64_t segment, zs__mem *mem) {
+    zs__settings settings;
+    memset(&settings, 0, sizeof settings);
+    settings.comm.reduce_scatter = impl;
+    settings.comm.all_gather = impl;
+    settings.comm.segment_bytes = segment;
+    zs__comm *comm = NULL;
+    ZT_OK(zs__comm_create_mpi(MPI_COMM_WORLD, &settings, mem, &comm));
+    ZT_REQUIRE(comm != NULL);
+    ZT_EQ_INT(zs__comm_rank(comm), g_rank);
+    ZT_EQ_INT(zs__comm_size(comm), g_size);
+    /* The staging buffer is exactly the configured segment (none at size 1). */
+    ZT_EQ_U64(mem->current[ZS_MEM_COMM], g_size > 1 ? (uint64_t)segment : 0);
+    return comm;
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    zt_rank = g_rank;
+    ZT_REQUIRE(argc == 2 && (strcmp(argv[1], "ring") == 0 || strcmp(argv[1], "mpi") == 0));
+    const zs__comm_impl impl = strcmp(argv[1], "ring") == 0 ? ZS_COMM_IMPL_RING : ZS_COMM_IMPL_MPI;
+    const zs__comm_impl other = impl == ZS_COMM_IMPL_RING ? ZS_COMM_IMPL_MPI : ZS_COMM_IMPL_RING;
+
+    /* The smallest segment the config allows, and an odd one that is not a
+     * multiple of the alignment or of the rank count, to exercise the edges
+     * of the segmentation. 5000 and 1000003 elements span many segments. */
+    const int64_t segments[] = {4096, 12345};
+    const size_t counts[] = {1, 7, 1000, 5000, 1000003};
+    int identical = 1;
+    for (size_t s = 0; s < sizeof segments / sizeof segments[0]; s++) {
+        zs__mem mem, other_mem;
+        memset(&mem, 0, sizeof mem);
+        memset(&other_mem, 0, sizeof other_mem);
+        zs__comm *comm = create(impl, segments[s], &mem);
+        zs__comm *cmp = create(other, segments[s], &other_mem);
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            check_reduce_scatter_exact(comm, counts[c]);
+            check_all_gather(comm, counts[c], ZS_DTYPE_FP32);
+            check_all_gather(comm, counts[c], ZS_DTYPE_FP16);
+            check_all_reduce(comm, counts[c]);
+            check_determinism(comm, counts[c]);
+            identical &= impl == ZS_COMM_IMPL_RING ? compare_impls(comm, cmp, counts[c])
+                                                   : compare_impls(cmp, comm, counts[c]);
+        }
+        check_small_collectives(comm, (size_t)segments[s]);
+        ZT_EQ_U64(mem.current[ZS_MEM_COMM], g_size > 1 ? (uint64_t)segments[s] : 0);
+        zs__comm_destroy(comm);
+        zs__comm_destroy(cmp);
+        ZT_EQ_U64(mem.current[ZS_MEM_COMM], 0);
+        ZT_EQ_U64(other_mem.current[ZS_MEM_COMM], 0);
+    }
+    zs__comm_destroy(NULL);
+
+    /* Settings the communicator cannot honour fail on every rank alike. */
+    zs__mem mem;
+    memset(&mem, 0, sizeof mem);
+    zs__settings bad;
+    memset(&bad, 0, sizeof bad);
+    bad.comm.reduce_scatter = impl;
+    bad.comm.segment_bytes = 16;
+    zs__comm *never = NULL;
+    ZT_FAILS_WITH(zs__comm_create_mpi(MPI_COMM_WORLD, &bad, &mem, &never), ZS_ERR_CONFIG,
+                  "comm.segment_bytes");
+    ZT_CHECK(never == NULL);
+    ZT_EQ_U64(mem.current[ZS_MEM_COMM], 0);
+
+    if (g_rank == 0)
+        fprintf(stderr, "test_comm %s on %d ranks: ring and mpi reduce-scatter are %s on rough data\n",
+                argv[1], g_size, identical ? "bitwise identical" : "not bitwise identical");
+    int failed = zt_finish("test_comm");
+    MPI_Finalize();
+    return failed;
+}
