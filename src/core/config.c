@@ -1,0 +1,393 @@
+/* Loading a configuration, overriding single keys, and the accessors.
+ *
+ * libconfig parses; we validate (config_validate.c) into zs__settings, which
+ * is all the runtime ever reads. A load runs three passes: libconfig's parser
+ * (syntax errors with its file and line), our scan of the raw text for integer
+ * literals that libconfig 1.5 would silently wrap (config_scan.c), and the
+ * schema-driven validation.
+ *
+ * @include is supported: paths are resolved as libconfig 1.5 resolves them,
+ * relative to the directory of the file given to zs_config_load (also for
+ * includes inside included files), and included files are scanned too. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "core/config_internal.h"
+#include "core/config_scan.h"
+#include "core/config_schema.h"
+#include "core/error.h"
+
+const char *zs__config_type_noun(int type) {
+    switch (type) {
+    case CONFIG_TYPE_GROUP: return "a group";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64: return "an integer";
+    case CONFIG_TYPE_FLOAT: return "a float";
+    case CONFIG_TYPE_STRING: return "a string";
+    case CONFIG_TYPE_BOOL: return "a bool";
+    case CONFIG_TYPE_ARRAY: return "an array";
+    case CONFIG_TYPE_LIST: return "a list";
+    }
+    return "an empty setting";
+}
+
+int zs__config_valid_name(const char *text, size_t length) {
+    if (length == 0) return 0;
+    for (size_t i = 0; i < length; i++) {
+        unsigned char c = (unsigned char)text[i];
+        int letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '*';
+        int other = (c >= '0' && c <= '9') || c == '-' || c == '_';
+        if (!(letter || (i > 0 && other))) return 0;
+    }
+    return 1;
+}
+
+void zs__config_where(const zs_config *cfg, const config_setting_t *setting, char *out,
+                      size_t capacity) {
+    if (capacity == 0) return;
+    out[0] = '\0';
+    if (!setting || config_setting_source_line(setting) == 0) return;
+    const char *file = config_setting_source_file(setting);
+    if (!file || strcmp(file, cfg->path) == 0) {
+        snprintf(out, capacity, "%s:%u: ", cfg->path, config_setting_source_line(setting));
+    } else if (file[0] == '/') {
+        snprintf(out, capacity, "%s:%u: ", file, config_setting_source_line(setting));
+    } else {
+        /* libconfig records an included file by the name written after
+         * @include; the path it opened is include_dir/name. */
+        snprintf(out, capacity, "%s/%s:%u: ", cfg->include_dir, file,
+                 config_setting_source_line(setting));
+    }
+}
+
+static char *duplicate(const char *text) {
+    size_t n = strlen(text) + 1;
+    char *copy = malloc(n);
+    if (copy) memcpy(copy, text, n);
+    return copy;
+}
+
+/* The directory part of path, "." when there is none. */
+static char *directory_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return duplicate(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *dir = malloc(n + 1);
+    if (!dir) return NULL;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return dir;
+}
+
+static void free_tree(config_t *lc) {
+    if (!lc) return;
+    config_destroy(lc);
+    free(lc);
+}
+
+void zs_config_destroy(zs_config *cfg) {
+    if (!cfg) return;
+    free_tree(cfg->lc);
+    for (size_t i = 0; i < cfg->file_count; i++) free(cfg->files[i]);
+    free(cfg->files);
+    for (size_t i = 0; i < cfg->read_count; i++) {
+        free(cfg->reads[i].key);
+        free(cfg->reads[i].string);
+    }
+    free(cfg->reads);
+    for (size_t i = 0; i < cfg->retired_count; i++) free(cfg->retired[i]);
+    free(cfg->retired);
+    free(cfg->path);
+    free(cfg->include_dir);
+    free(cfg);
+}
+
+/* Turns a failed config_read_file into our message and status. */
+static zs_status parse_failure(const zs_config *cfg, const config_t *lc) {
+    const char *text = config_error_text(lc) ? config_error_text(lc) : "unknown error";
+    if (config_error_type(lc) == CONFIG_ERR_FILE_IO)
+        return zs__fail(ZS_ERR_IO, "cannot read '%s': %s", cfg->path, text);
+    const char *file = config_error_file(lc);
+    char shown[1024];
+    if (!file || strcmp(file, cfg->path) == 0 || file[0] == '/')
+        snprintf(shown, sizeof shown, "%s", file ? file : cfg->path);
+    else
+        snprintf(shown, sizeof shown, "%s/%s", cfg->include_dir, file);
+    if (strstr(text, "cannot open include"))
+        return zs__fail(ZS_ERR_IO,
+                        "%s:%d: %s (included files are found relative to '%s', the directory "
+                        "of '%s')",
+                        shown, config_error_line(lc), text, cfg->include_dir, cfg->path);
+    return zs__fail(ZS_ERR_CONFIG,
+                    "%s:%d: %s (settings are written `name = value;`, groups `name: { ... };`)",
+                    shown, config_error_line(lc), text);
+}
+
+zs_status zs_config_load(const char *path, zs_config **out) {
+    if (!path || !out)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_config_load: path and out must not be NULL");
+    /* libconfig reports a missing file only as "file I/O error"; say why. */
+    FILE *probe = fopen(path, "r");
+    if (!probe) return zs__fail(ZS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    fclose(probe);
+    struct stat info;
+    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode))
+        return zs__fail(ZS_ERR_IO, "cannot open '%s': %s", path, strerror(EISDIR));
+
+    zs_status status = ZS_OK;
+    zs_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory loading '%s'", path);
+    cfg->path = duplicate(path);
+    cfg->include_dir = directory_of(path);
+    cfg->lc = malloc(sizeof *cfg->lc);
+    if (!cfg->path || !cfg->include_dir || !cfg->lc) {
+        free(cfg->lc);
+        cfg->lc = NULL;
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory loading '%s'", path);
+        goto fail;
+    }
+    config_init(cfg->lc);
+    config_set_include_dir(cfg->lc, cfg->include_dir);
+    if (!config_read_file(cfg->lc, path)) {
+        status = parse_failure(cfg, cfg->lc);
+        goto fail;
+    }
+    ZS_CHECK_GOTO(zs__config_scan_file(path, cfg->include_dir), status, fail);
+    ZS_CHECK_GOTO(zs__config_validate(cfg, cfg->lc, &cfg->settings), status, fail);
+    ZS_CHECK_GOTO(zs__config_compute_hash(&cfg->settings, cfg->lc, &cfg->hash), status, fail);
+    *out = cfg;
+    return ZS_OK;
+fail:
+    zs_config_destroy(cfg);
+    return status;
+}
+
+/* The value of an override, typed the way libconfig would type the literal. */
+typedef struct override_value {
+    int type; /* CONFIG_TYPE_INT, _INT64, _FLOAT, _BOOL or _STRING */
+    long long integer;
+    double real;
+    int boolean;
+    char *string; /* owned */
+} override_value;
+
+static int all_digits(const char *s, int hex) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!(hex ? ((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f') || (*s >= 'A' && *s <= 'F'))
+                  : (*s >= '0' && *s <= '9')))
+            return 0;
+    return 1;
+}
+
+static int looks_like_float(const char *s) {
+    int digit = 0, mark = 0;
+    for (const char *c = s; *c; c++) {
+        if (*c >= '0' && *c <= '9') digit = 1;
+        else if (*c == '.' || *c == 'e' || *c == 'E') mark = 1;
+        else if (*c != '+' && *c != '-') return 0;
+    }
+    return digit && mark;
+}
+
+/* Parses the text after '=': a quoted string (with \" \\ \n \t escapes), an
+ * integer (decimal or 0x hex, optional L suffix), a float, true/false, or else
+ * a bare string. Integers are range-checked here, from the text, so nothing
+ * can wrap on the way into libconfig. */
+static zs_status parse_value(const char *text, override_value *v) {
+    memset(v, 0, sizeof *v);
+    size_t n = strlen(text);
+    if (n >= 2 && text[0] == '"' && text[n - 1] == '"') {
+        v->type = CONFIG_TYPE_STRING;
+        v->string = malloc(n);
+        if (!v->string) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
+        size_t used = 0;
+        for (size_t i = 1; i + 1 < n; i++) {
+            char c = text[i];
+            if (c == '\\' && i + 2 < n) {
+                char e = text[++i];
+                c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+            } else if (c == '"') {
+                return zs__fail(ZS_ERR_CONFIG, "a '\"' inside a quoted string must be written \\\"");
+            }
+            v->string[used++] = c;
+        }
+        v->string[used] = '\0';
+        return ZS_OK;
+    }
+    /* An integer literal: optional sign, digits or 0x digits, optional L/LL. */
+    char digits[128];
+    if (n > 0 && n < sizeof digits) {
+        memcpy(digits, text, n + 1);
+        size_t m = n;
+        if (m > 1 && digits[m - 1] == 'L') digits[--m] = '\0';
+        if (m > 1 && digits[m - 1] == 'L') digits[--m] = '\0';
+        const char *body = digits + (digits[0] == '-' || digits[0] == '+');
+        int hex = body[0] == '0' && (body[1] == 'x' || body[1] == 'X');
+        if (hex ? all_digits(body + 2, 1) : all_digits(body, 0)) {
+            errno = 0;
+            char *end = NULL;
+            long long value = strtoll(digits, &end, hex ? 16 : 10);
+            if (errno == ERANGE || !end || *end != '\0')
+                return zs__fail(ZS_ERR_CONFIG,
+                                "integer %s does not fit in 64 bits (from %lld to %lld)", text,
+                                (long long)INT64_MIN, (long long)INT64_MAX);
+            v->integer = value;
+            v->type = (value >= INT32_MIN && value <= INT32_MAX) ? CONFIG_TYPE_INT
+                                                                 : CONFIG_TYPE_INT64;
+            return ZS_OK;
+        }
+    }
+    if (looks_like_float(text)) {
+        errno = 0;
+        char *end = NULL;
+        double value = strtod(text, &end);
+        if (end && *end == '\0' && end != text) {
+            if (errno == ERANGE && (value > 1.0 || value < -1.0))
+                return zs__fail(ZS_ERR_CONFIG, "float %s is too large", text);
+            v->type = CONFIG_TYPE_FLOAT;
+            v->real = value;
+            return ZS_OK;
+        }
+    }
+    if (strcasecmp(text, "true") == 0 || strcasecmp(text, "false") == 0) {
+        v->type = CONFIG_TYPE_BOOL;
+        v->boolean = strcasecmp(text, "true") == 0;
+        return ZS_OK;
+    }
+    v->type = CONFIG_TYPE_STRING;
+    v->string = duplicate(text);
+    if (!v->string) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
+    return ZS_OK;
+}
+
+/* Sets path = value in the tree, creating groups on the way and replacing
+ * whatever scalar was there. The new setting has no source line, so messages
+ * about it carry only the override's own prefix. */
+static zs_status apply_override(config_t *lc, const char *path, const override_value *v) {
+    config_setting_t *parent = config_root_setting(lc);
+    const char *segment = path;
+    for (;;) {
+        const char *dot = strchr(segment, '.');
+        size_t n = dot ? (size_t)(dot - segment) : strlen(segment);
+        char name[256];
+        if (!zs__config_valid_name(segment, n) || n >= sizeof name)
+            return zs__fail(ZS_ERR_CONFIG,
+                            "'%s' is not a valid key path (names start with a letter and hold "
+                            "letters, digits, '-', '_'; groups are joined by '.')",
+                            path);
+        memcpy(name, segment, n);
+        name[n] = '\0';
+        config_setting_t *member = config_setting_get_member(parent, name);
+        if (dot) {
+            if (!member) {
+                member = config_setting_add(parent, name, CONFIG_TYPE_GROUP);
+                if (!member) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
+                member->line = 0;
+                member->file = NULL;
+            } else if (member->type != CONFIG_TYPE_GROUP) {
+                return zs__fail(ZS_ERR_CONFIG, "'%.*s' is %s, not a group", (int)(dot - path),
+                                path, zs__config_type_noun(member->type));
+            }
+            parent = member;
+            segment = dot + 1;
+            continue;
+        }
+        if (member) {
+            if (config_setting_is_aggregate(member))
+                return zs__fail(ZS_ERR_CONFIG,
+                                "'%s' is %s; override the keys inside it one by one", path,
+                                zs__config_type_noun(member->type));
+            if (!config_setting_remove(parent, name))
+                return zs__fail(ZS_ERR_INTERNAL, "cannot replace '%s' in the tree", path);
+        }
+        config_setting_t *leaf = config_setting_add(parent, name, v->type);
+        if (!leaf) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
+        leaf->line = 0;
+        leaf->file = NULL;
+        int ok = 0;
+        switch (v->type) {
+        case CONFIG_TYPE_INT: ok = config_setting_set_int(leaf, (int)v->integer); break;
+        case CONFIG_TYPE_INT64: ok = config_setting_set_int64(leaf, v->integer); break;
+        case CONFIG_TYPE_FLOAT: ok = config_setting_set_float(leaf, v->real); break;
+        case CONFIG_TYPE_BOOL: ok = config_setting_set_bool(leaf, v->boolean); break;
+        case CONFIG_TYPE_STRING: ok = config_setting_set_string(leaf, v->string); break;
+        }
+        if (!ok) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory setting '%s'", path);
+        return ZS_OK;
+    }
+}
+
+static void trim(const char **begin, const char **end) {
+    while (*begin < *end && (**begin == ' ' || **begin == '\t')) (*begin)++;
+    while (*end > *begin && ((*end)[-1] == ' ' || (*end)[-1] == '\t')) (*end)--;
+}
+
+/* Everything an override does, on a copy of the tree; cfg changes only when
+ * all of it succeeded. */
+static zs_status override_copy(zs_config *cfg, const char *assignment, config_t **tree_out,
+                               zs__settings *settings, uint64_t *hash) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq)
+        return zs__fail(ZS_ERR_CONFIG, "expected path=value, e.g. zero.stage=2 or app.steps=100");
+    const char *pb = assignment, *pe = eq, *vb = eq + 1, *ve = eq + strlen(eq);
+    trim(&pb, &pe);
+    trim(&vb, &ve);
+    char *path = malloc((size_t)(pe - pb) + 1);
+    char *text = malloc((size_t)(ve - vb) + 1);
+    override_value v = {0};
+    config_t *tree = NULL;
+    zs_status status = ZS_OK;
+    if (!path || !text) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    memcpy(path, pb, (size_t)(pe - pb));
+    path[pe - pb] = '\0';
+    memcpy(text, vb, (size_t)(ve - vb));
+    text[ve - vb] = '\0';
+    ZS_CHECK_GOTO(parse_value(text, &v), status, done);
+    ZS_CHECK_GOTO(zs__config_copy_tree(cfg, cfg->lc, &tree), status, done);
+    ZS_CHECK_GOTO(apply_override(tree, path, &v), status, done);
+    ZS_CHECK_GOTO(zs__config_validate(cfg, tree, settings), status, done);
+    ZS_CHECK_GOTO(zs__config_compute_hash(settings, tree, hash), status, done);
+    *tree_out = tree;
+    tree = NULL;
+done:
+    free_tree(tree);
+    free(v.string);
+    free(path);
+    free(text);
+    return status;
+}
+
+zs_status zs_config_override(zs_config *cfg, const char *assignment) {
+    if (!cfg || !assignment)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "zs_config_override: cfg and assignment must not be NULL");
+    config_t *tree = NULL;
+    zs__settings settings;
+    uint64_t hash = 0;
+    zs_status status = override_copy(cfg, assignment, &tree, &settings, &hash);
+    if (status != ZS_OK) {
+        zs__fail_context(status, "override '%s'", assignment);
+        return status;
+    }
+    free_tree(cfg->lc);
+    cfg->lc = tree;
+    cfg->settings = settings;
+    cfg->hash = hash;
+    return ZS_OK;
+}
+
+const char *zs_config_path(const zs_config *cfg) { return cfg ? cfg->path : NULL; }
+
+uint64_t zs_config_hash(const zs_config *cfg) { return cfg ? cfg->hash : 0; }
+
+const zs__settings *zs__config_settings(const zs_config *cfg) {
+    return cfg ? &cfg->settings : NULL;
+}

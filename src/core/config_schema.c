@@ -1,0 +1,266 @@
+/* The one table of runtime configuration keys (see config_schema.h). */
+#include "core/config_schema.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Enums are stored through an int, so every enum in zs__settings that the
+ * table names must have the size of an int. */
+_Static_assert(sizeof(zs__backend_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__optimizer_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__schedule_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__comm_impl) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs_log_level) == sizeof(int), "enum size");
+
+#define FIELD(f) .offset = offsetof(zs__settings, f), .size = sizeof(((zs__settings *)0)->f)
+
+#define INT_KEY(p, f, def, lo, hi, text) \
+    {.path = p, .type = ZS__KEY_INT, FIELD(f), .int_default = def, .int_min = lo, \
+     .int_max = hi, .doc = text}
+#define FLOAT_KEY(p, f, def, lo, lo_open, hi, hi_open, text)                               \
+    {.path = p, .type = ZS__KEY_FLOAT, FIELD(f), .float_default = def, .float_min = lo, \
+     .float_min_open = lo_open, .float_max = hi, .float_max_open = hi_open, .doc = text}
+#define BOOL_KEY(p, f, def, text) \
+    {.path = p, .type = ZS__KEY_BOOL, FIELD(f), .bool_default = def, .doc = text}
+#define ENUM_KEY(p, f, def, list, text) \
+    {.path = p, .type = ZS__KEY_ENUM, FIELD(f), .string_default = def, .values = list, .doc = text}
+#define STRING_KEY(p, f, def, text) \
+    {.path = p, .type = ZS__KEY_STRING, FIELD(f), .string_default = def, .doc = text}
+
+/* The order of each list is the order of the C enum it fills. */
+static const char *const backend_values[] = {"cpu", "cuda", NULL};
+static const char *const optimizer_values[] = {"sgd", "adam", "adamw", NULL};
+static const char *const schedule_values[] = {"constant", "warmup_cosine", NULL};
+static const char *const comm_impl_values[] = {"ring", "mpi", NULL};
+static const char *const log_level_values[] = {"error", "warn", "info", "debug", NULL};
+
+_Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
+                   ZS_COMM_IMPL_MPI == 1 && ZS_LOG_DEBUG == 3,
+               "the value lists above must follow the C enums");
+
+const zs__key zs__config_keys[] = {
+    ENUM_KEY("backend", backend, "cpu", backend_values,
+             "Where tensors live and kernels run."),
+    INT_KEY("seed", seed, 42, 0, INT64_MAX,
+            "Seed of parameter initialization; the same seed gives the same initial values "
+            "on every rank, world size and stage."),
+
+    INT_KEY("zero.stage", zero.stage, 0, 0, 3,
+            "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, "
+            "3 also parameters."),
+    INT_KEY("zero.max_live_units", zero.max_live_units, 2, 1, 65536,
+            "Stage 3: units whose parameters may be gathered at once; stages 2-3: transient "
+            "full gradient buffers."),
+    {.path = "zero.align", .type = ZS__KEY_INT, FIELD(zero.align), .int_default = 16, .int_min = 1,
+     .int_max = 4096, .power_of_two = 1,
+     .doc = "Shard boundaries and flat-buffer offsets are padded to this many elements."},
+
+    ENUM_KEY("optimizer.type", optimizer.kind, "adamw", optimizer_values,
+             "Optimizer: sgd (with optional momentum), adam (L2 decay added to the gradient) "
+             "or adamw (decoupled weight decay)."),
+    {.path = "optimizer.lr", .type = ZS__KEY_FLOAT, FIELD(optimizer.lr), .required = 1,
+     .float_min = 0.0, .float_min_open = 1, .float_max = 10.0, .float_max_open = 0,
+     .doc = "Peak learning rate.", .example = "the learning rate, e.g. optimizer: { lr = 3e-4; }"},
+    FLOAT_KEY("optimizer.beta1", optimizer.beta1, 0.9, 0.0, 0, 1.0, 1,
+              "Adam/AdamW: decay rate of the first moment."),
+    FLOAT_KEY("optimizer.beta2", optimizer.beta2, 0.999, 0.0, 0, 1.0, 1,
+              "Adam/AdamW: decay rate of the second moment."),
+    FLOAT_KEY("optimizer.eps", optimizer.eps, 1e-8, 0.0, 1, 1.0, 0,
+              "Adam/AdamW: added to the denominator for numerical stability."),
+    FLOAT_KEY("optimizer.weight_decay", optimizer.weight_decay, 0.0, 0.0, 0, 10.0, 0,
+              "Weight decay coefficient (parameters created with ZS_PARAM_NO_DECAY are exempt)."),
+    FLOAT_KEY("optimizer.momentum", optimizer.momentum, 0.0, 0.0, 0, 1.0, 1,
+              "SGD: momentum coefficient; 0 disables momentum."),
+    BOOL_KEY("optimizer.nesterov", optimizer.nesterov, 0,
+             "SGD: use Nesterov momentum; needs optimizer.momentum > 0."),
+
+    ENUM_KEY("scheduler.type", scheduler.kind, "constant", schedule_values,
+             "Learning-rate schedule: constant, or linear warmup then cosine decay to min_lr."),
+    INT_KEY("scheduler.warmup_steps", scheduler.warmup_steps, 0, 0, INT64_MAX,
+            "warmup_cosine: optimizer steps of linear warmup from 0 to optimizer.lr."),
+    INT_KEY("scheduler.total_steps", scheduler.total_steps, 0, 0, INT64_MAX,
+            "warmup_cosine: optimizer steps of the whole run; must exceed warmup_steps."),
+    FLOAT_KEY("scheduler.min_lr", scheduler.min_lr, 0.0, 0.0, 0, 10.0, 0,
+              "warmup_cosine: learning rate at the end of the decay; at most optimizer.lr."),
+
+    ENUM_KEY("comm.reduce_scatter", comm.reduce_scatter, "ring", comm_impl_values,
+             "Algorithm of gradient reduce-scatter: our ring over point-to-point, or MPI's own."),
+    ENUM_KEY("comm.all_gather", comm.all_gather, "ring", comm_impl_values,
+             "Algorithm of parameter all-gather: our ring over point-to-point, or MPI's own."),
+    INT_KEY("comm.segment_bytes", comm.segment_bytes, 4194304, 4096, 1073741824,
+            "Size of one collective staging buffer in bytes (default 4 MiB, at most 1 GiB)."),
+
+    /* The logger owns the names of its levels, so its parser decides. */
+    {.path = "log.level", .type = ZS__KEY_ENUM, FIELD(log.level), .string_default = "info",
+     .values = log_level_values, .parse = zs__log_level_parse,
+     .doc = "Least severe log level printed; the ZS_LOG_LEVEL environment variable wins."},
+    STRING_KEY("log.file", log.file, "",
+               "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
+               "ZS_LOG_FILE environment variable wins."),
+};
+
+const size_t zs__config_key_count = sizeof zs__config_keys / sizeof zs__config_keys[0];
+
+const zs__key *zs__config_key_find(const char *path) {
+    for (size_t i = 0; i < zs__config_key_count; i++)
+        if (strcmp(zs__config_keys[i].path, path) == 0) return &zs__config_keys[i];
+    return NULL;
+}
+
+int zs__config_is_group(const char *path) {
+    size_t n = strlen(path);
+    for (size_t i = 0; i < zs__config_key_count; i++) {
+        const char *k = zs__config_keys[i].path;
+        if (strncmp(k, path, n) == 0 && k[n] == '.') return 1;
+    }
+    return 0;
+}
+
+const char *zs__config_key_type_name(const zs__key *key) {
+    switch (key->type) {
+    case ZS__KEY_INT: return "integer";
+    case ZS__KEY_FLOAT: return "float";
+    case ZS__KEY_BOOL: return "bool";
+    case ZS__KEY_STRING: return "string";
+    case ZS__KEY_ENUM: return "string";
+    }
+    return "?";
+}
+
+void zs__config_format_double(double value, char *out, size_t capacity) {
+    if (capacity == 0) return;
+    /* The shortest precision that reads back to the same double, preferring
+     * plain digits ("10", not "1e+01") for ordinary magnitudes. */
+    double magnitude = fabs(value);
+    int plain_ok = magnitude >= 1e-4 && magnitude < 1e15;
+    for (int precision = 1; precision <= 17; precision++) {
+        snprintf(out, capacity, "%.*g", precision, value);
+        if (strtod(out, NULL) == value && (precision == 17 || !plain_ok || !strchr(out, 'e')))
+            break;
+    }
+    /* "1e-08" -> "1e-8": the exponent's leading zeros are noise. */
+    char *e = strchr(out, 'e');
+    if (e) {
+        char *digits = e + 1 + (e[1] == '-' || e[1] == '+');
+        if (e[1] == '+') {
+            memmove(e + 1, e + 2, strlen(e + 2) + 1);
+            digits--;
+        }
+        char *first = digits;
+        while (first[0] == '0' && first[1] != '\0') first++;
+        if (first != digits) memmove(digits, first, strlen(first) + 1);
+    }
+    if (isfinite(value) && !strpbrk(out, ".e")) {
+        size_t n = strlen(out);
+        if (n + 2 < capacity) memcpy(out + n, ".0", 3);
+    }
+}
+
+void zs__config_key_default_text(const zs__key *key, char *out, size_t capacity) {
+    if (key->required) {
+        snprintf(out, capacity, "required");
+        return;
+    }
+    switch (key->type) {
+    case ZS__KEY_INT: snprintf(out, capacity, "%" PRId64, key->int_default); break;
+    case ZS__KEY_FLOAT: zs__config_format_double(key->float_default, out, capacity); break;
+    case ZS__KEY_BOOL: snprintf(out, capacity, "%s", key->bool_default ? "true" : "false"); break;
+    case ZS__KEY_STRING:
+    case ZS__KEY_ENUM: snprintf(out, capacity, "\"%s\"", key->string_default); break;
+    }
+}
+
+/* Appends to a fixed buffer, truncating safely. */
+static void append(char *out, size_t capacity, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *out, size_t capacity, size_t *used, const char *fmt, ...) {
+    if (*used >= capacity) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out + *used, capacity - *used, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    *used += (size_t)n;
+    if (*used >= capacity) *used = capacity - 1;
+}
+
+void zs__config_key_range_text(const zs__key *key, char *out, size_t capacity) {
+    size_t used = 0;
+    if (capacity == 0) return;
+    out[0] = '\0';
+    switch (key->type) {
+    case ZS__KEY_INT:
+        if (key->power_of_two) {
+            append(out, capacity, &used, "a power of two from %" PRId64 " to %" PRId64, key->int_min,
+                   key->int_max);
+        } else if (key->int_max - key->int_min <= 4) {
+            /* A short list reads better than a range: "0, 1, 2 or 3". */
+            for (int64_t v = key->int_min; v <= key->int_max; v++)
+                append(out, capacity, &used, "%s%" PRId64,
+                       v == key->int_min ? "" : (v == key->int_max ? " or " : ", "), v);
+        } else if (key->int_max == INT64_MAX) {
+            append(out, capacity, &used, "at least %" PRId64, key->int_min);
+        } else {
+            append(out, capacity, &used, "from %" PRId64 " to %" PRId64, key->int_min, key->int_max);
+        }
+        break;
+    case ZS__KEY_FLOAT: {
+        char lo[32], hi[32];
+        zs__config_format_double(key->float_min, lo, sizeof lo);
+        zs__config_format_double(key->float_max, hi, sizeof hi);
+        append(out, capacity, &used, "%s%s, %s%s", key->float_min_open ? "(" : "[", lo, hi,
+               key->float_max_open ? ")" : "]");
+        break;
+    }
+    case ZS__KEY_BOOL: append(out, capacity, &used, "true or false"); break;
+    case ZS__KEY_STRING:
+        append(out, capacity, &used, "at most %zu bytes", key->size - 1);
+        break;
+    case ZS__KEY_ENUM:
+        for (int i = 0; key->values[i]; i++)
+            append(out, capacity, &used, "%s\"%s\"",
+                   i == 0 ? "" : (key->values[i + 1] ? ", " : " or "), key->values[i]);
+        break;
+    }
+}
+
+size_t zs__config_keys_markdown(char *out, size_t capacity) {
+    size_t needed = 0;
+    size_t written = 0; /* whole pieces copied; once one does not fit, nothing more is */
+    int truncated = 0;
+    char def[128], range[256], line[1024];
+    /* Counts the full length even when `out` is too small, like snprintf. */
+#define EMIT(...)                                                            \
+    do {                                                                     \
+        int n_ = snprintf(line, sizeof line, __VA_ARGS__);                   \
+        if (n_ > 0) {                                                        \
+            size_t k_ = (size_t)n_ < sizeof line ? (size_t)n_ : sizeof line - 1; \
+            if (out && !truncated && needed + k_ < capacity) {               \
+                memcpy(out + needed, line, k_);                              \
+                written = needed + k_;                                       \
+            } else {                                                         \
+                truncated = 1;                                               \
+            }                                                                \
+            needed += k_;                                                    \
+        }                                                                    \
+    } while (0)
+    EMIT("<!-- Generated from src/core/config_schema.c; test_config checks that they agree. -->\n");
+    EMIT("| key | type | default | range/values | meaning |\n");
+    EMIT("|---|---|---|---|---|\n");
+    for (size_t i = 0; i < zs__config_key_count; i++) {
+        const zs__key *key = &zs__config_keys[i];
+        zs__config_key_default_text(key, def, sizeof def);
+        zs__config_key_range_text(key, range, sizeof range);
+        const char *type = key->type == ZS__KEY_ENUM ? "enum (string)" : zs__config_key_type_name(key);
+        EMIT("| `%s` | %s | %s | %s | %s |\n", key->path, type, def, range, key->doc);
+    }
+    EMIT("| `app.*` | any | — | — | Free-form keys of the training program, read with "
+         "zs_config_app_*; unread keys are rejected by zs_config_app_finish. |\n");
+#undef EMIT
+    if (out && capacity > 0) out[written] = '\0';
+    return needed;
+}

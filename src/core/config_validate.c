@@ -1,0 +1,316 @@
+/* Validation of a parsed libconfig tree into zs__settings, driven by the
+ * schema table: every setting outside `app` must be a known key of the right
+ * type and range, required keys must be present, and a few rules that involve
+ * two keys must hold. The first problem is reported as "file:line: ...". */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config_internal.h"
+#include "core/config_schema.h"
+#include "core/error.h"
+
+#define WHERE_CAPACITY 1024
+
+typedef struct validation {
+    const zs_config *cfg;
+    zs__settings *out;
+    /* The setting that gave each schema key (NULL while it is defaulted), so
+     * cross-key errors can point at the line of the key at fault. */
+    const config_setting_t **seen;
+} validation;
+
+/* Every dotted path a user could have meant: keys, their groups, and "app". */
+static zs_status suggest(const char *path, char *out, size_t capacity) {
+    size_t cap = 2 * zs__config_key_count + 1, n = 0;
+    const char **candidates = malloc(cap * sizeof *candidates);
+    char *groups = malloc(zs__config_key_count * 64);
+    if (!candidates || !groups) {
+        free(candidates);
+        free(groups);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory suggesting a key for '%s'", path);
+    }
+    for (size_t i = 0; i < zs__config_key_count; i++) {
+        const char *key = zs__config_keys[i].path;
+        const char *dot = strrchr(key, '.');
+        if (dot && (size_t)(dot - key) < 64) {
+            char *group = groups + i * 64;
+            memcpy(group, key, (size_t)(dot - key));
+            group[dot - key] = '\0';
+            int duplicate = 0;
+            for (size_t j = 0; j < n; j++) duplicate |= strcmp(candidates[j], group) == 0;
+            if (!duplicate) candidates[n++] = group;
+        }
+        candidates[n++] = key;
+    }
+    candidates[n++] = "app";
+    const char *nearest = zs__config_nearest(path, candidates, n);
+    if (nearest) {
+        snprintf(out, capacity, "; did you mean '%s'?", nearest);
+    } else {
+        /* No plausible typo: list what the enclosing group accepts instead. */
+        const char *dot = strrchr(path, '.');
+        size_t prefix = dot ? (size_t)(dot - path) : 0;
+        size_t used = 0;
+        int w = dot ? snprintf(out, capacity, "; the keys of group '%.*s' are:", (int)prefix, path)
+                    : snprintf(out, capacity, "; the known top-level keys are:");
+        used = w > 0 ? (size_t)w : 0;
+        for (size_t j = 0; j < n && used < capacity; j++) {
+            const char *c = candidates[j];
+            int in_group = dot ? (strncmp(c, path, prefix) == 0 && c[prefix] == '.')
+                               : strchr(c, '.') == NULL;
+            if (!in_group) continue;
+            w = snprintf(out + used, capacity - used, " %s", c);
+            if (w > 0) used += (size_t)w;
+        }
+    }
+    free(candidates);
+    free(groups);
+    return ZS_OK;
+}
+
+static zs_status unknown_key(const validation *v, const config_setting_t *s, const char *path) {
+    char where[WHERE_CAPACITY], hint[1024];
+    zs__config_where(v->cfg, s, where, sizeof where);
+    ZS_CHECK(suggest(path, hint, sizeof hint));
+    return zs__fail(ZS_ERR_CONFIG, "%sunknown key '%s'%s", where, path, hint);
+}
+
+static int is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+static void store(zs__settings *out, const zs__key *key, const void *value, size_t size) {
+    memcpy((char *)out + key->offset, value, size);
+}
+
+static void store_int(zs__settings *out, const zs__key *key, int64_t value) {
+    if (key->size == sizeof(int)) {
+        int narrow = (int)value; /* the range check made it fit */
+        store(out, key, &narrow, sizeof narrow);
+    } else {
+        /* int64_t and uint64_t fields alike: ranges keep values non-negative
+         * where the field is unsigned, and the bits are then the same. */
+        store(out, key, &value, sizeof value);
+    }
+}
+
+/* Fills every field with its default (required keys get zero until given). */
+static void fill_defaults(zs__settings *out) {
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < zs__config_key_count; i++) {
+        const zs__key *key = &zs__config_keys[i];
+        switch (key->type) {
+        case ZS__KEY_INT: store_int(out, key, key->int_default); break;
+        case ZS__KEY_FLOAT: store(out, key, &key->float_default, sizeof(double)); break;
+        case ZS__KEY_BOOL: store(out, key, &key->bool_default, sizeof(int)); break;
+        case ZS__KEY_ENUM: {
+            int index = 0;
+            if (key->parse) index = key->parse(key->string_default);
+            else
+                while (strcmp(key->values[index], key->string_default) != 0) index++;
+            store(out, key, &index, sizeof index);
+            break;
+        }
+        case ZS__KEY_STRING:
+            snprintf((char *)out + key->offset, key->size, "%s", key->string_default);
+            break;
+        }
+    }
+}
+
+static zs_status apply_int(const char *where, const zs__key *key, const config_setting_t *s,
+                           zs__settings *out) {
+    int64_t value;
+    if (s->type == CONFIG_TYPE_INT) {
+        value = config_setting_get_int(s);
+    } else if (s->type == CONFIG_TYPE_INT64) {
+        value = config_setting_get_int64(s);
+    } else if (s->type == CONFIG_TYPE_FLOAT) {
+        char text[64];
+        zs__config_format_double(config_setting_get_float(s), text, sizeof text);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%s%s = %s is a float, but %s takes only an integer literal (write it "
+                        "without a decimal point or exponent)",
+                        where, key->path, text, key->path);
+    } else {
+        return zs__fail(ZS_ERR_CONFIG, "%s%s must be an integer, not %s", where, key->path,
+                        zs__config_type_noun(s->type));
+    }
+    char range[256];
+    zs__config_key_range_text(key, range, sizeof range);
+    if (value < key->int_min || value > key->int_max)
+        return zs__fail(ZS_ERR_CONFIG, "%s%s = %" PRId64 " is out of range; it must be %s", where,
+                        key->path, value, range);
+    if (key->power_of_two && !is_power_of_two(value))
+        return zs__fail(ZS_ERR_CONFIG, "%s%s = %" PRId64 " is not a power of two; it must be %s",
+                        where, key->path, value, range);
+    store_int(out, key, value);
+    return ZS_OK;
+}
+
+static zs_status apply_float(const char *where, const zs__key *key, const config_setting_t *s,
+                             zs__settings *out) {
+    double value;
+    if (s->type == CONFIG_TYPE_FLOAT) value = config_setting_get_float(s);
+    else if (s->type == CONFIG_TYPE_INT) value = config_setting_get_int(s);
+    else if (s->type == CONFIG_TYPE_INT64) value = (double)config_setting_get_int64(s);
+    else
+        return zs__fail(ZS_ERR_CONFIG, "%s%s must be a number, not %s", where, key->path,
+                        zs__config_type_noun(s->type));
+    char text[64], range[256];
+    zs__config_format_double(value, text, sizeof text);
+    zs__config_key_range_text(key, range, sizeof range);
+    int below = key->float_min_open ? !(value > key->float_min) : !(value >= key->float_min);
+    int above = key->float_max_open ? !(value < key->float_max) : !(value <= key->float_max);
+    if (!isfinite(value) || below || above)
+        return zs__fail(ZS_ERR_CONFIG, "%s%s = %s is out of range; it must be in %s", where,
+                        key->path, text, range);
+    store(out, key, &value, sizeof value);
+    return ZS_OK;
+}
+
+static zs_status apply_setting(const validation *v, const zs__key *key, const config_setting_t *s) {
+    char where[WHERE_CAPACITY], range[256];
+    zs__config_where(v->cfg, s, where, sizeof where);
+    switch (key->type) {
+    case ZS__KEY_INT: return apply_int(where, key, s, v->out);
+    case ZS__KEY_FLOAT: return apply_float(where, key, s, v->out);
+    case ZS__KEY_BOOL: {
+        if (s->type != CONFIG_TYPE_BOOL)
+            return zs__fail(ZS_ERR_CONFIG, "%s%s must be true or false, not %s", where, key->path,
+                            zs__config_type_noun(s->type));
+        int value = config_setting_get_bool(s) ? 1 : 0;
+        store(v->out, key, &value, sizeof value);
+        return ZS_OK;
+    }
+    case ZS__KEY_ENUM: {
+        zs__config_key_range_text(key, range, sizeof range);
+        if (s->type != CONFIG_TYPE_STRING)
+            return zs__fail(ZS_ERR_CONFIG, "%s%s must be a string, one of %s; not %s", where,
+                            key->path, range, zs__config_type_noun(s->type));
+        const char *text = config_setting_get_string(s);
+        int index = -1;
+        if (key->parse) {
+            index = key->parse(text);
+        } else {
+            for (int i = 0; key->values[i]; i++)
+                if (strcmp(key->values[i], text) == 0) index = i;
+        }
+        if (index < 0)
+            return zs__fail(ZS_ERR_CONFIG, "%s%s = \"%s\" is not an allowed value; it must be %s",
+                            where, key->path, text, range);
+        store(v->out, key, &index, sizeof index);
+        return ZS_OK;
+    }
+    case ZS__KEY_STRING: {
+        if (s->type != CONFIG_TYPE_STRING)
+            return zs__fail(ZS_ERR_CONFIG, "%s%s must be a string, not %s", where, key->path,
+                            zs__config_type_noun(s->type));
+        const char *text = config_setting_get_string(s);
+        size_t n = strlen(text);
+        if (n >= key->size)
+            return zs__fail(ZS_ERR_CONFIG, "%s%s is %zu bytes long; it must be at most %zu bytes",
+                            where, key->path, n, key->size - 1);
+        memcpy((char *)v->out + key->offset, text, n + 1);
+        return ZS_OK;
+    }
+    }
+    return zs__fail(ZS_ERR_INTERNAL, "config key '%s' has no type", key->path);
+}
+
+/* Checks the members of a runtime group (or the root when prefix is NULL). */
+static zs_status walk_group(validation *v, const config_setting_t *group, const char *prefix) {
+    int count = config_setting_length(group);
+    for (int i = 0; i < count; i++) {
+        const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
+        const char *name = config_setting_name(s);
+        char where[WHERE_CAPACITY];
+        char path[512];
+        snprintf(path, sizeof path, "%s%s%s", prefix ? prefix : "", prefix ? "." : "",
+                 name ? name : "?");
+        zs__config_where(v->cfg, s, where, sizeof where);
+        if (!prefix && strcmp(path, "app") == 0) {
+            /* The app group belongs to the program; zs_config_app_* check it. */
+            if (s->type != CONFIG_TYPE_GROUP)
+                return zs__fail(ZS_ERR_CONFIG,
+                                "%sapp must be a group of the program's own keys "
+                                "(app: { steps = 100; };), not %s",
+                                where, zs__config_type_noun(s->type));
+            continue;
+        }
+        const zs__key *key = zs__config_key_find(path);
+        if (key) {
+            ZS_CHECK(apply_setting(v, key, s));
+            v->seen[key - zs__config_keys] = s;
+        } else if (zs__config_is_group(path)) {
+            if (s->type != CONFIG_TYPE_GROUP)
+                return zs__fail(ZS_ERR_CONFIG, "%s%s must be a group (%s: { ... };), not %s", where,
+                                path, path, zs__config_type_noun(s->type));
+            ZS_CHECK(walk_group(v, s, path));
+        } else {
+            return unknown_key(v, s, path);
+        }
+    }
+    return ZS_OK;
+}
+
+static const config_setting_t *seen(const validation *v, const char *path) {
+    const zs__key *key = zs__config_key_find(path);
+    return key ? v->seen[key - zs__config_keys] : NULL;
+}
+
+/* Rules that involve two keys; each error points at the key at fault. */
+static zs_status check_cross_keys(const validation *v) {
+    const zs__settings *s = v->out;
+    char where[WHERE_CAPACITY], a[64], b[64];
+
+    if (s->scheduler.kind == ZS_SCHEDULE_WARMUP_COSINE &&
+        !(s->scheduler.total_steps > s->scheduler.warmup_steps)) {
+        const config_setting_t *at = seen(v, "scheduler.total_steps");
+        if (!at) at = seen(v, "scheduler.warmup_steps");
+        if (!at) at = seen(v, "scheduler.type");
+        zs__config_where(v->cfg, at, where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%sscheduler.type = \"warmup_cosine\" needs scheduler.total_steps > "
+                        "scheduler.warmup_steps, but total_steps = %" PRId64
+                        " and warmup_steps = %" PRId64
+                        "; set scheduler.total_steps to the length of the run in optimizer steps",
+                        where, s->scheduler.total_steps, s->scheduler.warmup_steps);
+    }
+    if (s->scheduler.min_lr > s->optimizer.lr) {
+        const config_setting_t *at = seen(v, "scheduler.min_lr");
+        zs__config_where(v->cfg, at, where, sizeof where);
+        zs__config_format_double(s->scheduler.min_lr, a, sizeof a);
+        zs__config_format_double(s->optimizer.lr, b, sizeof b);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%sscheduler.min_lr = %s is greater than optimizer.lr = %s; it must be "
+                        "in [0, optimizer.lr]",
+                        where, a, b);
+    }
+    if (s->optimizer.nesterov && !(s->optimizer.momentum > 0.0)) {
+        const config_setting_t *at = seen(v, "optimizer.nesterov");
+        zs__config_where(v->cfg, at, where, sizeof where);
+        zs__config_format_double(s->optimizer.momentum, a, sizeof a);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%soptimizer.nesterov = true needs optimizer.momentum > 0, but momentum = "
+                        "%s; set a momentum such as 0.9 or turn nesterov off",
+                        where, a);
+    }
+    return ZS_OK;
+}
+
+zs_status zs__config_validate(const zs_config *cfg, const config_t *lc, zs__settings *out) {
+    validation v = {cfg, out, calloc(zs__config_key_count, sizeof(config_setting_t *))};
+    if (!v.seen) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory validating '%s'", cfg->path);
+    fill_defaults(out);
+    zs_status status = walk_group(&v, config_root_setting(lc), NULL);
+    for (size_t i = 0; status == ZS_OK && i < zs__config_key_count; i++) {
+        const zs__key *key = &zs__config_keys[i];
+        if (key->required && !v.seen[i])
+            status = zs__fail(ZS_ERR_CONFIG, "%s: missing required key '%s' (%s)", cfg->path,
+                              key->path, key->example ? key->example : key->doc);
+    }
+    if (status == ZS_OK) status = check_cross_keys(&v);
+    free(v.seen);
+    return status;
+}

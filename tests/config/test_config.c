@@ -1,0 +1,654 @@
+/* Tests of the configuration module: every bad configuration must fail with a
+ * "file:line: ..." message that names the key and says what is accepted; good
+ * ones fill zs__settings exactly; overrides, app keys and the hash behave as
+ * zeroshard.h promises. Files are written to a fresh temporary directory. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/config_scan.h"
+#include "core/config_schema.h"
+#include "test_util.h"
+
+#ifndef ZS_SOURCE_DIR
+#error "ZS_SOURCE_DIR must name the source tree (see tests/config/CMakeLists.txt)"
+#endif
+
+static char g_dir[64];
+static char g_written[256][128]; /* files to delete at the end */
+static int g_written_count;
+
+/* Writes `text` to <tmpdir>/<name> and returns the path (static storage per name). */
+static const char *write_file(const char *name, const char *text) {
+    static char paths[256][256];
+    int slot = -1;
+    for (int i = 0; i < g_written_count; i++)
+        if (strcmp(g_written[i], name) == 0) slot = i;
+    if (slot < 0) {
+        ZT_REQUIRE(g_written_count < 256);
+        slot = g_written_count++;
+        snprintf(g_written[slot], sizeof g_written[slot], "%s", name);
+    }
+    snprintf(paths[slot], sizeof paths[slot], "%.63s/%.127s", g_dir, name);
+    FILE *f = fopen(paths[slot], "w");
+    ZT_REQUIRE(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    return paths[slot];
+}
+
+/* Loads text written as `name`; on success returns the config, else NULL. */
+static zs_config *load_text(const char *name, const char *text, zs_status *status) {
+    zs_config *cfg = NULL;
+    *status = zs_config_load(write_file(name, text), &cfg);
+    return *status == ZS_OK ? cfg : NULL;
+}
+
+#define LR "optimizer: { lr = 3e-4; };\n"
+
+/* Expects loading `text` to fail with `status` and a message containing `text`. */
+static void expect_load_fails(const char *name, const char *text, zs_status status,
+                              const char *expected, int line) {
+    zs_config *cfg = NULL;
+    zs_status got = zs_config_load(write_file(name, text), &cfg);
+    zt_fails_with_(got, status, expected, name, __FILE__, line);
+    if (got == ZS_OK) zs_config_destroy(cfg);
+}
+#define LOAD_FAILS(name, text, status, expected) \
+    expect_load_fails(name, text, status, expected, __LINE__)
+
+static void test_defaults(void) {
+    zs_status st;
+    zs_config *cfg = load_text("minimal.cfg", LR, &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    const zs__settings *s = zs__config_settings(cfg);
+    ZT_EQ_INT(s->backend, ZS_BACKEND_CPU);
+    ZT_EQ_U64(s->seed, 42);
+    ZT_EQ_INT(s->zero.stage, 0);
+    ZT_EQ_INT(s->zero.max_live_units, 2);
+    ZT_EQ_INT(s->zero.align, 16);
+    ZT_EQ_INT(s->optimizer.kind, ZS_OPTIMIZER_ADAMW);
+    ZT_CHECK(s->optimizer.lr == 3e-4);
+    ZT_CHECK(s->optimizer.beta1 == 0.9);
+    ZT_CHECK(s->optimizer.beta2 == 0.999);
+    ZT_CHECK(s->optimizer.eps == 1e-8);
+    ZT_CHECK(s->optimizer.weight_decay == 0.0);
+    ZT_CHECK(s->optimizer.momentum == 0.0);
+    ZT_EQ_INT(s->optimizer.nesterov, 0);
+    ZT_EQ_INT(s->scheduler.kind, ZS_SCHEDULE_CONSTANT);
+    ZT_EQ_INT(s->scheduler.warmup_steps, 0);
+    ZT_EQ_INT(s->scheduler.total_steps, 0);
+    ZT_CHECK(s->scheduler.min_lr == 0.0);
+    ZT_EQ_INT(s->comm.reduce_scatter, ZS_COMM_IMPL_RING);
+    ZT_EQ_INT(s->comm.all_gather, ZS_COMM_IMPL_RING);
+    ZT_EQ_INT(s->comm.segment_bytes, 4194304);
+    ZT_EQ_INT(s->log.level, ZS_LOG_INFO);
+    ZT_CHECK(strcmp(s->log.file, "") == 0);
+    ZT_CHECK(strstr(zs_config_path(cfg), "minimal.cfg") != NULL);
+    zs_config_destroy(cfg);
+    zs_config_destroy(NULL); /* a no-op */
+    ZT_CHECK(zs__config_settings(NULL) == NULL);
+}
+
+static void test_every_key(void) {
+    zs_status st;
+    zs_config *cfg = load_text("all.cfg",
+                               "backend = \"cuda\";\n"
+                               "seed = 5000000000L;\n"
+                               "zero: { stage = 3; max_live_units = 4; align = 0x40; };\n"
+                               "optimizer: { type = \"sgd\"; lr = 1; beta1 = 0.5; beta2 = 0.75;\n"
+                               "  eps = 1e-6; weight_decay = 0.1; momentum = 0.9; nesterov = true; };\n"
+                               "scheduler: { type = \"warmup_cosine\"; warmup_steps = 10;\n"
+                               "  total_steps = 3000000000L; min_lr = 0.5; };\n"
+                               "comm: { reduce_scatter = \"mpi\"; all_gather = \"ring\";\n"
+                               "  segment_bytes = 1073741824; };\n"
+                               "log: { level = \"debug\"; file = \"run-%r.log\"; };\n",
+                               &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    const zs__settings *s = zs__config_settings(cfg);
+    ZT_EQ_INT(s->backend, ZS_BACKEND_CUDA);
+    ZT_EQ_U64(s->seed, 5000000000ull);
+    ZT_EQ_INT(s->zero.stage, 3);
+    ZT_EQ_INT(s->zero.max_live_units, 4);
+    ZT_EQ_INT(s->zero.align, 64);
+    ZT_EQ_INT(s->optimizer.kind, ZS_OPTIMIZER_SGD);
+    ZT_CHECK(s->optimizer.lr == 1.0); /* an integer literal for a float key */
+    ZT_CHECK(s->optimizer.beta1 == 0.5 && s->optimizer.beta2 == 0.75);
+    ZT_CHECK(s->optimizer.eps == 1e-6 && s->optimizer.weight_decay == 0.1);
+    ZT_CHECK(s->optimizer.momentum == 0.9);
+    ZT_EQ_INT(s->optimizer.nesterov, 1);
+    ZT_EQ_INT(s->scheduler.kind, ZS_SCHEDULE_WARMUP_COSINE);
+    ZT_EQ_INT(s->scheduler.warmup_steps, 10);
+    ZT_EQ_INT(s->scheduler.total_steps, 3000000000ll); /* a 64-bit L literal */
+    ZT_CHECK(s->scheduler.min_lr == 0.5);
+    ZT_EQ_INT(s->comm.reduce_scatter, ZS_COMM_IMPL_MPI);
+    ZT_EQ_INT(s->comm.all_gather, ZS_COMM_IMPL_RING);
+    ZT_EQ_INT(s->comm.segment_bytes, 1073741824);
+    ZT_EQ_INT(s->log.level, ZS_LOG_DEBUG);
+    ZT_CHECK(strcmp(s->log.file, "run-%r.log") == 0);
+    zs_config_destroy(cfg);
+}
+
+static void test_bad_configs(void) {
+    /* Syntax errors carry libconfig's file and line. */
+    LOAD_FAILS("syntax.cfg", LR "zero: {\n  stage = ;\n};\n", ZS_ERR_CONFIG, "syntax.cfg:3: syntax error");
+    LOAD_FAILS("unknown.cfg", LR "zero: {\n  stag = 1;\n};\n", ZS_ERR_CONFIG,
+               "unknown.cfg:3: unknown key 'zero.stag'; did you mean 'zero.stage'?");
+    LOAD_FAILS("unknown_top.cfg", LR "zro: { stage = 1; };\n", ZS_ERR_CONFIG,
+               "unknown_top.cfg:2: unknown key 'zro'; did you mean 'zero'?");
+    LOAD_FAILS("wrong_group.cfg", LR "stage = 1;\n", ZS_ERR_CONFIG,
+               "wrong_group.cfg:2: unknown key 'stage'; did you mean 'zero.stage'?");
+    LOAD_FAILS("far.cfg", LR "zero: { frobnicate = 1; };\n", ZS_ERR_CONFIG,
+               "unknown key 'zero.frobnicate'; the keys of group 'zero' are: zero.stage");
+    LOAD_FAILS("string_int.cfg", LR "zero: { stage = \"two\"; };\n", ZS_ERR_CONFIG,
+               "string_int.cfg:2: zero.stage must be an integer, not a string");
+    LOAD_FAILS("float_int.cfg", LR "zero: { stage = 2.0; };\n", ZS_ERR_CONFIG,
+               "float_int.cfg:2: zero.stage = 2.0 is a float, but zero.stage takes only an integer literal");
+    LOAD_FAILS("float_int2.cfg", LR "zero: { max_live_units = 4e0; };\n", ZS_ERR_CONFIG,
+               "zero.max_live_units = 4.0 is a float");
+    LOAD_FAILS("range.cfg", "\n\n" LR "zero: { stage = 7; };\n", ZS_ERR_CONFIG,
+               "range.cfg:4: zero.stage = 7 is out of range; it must be 0, 1, 2 or 3");
+    LOAD_FAILS("range2.cfg", LR "zero: { max_live_units = 0; };\n", ZS_ERR_CONFIG,
+               "zero.max_live_units = 0 is out of range; it must be from 1 to 65536");
+    LOAD_FAILS("range3.cfg", "optimizer: { lr = 11.0; };\n", ZS_ERR_CONFIG,
+               "range3.cfg:1: optimizer.lr = 11.0 is out of range; it must be in (0.0, 10.0]");
+    LOAD_FAILS("range4.cfg", "optimizer: { lr = 1e-3; beta1 = 1.0; };\n", ZS_ERR_CONFIG,
+               "optimizer.beta1 = 1.0 is out of range; it must be in [0.0, 1.0)");
+    LOAD_FAILS("dup.cfg", LR "optimizer: { beta1 = 0.5; };\n", ZS_ERR_CONFIG,
+               "dup.cfg:2: duplicate setting name");
+    LOAD_FAILS("range5.cfg", "optimizer: { lr = 1e-3; beta2 = 1; };\n", ZS_ERR_CONFIG,
+               "optimizer.beta2 = 1.0 is out of range; it must be in [0.0, 1.0)");
+    LOAD_FAILS("range6.cfg", LR "seed = -1;\n", ZS_ERR_CONFIG,
+               "seed = -1 is out of range; it must be at least 0");
+    LOAD_FAILS("inf.cfg", "optimizer: { lr = 1e400; };\n", ZS_ERR_CONFIG,
+               "optimizer.lr = inf is out of range");
+    /* Wrapped integers: libconfig 1.5 would read these as -2147483648, 0 and
+     * -2147483648 without a word. */
+    LOAD_FAILS("wrap1.cfg", LR "seed = 2147483648;\n", ZS_ERR_CONFIG,
+               "wrap1.cfg:2: integer literal 2147483648 does not fit in 32 bits (libconfig would "
+               "silently wrap it); write it as 2147483648L");
+    LOAD_FAILS("wrap2.cfg", LR "app: {\n  big = 4294967296;\n};\n", ZS_ERR_CONFIG,
+               "wrap2.cfg:3: integer literal 4294967296 does not fit in 32 bits");
+    LOAD_FAILS("wrap3.cfg", LR "comm: { segment_bytes = 0x80000000; };\n", ZS_ERR_CONFIG,
+               "wrap3.cfg:2: integer literal 0x80000000 does not fit in 32 bits");
+    LOAD_FAILS("wrap4.cfg", LR "app: { x = -2147483649; };\n", ZS_ERR_CONFIG,
+               "integer literal -2147483649 does not fit in 32 bits");
+    LOAD_FAILS("wrap5.cfg", LR "app: { x = [1, 2, 99999999999999999999]; };\n", ZS_ERR_CONFIG,
+               "integer literal 99999999999999999999 does not fit in 64 bits");
+    LOAD_FAILS("wrap6.cfg", LR "seed = 9223372036854775808L;\n", ZS_ERR_CONFIG,
+               "integer literal 9223372036854775808L does not fit in 64 bits");
+    LOAD_FAILS("wrap7.cfg", LR "seed = 0x8000000000000000L;\n", ZS_ERR_CONFIG,
+               "integer literal 0x8000000000000000L does not fit in 64 bits");
+    /* Missing file and missing required key. */
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/no_such_file.cfg", g_dir);
+    zs_config *cfg = NULL;
+    ZT_FAILS_WITH(zs_config_load(missing, &cfg), ZS_ERR_IO,
+                  "no_such_file.cfg': No such file or directory");
+    ZT_CHECK(strncmp(zs_last_error(), "cannot open '", 13) == 0);
+    ZT_CHECK(cfg == NULL);
+    ZT_FAILS_WITH(zs_config_load(g_dir, &cfg), ZS_ERR_IO, "': Is a directory");
+    ZT_FAILS_WITH(zs_config_load(NULL, &cfg), ZS_ERR_INVALID_ARGUMENT, "");
+    LOAD_FAILS("nolr.cfg", "zero: { stage = 1; };\n", ZS_ERR_CONFIG,
+               "nolr.cfg: missing required key 'optimizer.lr' (the learning rate, e.g. "
+               "optimizer: { lr = 3e-4; })");
+    LOAD_FAILS("empty.cfg", "", ZS_ERR_CONFIG, "missing required key 'optimizer.lr'");
+    /* Enums list what they accept. */
+    LOAD_FAILS("enum.cfg", "optimizer: {\n  lr = 1e-3;\n  type = \"adamx\";\n};\n", ZS_ERR_CONFIG,
+               "enum.cfg:3: optimizer.type = \"adamx\" is not an allowed value; it must be "
+               "\"sgd\", \"adam\" or \"adamw\"");
+    LOAD_FAILS("enum2.cfg", LR "backend = 1;\n", ZS_ERR_CONFIG,
+               "backend must be a string, one of \"cpu\" or \"cuda\"; not an integer");
+    LOAD_FAILS("enum3.cfg", LR "log: { level = \"trace\"; };\n", ZS_ERR_CONFIG,
+               "log.level = \"trace\" is not an allowed value; it must be \"error\", \"warn\", "
+               "\"info\" or \"debug\"");
+    /* Groups and scalars in each other's place. */
+    LOAD_FAILS("group.cfg", LR "zero: {\n  stage: { x = 1; };\n};\n", ZS_ERR_CONFIG,
+               "group.cfg:3: zero.stage must be an integer, not a group");
+    LOAD_FAILS("scalar.cfg", LR "zero = 2;\n", ZS_ERR_CONFIG,
+               "scalar.cfg:2: zero must be a group (zero: { ... };), not an integer");
+    LOAD_FAILS("list.cfg", LR "zero: { stage = [1]; };\n", ZS_ERR_CONFIG,
+               "zero.stage must be an integer, not an array");
+    LOAD_FAILS("app_scalar.cfg", LR "app = 3;\n", ZS_ERR_CONFIG, "app must be a group");
+    LOAD_FAILS("bool2.cfg", "optimizer: { lr = 0.1; momentum = 0.9; nesterov = 1; };\n",
+               ZS_ERR_CONFIG, "bool2.cfg:1: optimizer.nesterov must be true or false, not an integer");
+    LOAD_FAILS("string.cfg", LR "log: { file = 5; };\n", ZS_ERR_CONFIG,
+               "log.file must be a string, not an integer");
+    /* Cross-key rules point at the key at fault. */
+    LOAD_FAILS("warmup.cfg",
+               LR "scheduler: {\n  type = \"warmup_cosine\";\n  warmup_steps = 50;\n"
+                  "  total_steps = 40;\n};\n",
+               ZS_ERR_CONFIG,
+               "warmup.cfg:5: scheduler.type = \"warmup_cosine\" needs scheduler.total_steps > "
+               "scheduler.warmup_steps, but total_steps = 40 and warmup_steps = 50");
+    LOAD_FAILS("warmup2.cfg", LR "scheduler: {\n  type = \"warmup_cosine\";\n};\n", ZS_ERR_CONFIG,
+               "warmup2.cfg:3: scheduler.type = \"warmup_cosine\" needs");
+    LOAD_FAILS("minlr.cfg", LR "scheduler: {\n  min_lr = 1e-3;\n};\n", ZS_ERR_CONFIG,
+               "minlr.cfg:3: scheduler.min_lr = 0.001 is greater than optimizer.lr = 0.0003");
+    LOAD_FAILS("nesterov.cfg", "optimizer: {\n  type = \"sgd\";\n  lr = 0.1;\n  nesterov = true;\n};\n",
+               ZS_ERR_CONFIG, "nesterov.cfg:4: optimizer.nesterov = true needs optimizer.momentum > 0");
+    LOAD_FAILS("align.cfg", LR "zero: { align = 24; };\n", ZS_ERR_CONFIG,
+               "align.cfg:2: zero.align = 24 is not a power of two; it must be a power of two "
+               "from 1 to 4096");
+    LOAD_FAILS("align2.cfg", LR "zero: { align = 8192; };\n", ZS_ERR_CONFIG,
+               "zero.align = 8192 is out of range");
+    char long_file[700] = "log: { file = \"";
+    memset(long_file + strlen(long_file), 'x', 600);
+    long_file[15 + 600] = '\0';
+    strcpy(long_file + strlen(long_file), "\"; };\n" LR);
+    LOAD_FAILS("longfile.cfg", long_file, ZS_ERR_CONFIG,
+               "log.file is 600 bytes long; it must be at most 511 bytes");
+}
+
+static void test_good_literals(void) {
+    zs_status st;
+    /* Digits inside strings, comments and names are not integer literals. */
+    zs_config *cfg = load_text("literals.cfg",
+                               "# seed = 99999999999999999999\n"
+                               "// 4294967296\n"
+                               "/* 0x80000000\n   2147483648 */\n"
+                               "optimizer: { lr = 2; };\n"
+                               "seed = 2147483647;\n"
+                               "app: {\n"
+                               "  s = \"3000000000 \\\" 4000000000\";\n"
+                               "  n12345678901 = 1;\n"
+                               "  f = 3000000000.0;\n"
+                               "  e = 1e12;\n"
+                               "  neg = -2147483648;\n"
+                               "  big = 2147483648L;\n"
+                               "  h = 0x7fffffff;\n"
+                               "  hl = 0x100000000L;\n"
+                               "};\n",
+                               &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    ZT_CHECK(zs__config_settings(cfg)->optimizer.lr == 2.0);
+    ZT_EQ_U64(zs__config_settings(cfg)->seed, 2147483647u);
+    int64_t v = 0;
+    ZT_OK(zs_config_app_int(cfg, "neg", 0, INT64_MIN, INT64_MAX, &v));
+    ZT_EQ_INT(v, -2147483648ll);
+    ZT_OK(zs_config_app_int(cfg, "big", 0, 0, INT64_MAX, &v));
+    ZT_EQ_INT(v, 2147483648ll);
+    ZT_OK(zs_config_app_int(cfg, "h", 0, 0, INT64_MAX, &v));
+    ZT_EQ_INT(v, 0x7fffffff);
+    ZT_OK(zs_config_app_int(cfg, "hl", 0, 0, INT64_MAX, &v));
+    ZT_EQ_INT(v, 0x100000000ll);
+    double d = 0;
+    ZT_OK(zs_config_app_float(cfg, "f", 0, 0, 1e20, &d));
+    ZT_CHECK(d == 3e9);
+    const char *s = NULL;
+    ZT_OK(zs_config_app_string(cfg, "s", "", &s));
+    ZT_CHECK(s && strcmp(s, "3000000000 \" 4000000000") == 0);
+    zs_config_destroy(cfg);
+
+    /* The scanner on its own. */
+    static const char ok_text[] = "a = \"2147483648\"; # 2147483648\n b1 = 1.5e300; c = -0x10;";
+    ZT_OK(zs__config_scan_text(ok_text, sizeof ok_text - 1, "mem", NULL, 0));
+    static const char bad_text[] = "a = 1;\n\n/* x */ b = 3000000000;";
+    ZT_FAILS_WITH(zs__config_scan_text(bad_text, sizeof bad_text - 1, "mem", NULL, 0),
+                  ZS_ERR_CONFIG, "mem:3: integer literal 3000000000 does not fit in 32 bits");
+}
+
+static void test_includes(void) {
+    zs_status st;
+    write_file("inc_good.cfg", "zero: { stage = 2; };\n");
+    zs_config *cfg = load_text("main_inc.cfg", LR "@include \"inc_good.cfg\"\nseed = 7;\n", &st);
+    ZT_OK(st);
+    if (cfg) {
+        ZT_EQ_INT(zs__config_settings(cfg)->zero.stage, 2);
+        ZT_EQ_U64(zs__config_settings(cfg)->seed, 7);
+        zs_config_destroy(cfg);
+    }
+    /* The scan follows includes: a wrapped literal there names that file. */
+    write_file("inc_wrap.cfg", "# included\nseed = 2147483648;\n");
+    LOAD_FAILS("main_inc2.cfg", LR "@include \"inc_wrap.cfg\"\n", ZS_ERR_CONFIG,
+               "inc_wrap.cfg:2: integer literal 2147483648 does not fit in 32 bits");
+    write_file("inc_bad.cfg", "zero: {\n  stag = 1;\n};\n");
+    LOAD_FAILS("main_inc3.cfg", LR "@include \"inc_bad.cfg\"\n", ZS_ERR_CONFIG,
+               "inc_bad.cfg:2: unknown key 'zero.stag'; did you mean 'zero.stage'?");
+    LOAD_FAILS("main_inc4.cfg", LR "@include \"inc_missing.cfg\"\n", ZS_ERR_IO,
+               "main_inc4.cfg:2: cannot open include file");
+}
+
+static void test_overrides(void) {
+    zs_status st;
+    zs_config *cfg = load_text("ovr.cfg",
+                               "optimizer: {\n  type = \"sgd\";\n  lr = 0.1;\n  momentum = 0.9;\n"
+                               "  nesterov = true;\n};\nzero: { stage = 1; };\napp: { steps = 10; };\n",
+                               &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    const uint64_t h0 = zs_config_hash(cfg);
+    ZT_OK(zs_config_override(cfg, "zero.stage=2"));
+    ZT_EQ_INT(zs__config_settings(cfg)->zero.stage, 2);
+    const uint64_t h2 = zs_config_hash(cfg);
+    ZT_CHECK(h2 != h0);
+    ZT_OK(zs_config_override(cfg, " zero.stage = 1 "));
+    ZT_EQ_U64(zs_config_hash(cfg), h0); /* back to the same values, the same hash */
+
+    /* Failures leave everything as it was and say which override failed. */
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero.stage=9"), ZS_ERR_CONFIG,
+                  "override 'zero.stage=9': zero.stage = 9 is out of range; it must be 0, 1, 2 or 3");
+    ZT_CHECK(strncmp(zs_last_error(), "override 'zero.stage=9': ", 25) == 0);
+    ZT_EQ_INT(zs__config_settings(cfg)->zero.stage, 1);
+    ZT_EQ_U64(zs_config_hash(cfg), h0);
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero.stag=2"), ZS_ERR_CONFIG,
+                  "override 'zero.stag=2': unknown key 'zero.stag'; did you mean 'zero.stage'?");
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero.stage=2.5"), ZS_ERR_CONFIG,
+                  "zero.stage = 2.5 is a float");
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero.stage"), ZS_ERR_CONFIG,
+                  "override 'zero.stage': expected path=value");
+    ZT_FAILS_WITH(zs_config_override(cfg, "seed=99999999999999999999"), ZS_ERR_CONFIG,
+                  "integer 99999999999999999999 does not fit in 64 bits");
+    ZT_FAILS_WITH(zs_config_override(cfg, "optimizer.lr=fast"), ZS_ERR_CONFIG,
+                  "optimizer.lr must be a number, not a string");
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero=1"), ZS_ERR_CONFIG,
+                  "override 'zero=1': 'zero' is a group; override the keys inside it one by one");
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero.stage.x=1"), ZS_ERR_CONFIG,
+                  "'zero.stage' is an integer, not a group");
+    ZT_FAILS_WITH(zs_config_override(cfg, "zero..stage=1"), ZS_ERR_CONFIG, "not a valid key path");
+    /* The cross-key error points at nesterov's line in the file. */
+    ZT_FAILS_WITH(zs_config_override(cfg, "optimizer.momentum=0"), ZS_ERR_CONFIG,
+                  "ovr.cfg:5: optimizer.nesterov = true needs optimizer.momentum > 0");
+    ZT_CHECK(strncmp(zs_last_error(), "override 'optimizer.momentum=0': ", 33) == 0);
+    ZT_FAILS_WITH(zs_config_override(cfg, "optimizer.type=adamx"), ZS_ERR_CONFIG,
+                  "optimizer.type = \"adamx\" is not an allowed value");
+    ZT_FAILS_WITH(zs_config_override(NULL, "zero.stage=1"), ZS_ERR_INVALID_ARGUMENT, "");
+    ZT_EQ_U64(zs_config_hash(cfg), h0);
+    ZT_EQ_INT(zs__config_settings(cfg)->optimizer.kind, ZS_OPTIMIZER_SGD);
+
+    /* Every value form; types are replaced where needed. */
+    ZT_OK(zs_config_override(cfg, "seed=4294967296")); /* no wrapping on this path either */
+    ZT_EQ_U64(zs__config_settings(cfg)->seed, 4294967296ull);
+    ZT_OK(zs_config_override(cfg, "seed=0x10"));
+    ZT_EQ_U64(zs__config_settings(cfg)->seed, 16);
+    ZT_OK(zs_config_override(cfg, "optimizer.lr=1"));
+    ZT_CHECK(zs__config_settings(cfg)->optimizer.lr == 1.0);
+    ZT_OK(zs_config_override(cfg, "optimizer.lr=2.5e-3"));
+    ZT_CHECK(zs__config_settings(cfg)->optimizer.lr == 2.5e-3);
+    ZT_OK(zs_config_override(cfg, "optimizer.nesterov=false"));
+    ZT_EQ_INT(zs__config_settings(cfg)->optimizer.nesterov, 0);
+    ZT_OK(zs_config_override(cfg, "optimizer.type=adam"));
+    ZT_EQ_INT(zs__config_settings(cfg)->optimizer.kind, ZS_OPTIMIZER_ADAM);
+    ZT_OK(zs_config_override(cfg, "log.file=\"run %r.log\""));
+    ZT_CHECK(strcmp(zs__config_settings(cfg)->log.file, "run %r.log") == 0);
+    ZT_OK(zs_config_override(cfg, "log.level=debug")); /* creates the log group */
+    ZT_EQ_INT(zs__config_settings(cfg)->log.level, ZS_LOG_DEBUG);
+    /* total_steps defaults to 0, which warmup_cosine cannot use; the message
+     * names the override, and the key it created has no file line. */
+    ZT_FAILS_WITH(zs_config_override(cfg, "scheduler.type=warmup_cosine"), ZS_ERR_CONFIG,
+                  "override 'scheduler.type=warmup_cosine': scheduler.type = \"warmup_cosine\" "
+                  "needs scheduler.total_steps > scheduler.warmup_steps");
+    ZT_EQ_INT(zs__config_settings(cfg)->scheduler.kind, ZS_SCHEDULE_CONSTANT);
+
+    /* App keys. */
+    ZT_OK(zs_config_override(cfg, "app.steps=5"));
+    ZT_OK(zs_config_override(cfg, "app.model.dim=64"));
+    ZT_OK(zs_config_override(cfg, "app.name=tiny"));
+    int64_t steps = 0, dim = 0;
+    const char *name = NULL;
+    ZT_OK(zs_config_app_int(cfg, "steps", 1, 1, 100, &steps));
+    ZT_EQ_INT(steps, 5);
+    ZT_OK(zs_config_app_int(cfg, "model.dim", 1, 1, 4096, &dim));
+    ZT_EQ_INT(dim, 64);
+    ZT_OK(zs_config_app_string(cfg, "name", "", &name));
+    ZT_CHECK(name && strcmp(name, "tiny") == 0);
+    ZT_FAILS_WITH(zs_config_override(cfg, "app.steps.x=1"), ZS_ERR_CONFIG,
+                  "override 'app.steps.x=1': 'app.steps' is an integer, not a group");
+    ZT_FAILS_WITH(zs_config_override(cfg, "app.model=1"), ZS_ERR_CONFIG,
+                  "'app.model' is a group; override the keys inside it one by one");
+    ZT_OK(zs_config_app_finish(cfg));
+    zs_config_destroy(cfg);
+}
+
+static void test_warmup_override(void) {
+    zs_status st;
+    zs_config *cfg = load_text("ovr2.cfg", LR "scheduler: {\n  total_steps = 100;\n};\n", &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    uint64_t h = zs_config_hash(cfg);
+    ZT_OK(zs_config_override(cfg, "scheduler.warmup_steps=10"));
+    ZT_OK(zs_config_override(cfg, "scheduler.type=\"warmup_cosine\""));
+    ZT_FAILS_WITH(zs_config_override(cfg, "scheduler.warmup_steps=100"), ZS_ERR_CONFIG,
+                  "ovr2.cfg:3: scheduler.type = \"warmup_cosine\" needs scheduler.total_steps > "
+                  "scheduler.warmup_steps");
+    ZT_CHECK(strncmp(zs_last_error(), "override 'scheduler.warmup_steps=100': ", 39) == 0);
+    ZT_EQ_INT(zs__config_settings(cfg)->scheduler.warmup_steps, 10);
+    ZT_CHECK(zs_config_hash(cfg) != h);
+    zs_config_destroy(cfg);
+}
+
+static uint64_t hash_of(const char *name, const char *text) {
+    zs_status st;
+    zs_config *cfg = load_text(name, text, &st);
+    ZT_OK(st);
+    if (!cfg) return 0;
+    uint64_t h = zs_config_hash(cfg);
+    zs_config_destroy(cfg);
+    return h;
+}
+
+static void test_hash(void) {
+    uint64_t a = hash_of("h_a.cfg",
+                         "optimizer: { lr = 1; type = \"adamw\"; };\n"
+                         "zero: { stage = 2; align = 16; };\n"
+                         "app: { steps = 100; name = \"x\"; model: { dim = 64; lr = 1; }; };\n");
+    /* Same values: other order, formatting, comments, literal spellings,
+     * defaults written out or left implicit. */
+    uint64_t b = hash_of("h_b.cfg",
+                         "# a comment\n"
+                         "app:\n{\n  model: { lr = 1.0; dim = 0x40; };\n  name = \"x\";\n"
+                         "  steps = 100L;\n};\n"
+                         "zero = { align = 0x10; stage = 2; max_live_units = 2; };\n"
+                         "optimizer: {\n  lr = 1.0\n  beta1 = 0.9\n};\n");
+    ZT_EQ_U64(a, b);
+    uint64_t no_app = hash_of("h_c.cfg", LR);
+    uint64_t empty_app = hash_of("h_d.cfg", LR "app: { };\n");
+    ZT_EQ_U64(no_app, empty_app);
+    /* Any changed value changes the hash. */
+    ZT_CHECK(hash_of("h_e.cfg", LR "seed = 43;\n") != no_app);
+    ZT_CHECK(hash_of("h_f.cfg", "optimizer: { lr = 3.0001e-4; };\n") != no_app);
+    ZT_CHECK(hash_of("h_g.cfg", LR "app: { steps = 1; };\n") != empty_app);
+    ZT_CHECK(hash_of("h_h.cfg", LR "app: { steps = 2; };\n") !=
+             hash_of("h_i.cfg", LR "app: { steps = 1; };\n"));
+    ZT_CHECK(hash_of("h_j.cfg", LR "app: { steps = \"1\"; };\n") !=
+             hash_of("h_k.cfg", LR "app: { steps = 1; };\n"));
+    ZT_CHECK(hash_of("h_l.cfg", LR "app: { a = 1; };\n") !=
+             hash_of("h_m.cfg", LR "app: { b = 1; };\n"));
+    ZT_CHECK(hash_of("h_n.cfg", LR "log: { file = \"a\"; };\n") != no_app);
+    ZT_CHECK(hash_of("h_o.cfg", LR "log: { level = \"warn\"; };\n") != no_app);
+    ZT_CHECK(hash_of("h_p.cfg", LR "comm: { all_gather = \"mpi\"; };\n") != no_app);
+}
+
+static void test_app_keys(void) {
+    zs_status st;
+    zs_config *cfg = load_text("app.cfg",
+                               LR
+                               "app: {\n"
+                               "  steps = 300;\n"      /* line 3 */
+                               "  lr = 1;\n"           /* line 4 */
+                               "  verbose = true;\n"   /* line 5 */
+                               "  name = \"mlp\";\n"   /* line 6 */
+                               "  bad_int = 2.5;\n"    /* line 7 */
+                               "  word = \"ten\";\n"   /* line 8 */
+                               "  model: { dim = 8; };\n" /* line 9 */
+                               "};\n",
+                               &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    int64_t i = 0;
+    double f = 0;
+    int b = 0;
+    const char *s = NULL;
+    ZT_OK(zs_config_app_int(cfg, "steps", 10, 1, 1000, &i));
+    ZT_EQ_INT(i, 300);
+    ZT_OK(zs_config_app_int(cfg, "absent", 17, 0, 100, &i));
+    ZT_EQ_INT(i, 17);
+    ZT_OK(zs_config_app_float(cfg, "lr", 0.5, 0.0, 10.0, &f));
+    ZT_CHECK(f == 1.0);
+    ZT_OK(zs_config_app_float(cfg, "absent_f", 0.25, 0.0, 1.0, &f));
+    ZT_CHECK(f == 0.25);
+    ZT_OK(zs_config_app_bool(cfg, "verbose", 0, &b));
+    ZT_EQ_INT(b, 1);
+    ZT_OK(zs_config_app_bool(cfg, "absent_b", 1, &b));
+    ZT_EQ_INT(b, 1);
+    ZT_OK(zs_config_app_string(cfg, "name", "none", &s));
+    ZT_CHECK(s && strcmp(s, "mlp") == 0);
+    const char *first = s;
+    ZT_OK(zs_config_app_string(cfg, "absent_s", "fallback", &s));
+    ZT_CHECK(s && strcmp(s, "fallback") == 0);
+    ZT_OK(zs_config_app_string(cfg, "name", "none", &s)); /* reading again keeps `first` alive */
+    ZT_CHECK(strcmp(first, "mlp") == 0);
+
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "steps", 10, 1, 100, &i), ZS_ERR_CONFIG,
+                  "app.cfg:3: app.steps = 300 is out of range; it must be from 1 to 100");
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "bad_int", 0, 0, 10, &i), ZS_ERR_CONFIG,
+                  "app.cfg:7: app.bad_int = 2.5 is a float, but app.bad_int takes only an integer literal");
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "word", 0, 0, 10, &i), ZS_ERR_CONFIG,
+                  "app.cfg:8: app.word must be an integer, not a string");
+    ZT_FAILS_WITH(zs_config_app_float(cfg, "lr", 0.5, 0.0, 0.9, &f), ZS_ERR_CONFIG,
+                  "app.cfg:4: app.lr = 1.0 is out of range; it must be in [0.0, 0.9]");
+    ZT_FAILS_WITH(zs_config_app_float(cfg, "word", 0, 0, 1, &f), ZS_ERR_CONFIG,
+                  "app.word must be a number, not a string");
+    ZT_FAILS_WITH(zs_config_app_bool(cfg, "steps", 0, &b), ZS_ERR_CONFIG,
+                  "app.cfg:3: app.steps must be true or false, not an integer");
+    ZT_FAILS_WITH(zs_config_app_string(cfg, "steps", "", &s), ZS_ERR_CONFIG,
+                  "app.steps must be a string, not an integer");
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "model", 0, 0, 10, &i), ZS_ERR_CONFIG,
+                  "app.cfg:9: app.model must be an integer, not a group");
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "steps.x", 0, 0, 10, &i), ZS_ERR_CONFIG,
+                  "app.steps is an integer, not a group, so app.steps.x cannot be read");
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "bad key", 0, 0, 10, &i), ZS_ERR_INVALID_ARGUMENT,
+                  "not a valid app key");
+    ZT_FAILS_WITH(zs_config_app_int(cfg, "x", 50, 0, 10, &i), ZS_ERR_INVALID_ARGUMENT, "default");
+
+    /* word, bad_int and model.dim were never read successfully: the first in
+     * file order is reported, with the nearest key that was read. */
+    ZT_FAILS_WITH(zs_config_app_finish(cfg), ZS_ERR_CONFIG, "app.cfg:7: unknown key 'app.bad_int'");
+    zs_config_destroy(cfg);
+
+    cfg = load_text("app2.cfg", LR "app: {\n  steps = 3;\n  stepz = 4;\n};\n", &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    ZT_OK(zs_config_app_int(cfg, "steps", 1, 0, 10, &i));
+    ZT_FAILS_WITH(zs_config_app_finish(cfg), ZS_ERR_CONFIG,
+                  "app2.cfg:4: unknown key 'app.stepz'; did you mean 'app.steps'?");
+    ZT_OK(zs_config_app_int(cfg, "stepz", 1, 0, 10, &i));
+    ZT_OK(zs_config_app_finish(cfg));
+    zs_config_destroy(cfg);
+
+    cfg = load_text("app3.cfg", LR "app: { model: { width = 3; }; };\n", &st);
+    ZT_OK(st);
+    ZT_REQUIRE(cfg != NULL);
+    ZT_FAILS_WITH(zs_config_app_finish(cfg), ZS_ERR_CONFIG,
+                  "unknown key 'app.model.width'; the program reads no app keys");
+    ZT_OK(zs_config_app_int(cfg, "model.width", 1, 0, 10, &i));
+    ZT_EQ_INT(i, 3);
+    ZT_OK(zs_config_app_finish(cfg));
+    zs_config_destroy(cfg);
+
+    /* No app group at all: reads give defaults and finish passes. */
+    cfg = load_text("app4.cfg", LR, &st);
+    ZT_REQUIRE(cfg != NULL);
+    ZT_OK(zs_config_app_int(cfg, "steps", 9, 0, 10, &i));
+    ZT_EQ_INT(i, 9);
+    ZT_OK(zs_config_app_finish(cfg));
+    zs_config_destroy(cfg);
+}
+
+static void test_reference_and_docs(void) {
+    zs_config *cfg = NULL;
+    ZT_OK(zs_config_load(ZS_SOURCE_DIR "/configs/reference.cfg", &cfg));
+    if (cfg) {
+        ZT_OK(zs_config_app_finish(cfg));
+        /* reference.cfg writes every default out, so it must hash like a file
+         * that gives only the required key. */
+        ZT_EQ_U64(zs_config_hash(cfg), hash_of("ref_min.cfg", LR));
+        zs_config_destroy(cfg);
+    }
+    /* docs/config-keys.md is the schema's own rendering. */
+    size_t needed = zs__config_keys_markdown(NULL, 0);
+    char *generated = malloc(needed + 1);
+    ZT_REQUIRE(generated != NULL);
+    ZT_EQ_INT(zs__config_keys_markdown(generated, needed + 1), needed);
+    FILE *f = fopen(ZS_SOURCE_DIR "/docs/config-keys.md", "rb");
+    ZT_CHECK_MSG(f != NULL, "cannot open docs/config-keys.md");
+    if (f) {
+        char *doc = calloc(needed + 2, 1);
+        size_t n = doc ? fread(doc, 1, needed + 1, f) : 0;
+        fclose(f);
+        ZT_CHECK_MSG(doc && n == needed && memcmp(doc, generated, needed) == 0,
+                     "docs/config-keys.md differs from the schema; regenerate it:\n%s", generated);
+        free(doc);
+    }
+    free(generated);
+}
+
+/* Every .cfg file in tests/config/bad must fail with the message its first line
+ * names. A file that loads is then read like a program would (app.steps) and
+ * finished, which is where unknown app keys fail. */
+static void test_bad_directory(void) {
+    const char *dir = ZS_SOURCE_DIR "/tests/config/bad";
+    DIR *d = opendir(dir);
+    ZT_REQUIRE(d != NULL);
+    int files = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".cfg") != 0) continue;
+        char path[512], first[512] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        ZT_REQUIRE(f != NULL);
+        if (!fgets(first, sizeof first, f)) first[0] = '\0';
+        fclose(f);
+        first[strcspn(first, "\n")] = '\0';
+        ZT_CHECK_MSG(strncmp(first, "# expect: ", 10) == 0, "%s: first line must be '# expect: ...'",
+                     path);
+        const char *expected = first + 10;
+        zs_config *cfg = NULL;
+        zs_status st = zs_config_load(path, &cfg);
+        if (st == ZS_OK) {
+            int64_t steps;
+            st = zs_config_app_int(cfg, "steps", 1, 0, INT64_MAX, &steps);
+            if (st == ZS_OK) st = zs_config_app_finish(cfg);
+            zs_config_destroy(cfg);
+        }
+        zt_fails_with_(st, st == ZS_OK ? ZS_ERR_CONFIG : st, expected, path, __FILE__, __LINE__);
+        ZT_CHECK_MSG(st != ZS_OK, "%s loaded without error", path);
+        files++;
+    }
+    closedir(d);
+    ZT_CHECK_MSG(files >= 12, "only %d files in %s", files, dir);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/zs_config_XXXXXX");
+    /* ZT_REQUIRE evaluates its condition twice, so no side effects inside. */
+    char *made = mkdtemp(g_dir);
+    ZT_REQUIRE(made != NULL);
+    test_defaults();
+    test_every_key();
+    test_bad_configs();
+    test_good_literals();
+    test_includes();
+    test_overrides();
+    test_warmup_override();
+    test_hash();
+    test_app_keys();
+    test_reference_and_docs();
+    test_bad_directory();
+    for (int i = 0; i < g_written_count; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%.63s/%.127s", g_dir, g_written[i]);
+        unlink(path);
+    }
+    rmdir(g_dir);
+    return zt_finish("test_config");
+}
