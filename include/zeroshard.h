@@ -75,6 +75,10 @@ zs_status zs_config_load(const char *path, zs_config **out);
 /* Applies "group.key=value" (e.g. "zero.stage=2") and validates again.
  * On failure the configuration is left as it was. Not collective. */
 zs_status zs_config_override(zs_config *cfg, const char *assignment);
+/* Applies several assignments, then validates once, so keys that constrain
+ * each other may change together in any order (e.g. scheduler.warmup_steps
+ * and scheduler.total_steps). All or nothing. Not collective. */
+zs_status zs_config_override_list(zs_config *cfg, int count, const char *const *assignments);
 void zs_config_destroy(zs_config *cfg);
 /* The path given to zs_config_load. */
 const char *zs_config_path(const zs_config *cfg);

@@ -329,8 +329,8 @@ static void trim(const char **begin, const char **end) {
 
 /* Everything an override does, on a copy of the tree; cfg changes only when
  * all of it succeeded. */
-static zs_status override_copy(zs_config *cfg, const char *assignment, config_t **tree_out,
-                               zs__settings *settings, uint64_t *hash) {
+/* Parses "path=value" and sets it in tree. */
+static zs_status apply_assignment(config_t *tree, const char *assignment) {
     const char *eq = strchr(assignment, '=');
     if (!eq)
         return zs__fail(ZS_ERR_CONFIG, "expected path=value, e.g. zero.stage=2 or app.steps=100");
@@ -340,7 +340,6 @@ static zs_status override_copy(zs_config *cfg, const char *assignment, config_t 
     char *path = malloc((size_t)(pe - pb) + 1);
     char *text = malloc((size_t)(ve - vb) + 1);
     override_value v = {0};
-    config_t *tree = NULL;
     zs_status status = ZS_OK;
     if (!path || !text) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
@@ -351,30 +350,43 @@ static zs_status override_copy(zs_config *cfg, const char *assignment, config_t 
     memcpy(text, vb, (size_t)(ve - vb));
     text[ve - vb] = '\0';
     ZS_CHECK_GOTO(parse_value(text, &v), status, done);
-    ZS_CHECK_GOTO(zs__config_copy_tree(cfg, cfg->lc, &tree), status, done);
     ZS_CHECK_GOTO(apply_override(tree, path, &v), status, done);
-    ZS_CHECK_GOTO(zs__config_validate(cfg, tree, settings), status, done);
-    ZS_CHECK_GOTO(zs__config_compute_hash(settings, tree, hash), status, done);
-    *tree_out = tree;
-    tree = NULL;
 done:
-    free_tree(tree);
     free(v.string);
     free(path);
     free(text);
     return status;
 }
 
-zs_status zs_config_override(zs_config *cfg, const char *assignment) {
-    if (!cfg || !assignment)
+zs_status zs_config_override_list(zs_config *cfg, int count, const char *const *assignments) {
+    if (!cfg || count < 0 || (count > 0 && !assignments))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "zs_config_override: cfg and assignment must not be NULL");
+                        "zs_config_override_list: cfg and %d assignments are required", count);
+    for (int i = 0; i < count; i++)
+        if (!assignments[i])
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "zs_config_override_list: assignment %d is NULL", i);
+    /* All assignments go into a copy, which is validated once, as a whole:
+     * keys that constrain each other (warmup_steps < total_steps) can then
+     * be changed together in any order, and a failure leaves cfg untouched. */
     config_t *tree = NULL;
     zs__settings settings;
     uint64_t hash = 0;
-    zs_status status = override_copy(cfg, assignment, &tree, &settings, &hash);
+    zs_status status = zs__config_copy_tree(cfg, cfg->lc, &tree);
+    for (int i = 0; status == ZS_OK && i < count; i++) {
+        status = apply_assignment(tree, assignments[i]);
+        if (status != ZS_OK) zs__fail_context(status, "override '%s'", assignments[i]);
+    }
+    if (status == ZS_OK) {
+        status = zs__config_validate(cfg, tree, &settings);
+        if (status != ZS_OK) {
+            if (count == 1) zs__fail_context(status, "override '%s'", assignments[0]);
+            else zs__fail_context(status, "overrides (%d given)", count);
+        }
+    }
+    if (status == ZS_OK) status = zs__config_compute_hash(&settings, tree, &hash);
     if (status != ZS_OK) {
-        zs__fail_context(status, "override '%s'", assignment);
+        free_tree(tree);
         return status;
     }
     free_tree(cfg->lc);
@@ -382,6 +394,13 @@ zs_status zs_config_override(zs_config *cfg, const char *assignment) {
     cfg->settings = settings;
     cfg->hash = hash;
     return ZS_OK;
+}
+
+zs_status zs_config_override(zs_config *cfg, const char *assignment) {
+    if (!assignment)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "zs_config_override: cfg and assignment must not be NULL");
+    return zs_config_override_list(cfg, 1, &assignment);
 }
 
 const char *zs_config_path(const zs_config *cfg) { return cfg ? cfg->path : NULL; }

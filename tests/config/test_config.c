@@ -363,6 +363,28 @@ static void test_overrides(void) {
     ZT_EQ_U64(zs_config_hash(cfg), h0);
     ZT_EQ_INT(zs__config_settings(cfg)->optimizer.kind, ZS_OPTIMIZER_SGD);
 
+    /* A list is validated once, as a whole: keys that constrain each other can
+     * change together in any order; a failure anywhere changes nothing. */
+    ZT_FAILS_WITH(zs_config_override(cfg, "scheduler.type=warmup_cosine"), ZS_ERR_CONFIG,
+                  "needs scheduler.total_steps > scheduler.warmup_steps");
+    const char *together[] = {"scheduler.total_steps=3", "scheduler.type=warmup_cosine",
+                              "scheduler.warmup_steps=1"};
+    ZT_OK(zs_config_override_list(cfg, 3, together));
+    ZT_EQ_INT(zs__config_settings(cfg)->scheduler.total_steps, 3);
+    ZT_EQ_INT(zs__config_settings(cfg)->scheduler.warmup_steps, 1);
+    const uint64_t h_sched = zs_config_hash(cfg);
+    const char *one_bad[] = {"scheduler.warmup_steps=2", "zero.stage=5"};
+    ZT_FAILS_WITH(zs_config_override_list(cfg, 2, one_bad), ZS_ERR_CONFIG,
+                  "overrides (2 given): zero.stage = 5 is out of range");
+    const char *bad_syntax[] = {"scheduler.warmup_steps=2", "nonsense"};
+    ZT_FAILS_WITH(zs_config_override_list(cfg, 2, bad_syntax), ZS_ERR_CONFIG,
+                  "override 'nonsense': expected path=value");
+    ZT_EQ_INT(zs__config_settings(cfg)->scheduler.warmup_steps, 1);
+    ZT_EQ_U64(zs_config_hash(cfg), h_sched);
+    const char *back[] = {"scheduler.type=constant", "scheduler.total_steps=0", "scheduler.warmup_steps=0"};
+    ZT_OK(zs_config_override_list(cfg, 3, back));
+    ZT_EQ_U64(zs_config_hash(cfg), h0);
+
     /* Every value form; types are replaced where needed. */
     ZT_OK(zs_config_override(cfg, "seed=4294967296")); /* no wrapping on this path either */
     ZT_EQ_U64(zs__config_settings(cfg)->seed, 4294967296ull);

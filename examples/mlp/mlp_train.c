@@ -1,0 +1,492 @@
+/*
+ * mlp_train — trains the example MLP (mlp_model.h) on its synthetic task
+ * through zeroshard, with one zeroshard unit per layer.
+ *
+ *   mpirun -np 4 build/examples/mlp/mlp_train configs/mlp_zero3.cfg [group.key=value ...]
+ *
+ * The training loop is the one of DESIGN.md section 4 and is the same for
+ * every ZeRO stage: fetch, release and grads_ready are no-ops where the stage
+ * makes them so. The global batch is split evenly over the ranks and every
+ * rank generates its share by global sample index, so a run sees the same
+ * data whatever the world size. The program exits 0 when the final loss on
+ * held-out samples is at most app.target_loss, and 1 otherwise or on any
+ * error.
+ *
+ * App keys (the `app` group of the configuration; defaults in brackets):
+ *   steps [300]          optimizer steps
+ *   global_batch [240]   samples per step over all ranks; divisible by the world size
+ *   input_dim [61]       features per sample (D)
+ *   hidden ["127,93"]    hidden layer widths, comma-separated; "" is a linear model
+ *   classes [10]         classes (C)
+ *   data_seed [2024]     chooses the samples (the labelling rule is fixed)
+ *   log_every [25]       progress line every this many steps (and at the last)
+ *   eval_samples [8192]  held-out samples for the final evaluation
+ *   target_loss [0.5]    the final held-out loss the run must reach
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mpi.h>
+
+#include "mlp_model.h"
+#include "zeroshard.h"
+
+#define MIB (1024.0 * 1024.0)
+
+typedef struct app_settings {
+    int64_t steps;
+    int64_t global_batch;
+    int64_t input_dim;
+    const char *hidden; /* points into the configuration */
+    int64_t classes;
+    int64_t data_seed;
+    int64_t log_every;
+    int64_t eval_samples;
+    double target_loss;
+} app_settings;
+
+/* One layer = one zeroshard unit holding "layerN.weight" and "layerN.bias". */
+typedef struct layer_handles {
+    zs_unit *unit;
+    zs_param *weight; /* [dims[l + 1]][dims[l]] */
+    zs_param *bias;   /* [dims[l + 1]] */
+} layer_handles;
+
+/* Reports a failed zeroshard call. Before zs_create nothing is collective;
+ * after it, every call the trainer checks with this is collective, and the
+ * runtime makes a failing collective fail on every rank, so each rank can
+ * report, destroy its context and exit without leaving another rank waiting. */
+static void report_status(zs_status status) {
+    fprintf(stderr, "mlp_train: %s: %s\n", zs_status_name(status), zs_last_error());
+}
+
+#define TRY(call)                                                                  \
+    do {                                                                           \
+        zs_status try_status_ = (call);                                            \
+        if (try_status_ != ZS_OK) {                                                \
+            report_status(try_status_);                                            \
+            goto done;                                                             \
+        }                                                                          \
+    } while (0)
+
+/* A failure that only this rank sees (a NULL from a non-collective accessor,
+ * memory for the trainer's own buffers) would leave the other ranks blocked
+ * in their next collective, so it takes the whole job down instead. */
+static void abort_job(const char *what) {
+    fprintf(stderr, "mlp_train: %s\n", what);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void *param_data_or_abort(const zs_param *p) {
+    void *data = zs_param_data(p);
+    if (data == NULL) {
+        fprintf(stderr, "mlp_train: %s: zs_param_data: %s\n", zs_param_name(p), zs_last_error());
+        abort_job("no parameter data; aborting the job");
+    }
+    return data;
+}
+
+static void *param_grad_or_abort(zs_param *p) {
+    void *grad = zs_param_grad(p);
+    if (grad == NULL) {
+        fprintf(stderr, "mlp_train: %s: zs_param_grad: %s\n", zs_param_name(p), zs_last_error());
+        abort_job("no gradient buffer; aborting the job");
+    }
+    return grad;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Parses app.hidden ("127,93") into dims[1..], with dims[0] = input_dim and
+ * the last entry = classes. Returns 0, or -1 after printing why. */
+static int parse_shape(const app_settings *app, mlp_shape *shape) {
+    int dims[MLP_MAX_LAYERS + 1];
+    int n = 0;
+    dims[n++] = (int)app->input_dim;
+    const char *s = app->hidden;
+    while (*s != '\0') {
+        char *end = NULL;
+        errno = 0;
+        long width = strtol(s, &end, 10);
+        if (end == s || errno != 0 || width < 1 || width > (1L << 20) ||
+            (*end != ',' && *end != '\0')) {
+            fprintf(stderr,
+                    "mlp_train: app.hidden = \"%s\": expected comma-separated layer widths "
+                    "between 1 and %ld, such as \"127,93\" (or \"\" for no hidden layer)\n",
+                    app->hidden, 1L << 20);
+            return -1;
+        }
+        if (n >= MLP_MAX_LAYERS) {
+            fprintf(stderr, "mlp_train: app.hidden = \"%s\": at most %d hidden layers\n",
+                    app->hidden, MLP_MAX_LAYERS - 1);
+            return -1;
+        }
+        dims[n++] = (int)width;
+        s = *end == ',' ? end + 1 : end;
+    }
+    dims[n] = (int)app->classes;
+    return mlp_shape_init(shape, n, dims);
+}
+
+static zs_status read_app_settings(zs_config *cfg, app_settings *app) {
+    zs_status st;
+    // Ranges are sanity bounds that keep sizes within int and sample indices
+    // far from wrapping; the defaults are the tuned example (see configs/).
+    if ((st = zs_config_app_int(cfg, "steps", 300, 1, INT64_C(1) << 30, &app->steps)) ||
+        (st = zs_config_app_int(cfg, "global_batch", 240, 1, INT64_C(1) << 24,
+                                &app->global_batch)) ||
+        (st = zs_config_app_int(cfg, "input_dim", 61, 1, INT64_C(1) << 20, &app->input_dim)) ||
+        (st = zs_config_app_string(cfg, "hidden", "127,93", &app->hidden)) ||
+        (st = zs_config_app_int(cfg, "classes", 10, 2, INT64_C(1) << 20, &app->classes)) ||
+        (st = zs_config_app_int(cfg, "data_seed", 2024, 0, INT64_MAX, &app->data_seed)) ||
+        (st = zs_config_app_int(cfg, "log_every", 25, 1, INT64_C(1) << 30, &app->log_every)) ||
+        (st = zs_config_app_int(cfg, "eval_samples", 8192, 1, INT64_C(1) << 30,
+                                &app->eval_samples)) ||
+        (st = zs_config_app_float(cfg, "target_loss", 0.5, 0.0, 1e6, &app->target_loss)) ||
+        (st = zs_config_app_finish(cfg))) {
+        return st;
+    }
+    return ZS_OK;
+}
+
+/* Forward through every layer on ws->acts[0], fetching one unit at a time;
+ * logits end in ws->acts[L]. Collective (stage 3 gathers each unit). */
+static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
+                             int batch, mlp_workspace *ws) {
+    zs_status st;
+    for (int l = 0; l < shape->num_layers; l++) {
+        if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
+            return st;
+        }
+        const float *W = param_data_or_abort(layers[l].weight); // [dims[l + 1]][dims[l]]
+        const float *b = param_data_or_abort(layers[l].bias);   // [dims[l + 1]]
+        mlp_layer_forward(batch, shape->dims[l], shape->dims[l + 1],
+                          mlp_layer_activation(shape, l), ws->acts[l], W, b, ws->acts[l + 1]);
+        if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
+            return st;
+        }
+    }
+    return ZS_OK;
+}
+
+/* Backward in reverse layer order from dlogits in ws->grad[0], adding into
+ * the runtime's gradient buffers and declaring each unit done as soon as its
+ * gradient is complete, so that its reduction can overlap the layers below. */
+static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
+                              int batch, mlp_workspace *ws) {
+    zs_status st;
+    const int L = shape->num_layers;
+    for (int l = L - 1; l >= 0; l--) {
+        if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
+            return st;
+        }
+        const float *W = param_data_or_abort(layers[l].weight); // [dims[l + 1]][dims[l]]
+        float *dW = param_grad_or_abort(layers[l].weight);      // [dims[l + 1]][dims[l]]
+        float *db = param_grad_or_abort(layers[l].bias);        // [dims[l + 1]]
+        // Ping-pong: layer l's output gradient is in one buffer and its input
+        // gradient goes to the other, which layer l - 1 reads next.
+        float *dy = ws->grad[(L - 1 - l) % 2];                // [batch][dims[l + 1]]
+        float *dx = l > 0 ? ws->grad[(L - l) % 2] : NULL;    // [batch][dims[l]]
+        mlp_layer_backward(batch, shape->dims[l], shape->dims[l + 1],
+                           mlp_layer_activation(shape, l), ws->acts[l], ws->acts[l + 1], W, dy,
+                           dW, db, dx);
+        if ((st = zs_grads_ready(zs, layers[l].unit)) != ZS_OK) {
+            return st;
+        }
+        if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
+            return st;
+        }
+    }
+    return ZS_OK;
+}
+
+/* Mean loss and accuracy over eval_samples held-out samples, starting right
+ * after the last training sample. Each rank evaluates a contiguous share in
+ * chunks of the local batch; every rank runs the same number of chunks (some
+ * possibly empty) because in stage 3 each fetch is a collective. */
+static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *shape,
+                          const layer_handles *layers, const mlp_dataset *ds, int local_batch,
+                          mlp_workspace *ws, double *loss_out, double *accuracy_out) {
+    const int rank = zs_rank(zs);
+    const int world = zs_world_size(zs);
+    const int64_t E = app->eval_samples;
+    const uint64_t first_heldout = (uint64_t)app->steps * (uint64_t)app->global_batch;
+    const int64_t begin = E * rank / world;
+    const int64_t end = E * (rank + 1) / world;
+    const int64_t most_per_rank = (E + world - 1) / world;
+    const int64_t chunks = (most_per_rank + local_batch - 1) / local_batch;
+    const int L = shape->num_layers;
+    double sums[2] = {0.0, 0.0}; // loss summed over samples, correct predictions
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = begin + c * local_batch;
+        int64_t n = end - lo;
+        n = n < 0 ? 0 : (n > local_batch ? local_batch : n);
+        mlp_dataset_batch(ds, first_heldout + (uint64_t)lo, (int)n, ws->acts[0], ws->labels);
+        zs_status st = forward_all(zs, shape, layers, (int)n, ws);
+        if (st != ZS_OK) {
+            return st;
+        }
+        int correct = 0;
+        double mean = mlp_softmax_xent((int)n, shape->dims[L], ws->acts[L], ws->labels, 1.0f,
+                                       NULL, &correct);
+        sums[0] += mean * (double)n;
+        sums[1] += (double)correct;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    *loss_out = sums[0] / (double)E;
+    *accuracy_out = sums[1] / (double)E;
+    return ZS_OK;
+}
+
+static void print_rank_header(int world) {
+    for (int r = 0; r < world; r++) {
+        char cell[32];
+        snprintf(cell, sizeof(cell), "rank %d", r);
+        printf(" %25s", cell);
+    }
+}
+
+/* Gathers every rank's memory and communication figures to rank 0, which
+ * prints them in rank order (one column per rank). */
+static zs_status print_reports(zs_ctx *zs) {
+    const int rank = zs_rank(zs);
+    const int world = zs_world_size(zs);
+    zs_memory_stats mem;
+    zs_comm_stats comm;
+    // Both reports are local queries: a failure here is this rank's alone.
+    zs_status st = zs_memory_report(zs, &mem);
+    if (st == ZS_OK) {
+        st = zs_comm_report(zs, &comm);
+    }
+    if (st != ZS_OK) {
+        report_status(st);
+        abort_job("could not read this rank's reports; aborting the job");
+    }
+    zs_memory_stats *all_mem = NULL;
+    zs_comm_stats *all_comm = NULL;
+    if (rank == 0) {
+        all_mem = calloc((size_t)world, sizeof(*all_mem));
+        all_comm = calloc((size_t)world, sizeof(*all_comm));
+        if (all_mem == NULL || all_comm == NULL) {
+            abort_job("out of memory for the report tables");
+        }
+    }
+    // The structs hold only fixed-width integers and every rank runs the same
+    // binary, so they travel as bytes.
+    MPI_Gather(&mem, (int)sizeof(mem), MPI_BYTE, all_mem, (int)sizeof(mem), MPI_BYTE, 0,
+               MPI_COMM_WORLD);
+    MPI_Gather(&comm, (int)sizeof(comm), MPI_BYTE, all_comm, (int)sizeof(comm), MPI_BYTE, 0,
+               MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("\nmemory per rank, MiB (current / peak):\n");
+        printf("  %-14s", "tag");
+        print_rank_header(world);
+        printf("\n");
+        for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
+            printf("  %-14s", zs_mem_tag_name((zs_mem_tag)t));
+            for (int r = 0; r < world; r++) {
+                printf(" %11.4f / %11.4f", (double)all_mem[r].current[t] / MIB,
+                       (double)all_mem[r].peak[t] / MIB);
+            }
+            printf("\n");
+        }
+        printf("  %-14s", "total");
+        for (int r = 0; r < world; r++) {
+            printf(" %11.4f / %11.4f", (double)all_mem[r].total_current / MIB,
+                   (double)all_mem[r].total_peak / MIB);
+        }
+        printf("\n  %-14s", "live units");
+        for (int r = 0; r < world; r++) {
+            printf(" %11d / %11d", all_mem[r].live_units_current, all_mem[r].live_units_peak);
+        }
+        printf("\n\ncommunication per rank, MiB sent (calls):\n");
+        printf("  %-14s", "op");
+        print_rank_header(world);
+        printf("\n");
+        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+            printf("  %-14s", zs_comm_op_name((zs_comm_op)op));
+            for (int r = 0; r < world; r++) {
+                char cell[64];
+                snprintf(cell, sizeof(cell), "%.4f (%" PRIu64 ")",
+                         (double)all_comm[r].bytes[op] / MIB, all_comm[r].calls[op]);
+                printf(" %25s", cell);
+            }
+            printf("\n");
+        }
+        fflush(stdout);
+    }
+    free(all_mem);
+    free(all_comm);
+    return ZS_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        fprintf(stderr, "usage: %s <config.cfg> [group.key=value ...]\n",
+                argc > 0 ? argv[0] : "mlp_train");
+        return argc < 2 ? 1 : 0;
+    }
+
+    // Configuration: everything here is local to the process (no MPI yet).
+    zs_config *cfg = NULL;
+    zs_status st = zs_config_load(argv[1], &cfg);
+    // All overrides are validated together, so related keys can change in any order.
+    if (st == ZS_OK && argc > 2) {
+        st = zs_config_override_list(cfg, argc - 2, (const char *const *)(argv + 2));
+    }
+    app_settings app;
+    if (st == ZS_OK) {
+        st = read_app_settings(cfg, &app);
+    }
+    if (st != ZS_OK) {
+        report_status(st);
+        zs_config_destroy(cfg);
+        return 1;
+    }
+    mlp_shape shape;
+    mlp_dataset ds;
+    if (parse_shape(&app, &shape) != 0 ||
+        mlp_dataset_init(&ds, (int)app.input_dim, (int)app.classes, (uint64_t)app.data_seed) !=
+            0) {
+        zs_config_destroy(cfg);
+        return 1;
+    }
+
+    // From here on the ranks act together.
+    int exit_code = 1;
+    zs_ctx *zs = NULL;
+    mlp_workspace ws = {0};
+    layer_handles layers[MLP_MAX_LAYERS];
+    TRY(zs_create(cfg, &zs));
+    const int rank = zs_rank(zs);
+    const int world = zs_world_size(zs);
+    if (app.global_batch % world != 0) {
+        // Every rank sees the same numbers, so every rank stops here; one
+        // copy of the message is enough.
+        if (rank == 0) {
+            fprintf(stderr,
+                    "mlp_train: app.global_batch = %" PRId64 " does not divide evenly over %d "
+                    "ranks; choose a multiple of the world size (e.g. %" PRId64 ")\n",
+                    app.global_batch, world, (app.global_batch / world + 1) * (int64_t)world);
+        }
+        goto done;
+    }
+    const int local_batch = (int)(app.global_batch / world);
+
+    const int L = shape.num_layers;
+    for (int l = 0; l < L; l++) {
+        char name[64];
+        snprintf(name, sizeof(name), "layer%d", l);
+        TRY(zs_unit_begin(zs, name, &layers[l].unit));
+        const int64_t weight_shape[2] = {shape.dims[l + 1], shape.dims[l]};
+        const int64_t bias_shape[1] = {shape.dims[l + 1]};
+        snprintf(name, sizeof(name), "layer%d.weight", l);
+        TRY(zs_param_create(zs, name, 2, weight_shape,
+                            ZS_INIT_NORMAL_STD(mlp_layer_init_std(&shape, l)), 0,
+                            &layers[l].weight));
+        snprintf(name, sizeof(name), "layer%d.bias", l);
+        TRY(zs_param_create(zs, name, 1, bias_shape, ZS_INIT_ZEROS_VALUE, ZS_PARAM_NO_DECAY,
+                            &layers[l].bias));
+        TRY(zs_unit_end(zs));
+    }
+    TRY(zs_build(zs));
+    // The model code computes in float; every rank has the same configuration,
+    // so every rank stops here together if the compute dtype is another one.
+    if (zs_param_dtype(layers[0].weight) != ZS_DTYPE_FP32) {
+        if (rank == 0) {
+            fprintf(stderr,
+                    "mlp_train: the compute dtype is %s, but this example computes in fp32\n",
+                    zs_dtype_name(zs_param_dtype(layers[0].weight)));
+        }
+        goto done;
+    }
+    if (mlp_workspace_init(&ws, &shape, local_batch) != 0) {
+        abort_job("out of memory for the activations");
+    }
+
+    if (rank == 0) {
+        printf("mlp_train: %s (hash %016" PRIx64 "), stage %d, %d ranks\n", zs_config_path(cfg),
+               zs_config_hash(cfg), zs_stage(zs), world);
+        printf("model: %d", shape.dims[0]);
+        for (int l = 1; l <= L; l++) {
+            printf(" -> %d", shape.dims[l]);
+        }
+        printf(" (%" PRId64 " parameters in %d units); batch %" PRId64 " = %d ranks x %d; "
+               "%" PRId64 " steps; target held-out loss <= %.4f (chance is ln %d = %.4f)\n",
+               mlp_param_count(&shape), zs_unit_count(zs), app.global_batch, world,
+               local_batch, app.steps, app.target_loss, shape.dims[L],
+               log((double)shape.dims[L]));
+        fflush(stdout);
+    }
+
+    double window_start = now_seconds();
+    int64_t window_steps = 0;
+    for (int64_t step = 0; step < app.steps; step++) {
+        mlp_dataset_batch(&ds, mlp_batch_first_index(step, app.global_batch, rank, world),
+                          local_batch, ws.acts[0], ws.labels);
+        TRY(forward_all(zs, &shape, layers, local_batch, &ws));
+        // The loss value stays unscaled for the log; only its gradient carries
+        // the loss scale, as if the loss had been multiplied before backward.
+        int correct = 0;
+        double loss = mlp_softmax_xent(local_batch, shape.dims[L], ws.acts[L], ws.labels,
+                                       zs_loss_scale(zs), ws.grad[0], &correct);
+        TRY(backward_all(zs, &shape, layers, local_batch, &ws));
+        zs_step_info info;
+        TRY(zs_step(zs, &info));
+        window_steps++;
+
+        if ((step + 1) % app.log_every == 0 || step == 0 || step + 1 == app.steps) {
+            // Equal local batches: the global mean loss is the mean of the
+            // ranks' means; summing loss * batch keeps that true in general.
+            double sums[2] = {loss * (double)local_batch, (double)correct};
+            MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            double elapsed = now_seconds() - window_start;
+            if (rank == 0) {
+                printf("step %6" PRId64 " | loss %.4f | acc %.3f | lr %.3e | grad norm %.4f | "
+                       "%.2f ms/step%s\n",
+                       info.step, sums[0] / (double)app.global_batch,
+                       sums[1] / (double)app.global_batch, info.lr, info.grad_norm,
+                       1e3 * elapsed / (double)window_steps, info.skipped ? " | skipped" : "");
+                fflush(stdout);
+            }
+            window_start = now_seconds();
+            window_steps = 0;
+        }
+    }
+
+    double eval_loss = 0.0, eval_accuracy = 0.0;
+    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &eval_loss, &eval_accuracy));
+    TRY(print_reports(zs));
+    const int reached = eval_loss <= app.target_loss;
+    if (rank == 0) {
+        printf("\nfinal: held-out loss %.4f, accuracy %.4f on %" PRId64 " samples; target loss "
+               "<= %.4f %s\n",
+               eval_loss, eval_accuracy, app.eval_samples, app.target_loss,
+               reached ? "reached" : "NOT reached");
+        fflush(stdout);
+    }
+    if (!reached && rank == 0) {
+        fprintf(stderr,
+                "mlp_train: the held-out loss %.4f is above app.target_loss = %.4f; train "
+                "longer (app.steps) or tune optimizer.lr\n",
+                eval_loss, app.target_loss);
+    }
+    exit_code = reached ? 0 : 1;
+
+done:
+    mlp_workspace_free(&ws);
+    zs_destroy(zs);
+    zs_config_destroy(cfg);
+    return exit_code;
+}
