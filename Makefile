@@ -7,9 +7,9 @@ NP ?= 4
 # Open MPI refuses root without these, and 4 ranks on 2 cores need oversubscription.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
-MPIRUN = mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1
+MPIRUN = mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1
 
-.PHONY: all deps configure build demo test clean
+.PHONY: all deps configure build demo test test-sanitize clean
 
 all: build
 
@@ -29,5 +29,11 @@ demo: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
 
+# The same suite built with AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	@cmake -S . -B $(BUILD_DIR)-sanitize -DZS_WERROR=ON -DZS_SANITIZE=ON
+	@cmake --build $(BUILD_DIR)-sanitize -j $(JOBS)
+	cd $(BUILD_DIR)-sanitize && ctest --output-on-failure --timeout 600
+
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-sanitize

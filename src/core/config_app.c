@@ -13,6 +13,9 @@
 #include "core/error.h"
 
 #define WHERE_CAPACITY 1024
+/* App keys are at most 255 bytes; messages name them as "app.<key>". */
+#define ZS_APP_KEY_MAX 255
+#define ZS_APP_NAME_CAPACITY (ZS_APP_KEY_MAX + 5)
 
 static char *duplicate(const char *text) {
     size_t n = strlen(text) + 1;
@@ -24,6 +27,9 @@ static char *duplicate(const char *text) {
 static zs_status check_key(const zs_config *cfg, const char *key, const char *function) {
     if (!cfg || !key)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: cfg and key must not be NULL", function);
+    if (strnlen(key, ZS_APP_KEY_MAX + 1) > ZS_APP_KEY_MAX)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: app key '%.40s...' is longer than %d bytes",
+                        function, key, ZS_APP_KEY_MAX);
     const char *segment = key;
     for (;;) {
         const char *dot = strchr(segment, '.');
@@ -130,6 +136,8 @@ zs_status zs_config_app_int(zs_config *cfg, const char *key, int64_t default_val
                             int64_t max, int64_t *out) {
     static const char fn[] = "zs_config_app_int";
     ZS_CHECK(check_key(cfg, key, fn));
+    char name[ZS_APP_NAME_CAPACITY];
+    snprintf(name, sizeof name, "app.%s", key);
     char range[128], where[WHERE_CAPACITY];
     int_range_text(min, max, range, sizeof range);
     if (!out || min > max || default_value < min || default_value > max)
@@ -142,19 +150,7 @@ zs_status zs_config_app_int(zs_config *cfg, const char *key, int64_t default_val
     int64_t value = default_value;
     if (s) {
         zs__config_where(cfg, s, where, sizeof where);
-        if (s->type == CONFIG_TYPE_INT || s->type == CONFIG_TYPE_INT64) {
-            value = config_setting_get_int64(s);
-        } else if (s->type == CONFIG_TYPE_FLOAT) {
-            char text[64];
-            zs__config_format_double(config_setting_get_float(s), text, sizeof text);
-            return zs__fail(ZS_ERR_CONFIG,
-                            "%sapp.%s = %s is a float, but app.%s takes only an integer literal "
-                            "(write it without a decimal point or exponent)",
-                            where, key, text, key);
-        } else {
-            return zs__fail(ZS_ERR_CONFIG, "%sapp.%s must be an integer, not %s", where, key,
-                            zs__config_type_noun(s->type));
-        }
+        ZS_CHECK(zs__config_read_int(where, name, s, &value));
         if (value < min || value > max)
             return zs__fail(ZS_ERR_CONFIG, "%sapp.%s = %" PRId64 " is out of range; it must be %s",
                             where, key, value, range);
@@ -168,6 +164,8 @@ zs_status zs_config_app_float(zs_config *cfg, const char *key, double default_va
                               double max, double *out) {
     static const char fn[] = "zs_config_app_float";
     ZS_CHECK(check_key(cfg, key, fn));
+    char name[ZS_APP_NAME_CAPACITY];
+    snprintf(name, sizeof name, "app.%s", key);
     char lo[64], hi[64], where[WHERE_CAPACITY];
     zs__config_format_double(min, lo, sizeof lo);
     zs__config_format_double(max, hi, sizeof hi);
@@ -180,12 +178,7 @@ zs_status zs_config_app_float(zs_config *cfg, const char *key, double default_va
     double value = default_value;
     if (s) {
         zs__config_where(cfg, s, where, sizeof where);
-        if (s->type == CONFIG_TYPE_FLOAT) value = config_setting_get_float(s);
-        else if (s->type == CONFIG_TYPE_INT) value = config_setting_get_int(s);
-        else if (s->type == CONFIG_TYPE_INT64) value = (double)config_setting_get_int64(s);
-        else
-            return zs__fail(ZS_ERR_CONFIG, "%sapp.%s must be a number, not %s", where, key,
-                            zs__config_type_noun(s->type));
+        ZS_CHECK(zs__config_read_number(where, name, s, &value));
         if (!isfinite(value) || value < min || value > max) {
             char text[64];
             zs__config_format_double(value, text, sizeof text);
@@ -201,18 +194,16 @@ zs_status zs_config_app_float(zs_config *cfg, const char *key, double default_va
 zs_status zs_config_app_bool(zs_config *cfg, const char *key, int default_value, int *out) {
     static const char fn[] = "zs_config_app_bool";
     ZS_CHECK(check_key(cfg, key, fn));
+    char name[ZS_APP_NAME_CAPACITY];
+    snprintf(name, sizeof name, "app.%s", key);
     if (!out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: out must not be NULL", fn);
     const config_setting_t *s;
     ZS_CHECK(lookup(cfg, key, &s));
     int value = default_value ? 1 : 0;
     if (s) {
-        if (s->type != CONFIG_TYPE_BOOL) {
-            char where[WHERE_CAPACITY];
-            zs__config_where(cfg, s, where, sizeof where);
-            return zs__fail(ZS_ERR_CONFIG, "%sapp.%s must be true or false, not %s", where, key,
-                            zs__config_type_noun(s->type));
-        }
-        value = config_setting_get_bool(s) ? 1 : 0;
+        char where[WHERE_CAPACITY];
+        zs__config_where(cfg, s, where, sizeof where);
+        ZS_CHECK(zs__config_read_bool(where, name, s, &value));
     }
     ZS_CHECK(remember(cfg, key, NULL, NULL));
     *out = value;
@@ -223,18 +214,16 @@ zs_status zs_config_app_string(zs_config *cfg, const char *key, const char *defa
                                const char **out) {
     static const char fn[] = "zs_config_app_string";
     ZS_CHECK(check_key(cfg, key, fn));
+    char name[ZS_APP_NAME_CAPACITY];
+    snprintf(name, sizeof name, "app.%s", key);
     if (!out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: out must not be NULL", fn);
     const config_setting_t *s;
     ZS_CHECK(lookup(cfg, key, &s));
     const char *value = default_value;
     if (s) {
-        if (s->type != CONFIG_TYPE_STRING) {
-            char where[WHERE_CAPACITY];
-            zs__config_where(cfg, s, where, sizeof where);
-            return zs__fail(ZS_ERR_CONFIG, "%sapp.%s must be a string, not %s", where, key,
-                            zs__config_type_noun(s->type));
-        }
-        value = config_setting_get_string(s);
+        char where[WHERE_CAPACITY];
+        zs__config_where(cfg, s, where, sizeof where);
+        ZS_CHECK(zs__config_read_string(where, name, s, &value));
     }
     /* A copy, so the string survives later overrides of the tree. */
     const char *kept = NULL;

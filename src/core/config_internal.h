@@ -66,4 +66,18 @@ int zs__config_valid_name(const char *text, size_t length);
 /* A short noun for a libconfig type: "an integer", "a group", ... */
 const char *zs__config_type_noun(int type);
 
+/* Typed readers shared by the runtime schema and the app keys, so both apply
+ * the same rules: integers only from integer literals (32- or 64-bit), numbers
+ * from integer or float literals ("lr = 1"), booleans only from true/false.
+ * `where` is the "file:line: " prefix and `name` the dotted key for messages.
+ * Ranges are the caller's business. */
+zs_status zs__config_read_int(const char *where, const char *name, const config_setting_t *s,
+                              int64_t *out);
+zs_status zs__config_read_number(const char *where, const char *name, const config_setting_t *s,
+                                 double *out);
+zs_status zs__config_read_bool(const char *where, const char *name, const config_setting_t *s,
+                               int *out);
+zs_status zs__config_read_string(const char *where, const char *name, const config_setting_t *s,
+                                 const char **out);
+
 #endif

@@ -118,24 +118,57 @@ static void fill_defaults(zs__settings *out) {
     }
 }
 
-static zs_status apply_int(const char *where, const zs__key *key, const config_setting_t *s,
-                           zs__settings *out) {
-    int64_t value;
-    if (s->type == CONFIG_TYPE_INT) {
-        value = config_setting_get_int(s);
-    } else if (s->type == CONFIG_TYPE_INT64) {
-        value = config_setting_get_int64(s);
-    } else if (s->type == CONFIG_TYPE_FLOAT) {
+zs_status zs__config_read_int(const char *where, const char *name, const config_setting_t *s,
+                              int64_t *out) {
+    if (s->type == CONFIG_TYPE_INT || s->type == CONFIG_TYPE_INT64) {
+        *out = config_setting_get_int64(s);
+        return ZS_OK;
+    }
+    if (s->type == CONFIG_TYPE_FLOAT) {
         char text[64];
         zs__config_format_double(config_setting_get_float(s), text, sizeof text);
         return zs__fail(ZS_ERR_CONFIG,
                         "%s%s = %s is a float, but %s takes only an integer literal (write it "
                         "without a decimal point or exponent)",
-                        where, key->path, text, key->path);
-    } else {
-        return zs__fail(ZS_ERR_CONFIG, "%s%s must be an integer, not %s", where, key->path,
-                        zs__config_type_noun(s->type));
+                        where, name, text, name);
     }
+    return zs__fail(ZS_ERR_CONFIG, "%s%s must be an integer, not %s", where, name,
+                    zs__config_type_noun(s->type));
+}
+
+zs_status zs__config_read_number(const char *where, const char *name, const config_setting_t *s,
+                                 double *out) {
+    if (s->type == CONFIG_TYPE_FLOAT) *out = config_setting_get_float(s);
+    else if (s->type == CONFIG_TYPE_INT || s->type == CONFIG_TYPE_INT64)
+        *out = (double)config_setting_get_int64(s);
+    else
+        return zs__fail(ZS_ERR_CONFIG, "%s%s must be a number, not %s", where, name,
+                        zs__config_type_noun(s->type));
+    return ZS_OK;
+}
+
+zs_status zs__config_read_bool(const char *where, const char *name, const config_setting_t *s,
+                               int *out) {
+    if (s->type != CONFIG_TYPE_BOOL)
+        return zs__fail(ZS_ERR_CONFIG, "%s%s must be true or false, not %s", where, name,
+                        zs__config_type_noun(s->type));
+    *out = config_setting_get_bool(s) ? 1 : 0;
+    return ZS_OK;
+}
+
+zs_status zs__config_read_string(const char *where, const char *name, const config_setting_t *s,
+                                 const char **out) {
+    if (s->type != CONFIG_TYPE_STRING)
+        return zs__fail(ZS_ERR_CONFIG, "%s%s must be a string, not %s", where, name,
+                        zs__config_type_noun(s->type));
+    *out = config_setting_get_string(s);
+    return ZS_OK;
+}
+
+static zs_status apply_int(const char *where, const zs__key *key, const config_setting_t *s,
+                           zs__settings *out) {
+    int64_t value = 0;
+    ZS_CHECK(zs__config_read_int(where, key->path, s, &value));
     char range[256];
     zs__config_key_range_text(key, range, sizeof range);
     if (value < key->int_min || value > key->int_max)
@@ -150,13 +183,8 @@ static zs_status apply_int(const char *where, const zs__key *key, const config_s
 
 static zs_status apply_float(const char *where, const zs__key *key, const config_setting_t *s,
                              zs__settings *out) {
-    double value;
-    if (s->type == CONFIG_TYPE_FLOAT) value = config_setting_get_float(s);
-    else if (s->type == CONFIG_TYPE_INT) value = config_setting_get_int(s);
-    else if (s->type == CONFIG_TYPE_INT64) value = (double)config_setting_get_int64(s);
-    else
-        return zs__fail(ZS_ERR_CONFIG, "%s%s must be a number, not %s", where, key->path,
-                        zs__config_type_noun(s->type));
+    double value = 0.0;
+    ZS_CHECK(zs__config_read_number(where, key->path, s, &value));
     char text[64], range[256];
     zs__config_format_double(value, text, sizeof text);
     zs__config_key_range_text(key, range, sizeof range);
@@ -176,10 +204,8 @@ static zs_status apply_setting(const validation *v, const zs__key *key, const co
     case ZS__KEY_INT: return apply_int(where, key, s, v->out);
     case ZS__KEY_FLOAT: return apply_float(where, key, s, v->out);
     case ZS__KEY_BOOL: {
-        if (s->type != CONFIG_TYPE_BOOL)
-            return zs__fail(ZS_ERR_CONFIG, "%s%s must be true or false, not %s", where, key->path,
-                            zs__config_type_noun(s->type));
-        int value = config_setting_get_bool(s) ? 1 : 0;
+        int value = 0;
+        ZS_CHECK(zs__config_read_bool(where, key->path, s, &value));
         store(v->out, key, &value, sizeof value);
         return ZS_OK;
     }
@@ -203,10 +229,8 @@ static zs_status apply_setting(const validation *v, const zs__key *key, const co
         return ZS_OK;
     }
     case ZS__KEY_STRING: {
-        if (s->type != CONFIG_TYPE_STRING)
-            return zs__fail(ZS_ERR_CONFIG, "%s%s must be a string, not %s", where, key->path,
-                            zs__config_type_noun(s->type));
-        const char *text = config_setting_get_string(s);
+        const char *text = NULL;
+        ZS_CHECK(zs__config_read_string(where, key->path, s, &text));
         size_t n = strlen(text);
         if (n >= key->size)
             return zs__fail(ZS_ERR_CONFIG, "%s%s is %zu bytes long; it must be at most %zu bytes",
