@@ -34,7 +34,8 @@ extern "C" {
     X(ZS_ERR_MISMATCH, 6, "ranks disagree")                                                  \
     X(ZS_ERR_IO, 7, "file input/output failed")                                              \
     X(ZS_ERR_UNSUPPORTED, 8, "not supported by this build or backend")                       \
-    X(ZS_ERR_INTERNAL, 9, "internal error (please report it)")
+    X(ZS_ERR_INTERNAL, 9, "internal error (please report it)")                              \
+    X(ZS_ERR_NUMERIC, 10, "training diverged: gradients keep overflowing")
 
 typedef enum zs_status {
 #define ZS_STATUS_ENUM_(name, value, message) name = value,
@@ -61,6 +62,14 @@ typedef enum zs_dtype {
 const char *zs_dtype_name(zs_dtype dtype);
 /* Bytes of one element. */
 size_t zs_dtype_size(zs_dtype dtype);
+
+/* Converts `count` host values between dtypes with round-to-nearest-even
+ * (fp32 -> fp16/bf16) or exactly (the other way), using the CPU's SIMD units
+ * where present. For training loops whose math runs in fp32 on fp16/bf16
+ * parameters. dst and src must not overlap unless they are the same buffer
+ * and dtype. Not collective. */
+zs_status zs_convert(void *dst, zs_dtype dst_dtype, const void *src, zs_dtype src_dtype,
+                     int64_t count);
 
 typedef struct zs_config zs_config; /* a validated configuration */
 typedef struct zs_ctx zs_ctx;       /* one training run on one communicator */

@@ -7,7 +7,8 @@
  *
  * Semantics follow PyTorch's torch.optim (SGD, Adam, AdamW) for the same
  * hyperparameters:
- *   g   = grad / grad_div                      (average over ranks)
+ *   g   = (grad / grad_div) * clip             (average over ranks, micro-steps and the
+ *                                                loss scale; then global-norm clipping)
  *   SGD:   g += wd * p; buf = mu * buf + g; g = nesterov ? g + mu * buf : buf; p -= lr * g
  *   Adam:  g += wd * p                          (L2 penalty through the gradient)
  *   AdamW: p -= lr * wd * p                     (decoupled decay, before the update)
@@ -30,7 +31,12 @@ typedef enum zs_k_optim_kind {
 
 /* Per-step scalars, shared by every element of a step. */
 typedef struct zs_k_optim_scalars {
-    float grad_div;       /* the summed gradient is divided by this (world size) */
+    float grad_div;       /* the summed gradient is divided by this: world size x
+                             accumulation steps x loss scale. A division, not a
+                             multiplication by the inverse: it is exact whenever
+                             the sum is an exact multiple, which keeps results
+                             bit-identical across world sizes on such data. */
+    float clip;           /* global-norm clipping factor, 1 when not clipping */
     float lr;
     float weight_decay;   /* 0 for parameters flagged ZS_PARAM_NO_DECAY */
     float beta1, beta2, eps;
@@ -46,9 +52,10 @@ typedef struct zs_k_optim_scalars {
  * per-step values are as exact as float allows. */
 static inline zs_k_optim_scalars zs_k_optim_scalars_for_step(
     zs_k_optim_kind kind, double lr, double beta1, double beta2, double eps,
-    double weight_decay, double momentum, int nesterov, int64_t t, double grad_div) {
+    double weight_decay, double momentum, int nesterov, int64_t t, double grad_div, double clip) {
     zs_k_optim_scalars s;
     s.grad_div = (float)grad_div;
+    s.clip = (float)clip;
     s.lr = (float)lr;
     s.weight_decay = (float)weight_decay;
     s.beta1 = (float)beta1;
@@ -70,7 +77,7 @@ static inline zs_k_optim_scalars zs_k_optim_scalars_for_step(
  * master value; g the summed (not yet averaged) gradient. */
 ZS_HD void zs_k_adam_element(float *p, float *m, float *v, float g_sum,
                              const zs_k_optim_scalars *s, int decoupled) {
-    float g = g_sum / s->grad_div;
+    float g = (g_sum / s->grad_div) * s->clip;
     float x = *p;
     if (decoupled)
         x = x * s->decay_factor;
@@ -86,7 +93,7 @@ ZS_HD void zs_k_adam_element(float *p, float *m, float *v, float g_sum,
 
 /* One SGD element; buf is NULL when momentum is 0 (no state is kept). */
 ZS_HD void zs_k_sgd_element(float *p, float *buf, float g_sum, const zs_k_optim_scalars *s) {
-    float g = g_sum / s->grad_div;
+    float g = (g_sum / s->grad_div) * s->clip;
     float x = *p;
     g = g + s->weight_decay * x;
     if (buf) {

@@ -30,15 +30,18 @@ typedef struct zs__buf {
     zs_mem_tag tag;
 } zs__buf;
 
-/* One optimizer update over `count` consecutive elements of one parameter.
- * In this version parameters, gradients and state are fp32 and the parameter
- * is its own master copy; the dtypes are carried so that mixed precision can
- * add cases without changing callers. */
+/* One fused optimizer pass over `count` consecutive elements of one
+ * parameter: read the summed gradient (any dtype), unscale and clip it
+ * (scalars.grad_div, scalars.clip), update the fp32 master and the fp32
+ * state, and write the new value in the compute dtype.
+ * In fp32 training the parameter is its own master: master points at the
+ * parameter and param is NULL. */
 typedef struct zs__update_args {
     zs_k_optim_kind kind;
-    void *param;            /* [count] param_dtype, updated in place */
-    zs_dtype param_dtype;
-    const void *grad;       /* [count] grad_dtype, summed over ranks */
+    float *master;          /* [count] fp32 master weights, updated in place */
+    void *param;            /* [count] param_dtype copy written from the new master, or NULL */
+    zs_dtype param_dtype;   /* fp16 or bf16 when param != NULL */
+    const void *grad;       /* [count] grad_dtype, summed over ranks and micro-steps */
     zs_dtype grad_dtype;
     float *m;               /* [count] first moment / SGD momentum; NULL if none */
     float *v;               /* [count] second moment; NULL for SGD */
@@ -56,8 +59,16 @@ typedef struct zs__backend_ops {
     /* dst[j] = init value of element first + j, for j < count. */
     zs_status (*init_fill)(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
                            int64_t count, zs_k_init_kind kind, double a, double b, uint64_t key);
-    /* Sum of squares of x[0..count) in double, in a fixed order that does not
-     * depend on the number of threads (reproducible norms). */
+    /* dst[i] = src[i] converted (round to nearest even); any pair of dtypes. */
+    zs_status (*convert)(zs__backend *be, void *dst, zs_dtype dst_dtype, const void *src,
+                         zs_dtype src_dtype, int64_t count);
+    /* dst[i] += src[i], in fp32 arithmetic, rounded once to dst_dtype. */
+    zs_status (*accumulate)(zs__backend *be, void *dst, zs_dtype dst_dtype, const void *src,
+                            zs_dtype src_dtype, int64_t count);
+    /* Sum of squares of x[0..count) (any dtype) in double, in a fixed order
+     * that does not depend on the number of threads (reproducible norms).
+     * Any non-finite element makes the result non-finite: this is also the
+     * overflow check of mixed precision. */
     zs_status (*sum_squares)(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                              double *out);
     zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);

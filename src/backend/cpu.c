@@ -108,7 +108,7 @@ static void sgd_loop(float *restrict p, float *restrict buf, const float *restri
 
 static zs_status cpu_optimizer_update(zs__backend *be, const zs__update_args *args) {
     (void)be;
-    if (args->param_dtype != ZS_DTYPE_FP32 || args->grad_dtype != ZS_DTYPE_FP32)
+    if (args->param || args->grad_dtype != ZS_DTYPE_FP32)
         return zs__fail(ZS_ERR_UNSUPPORTED,
                         "cpu backend: optimizer updates of %s parameters with %s gradients "
                         "are not supported in this version",
@@ -116,11 +116,11 @@ static zs_status cpu_optimizer_update(zs__backend *be, const zs__update_args *ar
     switch (args->kind) {
     case ZS_K_OPTIM_ADAM:
     case ZS_K_OPTIM_ADAMW:
-        adam_loop(args->param, args->m, args->v, args->grad, args->count, &args->scalars,
+        adam_loop(args->master, args->m, args->v, args->grad, args->count, &args->scalars,
                   args->kind == ZS_K_OPTIM_ADAMW);
         return ZS_OK;
     case ZS_K_OPTIM_SGD:
-        sgd_loop(args->param, args->m, args->grad, args->count, &args->scalars);
+        sgd_loop(args->master, args->m, args->grad, args->count, &args->scalars);
         return ZS_OK;
     }
     return zs__fail(ZS_ERR_INTERNAL, "cpu backend: unknown optimizer kind %d", (int)args->kind);

@@ -56,6 +56,22 @@ typedef struct zs__settings {
     } scheduler;
 
     struct {
+        zs_dtype dtype;                  /* precision.dtype = "fp32" | "fp16" | "bf16"; default "fp32" */
+        zs__reduce_dtype reduce_dtype;   /* precision.reduce_dtype = "compute" | "fp32"; default "compute" */
+        zs__accumulate_dtype accumulate_dtype; /* precision.accumulate_dtype = "fp32" | "compute"; default "fp32" */
+        double loss_scale;               /* precision.loss_scale; 0 = dynamic (fp16), >0 static; [0, 2^64]; default 0.
+                                            bf16 and fp32 use 1 unless a static scale is given */
+        int initial_scale_power;         /* precision.initial_scale_power; 0..64; default 16 */
+        int64_t loss_scale_window;       /* precision.loss_scale_window; 1..2^31; default 1000 */
+        int hysteresis;                  /* precision.hysteresis; 1..1000; default 2 */
+        int consecutive_hysteresis;      /* precision.consecutive_hysteresis; bool; default false */
+        double min_loss_scale;           /* precision.min_loss_scale; (0, 2^64]; default 1; <= 2^initial_scale_power */
+        zs__min_scale_policy on_min_scale; /* precision.on_min_scale = "abort" | "continue"; default "abort" */
+        int64_t max_consecutive_skips;   /* precision.max_consecutive_skips; 1..1000000; default 100 */
+        int check_overflow;              /* precision.check_overflow; bool; default true; must be true for fp16 */
+    } precision;
+
+    struct {
         zs__comm_impl reduce_scatter; /* comm.reduce_scatter = "ring" | "mpi"; default "ring" */
         zs__comm_impl all_gather;     /* comm.all_gather = "ring" | "mpi"; default "ring" */
         int64_t segment_bytes;        /* comm.segment_bytes; 4096..1 GiB; default 4 MiB */

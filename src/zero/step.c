@@ -61,10 +61,10 @@ static zs_status update_parameters(zs_ctx *zs, double lr) {
     zs_k_optim_scalars with_decay = zs_k_optim_scalars_for_step(
         kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps,
         s->optimizer.weight_decay, s->optimizer.momentum, s->optimizer.nesterov, t,
-        (double)zs->world_size);
+        (double)zs->world_size, 1.0);
     zs_k_optim_scalars no_decay = zs_k_optim_scalars_for_step(
         kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps, 0.0,
-        s->optimizer.momentum, s->optimizer.nesterov, t, (double)zs->world_size);
+        s->optimizer.momentum, s->optimizer.nesterov, t, (double)zs->world_size, 1.0);
 
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
@@ -83,8 +83,9 @@ static zs_status update_parameters(zs_ctx *zs, double lr) {
         int64_t state_index = stage == 0 ? full_index : shard_index;
         zs__update_args args = {
             .kind = kind,
-            .param = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
-                               : zs__buf_at(&zs->params_shard, shard_index),
+            .master = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
+                                : zs__buf_at(&zs->params_shard, shard_index),
+            .param = NULL,
             .param_dtype = zs->compute_dtype,
             .grad = stage < 2 ? zs__buf_at(&zs->grads_full, full_index)
                               : zs__buf_at(&zs->grads_shard, shard_index),

@@ -32,7 +32,7 @@ static void test_optimizer_elements(void) {
     for (int kind = 0; kind < 3; kind++) {
         for (int t = 1; t <= 5; t++) {
             zs_k_optim_scalars s = zs_k_optim_scalars_for_step((zs_k_optim_kind)kind, lr, b1, b2,
-                                                               eps, wd, mu, kind == 0, t, 3.0);
+                                                               eps, wd, mu, kind == 0, t, 3.0, 1.0);
             for (int i = 0; i < 200; i++) {
                 float p = (float)rnd(&seed), m = (float)(0.1 * rnd(&seed));
                 float v = (float)fabs(0.01 * rnd(&seed)), gsum = (float)(3.0 * rnd(&seed));
@@ -62,7 +62,7 @@ static void test_optimizer_elements(void) {
         }
     }
     /* SGD without momentum keeps no state. */
-    zs_k_optim_scalars s = zs_k_optim_scalars_for_step(ZS_K_OPTIM_SGD, 0.5, 0, 0, 0, 0, 0, 0, 1, 2.0);
+    zs_k_optim_scalars s = zs_k_optim_scalars_for_step(ZS_K_OPTIM_SGD, 0.5, 0, 0, 0, 0, 0, 0, 1, 2.0, 1.0);
     float p = 1.0f;
     zs_k_sgd_element(&p, NULL, 4.0f, &s);
     ZT_CHECK_MSG(p == 0.0f, "plain sgd: 1 - 0.5 * (4 / 2) = 0, got %g", p);
@@ -87,11 +87,11 @@ static void test_cpu_loops(void) {
             v[i] = rv[i] = (float)fabs(0.01 * rnd(&seed));
             g[i] = (float)rnd(&seed);
         }
-        zs__update_args args = {.kind = (zs_k_optim_kind)kind, .param = p, .param_dtype = ZS_DTYPE_FP32,
+        zs__update_args args = {.kind = (zs_k_optim_kind)kind, .master = p, .param_dtype = ZS_DTYPE_FP32,
                                 .grad = g, .grad_dtype = ZS_DTYPE_FP32, .m = m,
                                 .v = kind == ZS_K_OPTIM_SGD ? NULL : v, .count = n,
                                 .scalars = zs_k_optim_scalars_for_step((zs_k_optim_kind)kind, 1e-3,
-                                    0.9, 0.95, 1e-8, 0.1, 0.9, 0, 7, 2.0)};
+                                    0.9, 0.95, 1e-8, 0.1, 0.9, 0, 7, 2.0, 1.0)};
         omp_set_num_threads(2);
         ZT_OK(be->ops->optimizer_update(be, &args));
         for (int64_t i = 0; i < n; i++) {
