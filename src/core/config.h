@@ -27,9 +27,31 @@ typedef enum zs__schedule_kind {
  * MPI library's own collective (MPI_Reduce_scatter_block, MPI_Allgather). */
 typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__comm_impl;
 
+/* What happens when the dynamic loss scale would go below min_loss_scale. */
+typedef enum zs__min_scale_policy {
+    ZS_MIN_SCALE_ABORT = 0,     /* zs_step fails with ZS_ERR_NUMERIC, naming the step */
+    ZS_MIN_SCALE_CONTINUE = 1   /* stay at the minimum and skip the step (bounded by max_consecutive_skips) */
+} zs__min_scale_policy;
+
+/* precision.reduce_dtype: what collectives carry. */
+typedef enum zs__reduce_dtype {
+    ZS_REDUCE_DTYPE_COMPUTE = 0, /* the compute dtype (half the bytes of fp32 in fp16/bf16) */
+    ZS_REDUCE_DTYPE_FP32 = 1
+} zs__reduce_dtype;
+
+/* precision.accumulate_dtype: the stage-2/3 gradient shard when
+ * gradient_accumulation_steps > 1 (with one micro-step there is nothing to
+ * accumulate and the shard holds the compute dtype). */
+typedef enum zs__accumulate_dtype {
+    ZS_ACCUMULATE_DTYPE_FP32 = 0,
+    ZS_ACCUMULATE_DTYPE_COMPUTE = 1
+} zs__accumulate_dtype;
+
 typedef struct zs__settings {
     zs__backend_kind backend;      /* backend = "cpu" | "cuda"; default "cpu" */
     uint64_t seed;                 /* seed; 0..2^63-1; default 42; parameter initialization */
+    int64_t gradient_accumulation_steps; /* micro-steps per optimizer step; 1..65536; default 1 */
+    double gradient_clipping;      /* max global L2 norm; 0 = off; [0, 1e6]; default 0 */
 
     struct {
         int stage;                 /* zero.stage; 0..3; default 0 */
