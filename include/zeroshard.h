@@ -192,27 +192,51 @@ void *zs_param_data(const zs_param *p);
  * zs_last_error set) if the unit is not fetched or none is free. */
 void *zs_param_grad(zs_param *p);
 
-/* Declares the unit's gradient complete for this micro-step; the runtime
- * reduces it (reduce-scatter in stages 1-3, all-reduce in stage 0) and in
- * stages 2-3 frees the transient buffer. Collective. Every unit must be
- * declared once per step before zs_step. */
+/* Declares the unit's gradient complete for this micro-step. Stages 2-3
+ * reduce-scatter it now (into the shard, accumulating across micro-steps) and
+ * free the transient buffer; stages 0-1 keep accumulating in the full buffer
+ * and reduce it at the accumulation boundary (all-reduce in stage 0,
+ * reduce-scatter in stage 1). Collective. Every unit must be declared once
+ * per micro-step before zs_step. */
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit);
 
-/* Multiply the loss by this before backward (1 unless a loss scaler runs). */
+/* Multiply the loss by this before backward (the dynamic or static loss
+ * scale in fp16; 1 in fp32 and, unless configured, bf16). Gradients written
+ * into zs_param_grad are therefore scaled; zs_step unscales them. */
 float zs_loss_scale(const zs_ctx *zs);
 
+/* With gradient_accumulation_steps = k, an optimizer step happens on every
+ * k-th call of zs_step; the calls between only end a micro-step. This says
+ * whether the micro-step in progress is the last of its window (the loop can
+ * use it to decide when to log or evaluate). Always 1 when k = 1. */
+int zs_is_accumulation_boundary(const zs_ctx *zs);
+
 typedef struct zs_step_info {
-    int64_t step;          /* optimizer steps completed, including this one */
-    double lr;             /* learning rate used by this step */
-    double grad_norm;      /* global L2 norm of the rank-averaged gradient */
-    int skipped;           /* 1 if the update was skipped (no change to any state) */
+    int64_t step;          /* optimizer steps applied so far (skipped ones not counted) */
+    int boundary;          /* 1 if this call ended an accumulation window, 0 for an inner micro-step */
+    double lr;             /* learning rate of this step */
+    double grad_norm;      /* global L2 norm of the unscaled, averaged gradient before
+                              clipping; non-finite when the step overflowed */
+    double clip_coef;      /* factor applied by gradient_clipping (1 when not clipped) */
+    int skipped;           /* 1 if the update was skipped: no parameter, master weight,
+                              moment or step counter changed */
     int64_t skipped_total; /* skipped steps since the start */
-    double loss_scale;     /* the loss scale in force during this step */
+    double loss_scale;     /* the loss scale the gradients of this step were made with */
+    double next_loss_scale;/* the scale for the next step (changed by an overflow or growth) */
+    int overflow_rank;     /* lowest rank whose owned slice of the reduced gradient held a
+                              non-finite value, or -1. Reductions sum in place, so this is
+                              where the value was found, not which rank produced it. */
+    int overflow_unit;     /* index of the first such unit on that rank (zs_unit_at), or -1 */
 } zs_step_info;
 
-/* Averages gradients over ranks, updates this rank's shard with the configured
+/* Ends a micro-step. At an accumulation boundary: averages gradients over
+ * ranks and micro-steps, unscales them, agrees across ranks whether any is
+ * non-finite (then every rank skips the update and the loss scale adapts),
+ * clips to gradient_clipping, updates this rank's shard with the configured
  * optimizer and schedule, and gathers parameters where the stage keeps them
- * full. Collective. info may be NULL. */
+ * full. Collective. info may be NULL. Returns ZS_ERR_NUMERIC when the loss
+ * scale cannot go lower under precision.on_min_scale = "abort", or after
+ * precision.max_consecutive_skips skipped steps in a row. */
 zs_status zs_step(zs_ctx *zs, zs_step_info *info);
 
 /* ------------------------------------------------------------- accounting */
@@ -226,7 +250,8 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info);
     X(ZS_MEM_OPTIM, "optim", "optimizer state (moments, momentum)")                  \
     X(ZS_MEM_LIVE_PARAMS, "live_params", "stage-3 gathered units (max_live_units of them)") \
     X(ZS_MEM_LIVE_GRADS, "live_grads", "stage-2/3 transient full gradients of units")       \
-    X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes)")
+    X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction)") \
+    X(ZS_MEM_SCRATCH, "scratch", "transient working buffers (initialization), freed after use")
 
 typedef enum zs_mem_tag {
 #define ZS_MEM_TAG_ENUM_(name, text, description) name,

@@ -4,6 +4,7 @@
  *
  *   mpirun -np N bench_comm [--min-bytes B] [--max-bytes B] [--factor F]
  *                           [--iters I] [--warmup W] [--segment-bytes S]
+ *                           [--dtype fp32|fp16|bf16]
  *
  * bytes is the whole buffer (size chunks); time is the median over
  * iterations of the slowest rank's time; algbw = bytes / time and
@@ -11,7 +12,17 @@
  * The implementations alternate iteration by iteration. A third row, "raw",
  * calls MPI_Reduce_scatter_block / MPI_Allgather once on the whole buffer,
  * in place, without zeroshard: the MPI collective used the plain way, to show
- * what the segmenting and packing of the "mpi" implementation cost. */
+ * what the segmenting and packing of the "mpi" implementation cost.
+ *
+ * --dtype picks the element type (default fp32). fp16 and bf16 move half the
+ * bytes, and their reduce-scatter adds in fp32 with one rounding per add
+ * (src/comm/reduce.c); the raw row then uses a user MPI_Op on MPI_UINT16_T
+ * around the same add, as the "mpi" implementation does.
+ *
+ * The buffer holds normal numbers in [0.5, 1) with varied mantissas, copied
+ * in again before every call (outside the timing) because sums grow towards
+ * fp16's overflow: normal numbers take the conversions' common path, as
+ * gradients do, where zeros would take a shortcut. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -20,17 +31,28 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/reduce.h"
+#include "kernels/convert.h"
 
 typedef struct options {
     size_t min_bytes, max_bytes;
     int factor, iters, warmup;
     int64_t segment_bytes;
+    zs_dtype dtype;
 } options;
 
 static int parse(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *key = argv[i];
         if (i + 1 >= argc) return 0;
+        if (strcmp(key, "--dtype") == 0) {
+            const char *name = argv[++i];
+            if (strcmp(name, "fp32") == 0) o->dtype = ZS_DTYPE_FP32;
+            else if (strcmp(name, "fp16") == 0) o->dtype = ZS_DTYPE_FP16;
+            else if (strcmp(name, "bf16") == 0) o->dtype = ZS_DTYPE_BF16;
+            else return 0;
+            continue;
+        }
         char *end = NULL;
         long long value = strtoll(argv[++i], &end, 10);
         if (!end || *end || value <= 0) return 0;
@@ -50,32 +72,55 @@ static int compare_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* What the raw row needs to reduce a dtype with MPI's own collective. */
+typedef struct raw_type {
+    MPI_Datatype type;
+    MPI_Op sum;
+} raw_type;
+
+static void raw_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    zs__comm_sum_into(inout, in, (size_t)*len, ZS_DTYPE_FP16);
+}
+
+static void raw_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    zs__comm_sum_into(inout, in, (size_t)*len, ZS_DTYPE_BF16);
+}
+
 /* The whole buffer in one MPI call (its count must fit in an int). */
-static zs_status raw_call(zs_comm_op op, float *buf, size_t count) {
+static zs_status raw_call(zs_comm_op op, unsigned char *buf, size_t count, size_t esize,
+                          const raw_type *raw) {
     int size = 1, rank = 0, rc;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (op == ZS_COMM_REDUCE_SCATTER) {
         /* In place, the result lands in the first chunk; move it to ours. */
-        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM,
+        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, raw->type, raw->sum,
                                       MPI_COMM_WORLD);
-        if (rank > 0) memmove(buf + (size_t)rank * count, buf, count * sizeof(float));
+        if (rank > 0) memmove(buf + (size_t)rank * count * esize, buf, count * esize);
     } else {
-        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, MPI_FLOAT,
+        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, raw->type,
                            MPI_COMM_WORLD);
     }
     return rc == MPI_SUCCESS ? ZS_OK : ZS_ERR_COMM;
 }
 
-/* One timed call (comm NULL: raw MPI): the slowest rank's seconds, known on
- * every rank. */
-static double timed(zs__comm *comm, zs_comm_op op, float *buf, size_t count) {
+/* One timed call (comm NULL: raw MPI) on a fresh copy of `pristine`: the
+ * slowest rank's seconds, known on every rank. */
+static double timed(zs__comm *comm, zs_comm_op op, unsigned char *buf,
+                    const unsigned char *pristine, size_t count, zs_dtype dtype,
+                    const raw_type *raw) {
+    const size_t esize = zs_dtype_size(dtype);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    memcpy(buf, pristine, count * esize * (size_t)size);
     MPI_Barrier(MPI_COMM_WORLD);
     double start = MPI_Wtime();
-    zs_status status = !comm ? raw_call(op, buf, count)
+    zs_status status = !comm ? raw_call(op, buf, count, esize, raw)
                        : op == ZS_COMM_REDUCE_SCATTER
-                           ? zs__comm_reduce_scatter(comm, buf, count, ZS_DTYPE_FP32, "bench")
-                           : zs__comm_all_gather(comm, buf, count, ZS_DTYPE_FP32, "bench");
+                           ? zs__comm_reduce_scatter(comm, buf, count, dtype, "bench")
+                           : zs__comm_all_gather(comm, buf, count, dtype, "bench");
     double seconds = MPI_Wtime() - start;
     if (status != ZS_OK) {
         fprintf(stderr, "bench_comm: %s\n", zs_last_error());
@@ -94,11 +139,12 @@ int main(int argc, char **argv) {
 
     /* 1 MiB to 256 MiB in powers of 2, 9 timed iterations: about 20 s at 4
      * ranks on 2 cores. The segment default is the config's (4 MiB). */
-    options o = {1u << 20, 256u << 20, 2, 9, 2, 4 << 20};
+    options o = {1u << 20, 256u << 20, 2, 9, 2, 4 << 20, ZS_DTYPE_FP32};
     if (!parse(argc, argv, &o)) {
         if (rank == 0)
             fprintf(stderr, "usage: bench_comm [--min-bytes B] [--max-bytes B] [--factor F] "
-                            "[--iters I] [--warmup W] [--segment-bytes S]\n");
+                            "[--iters I] [--warmup W] [--segment-bytes S] "
+                            "[--dtype fp32|fp16|bf16]\n");
         MPI_Finalize();
         return 2;
     }
@@ -120,25 +166,42 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* Zeros stay zeros under repeated sums, so no iteration meets infinities
-     * or denormals; touching the pages here keeps page faults out of timing. */
-    float *buf = malloc(o.max_bytes);
+    const size_t esize = zs_dtype_size(o.dtype);
+    raw_type raw = {MPI_FLOAT, MPI_SUM};
+    if (o.dtype != ZS_DTYPE_FP32) {
+        raw.type = MPI_UINT16_T;
+        MPI_Op_create(o.dtype == ZS_DTYPE_FP16 ? raw_sum_fp16 : raw_sum_bf16, 1, &raw.sum);
+    }
+
+    /* Every call starts from `pristine` (see the header); touching both
+     * buffers here keeps page faults out of the timing. */
+    unsigned char *buf = malloc(o.max_bytes), *pristine = malloc(o.max_bytes);
     double *samples = malloc(sizeof(double) * (size_t)o.iters * IMPLS);
-    if (o.max_bytes / sizeof(float) > INT_MAX) {
+    if (o.max_bytes / esize > INT_MAX) {
         fprintf(stderr, "bench_comm: --max-bytes must stay below %zu for the raw rows\n",
-                (size_t)INT_MAX * sizeof(float));
+                (size_t)INT_MAX * esize);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (!buf || !samples) {
-        fprintf(stderr, "bench_comm: cannot allocate %zu bytes\n", o.max_bytes);
+    if (!buf || !pristine || !samples) {
+        fprintf(stderr, "bench_comm: cannot allocate 2 x %zu bytes\n", o.max_bytes);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    memset(buf, 0, o.max_bytes);
+    for (size_t i = 0; i < o.max_bytes / esize; i++) {
+        /* In [0.5, 1) with 10 varied mantissa bits: exact in every dtype but
+         * bf16, which rounds them once here. */
+        float v = 0.5f + (float)((i * 7919u + (size_t)rank * 104729u) % 1024u) / 2048.0f;
+        if (o.dtype == ZS_DTYPE_FP32) memcpy(pristine + i * esize, &v, sizeof v);
+        else {
+            uint16_t h = o.dtype == ZS_DTYPE_FP16 ? zs_k_fp32_to_fp16(v) : zs_k_fp32_to_bf16(v);
+            memcpy(pristine + i * esize, &h, sizeof h);
+        }
+    }
+    memcpy(buf, pristine, o.max_bytes);
 
     if (rank == 0) {
-        printf("# bench_comm: %d ranks, segment_bytes %lld, %d iterations after %d warm-up, "
+        printf("# bench_comm: %d ranks, %s, segment_bytes %lld, %d iterations after %d warm-up, "
                "time = median of max over ranks\n",
-               size, (long long)o.segment_bytes, o.iters, o.warmup);
+               size, zs_dtype_name(o.dtype), (long long)o.segment_bytes, o.iters, o.warmup);
         printf("%-15s %-5s %12s %12s %10s %10s %9s %9s\n", "op", "impl", "bytes", "time_us",
                "algbw_GBs", "busbw_GBs", "ring/mpi", "ring/raw");
     }
@@ -146,14 +209,16 @@ int main(int argc, char **argv) {
     double started = MPI_Wtime();
     for (int p = 0; p < 2; p++) {
         for (size_t target = o.min_bytes; target <= o.max_bytes; target *= (size_t)o.factor) {
-            size_t count = target / (sizeof(float) * (size_t)size);
+            size_t count = target / (esize * (size_t)size);
             if (count == 0) continue;
-            size_t bytes = count * sizeof(float) * (size_t)size;
+            size_t bytes = count * esize * (size_t)size;
             for (int w = 0; w < o.warmup; w++)
-                for (int k = 0; k < IMPLS; k++) timed(comms[k], ops[p], buf, count);
+                for (int k = 0; k < IMPLS; k++)
+                    timed(comms[k], ops[p], buf, pristine, count, o.dtype, &raw);
             for (int it = 0; it < o.iters; it++)
                 for (int k = 0; k < IMPLS; k++)
-                    samples[k * o.iters + it] = timed(comms[k], ops[p], buf, count);
+                    samples[k * o.iters + it] =
+                        timed(comms[k], ops[p], buf, pristine, count, o.dtype, &raw);
             double median[IMPLS], busbw[IMPLS], algbw[IMPLS];
             for (int k = 0; k < IMPLS; k++) {
                 qsort(samples + k * o.iters, (size_t)o.iters, sizeof(double), compare_double);
@@ -174,6 +239,8 @@ int main(int argc, char **argv) {
 
     free(samples);
     free(buf);
+    free(pristine);
+    if (raw.sum != MPI_SUM) MPI_Op_free(&raw.sum);
     for (int k = 0; k < 2; k++) zs__comm_destroy(comms[k]);
     MPI_Finalize();
     return 0;

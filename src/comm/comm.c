@@ -75,21 +75,17 @@ static void account(zs__comm *comm, zs_comm_op op, uint64_t bytes) {
 }
 
 /* Checks what every chunked collective needs: a buffer of size*count elements
- * whose byte size fits in size_t, and a dtype the op supports. The check runs
- * before the call is numbered, and gives the same answer on every rank when
- * every rank made the same call, so a rejected call never leaves ranks out of
- * step. */
+ * whose byte size fits in size_t, and a known dtype. Sums accept all three
+ * (fp16 and bf16 add in fp32 and round once per add, reduce.h). The check
+ * runs before the call is numbered, and gives the same answer on every rank
+ * when every rank made the same call, so a rejected call never leaves ranks
+ * out of step. */
 static zs_status check_chunked(const zs__comm *comm, const char *op, const void *buf,
-                               size_t count, zs_dtype dtype, int sums, const char *label) {
+                               size_t count, zs_dtype dtype, const char *label) {
     size_t esize = zs_dtype_size(dtype);
     if (esize == 0)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s of '%s': unknown dtype %d", op,
                         label ? label : "", (int)dtype);
-    if (sums && dtype != ZS_DTYPE_FP32)
-        return zs__fail(ZS_ERR_UNSUPPORTED,
-                        "%s of '%s': sum reductions of %s are not supported yet (only fp32); "
-                        "reduce an fp32 copy of the data until mixed-precision collectives land",
-                        op, label ? label : "", zs_dtype_name(dtype));
     size_t total;
     if (!zs__mul_size(count, (size_t)comm->size, &total) || !zs__mul_size(total, esize, &total))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
@@ -114,7 +110,7 @@ static uint64_t ring_bytes(const zs__comm *comm, size_t count, zs_dtype dtype) {
 
 zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                   const char *label) {
-    ZS_CHECK(check_chunked(comm, "reduce_scatter", buf, count, dtype, 1, label));
+    ZS_CHECK(check_chunked(comm, "reduce_scatter", buf, count, dtype, label));
     char what[128];
     describe_chunked(what, sizeof what, comm, count, dtype, comm->reduce_scatter_impl);
     zs__comm_call call = begin_call(comm, "reduce_scatter", label, what);
@@ -127,7 +123,7 @@ zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dt
 
 zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                               const char *label) {
-    ZS_CHECK(check_chunked(comm, "all_gather", buf, count, dtype, 0, label));
+    ZS_CHECK(check_chunked(comm, "all_gather", buf, count, dtype, label));
     char what[128];
     describe_chunked(what, sizeof what, comm, count, dtype, comm->all_gather_impl);
     zs__comm_call call = begin_call(comm, "all_gather", label, what);
@@ -139,7 +135,7 @@ zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype 
 
 zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                               const char *label) {
-    ZS_CHECK(check_chunked(comm, "all_reduce", buf, count, dtype, 1, label));
+    ZS_CHECK(check_chunked(comm, "all_reduce", buf, count, dtype, label));
     char what[160];
     snprintf(what, sizeof what, "%d chunks of %zu %s elements (%s reduce-scatter, %s all-gather)",
              comm->size, count, zs_dtype_name(dtype), impl_name(comm->reduce_scatter_impl),

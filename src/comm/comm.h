@@ -42,7 +42,11 @@ int zs__comm_size(const zs__comm *comm);
  * size*count elements; on return chunk `rank` holds the sum over ranks. The
  * other chunks are clobbered. For a fixed communicator size, count and
  * implementation the summation order of every element is fixed (bitwise
- * reproducible). Sent bytes counted: (size-1) * count * dtype size. */
+ * reproducible). dtype is fp32, fp16 or bf16: fp16 and bf16 are added in
+ * fp32 and rounded back once per add (round to nearest even), so each hop of
+ * the ring rounds once; a sum beyond the dtype's range is an infinity (fp16:
+ * above 65504 after rounding), never a saturated value, and NaNs propagate.
+ * Sent bytes counted: (size-1) * count * dtype size. */
 zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                   const char *label);
 

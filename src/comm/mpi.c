@@ -9,7 +9,14 @@
  * size. The ring adds chunk c's contributions in the order c+1, c+2, ..., c;
  * MPI_Reduce_scatter_block's order is the library's, which is fixed for a
  * given communicator size and message size, but generally differs from the
- * ring's, so the two implementations may differ in the last bits. */
+ * ring's, so the two implementations may differ in the last bits.
+ *
+ * Half precision (fp16, bf16): every add, the ring's and MPI's, is
+ * zs__comm_sum_into (reduce.h): widen to fp32, add, round once to the dtype.
+ * So an element is rounded once per hop, in the order above, and the result
+ * is as repeatable as in fp32. MPI has no half-precision types or sums, so
+ * the MPI implementation reduces 2-byte integers (MPI_UINT16_T) with a
+ * user-defined, commutative MPI_Op per dtype that calls the same function. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +24,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/reduce.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -28,6 +36,8 @@ typedef struct mpi_state {
     MPI_Comm comm;            /* our duplicate, with MPI_ERRORS_RETURN */
     unsigned char *staging;   /* comm.segment_bytes, charged to ZS_MEM_COMM; NULL at size 1 */
     size_t staging_bytes;
+    MPI_Op sum_fp16;          /* user ops for MPI_Reduce_scatter_block on MPI_UINT16_T */
+    MPI_Op sum_bf16;
 } mpi_state;
 
 /* Turns an MPI error code into the message every collective failure carries:
@@ -71,14 +81,6 @@ static const char *function_name(const char *call_text, char *out, size_t capaci
         }                                                                        \
     } while (0)
 
-/* dst += src, element by element. The pointers never alias (src is the
- * staging buffer), which together with the simd pragma lets the compiler use
- * vector adds; an element-wise add gives the same bits vectorized or not. */
-static void add_f32(float *restrict dst, const float *restrict src, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
-}
-
 /* ------------------------------------------------------------------- ring */
 
 /* One ring pass, shared by reduce-scatter and all-gather. At step s (0..n-2)
@@ -113,7 +115,8 @@ typedef struct ring_pass {
     size_t chunk_bytes;
     size_t segment_bytes;    /* bytes per message; a multiple of the element size */
     int shift;
-    int reduce;              /* 1: receive into staging and add (fp32); 0: receive in place */
+    int reduce;              /* 1: receive into staging and add; 0: receive in place */
+    zs_dtype dtype;          /* what the add sums when reduce */
     int tag;
     int depth;               /* messages in flight each way, 1..RING_MAX_DEPTH */
     unsigned char *slot[RING_MAX_DEPTH]; /* staging slots when reduce */
@@ -162,8 +165,9 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
         if (p->reduce) {
             unsigned char *into =
                 p->buf + ring_chunk(q, n, step, p->shift + 1) * p->chunk_bytes + off;
-            add_f32((float *)(void *)into, (const float *)(const void *)p->slot[m % depth],
-                    len / sizeof(float));
+            /* The staging slot never overlaps the buffer, as the add requires. */
+            zs__comm_sum_into(into, p->slot[m % depth], len / zs_dtype_size(p->dtype),
+                              p->dtype);
         }
         if (m + depth < total)
             MPI_CHECK(comm, call, MPI_Irecv(ring_recv_target(p, q, n, nseg, m + depth),
@@ -175,12 +179,15 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
 }
 
 static zs_status ring_reduce_scatter(zs__comm *comm, mpi_state *st, void *buf, size_t count,
-                                     const zs__comm_call *call) {
+                                     zs_dtype dtype, const zs__comm_call *call) {
+    /* The slots are multiples of ZS_HOST_ALIGNMENT bytes, so every segment
+     * boundary falls between elements of any dtype. */
     ring_pass p = {
         .buf = buf,
-        .chunk_bytes = count * sizeof(float),
+        .chunk_bytes = count * zs_dtype_size(dtype),
         .shift = 1,
         .reduce = 1,
+        .dtype = dtype,
         .tag = TAG_REDUCE_SCATTER,
         .depth = RING_DEPTH,
     };
@@ -213,20 +220,40 @@ static zs_status ring_all_gather(zs__comm *comm, mpi_state *st, void *buf, size_
  * all ranks), reduces in place there, and copies the result back into this
  * rank's chunk. The packing costs one extra pass over the buffer but keeps
  * memory bounded by comm.segment_bytes and every count within an int. */
-static zs_status mpi_reduce_scatter(zs__comm *comm, mpi_state *st, float *buf, size_t count,
-                                    const zs__comm_call *call) {
+static zs_status mpi_reduce_scatter(zs__comm *comm, mpi_state *st, void *buf, size_t count,
+                                    zs_dtype dtype, const zs__comm_call *call) {
     const int n = comm->size;
-    const size_t piece = st->staging_bytes / ((size_t)n * sizeof(float));
-    float *stage = (float *)(void *)st->staging;
+    const size_t esize = zs_dtype_size(dtype);
+    MPI_Datatype type = MPI_FLOAT;
+    MPI_Op op = MPI_SUM;
+    if (dtype == ZS_DTYPE_FP16 || dtype == ZS_DTYPE_BF16) {
+        type = MPI_UINT16_T;
+        op = dtype == ZS_DTYPE_FP16 ? st->sum_fp16 : st->sum_bf16;
+    }
+    const size_t piece = st->staging_bytes / ((size_t)n * esize);
+    unsigned char *stage = st->staging, *data = buf;
     for (size_t off = 0; off < count; off += piece) {
         size_t len = count - off < piece ? count - off : piece;
         for (int j = 0; j < n; j++)
-            memcpy(stage + (size_t)j * len, buf + (size_t)j * count + off, len * sizeof(float));
-        MPI_CHECK(comm, call, MPI_Reduce_scatter_block(MPI_IN_PLACE, stage, (int)len, MPI_FLOAT,
-                                                       MPI_SUM, st->comm));
-        memcpy(buf + (size_t)comm->rank * count + off, stage, len * sizeof(float));
+            memcpy(stage + (size_t)j * len * esize, data + ((size_t)j * count + off) * esize,
+                   len * esize);
+        MPI_CHECK(comm, call, MPI_Reduce_scatter_block(MPI_IN_PLACE, stage, (int)len, type, op,
+                                                       st->comm));
+        memcpy(data + ((size_t)comm->rank * count + off) * esize, stage, len * esize);
     }
     return ZS_OK;
+}
+
+/* The user ops: MPI hands over `*len` elements of MPI_UINT16_T and wants
+ * inout = in + inout. The two never overlap (MPI gives distinct buffers). */
+static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    zs__comm_sum_into(inout, in, (size_t)*len, ZS_DTYPE_FP16);
+}
+
+static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    zs__comm_sum_into(inout, in, (size_t)*len, ZS_DTYPE_BF16);
 }
 
 /* All-gather of `chunk_bytes` from every rank into `all` (rank order), piece
@@ -264,9 +291,8 @@ static zs_status mpi_all_gather_pieces(zs__comm *comm, mpi_state *st, const unsi
 static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                    zs__comm_impl impl, const zs__comm_call *call) {
     mpi_state *st = comm->state;
-    ZS_ASSERT(dtype == ZS_DTYPE_FP32); /* comm.c rejects the others */
-    if (impl == ZS_COMM_IMPL_RING) return ring_reduce_scatter(comm, st, buf, count, call);
-    return mpi_reduce_scatter(comm, st, buf, count, call);
+    if (impl == ZS_COMM_IMPL_RING) return ring_reduce_scatter(comm, st, buf, count, dtype, call);
+    return mpi_reduce_scatter(comm, st, buf, count, dtype, call);
 }
 
 static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
@@ -313,8 +339,13 @@ static void free_state(mpi_state *st, zs__mem *mem) {
     zs__mem_host_free(mem, ZS_MEM_COMM, st->staging, st->staging_bytes);
     int finalized = 0;
     MPI_Finalized(&finalized);
-    /* After MPI_Finalize the duplicate is gone with everything else. */
-    if (st->comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&st->comm);
+    /* After MPI_Finalize the duplicate and the ops are gone with everything
+     * else. */
+    if (!finalized) {
+        if (st->sum_fp16 != MPI_OP_NULL) MPI_Op_free(&st->sum_fp16);
+        if (st->sum_bf16 != MPI_OP_NULL) MPI_Op_free(&st->sum_bf16);
+        if (st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
+    }
     free(st);
 }
 
@@ -372,6 +403,7 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
     if (!st)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate the MPI communicator state");
     st->comm = MPI_COMM_NULL;
+    st->sum_fp16 = st->sum_bf16 = MPI_OP_NULL;
     int rc = MPI_Comm_dup(comm, &st->comm);
     if (rc != MPI_SUCCESS) {
         st->comm = MPI_COMM_NULL;
@@ -383,12 +415,28 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
         status = create_fail("MPI_Comm_set_errhandler", rc);
         goto fail;
     }
+    /* Commutative: the sum of two elements does not depend on their order,
+     * which lets MPI pick its usual algorithms. Created here, not per call,
+     * so a collective never allocates MPI objects. */
+    rc = MPI_Op_create(mpi_sum_fp16, 1, &st->sum_fp16);
+    if (rc != MPI_SUCCESS) {
+        st->sum_fp16 = MPI_OP_NULL;
+        status = create_fail("MPI_Op_create", rc);
+        goto fail;
+    }
+    rc = MPI_Op_create(mpi_sum_bf16, 1, &st->sum_bf16);
+    if (rc != MPI_SUCCESS) {
+        st->sum_bf16 = MPI_OP_NULL;
+        status = create_fail("MPI_Op_create", rc);
+        goto fail;
+    }
     int rank = 0, size = 1;
     MPI_Comm_rank(st->comm, &rank);
     MPI_Comm_size(st->comm, &size);
 
     /* MPI_Reduce_scatter_block packs one piece of every rank's chunk into the
-     * staging buffer, so it must hold at least one element per rank. The check
+     * staging buffer, so it must hold at least one element per rank, of the
+     * widest dtype (fp32) so that every dtype fits. The check
      * depends only on settings and size, so all ranks fail together. */
     if (rs == ZS_COMM_IMPL_MPI && (size_t)segment / ((size_t)size * sizeof(float)) == 0) {
         status = zs__fail(ZS_ERR_CONFIG,

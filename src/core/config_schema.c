@@ -15,6 +15,10 @@ _Static_assert(sizeof(zs__optimizer_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__schedule_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__comm_impl) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs_log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs_dtype) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__reduce_dtype) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__accumulate_dtype) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__min_scale_policy) == sizeof(int), "enum size");
 
 #define FIELD(f) .offset = offsetof(zs__settings, f), .size = sizeof(((zs__settings *)0)->f)
 
@@ -37,10 +41,22 @@ static const char *const optimizer_values[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedule_values[] = {"constant", "warmup_cosine", NULL};
 static const char *const comm_impl_values[] = {"ring", "mpi", NULL};
 static const char *const log_level_values[] = {"error", "warn", "info", "debug", NULL};
+static const char *const dtype_values[] = {"fp32", "fp16", "bf16", NULL};
+static const char *const reduce_dtype_values[] = {"compute", "fp32", NULL};
+static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
+static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
 
 _Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
                    ZS_COMM_IMPL_MPI == 1 && ZS_LOG_DEBUG == 3,
                "the value lists above must follow the C enums");
+_Static_assert(ZS_DTYPE_FP32 == 0 && ZS_DTYPE_FP16 == 1 && ZS_DTYPE_BF16 == 2 &&
+                   ZS_REDUCE_DTYPE_COMPUTE == 0 && ZS_REDUCE_DTYPE_FP32 == 1 &&
+                   ZS_ACCUMULATE_DTYPE_FP32 == 0 && ZS_ACCUMULATE_DTYPE_COMPUTE == 1 &&
+                   ZS_MIN_SCALE_ABORT == 0 && ZS_MIN_SCALE_CONTINUE == 1,
+               "the precision value lists above must follow the C enums");
+
+/* 2^64: the largest loss scale, static or reached by initial_scale_power. */
+#define LOSS_SCALE_MAX 18446744073709551616.0
 
 const zs__key zs__config_keys[] = {
     ENUM_KEY("backend", backend, "cpu", backend_values,
@@ -48,6 +64,13 @@ const zs__key zs__config_keys[] = {
     INT_KEY("seed", seed, 42, 0, INT64_MAX,
             "Seed of parameter initialization; the same seed gives the same initial values "
             "on every rank, world size and stage."),
+    INT_KEY("gradient_accumulation_steps", gradient_accumulation_steps, 1, 1, 65536,
+            "Micro-steps (forward and backward passes) whose gradients are summed before one "
+            "optimizer step; the effective batch is this times the per-rank batch times the "
+            "world size."),
+    FLOAT_KEY("gradient_clipping", gradient_clipping, 0.0, 0.0, 0, 1e6, 0,
+              "Largest global L2 norm of the unscaled, averaged gradient; a larger gradient is "
+              "scaled down to it; 0 turns clipping off."),
 
     INT_KEY("zero.stage", zero.stage, 0, 0, 3,
             "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, "
@@ -86,6 +109,45 @@ const zs__key zs__config_keys[] = {
             "warmup_cosine: optimizer steps of the whole run; must exceed warmup_steps."),
     FLOAT_KEY("scheduler.min_lr", scheduler.min_lr, 0.0, 0.0, 0, 10.0, 0,
               "warmup_cosine: learning rate at the end of the decay; at most optimizer.lr."),
+
+    ENUM_KEY("precision.dtype", precision.dtype, "fp32", dtype_values,
+             "Compute dtype of the parameters and gradients the program works with; fp16 and bf16 "
+             "keep an fp32 master copy of the parameters for the optimizer."),
+    ENUM_KEY("precision.reduce_dtype", precision.reduce_dtype, "compute", reduce_dtype_values,
+             "What gradient collectives carry: the compute dtype (half the bytes in fp16/bf16) or "
+             "fp32 (more exact sums, twice the bytes)."),
+    ENUM_KEY("precision.accumulate_dtype", precision.accumulate_dtype, "fp32",
+             accumulate_dtype_values,
+             "Stages 2-3 with gradient_accumulation_steps > 1: the dtype of the gradient shard "
+             "that sums micro-steps (fp32, or the compute dtype to save memory)."),
+    FLOAT_KEY("precision.loss_scale", precision.loss_scale, 0.0, 0.0, 0, LOSS_SCALE_MAX, 0,
+              "0: dynamic loss scaling in fp16 and no scaling (1) in bf16/fp32; > 0: this static "
+              "scale in any dtype (a power of two keeps unscaling exact; at most 2^64)."),
+    INT_KEY("precision.initial_scale_power", precision.initial_scale_power, 16, 0, 64,
+            "Dynamic loss scaling: the scale starts at 2 to this power."),
+    INT_KEY("precision.loss_scale_window", precision.loss_scale_window, 1000, 1, 2147483648LL,
+            "Dynamic loss scaling: after this many optimizer steps in a row without overflow, the "
+            "next one doubles the scale, and so does every window-th one after it."),
+    INT_KEY("precision.hysteresis", precision.hysteresis, 2, 1, 1000,
+            "Dynamic loss scaling: the hysteresis-th overflow since the last refill, and each "
+            "after it, halves the scale; earlier ones only skip the step (1 halves on every "
+            "overflow)."),
+    BOOL_KEY("precision.consecutive_hysteresis", precision.consecutive_hysteresis, 0,
+             "Dynamic loss scaling: refill the hysteresis after every step without overflow "
+             "(true) or only when the scale grows (false)."),
+    FLOAT_KEY("precision.min_loss_scale", precision.min_loss_scale, 1.0, 0.0, 1, LOSS_SCALE_MAX,
+              0,
+              "Dynamic loss scaling: the scale never goes below this; at most "
+              "2^initial_scale_power (a power of two keeps unscaling exact)."),
+    ENUM_KEY("precision.on_min_scale", precision.on_min_scale, "abort", min_scale_policy_values,
+             "Dynamic loss scaling: when gradients overflow at min_loss_scale, fail the step "
+             "with ZS_ERR_NUMERIC (abort) or skip it and stay at the minimum (continue)."),
+    INT_KEY("precision.max_consecutive_skips", precision.max_consecutive_skips, 100, 1, 1000000,
+            "zs_step fails with ZS_ERR_NUMERIC when more than this many steps in a row overflow "
+            "(are skipped), in every dtype and loss-scale mode."),
+    BOOL_KEY("precision.check_overflow", precision.check_overflow, 1,
+             "Check gradients for Inf/NaN before every update and skip the step on overflow; "
+             "must be true in fp16."),
 
     ENUM_KEY("comm.reduce_scatter", comm.reduce_scatter, "ring", comm_impl_values,
              "Algorithm of gradient reduce-scatter: our ring over point-to-point, or MPI's own."),

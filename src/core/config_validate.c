@@ -283,6 +283,52 @@ static const config_setting_t *seen(const validation *v, const char *path) {
     return key ? v->seen[key - zs__config_keys] : NULL;
 }
 
+/* The first of `paths` that the file (or an override) gave, else NULL: the
+ * line a cross-key error should point at, in order of blame. */
+static const config_setting_t *first_seen(const validation *v, const char *const *paths) {
+    for (; *paths; paths++) {
+        const config_setting_t *at = seen(v, *paths);
+        if (at) return at;
+    }
+    return NULL;
+}
+
+/* Rules between the precision keys. */
+static zs_status check_precision(const validation *v) {
+    const zs__settings *s = v->out;
+    char where[WHERE_CAPACITY], a[64], b[64];
+
+    /* Without the check an fp16 overflow goes straight into the optimizer and
+     * writes Inf/NaN into the master weights, silently and for good. */
+    if (s->precision.dtype == ZS_DTYPE_FP16 && !s->precision.check_overflow) {
+        static const char *const blame[] = {"precision.check_overflow", "precision.dtype", NULL};
+        zs__config_where(v->cfg, first_seen(v, blame), where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%sprecision.check_overflow = false is not allowed with precision.dtype = "
+                        "\"fp16\": an fp16 gradient that overflows would write Inf/NaN into the "
+                        "weights without a word; set check_overflow = true (the default), or use "
+                        "\"bf16\" or \"fp32\"",
+                        where);
+    }
+    /* The dynamic scale starts at 2^initial_scale_power and never goes below
+     * min_loss_scale; a minimum above the start would leave no room to halve. */
+    const int dynamic = s->precision.dtype == ZS_DTYPE_FP16 && s->precision.loss_scale == 0.0;
+    const double initial = ldexp(1.0, s->precision.initial_scale_power);
+    if (dynamic && s->precision.min_loss_scale > initial) {
+        static const char *const blame[] = {"precision.min_loss_scale",
+                                            "precision.initial_scale_power", NULL};
+        zs__config_where(v->cfg, first_seen(v, blame), where, sizeof where);
+        zs__config_format_double(s->precision.min_loss_scale, a, sizeof a);
+        zs__config_format_double(initial, b, sizeof b);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%sprecision.min_loss_scale = %s is greater than the initial dynamic loss "
+                        "scale 2^precision.initial_scale_power = 2^%d = %s; lower min_loss_scale "
+                        "or raise initial_scale_power",
+                        where, a, s->precision.initial_scale_power, b);
+    }
+    return ZS_OK;
+}
+
 /* Rules that involve two keys; each error points at the key at fault. */
 static zs_status check_cross_keys(const validation *v) {
     const zs__settings *s = v->out;
@@ -320,6 +366,7 @@ static zs_status check_cross_keys(const validation *v) {
                         "%s; set a momentum such as 0.9 or turn nesterov off",
                         where, a);
     }
+    ZS_CHECK(check_precision(v));
     return ZS_OK;
 }
 

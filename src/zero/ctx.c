@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -41,7 +42,8 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
     if (!zs) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory");
     zs->settings = *zs__config_settings(cfg);
     zs->config_hash = zs_config_hash(cfg);
-    zs->compute_dtype = ZS_DTYPE_FP32;
+    zs->compute_dtype = zs->settings.precision.dtype;
+    zs__loss_scaler_init(&zs->scaler, &zs->settings);
     zs->owns_mpi = owns_mpi;
     if (owns_mpi) g_contexts_owning_mpi++;
 
@@ -97,7 +99,8 @@ zs_status zs_create(const zs_config *cfg, zs_ctx **out) {
 void zs_destroy(zs_ctx *zs) {
     if (!zs) return;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
-                       &zs->grads_shard, &zs->optim_m, &zs->optim_v,
+                       &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
+                       &zs->reduce_staging,
                        &zs->live_params.storage, &zs->live_grads.storage};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
@@ -122,9 +125,26 @@ int zs_rank(const zs_ctx *zs) { return zs->rank; }
 int zs_world_size(const zs_ctx *zs) { return zs->world_size; }
 int zs_stage(const zs_ctx *zs) { return zs->settings.zero.stage; }
 
-float zs_loss_scale(const zs_ctx *zs) {
-    (void)zs;
-    return 1.0f;
+float zs_loss_scale(const zs_ctx *zs) { return (float)zs__loss_scaler_scale(&zs->scaler); }
+
+int zs_is_accumulation_boundary(const zs_ctx *zs) {
+    return zs->micro + 1 >= zs->settings.gradient_accumulation_steps;
+}
+
+uint64_t zs__state_digest(const zs_ctx *zs) {
+    XXH3_state_t *state = XXH3_createState();
+    if (!state) return 0;
+    XXH3_64bits_reset(state);
+    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->master, &zs->optim_m,
+                             &zs->optim_v};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]->ptr)
+            XXH3_64bits_update(state, bufs[i]->ptr,
+                               (size_t)bufs[i]->count * zs_dtype_size(bufs[i]->dtype));
+    XXH3_64bits_update(state, &zs->step, sizeof zs->step);
+    uint64_t digest = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    return digest;
 }
 
 zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {

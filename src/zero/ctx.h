@@ -8,6 +8,7 @@
 #include "comm/comm.h"
 #include "core/config.h"
 #include "core/memory.h"
+#include "mixed_precision/loss_scaler.h"
 #include "zero/plan.h"
 #include "zeroshard.h"
 
@@ -72,27 +73,46 @@ struct zs_ctx {
     zs__plan *plan;
 
     /* Model state (DESIGN §3). Which of these exist depends on the stage:
-     *   params_full  [plan->padded_numel] stages 0-2      (tag params)
-     *   params_shard [plan->shard_numel]  stage 3         (tag params)
-     *   grads_full   [plan->padded_numel] stages 0-1      (tag grads)
-     *   grads_shard  [plan->shard_numel]  stages 2-3      (tag grads)
-     *   optim_m/v    [padded_numel] stage 0, [shard_numel] stages 1-3 (tag optim)
+     *   params_full  [plan->padded_numel] compute dtype, stages 0-2  (tag params)
+     *   params_shard [plan->shard_numel]  compute dtype, stage 3     (tag params)
+     *   grads_full   [plan->padded_numel] compute dtype, stages 0-1  (tag grads)
+     *   grads_shard  [plan->shard_numel]  grad_shard_dtype, stages 2-3 (tag grads)
+     *   master       fp32, [padded_numel] stage 0, [shard_numel] stages 1-3,
+     *                only when the compute dtype is not fp32     (tag master)
+     *   optim_m/v    fp32, [padded_numel] stage 0, [shard_numel] stages 1-3 (tag optim)
      * In fp32 the parameters are their own master copy, so no master buffer
-     * exists; mixed precision adds one (tag master). */
-    zs__buf params_full, params_shard, grads_full, grads_shard, optim_m, optim_v;
+     * exists. */
+    zs__buf params_full, params_shard, grads_full, grads_shard, master, optim_m, optim_v;
+    /* The stage-2/3 gradient shard holds the compute dtype when there is one
+     * micro-step per step (nothing to accumulate), else
+     * precision.accumulate_dtype (fp32 by default). */
+    zs_dtype grad_shard_dtype;
+    /* What gradient collectives carry: the compute dtype, or fp32 when
+     * precision.reduce_dtype = "fp32" (then a unit is converted into
+     * reduce_staging, [largest unit] fp32, tag comm, reduced, and converted
+     * back). */
+    zs_dtype reduce_dtype;
+    zs__buf reduce_staging;
     zs__slot_pool live_params;   /* stage 3 */
     zs__slot_pool live_grads;    /* stages 2-3 */
     int live_units;              /* stage-3 units gathered now */
     int live_units_peak;
 
-    int64_t step;                /* optimizer steps taken */
+    int64_t step;                /* optimizer steps applied */
     int64_t skipped_total;
+    int64_t micro;               /* micro-steps done in the current accumulation window */
+    zs__loss_scaler scaler;
 };
 
 /* Collective helpers shared by the zero/ files. */
 /* Every rank contributes a 64-bit digest; fails on every rank (ZS_ERR_MISMATCH)
  * if any differs from rank 0's, naming the first differing rank and `what`. */
 zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char *advice);
+
+/* A digest of every piece of this rank's training state: parameters (full or
+ * shard), master weights, optimizer moments and the step counters. Tests use
+ * it to prove that a skipped step changed nothing. */
+uint64_t zs__state_digest(const zs_ctx *zs);
 
 /* Learning rate of optimizer step t (1-based) under the configured schedule. */
 double zs__schedule_lr(const zs__settings *settings, int64_t t);

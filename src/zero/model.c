@@ -166,51 +166,88 @@ static zs_status pool_create(zs_ctx *zs, zs__slot_pool *pool, zs_mem_tag tag) {
     return zs__buf_alloc(zs->backend, &pool->storage, tag, zs->compute_dtype, total);
 }
 
-/* Fills [first, first + count) of parameter p (in its own element indices) at
- * dst, which holds those elements contiguously. */
-static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, int64_t first, int64_t count) {
+/* Elements generated per round when initializing a non-fp32 tensor: values
+ * are produced in fp32 (the reference values) into a bounded scratch buffer
+ * and converted, so low-precision copies round the same fp32 numbers the
+ * master weights hold. */
+#define ZS_INIT_CHUNK 65536
+
+/* Fills elements [first, first + count) of parameter p, stored contiguously at
+ * dst in `dtype`. Values depend only on seed, name and element index. */
+static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, zs_dtype dtype,
+                            int64_t first, int64_t count) {
     if (count <= 0) return ZS_OK;
+    zs__backend *be = zs->backend;
     uint64_t key = zs_k_param_key(zs->settings.seed, p->name);
-    return zs->backend->ops->init_fill(zs->backend, dst, zs->compute_dtype, first, count,
-                                       (zs_k_init_kind)p->init.kind, p->init.a, p->init.b, key);
+    zs_k_init_kind kind = (zs_k_init_kind)p->init.kind;
+    if (dtype == ZS_DTYPE_FP32)
+        return be->ops->init_fill(be, dst, ZS_DTYPE_FP32, first, count, kind, p->init.a,
+                                  p->init.b, key);
+    zs__buf scratch;
+    int64_t chunk = count < ZS_INIT_CHUNK ? count : ZS_INIT_CHUNK;
+    ZS_CHECK(zs__buf_alloc(be, &scratch, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, chunk));
+    zs_status st = ZS_OK;
+    for (int64_t done = 0; done < count && st == ZS_OK; done += chunk) {
+        int64_t n = count - done < chunk ? count - done : chunk;
+        st = be->ops->init_fill(be, scratch.ptr, ZS_DTYPE_FP32, first + done, n, kind, p->init.a,
+                                p->init.b, key);
+        if (st == ZS_OK)
+            st = be->ops->convert(be, (char *)dst + (size_t)done * zs_dtype_size(dtype), dtype,
+                                  scratch.ptr, ZS_DTYPE_FP32, n);
+    }
+    zs__buf_free(be, &scratch);
+    return st;
 }
 
 static zs_status allocate_and_initialize(zs_ctx *zs) {
     const zs__plan *plan = zs->plan;
-    const int stage = zs->settings.zero.stage;
+    const zs__settings *s = &zs->settings;
+    const int stage = s->zero.stage;
     const zs_dtype dt = zs->compute_dtype;
+    const int mixed = dt != ZS_DTYPE_FP32;
     zs__backend *be = zs->backend;
     int64_t state_numel = stage == 0 ? plan->padded_numel : plan->shard_numel;
+
+    zs->grad_shard_dtype = dt;
+    if (s->gradient_accumulation_steps > 1 && s->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32)
+        zs->grad_shard_dtype = ZS_DTYPE_FP32;
+    zs->reduce_dtype = s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 ? ZS_DTYPE_FP32 : dt;
 
     if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, ZS_MEM_PARAMS, dt, plan->padded_numel));
     else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, ZS_MEM_PARAMS, dt, plan->shard_numel));
     if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, ZS_MEM_GRADS, dt, plan->padded_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, ZS_MEM_GRADS, dt, plan->shard_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, ZS_MEM_GRADS, zs->grad_shard_dtype, plan->shard_numel));
+    if (mixed) ZS_CHECK(zs__buf_alloc(be, &zs->master, ZS_MEM_MASTER, ZS_DTYPE_FP32, state_numel));
 
-    const zs__settings *s = &zs->settings;
     int moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
     if (moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
     if (moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
 
     if (stage == 3) ZS_CHECK(pool_create(zs, &zs->live_params, ZS_MEM_LIVE_PARAMS));
     if (stage >= 2) ZS_CHECK(pool_create(zs, &zs->live_grads, ZS_MEM_LIVE_GRADS));
+    if (zs->reduce_dtype != dt && zs->world_size > 1)
+        ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
+                               plan->max_unit_padded_numel));
 
-    /* Initial values: full buffers are filled whole on every rank (the values
+    /* Initial values: full buffers are filled whole on every rank (values
      * depend only on seed, name and index, so no communication is needed);
-     * stage 3 fills only the owned slice. Gaps and padding stay zero. */
+     * shards fill only the owned slice. Gaps and padding stay zero. */
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
         const zs__plan_param *pp = &plan->params[i];
         const zs__plan_unit *pu = &plan->units[pp->unit];
-        if (stage < 3) {
-            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_full, pu->full_offset + pp->offset),
-                                0, p->numel));
-        } else {
-            int64_t b, e;
-            if (!zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
-            int64_t local = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
-            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_shard, local), b, e - b));
-        }
+        int64_t full_index = pu->full_offset + pp->offset;
+        int64_t b, e;
+        int owned = zs__plan_owned_range(plan, i, zs->rank, &b, &e);
+        int64_t shard_index = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
+        if (stage < 3)
+            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_full, full_index), dt, 0, p->numel));
+        else if (owned)
+            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_shard, shard_index), dt, b, e - b));
+        if (mixed && stage == 0)
+            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->master, full_index), ZS_DTYPE_FP32, 0, p->numel));
+        else if (mixed && owned)
+            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->master, shard_index), ZS_DTYPE_FP32, b, e - b));
     }
     return ZS_OK;
 }

@@ -132,7 +132,7 @@ void *zs_param_grad(zs_param *p) {
     const zs__plan_param *pp = &zs->plan->params[p->index];
     if (unit->grads_declared) {
         zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' already declared its gradient "
-                 "ready in this step", p->name, unit->name);
+                 "ready in this micro-step", p->name, unit->name);
         return NULL;
     }
     if (zs->settings.zero.stage < 2) {
@@ -172,23 +172,69 @@ void *zs_param_grad(zs_param *p) {
            (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
 }
 
+/* Sums a unit's full gradient (`full`, compute dtype) over ranks, in the
+ * configured reduce dtype. all_reduce: every element of `full` ends reduced;
+ * otherwise only the owned chunk is meaningful. On return *chunk points at
+ * the reduced owned chunk, in *chunk_dtype: inside `full`, or inside the fp32
+ * staging buffer when precision.reduce_dtype = "fp32" and the chunk goes on
+ * to a shard (to_shard) without being rounded back first. */
+static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, int all_reduce,
+                                  int to_shard, const void **chunk, zs_dtype *chunk_dtype) {
+    const zs__plan_unit *pu = &zs->plan->units[unit->index];
+    const zs_dtype dt = zs->compute_dtype;
+    zs__backend *be = zs->backend;
+    const size_t shard = (size_t)pu->shard_numel;
+    const int64_t mine = (int64_t)zs->rank * pu->shard_numel;
+    if (zs->reduce_dtype == dt || zs->world_size == 1) {
+        if (all_reduce) ZS_CHECK(zs__comm_all_reduce(zs->comm, full, shard, dt, unit->name));
+        else ZS_CHECK(zs__comm_reduce_scatter(zs->comm, full, shard, dt, unit->name));
+        *chunk = (const char *)full + (size_t)mine * zs_dtype_size(dt);
+        *chunk_dtype = dt;
+        return ZS_OK;
+    }
+    /* fp32 reduction of a low-precision gradient: widen, reduce, then round
+     * back what the stage keeps in the compute dtype. */
+    float *wide = zs->reduce_staging.ptr;
+    ZS_CHECK(be->ops->convert(be, wide, ZS_DTYPE_FP32, full, dt, pu->padded_numel));
+    if (all_reduce) {
+        ZS_CHECK(zs__comm_all_reduce(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
+        ZS_CHECK(be->ops->convert(be, full, dt, wide, ZS_DTYPE_FP32, pu->padded_numel));
+    } else {
+        ZS_CHECK(zs__comm_reduce_scatter(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
+        if (!to_shard)
+            ZS_CHECK(be->ops->convert(be, (char *)full + (size_t)mine * zs_dtype_size(dt), dt,
+                                      wide + mine, ZS_DTYPE_FP32, pu->shard_numel));
+    }
+    if (to_shard) {
+        *chunk = wide + mine;
+        *chunk_dtype = ZS_DTYPE_FP32;
+    } else {
+        *chunk = (const char *)full + (size_t)mine * zs_dtype_size(dt);
+        *chunk_dtype = dt;
+    }
+    return ZS_OK;
+}
+
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_grads_ready"));
     if (unit->grads_declared)
-        return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): called twice in one step",
+        return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): called twice in one micro-step",
                         unit->name);
     const int stage = zs->settings.zero.stage;
     const zs__plan_unit *pu = &zs->plan->units[unit->index];
     const zs_dtype dt = zs->compute_dtype;
+    zs__backend *be = zs->backend;
     zs_status st = ZS_OK;
-    if (stage == 0) {
-        /* All-reduce as reduce-scatter + all-gather: each element is summed in
-         * exactly the order the other stages' reduce-scatter uses. */
-        st = zs__comm_all_reduce(zs->comm, zs__buf_at(&zs->grads_full, pu->full_offset),
-                                 (size_t)pu->shard_numel, dt, unit->name);
-    } else if (stage == 1) {
-        st = zs__comm_reduce_scatter(zs->comm, zs__buf_at(&zs->grads_full, pu->full_offset),
-                                     (size_t)pu->shard_numel, dt, unit->name);
+    const void *chunk = NULL;
+    zs_dtype chunk_dtype = dt;
+    if (stage < 2) {
+        /* Stages 0-1 accumulate micro-steps in the full buffer (backward adds)
+         * and reduce once, at the boundary. Stage 0 all-reduces as
+         * reduce-scatter + all-gather, so each element is summed in exactly
+         * the order the other stages' reduce-scatter uses. */
+        if (zs_is_accumulation_boundary(zs))
+            st = reduce_unit_grad(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset),
+                                  stage == 0, 0, &chunk, &chunk_dtype);
     } else {
         /* A unit whose backward produced no gradient on this rank still takes
          * part in the reduction, with zeros. */
@@ -198,16 +244,21 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
                 return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): no free gradient buffer; "
                                 "raise zero.max_live_units", unit->name);
             unit->grad_slot = slot;
-            ZS_CHECK(zs->backend->ops->zero(zs->backend, pool_slot(&zs->live_grads, slot),
-                                            (size_t)pu->padded_numel * zs_dtype_size(dt)));
+            ZS_CHECK(be->ops->zero(be, pool_slot(&zs->live_grads, slot),
+                                   (size_t)pu->padded_numel * zs_dtype_size(dt)));
         }
         void *full = pool_slot(&zs->live_grads, unit->grad_slot);
-        st = zs__comm_reduce_scatter(zs->comm, full, (size_t)pu->shard_numel, dt, unit->name);
+        st = reduce_unit_grad(zs, unit, full, 0, 1, &chunk, &chunk_dtype);
         if (st == ZS_OK) {
-            size_t elem = zs_dtype_size(dt);
-            st = zs->backend->ops->copy(zs->backend, zs__buf_at(&zs->grads_shard, pu->shard_offset),
-                                        (char *)full + (size_t)(zs->rank * pu->shard_numel) * elem,
-                                        (size_t)pu->shard_numel * elem);
+            /* Into the shard: a copy when each step has one micro-step, else a
+             * sum across micro-steps (the shard is zeroed after every step). */
+            void *dst = zs__buf_at(&zs->grads_shard, pu->shard_offset);
+            if (zs->settings.gradient_accumulation_steps == 1)
+                st = be->ops->convert(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype,
+                                      pu->shard_numel);
+            else
+                st = be->ops->accumulate(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype,
+                                         pu->shard_numel);
         }
         zs->live_grads.owner[unit->grad_slot] = -1;
         unit->grad_slot = -1;

@@ -1,13 +1,19 @@
-/* zs_step: agree that every rank is ready, measure the gradient norm, update
- * this rank's shard with the optimizer, and gather parameters where the stage
- * keeps them full. */
+/* zs_step: end a micro-step; at an accumulation boundary agree that every
+ * rank is ready, measure the gradient (norm and overflow in one pass),
+ * agree on overflow, clip, update this rank's shard with the fused optimizer
+ * pass, and gather parameters where the stage keeps them full. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "zero/ctx.h"
+
+/* PyTorch's clip_grad_norm_ adds this to the norm before dividing, so a zero
+ * gradient never divides by zero; matching it keeps clipped runs comparable. */
+#define ZS_CLIP_EPSILON 1e-6
 
 /* Checks the call order on this rank. A failure is not returned at once: the
  * ranks first agree (one small all-reduce), so that a mistake on one rank
@@ -21,18 +27,22 @@ static zs_status local_readiness(zs_ctx *zs) {
                             "unit before zs_step", unit->name);
         if (!unit->grads_declared)
             return zs__fail(ZS_ERR_STATE, "zs_step: unit '%s' has not called zs_grads_ready in "
-                            "this step; every unit must, even without a gradient", unit->name);
+                            "this micro-step; every unit must, even without a gradient",
+                            unit->name);
     }
     return ZS_OK;
 }
 
-/* This rank's owned, reduced gradient of unit u: the rank's chunk of the full
- * buffer in stages 0-1, its shard in stages 2-3. Same elements, same order in
- * every stage, so the norm is bitwise the same across stages. */
-static const void *owned_grad(const zs_ctx *zs, int u) {
+/* This rank's owned, reduced gradient of unit u and its dtype: the rank's
+ * chunk of the full buffer in stages 0-1, its shard in stages 2-3. Same
+ * elements, same order in every stage, so norms agree bitwise across stages. */
+static const void *owned_grad(const zs_ctx *zs, int u, zs_dtype *dtype) {
     const zs__plan_unit *pu = &zs->plan->units[u];
-    if (zs->settings.zero.stage < 2)
+    if (zs->settings.zero.stage < 2) {
+        *dtype = zs->compute_dtype;
         return zs__buf_at(&zs->grads_full, pu->full_offset + (int64_t)zs->rank * pu->shard_numel);
+    }
+    *dtype = zs->grad_shard_dtype;
     return zs__buf_at(&zs->grads_shard, pu->shard_offset);
 }
 
@@ -49,22 +59,22 @@ static float *state_at(const zs__buf *buf, int64_t index) {
     return buf->ptr ? (float *)zs__buf_at(buf, index) : NULL;
 }
 
-/* Runs the optimizer over every element this rank updates: its owned slice of
+/* The fused pass over every element this rank updates: its owned slice of
  * each parameter (stages 1-3), or every element (stage 0, where each rank
  * holds full state and identical reduced gradients). */
-static zs_status update_parameters(zs_ctx *zs, double lr) {
+static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, double clip) {
     const zs__settings *s = &zs->settings;
     const zs__plan *plan = zs->plan;
     const int stage = s->zero.stage;
+    const int mixed = zs->compute_dtype != ZS_DTYPE_FP32;
     const int64_t t = zs->step + 1;
     zs_k_optim_kind kind = kernel_kind(s->optimizer.kind);
     zs_k_optim_scalars with_decay = zs_k_optim_scalars_for_step(
         kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps,
-        s->optimizer.weight_decay, s->optimizer.momentum, s->optimizer.nesterov, t,
-        (double)zs->world_size, 1.0);
+        s->optimizer.weight_decay, s->optimizer.momentum, s->optimizer.nesterov, t, grad_div, clip);
     zs_k_optim_scalars no_decay = zs_k_optim_scalars_for_step(
         kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps, 0.0,
-        s->optimizer.momentum, s->optimizer.nesterov, t, (double)zs->world_size, 1.0);
+        s->optimizer.momentum, s->optimizer.nesterov, t, grad_div, clip);
 
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
@@ -81,15 +91,16 @@ static zs_status update_parameters(zs_ctx *zs, double lr) {
         int64_t full_index = pu->full_offset + pp->offset + b;
         int64_t shard_index = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
         int64_t state_index = stage == 0 ? full_index : shard_index;
+        void *param = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
+                                : zs__buf_at(&zs->params_shard, shard_index);
         zs__update_args args = {
             .kind = kind,
-            .master = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
-                                : zs__buf_at(&zs->params_shard, shard_index),
-            .param = NULL,
+            .master = mixed ? (float *)zs__buf_at(&zs->master, state_index) : (float *)param,
+            .param = mixed ? param : NULL,
             .param_dtype = zs->compute_dtype,
             .grad = stage < 2 ? zs__buf_at(&zs->grads_full, full_index)
                               : zs__buf_at(&zs->grads_shard, shard_index),
-            .grad_dtype = zs->compute_dtype,
+            .grad_dtype = stage < 2 ? zs->compute_dtype : zs->grad_shard_dtype,
             .m = state_at(&zs->optim_m, state_index),
             .v = state_at(&zs->optim_v, state_index),
             .count = e - b,
@@ -100,60 +111,145 @@ static zs_status update_parameters(zs_ctx *zs, double lr) {
     return ZS_OK;
 }
 
+/* Gradients start from zero in the next micro-step (backward adds). */
+static zs_status reset_gradients(zs_ctx *zs) {
+    zs__buf *grads = zs->settings.zero.stage < 2 ? &zs->grads_full : &zs->grads_shard;
+    ZS_CHECK(zs->backend->ops->zero(zs->backend, grads->ptr,
+                                    (size_t)grads->count * zs_dtype_size(grads->dtype)));
+    return ZS_OK;
+}
+
+/* After an overflow the ranks learn where: the lowest rank with a non-finite
+ * unit, and its first such unit. Each rank offers -(rank * units + unit), or
+ * a large negative number when it saw none; the maximum is the lowest pair.
+ * Only runs when an overflow happened. */
+#define ZS_NO_OVERFLOW_KEY (-1e300)
+static zs_status locate_overflow(zs_ctx *zs, const double *unit_sums, int *rank, int *unit) {
+    double key = ZS_NO_OVERFLOW_KEY;
+    for (int u = 0; u < zs->unit_count; u++)
+        if (!isfinite(unit_sums[u])) {
+            key = -((double)zs->rank * zs->unit_count + u);
+            break;
+        }
+    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &key, 1, ZS_REDUCE_MAX, "overflow location"));
+    *rank = *unit = -1;
+    if (key > ZS_NO_OVERFLOW_KEY) {
+        long long where = (long long)(-key);
+        *rank = (int)(where / zs->unit_count);
+        *unit = (int)(where % zs->unit_count);
+    }
+    return ZS_OK;
+}
+
 zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_step: context is NULL");
     zs_status local = local_readiness(zs);
     char local_message[1024];
     snprintf(local_message, sizeof local_message, "%s", zs_last_error());
+    const int boundary = local == ZS_OK && zs_is_accumulation_boundary(zs);
 
-    /* One all-reduce carries both the squared norm of the owned gradient and
-     * the number of ranks that are not ready. */
+    /* One all-reduce carries the squared norm of the owned gradient (which
+     * is also the overflow check: any non-finite element makes it
+     * non-finite) and the number of ranks that are not ready. */
+    double *unit_sums = NULL;
     double sums[2] = {0.0, local == ZS_OK ? 0.0 : 1.0};
-    if (local == ZS_OK) {
+    if (boundary) {
+        unit_sums = calloc((size_t)zs->unit_count, sizeof *unit_sums);
+        if (!unit_sums) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_step: out of host memory");
         for (int u = 0; u < zs->unit_count; u++) {
-            double part = 0.0;
-            ZS_CHECK(zs->backend->ops->sum_squares(zs->backend, owned_grad(zs, u),
-                                                   zs->compute_dtype,
-                                                   zs->plan->units[u].shard_numel, &part));
-            sums[0] += part;
+            zs_dtype dtype;
+            const void *grad = owned_grad(zs, u, &dtype);
+            zs_status st = zs->backend->ops->sum_squares(zs->backend, grad, dtype,
+                                                         zs->plan->units[u].shard_numel,
+                                                         &unit_sums[u]);
+            if (st != ZS_OK) {
+                free(unit_sums);
+                return st;
+            }
+            sums[0] += unit_sums[u];
         }
     }
-    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement"));
-    if (local != ZS_OK)
-        return zs__fail(local, "%s", local_message);
-    if (sums[1] > 0)
+    zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement");
+    if (st != ZS_OK || local != ZS_OK || sums[1] > 0) {
+        free(unit_sums);
+        if (st != ZS_OK) return st;
+        if (local != ZS_OK) return zs__fail(local, "%s", local_message);
         return zs__fail(ZS_ERR_STATE, "zs_step: %d rank(s) were not ready for the step (this "
                         "rank was); see their error messages", (int)sums[1]);
-
-    const int stage = zs->settings.zero.stage;
-    const double lr = zs__schedule_lr(&zs->settings, zs->step + 1);
-    ZS_CHECK(update_parameters(zs, lr));
-
-    /* Stages 1-2 keep full parameters: every rank gathers the updated slices. */
-    if (stage == 1 || stage == 2) {
-        for (int u = 0; u < zs->unit_count; u++) {
-            const zs__plan_unit *pu = &zs->plan->units[u];
-            ZS_CHECK(zs__comm_all_gather(zs->comm, zs__buf_at(&zs->params_full, pu->full_offset),
-                                         (size_t)pu->shard_numel, zs->compute_dtype,
-                                         zs->units[u]->name));
-        }
     }
-
-    /* The next step's backward adds into zeroed gradients. */
-    zs__buf *grads = stage < 2 ? &zs->grads_full : &zs->grads_shard;
-    ZS_CHECK(zs->backend->ops->zero(zs->backend, grads->ptr,
-                                    (size_t)grads->count * zs_dtype_size(grads->dtype)));
     for (int u = 0; u < zs->unit_count; u++) zs->units[u]->grads_declared = 0;
+    if (!boundary) {
+        /* An inner micro-step: gradients keep accumulating. */
+        zs->micro++;
+        if (info) {
+            memset(info, 0, sizeof *info);
+            info->step = zs->step;
+            info->skipped_total = zs->skipped_total;
+            info->loss_scale = info->next_loss_scale = zs__loss_scaler_scale(&zs->scaler);
+            info->grad_norm = 0.0;
+            info->clip_coef = 1.0;
+            info->overflow_rank = info->overflow_unit = -1;
+        }
+        return ZS_OK;
+    }
+    zs->micro = 0;
 
-    zs->step++;
+    const zs__settings *s = &zs->settings;
+    const int stage = s->zero.stage;
+    const double scale = zs__loss_scaler_scale(&zs->scaler);
+    /* The summed gradient is divided by ranks x micro-steps x loss scale. */
+    const double grad_div = (double)zs->world_size * (double)s->gradient_accumulation_steps * scale;
+    const double norm = sqrt(sums[0]) / grad_div;
+    const int overflow = s->precision.check_overflow && !isfinite(sums[0]);
+    const double lr = zs__schedule_lr(s, zs->step + 1);
+    double clip = 1.0;
+    int overflow_rank = -1, overflow_unit = -1;
+
+    if (overflow) {
+        st = locate_overflow(zs, unit_sums, &overflow_rank, &overflow_unit);
+        free(unit_sums);
+        if (st != ZS_OK) return st;
+        zs->skipped_total++;
+        ZS_WARN("step %lld skipped: non-finite gradient on rank %d in unit '%s' at loss scale %g "
+                "(%lld skipped in total)",
+                (long long)(zs->step + zs->skipped_total), overflow_rank,
+                overflow_unit >= 0 ? zs->units[overflow_unit]->name : "?", scale,
+                (long long)zs->skipped_total);
+    } else {
+        free(unit_sums);
+        if (s->gradient_clipping > 0 && norm > s->gradient_clipping)
+            clip = s->gradient_clipping / (norm + ZS_CLIP_EPSILON);
+        ZS_CHECK(update_parameters(zs, lr, grad_div, clip));
+        /* Stages 1-2 keep full parameters: every rank gathers the updated slices. */
+        if (stage == 1 || stage == 2) {
+            for (int u = 0; u < zs->unit_count; u++) {
+                const zs__plan_unit *pu = &zs->plan->units[u];
+                ZS_CHECK(zs__comm_all_gather(zs->comm,
+                                             zs__buf_at(&zs->params_full, pu->full_offset),
+                                             (size_t)pu->shard_numel, zs->compute_dtype,
+                                             zs->units[u]->name));
+            }
+        }
+        zs->step++;
+    }
+    ZS_CHECK(reset_gradients(zs));
+    /* Every rank runs the same update on the same agreed flag, so a
+     * ZS_ERR_NUMERIC from the scaler happens on every rank at once. Messages
+     * number steps as the loop sees them: optimizer steps attempted, skipped
+     * ones included. */
+    st = zs__loss_scaler_update(&zs->scaler, overflow, zs->step + zs->skipped_total);
     if (info) {
         info->step = zs->step;
+        info->boundary = 1;
         info->lr = lr;
-        /* The owned gradients are sums over ranks; the norm is of their mean. */
-        info->grad_norm = sqrt(sums[0]) / (double)zs->world_size;
-        info->skipped = 0;
+        info->grad_norm = norm;
+        info->clip_coef = clip;
+        info->skipped = overflow;
         info->skipped_total = zs->skipped_total;
-        info->loss_scale = 1.0;
+        info->loss_scale = scale;
+        info->next_loss_scale = zs__loss_scaler_scale(&zs->scaler);
+        info->overflow_rank = overflow_rank;
+        info->overflow_unit = overflow_unit;
     }
-    return ZS_OK;
+    return st;
 }

@@ -7,7 +7,13 @@
  *
  * Exact checks use "exactly summable" data: small integers times powers of
  * two, with the same power for every rank at a given element, so any
- * summation order gives the same float and the reference is exact. */
+ * summation order gives the same float and the reference is exact.
+ *
+ * fp16 and bf16 sums (widened to fp32, added, rounded once per add) are
+ * checked on exact data (subnormals included), against a simulation of the
+ * ring's hop order with one rounding per hop, against the exact sum within
+ * half an ulp per hop, for repeatability, all_reduce == reduce_scatter +
+ * all_gather, overflow to infinity and NaN propagation. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +21,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "kernels/convert.h"
 #include "test_util.h"
 
 static int g_rank, g_size;
@@ -192,6 +199,228 @@ static int compare_impls(zs__comm *ring, zs__comm *mpi, size_t count) {
     return same;
 }
 
+/* ------------------------------------------------------ fp16 and bf16 sums */
+
+static uint16_t to_half(zs_dtype dtype, float value) {
+    return dtype == ZS_DTYPE_FP16 ? zs_k_fp32_to_fp16(value) : zs_k_fp32_to_bf16(value);
+}
+
+static float from_half(zs_dtype dtype, uint16_t bits) {
+    return dtype == ZS_DTYPE_FP16 ? zs_k_fp16_to_fp32(bits) : zs_k_bf16_to_fp32(bits);
+}
+
+/* What one hop of the ring does to an element: widen, add in fp32, round. */
+static uint16_t half_add(zs_dtype dtype, uint16_t a, uint16_t b) {
+    return to_half(dtype, from_half(dtype, a) + from_half(dtype, b));
+}
+
+static uint16_t *alloc_halves(size_t n) {
+    uint16_t *p = malloc((n ? n : 1) * sizeof(uint16_t));
+    ZT_REQUIRE(p != NULL);
+    return p;
+}
+
+/* exact_value's integers, and every sixth element scaled far down, into the
+ * dtype's subnormals (fp16: below 2^-14; bf16: below 2^-126), where the
+ * conversions take their rarest paths. Partial sums stay within 6
+ * significant bits, so every order and every rounding is exact. */
+static uint16_t half_exact(zs_dtype dtype, int rank, size_t i) {
+    float v = exact_value(rank, i); /* an integer in [-8, 8] times 2^-(i%5) */
+    if (i % 6 == 5) v = ldexpf((float)((int)((i * 7 + (size_t)rank * 13) % 17) - 8),
+                               dtype == ZS_DTYPE_FP16 ? -20 : -130);
+    return to_half(dtype, v);
+}
+
+static double half_exact_sum(zs_dtype dtype, size_t i) {
+    double sum = 0;
+    for (int r = 0; r < g_size; r++) sum += from_half(dtype, half_exact(dtype, r, i));
+    return sum;
+}
+
+/* rough_value rounded to the dtype: sums of these round at every hop. */
+static uint16_t half_rough(zs_dtype dtype, int rank, size_t i) {
+    return to_half(dtype, rough_value(rank, i));
+}
+
+static void fill_halves(uint16_t *buf, size_t total, zs_dtype dtype,
+                        uint16_t (*value)(zs_dtype, int, size_t)) {
+    for (size_t i = 0; i < total; i++) buf[i] = value(dtype, g_rank, i);
+}
+
+/* The spacing of the dtype's values at positive x (normal range). */
+static double half_ulp(zs_dtype dtype, double x) {
+    int e = 0;
+    frexp(x, &e); /* x = m * 2^e, m in [0.5, 1) */
+    return ldexp(1.0, e - (dtype == ZS_DTYPE_FP16 ? 11 : 8));
+}
+
+/* Exact data: reduce-scatter and all-reduce give the exact sum, bit for bit,
+ * and count bytes of the dtype's size; ring and mpi agree. */
+static void check_half_exact(zs__comm *comm, zs__comm *other, size_t count, zs_dtype dtype) {
+    const char *name = zs_dtype_name(dtype);
+    size_t total = count * (size_t)g_size, own = (size_t)g_rank * count;
+    uint16_t *a = alloc_halves(total), *b = alloc_halves(total);
+    fill_halves(a, total, dtype, half_exact);
+    fill_halves(b, total, dtype, half_exact);
+    zs_comm_stats before;
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_reduce_scatter(comm, a, count, dtype, "exact"));
+    check_delta("reduce_scatter", &before, comm, ZS_COMM_REDUCE_SCATTER,
+                ring_bytes(count, sizeof(uint16_t)));
+    ZT_OK(zs__comm_reduce_scatter(other, b, count, dtype, "exact"));
+    size_t bad = 0, first = 0;
+    for (size_t i = own; i < own + count; i++)
+        if (a[i] != to_half(dtype, (float)half_exact_sum(dtype, i)) && bad++ == 0) first = i;
+    ZT_CHECK_MSG(bad == 0, "%s count %zu: %zu wrong sums, first at element %zu: got %g (0x%04x), "
+                 "want %g", name, count, bad, first, (double)from_half(dtype, a[first]),
+                 (unsigned)a[first], half_exact_sum(dtype, first));
+    ZT_CHECK_MSG(memcmp(a + own, b + own, count * sizeof(uint16_t)) == 0,
+                 "%s: ring and mpi differ on exactly summable data (count %zu)", name, count);
+
+    fill_halves(a, total, dtype, half_exact);
+    zs__comm_stats(comm, &before);
+    ZT_OK(zs__comm_all_reduce(comm, a, count, dtype, "exact"));
+    check_delta("all_reduce", &before, comm, ZS_COMM_ALL_REDUCE,
+                2 * ring_bytes(count, sizeof(uint16_t)));
+    bad = 0;
+    for (size_t i = 0; i < total; i++)
+        bad += a[i] != to_half(dtype, (float)half_exact_sum(dtype, i));
+    ZT_CHECK_MSG(bad == 0, "%s all_reduce of %zu: %zu wrong sums", name, count, bad);
+    free(a);
+    free(b);
+}
+
+/* Rough data, where every hop rounds: the ring matches a simulation of its
+ * own hop order bit for bit (chunk c is summed c+1, c+2, ..., c, rounding
+ * after each add); both implementations are within half an ulp per hop of
+ * the exact sum (round to nearest; the data is positive, so no partial sum
+ * has a larger ulp than the result); two calls agree bit for bit; all_reduce equals reduce_scatter +
+ * all_gather bit for bit and is the same on every rank. */
+static void check_half_rough(zs__comm *comm, zs__comm_impl impl, size_t count, zs_dtype dtype) {
+    const char *name = zs_dtype_name(dtype);
+    size_t total = count * (size_t)g_size, own = (size_t)g_rank * count;
+    uint16_t *a = alloc_halves(total), *b = alloc_halves(total), *root = alloc_halves(total);
+    fill_halves(a, total, dtype, half_rough);
+    fill_halves(b, total, dtype, half_rough);
+    ZT_OK(zs__comm_reduce_scatter(comm, a, count, dtype, "first"));
+    ZT_OK(zs__comm_reduce_scatter(comm, b, count, dtype, "second"));
+    ZT_CHECK_MSG(memcmp(a + own, b + own, count * sizeof(uint16_t)) == 0,
+                 "%s: two reduce-scatters of the same data differ (count %zu)", name, count);
+
+    size_t off_ring = 0, off_bound = 0, first_ring = 0, first_bound = 0, rounded = 0;
+    double worst = 0;
+    for (size_t i = own; i < own + count; i++) {
+        const int c = g_rank;
+        uint16_t acc = half_rough(dtype, (c + 1) % g_size, i);
+        for (int k = 2; k <= g_size; k++)
+            acc = half_add(dtype, half_rough(dtype, (c + k) % g_size, i), acc);
+        if (impl == ZS_COMM_IMPL_RING && a[i] != acc && off_ring++ == 0) first_ring = i;
+
+        double exact = 0;
+        for (int r = 0; r < g_size; r++) exact += from_half(dtype, half_rough(dtype, r, i));
+        double got = from_half(dtype, a[i]), err = fabs(got - exact);
+        double ulp = fmax(half_ulp(dtype, got), half_ulp(dtype, exact));
+        rounded += err != 0;
+        if (err / ulp > worst) worst = err / ulp;
+        if (err > 0.5 * (g_size - 1) * ulp && off_bound++ == 0) first_bound = i;
+    }
+    ZT_CHECK_MSG(off_ring == 0, "%s ring count %zu: %zu sums differ from the hop-order "
+                 "simulation, first at element %zu", name, count, off_ring, first_ring);
+    ZT_CHECK_MSG(off_bound == 0, "%s count %zu: %zu sums further than %g ulp from the exact "
+                 "sum, first at element %zu (worst %.2f ulp)", name, count, off_bound,
+                 0.5 * (g_size - 1), first_bound, worst);
+    /* With 1000 elements and 2+ ranks some sums must round, or the data
+     * would not test the rounding at all. */
+    if (g_size > 1 && count >= 1000)
+        ZT_CHECK_MSG(rounded > 0, "%s count %zu: no sum rounded; the rough data is too tame",
+                     name, count);
+
+    fill_halves(a, total, dtype, half_rough);
+    fill_halves(b, total, dtype, half_rough);
+    ZT_OK(zs__comm_all_reduce(comm, a, count, dtype, "rough"));
+    ZT_OK(zs__comm_reduce_scatter(comm, b, count, dtype, "rough"));
+    ZT_OK(zs__comm_all_gather(comm, b, count, dtype, "rough"));
+    ZT_CHECK_MSG(memcmp(a, b, total * sizeof(uint16_t)) == 0,
+                 "%s: all_reduce differs from reduce_scatter + all_gather (count %zu)", name,
+                 count);
+    memcpy(root, a, total * sizeof(uint16_t));
+    MPI_Bcast(root, (int)(total * sizeof(uint16_t)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ZT_CHECK_MSG(memcmp(a, root, total * sizeof(uint16_t)) == 0,
+                 "%s: all_reduce result differs from rank 0's (count %zu)", name, count);
+    free(a);
+    free(b);
+    free(root);
+}
+
+/* Overflow, infinities and NaNs, six elements per chunk, each rank's
+ * contribution by slot:
+ *   0: big from every rank          -> +inf from 2 ranks on (fp16: 40000 each)
+ *   1: -big from every rank         -> -inf
+ *   2: NaN on rank 0, 1 elsewhere   -> NaN
+ *   3: +inf on rank 0, -inf on 1    -> NaN from 2 ranks on
+ *   4: the largest finite on rank 0 -> itself (no false overflow)
+ *   5: largest on rank 0, half its ulp on rank 1 -> +inf (the tie rounds to even, up)
+ * A loss scaler relies on exactly this: overflow is an infinity, never a
+ * saturated or wrapped value, and a NaN anywhere stays a NaN. */
+static uint16_t special_value(zs_dtype dtype, int rank, size_t i) {
+    const int fp16 = dtype == ZS_DTYPE_FP16;
+    const float big = fp16 ? 40000.0f : ldexpf(1.0f, 127);
+    const uint16_t largest = fp16 ? 0x7bffu : 0x7f7fu, nan = fp16 ? 0x7e00u : 0x7fc0u;
+    const uint16_t inf = fp16 ? 0x7c00u : 0x7f80u;
+    switch (i % 6) {
+    case 0: return to_half(dtype, big);
+    case 1: return to_half(dtype, -big);
+    case 2: return rank == 0 ? nan : to_half(dtype, 1.0f);
+    case 3: return rank == 0 ? inf : rank == 1 ? (uint16_t)(inf | 0x8000u) : 0;
+    case 4: return rank == 0 ? largest : 0;
+    default:
+        return rank == 0 ? largest
+               : rank == 1 ? to_half(dtype, fp16 ? 16.0f : ldexpf(1.0f, 119))
+                           : 0;
+    }
+}
+
+static void check_half_specials(zs__comm *comm, zs_dtype dtype) {
+    const char *name = zs_dtype_name(dtype);
+    const int fp16 = dtype == ZS_DTYPE_FP16, many = g_size > 1;
+    const uint16_t inf = fp16 ? 0x7c00u : 0x7f80u, largest = fp16 ? 0x7bffu : 0x7f7fu;
+    const size_t count = 12, total = count * (size_t)g_size;
+    uint16_t *buf = alloc_halves(total);
+    for (int pass = 0; pass < 2; pass++) {
+        /* Pass 0 reduce-scatters (the owned chunk is final), pass 1
+         * all-reduces (every chunk is). */
+        fill_halves(buf, total, dtype, special_value);
+        if (pass == 0) ZT_OK(zs__comm_reduce_scatter(comm, buf, count, dtype, "specials"));
+        else ZT_OK(zs__comm_all_reduce(comm, buf, count, dtype, "specials"));
+        size_t lo = pass == 0 ? (size_t)g_rank * count : 0;
+        size_t hi = pass == 0 ? lo + count : total;
+        for (size_t i = lo; i < hi; i++) {
+            const uint16_t got = buf[i];
+            const int is_nan = isnan(from_half(dtype, got));
+            uint16_t want = 0;
+            int want_nan = 0;
+            switch (i % 6) {
+            case 0: want = many ? inf : special_value(dtype, 0, i); break;
+            case 1: want = many ? (uint16_t)(inf | 0x8000u) : special_value(dtype, 0, i); break;
+            case 2: want_nan = 1; break;
+            case 3: want_nan = many; want = inf; break;
+            case 4: want = largest; break;
+            default: want = many ? inf : largest; break;
+            }
+            if (want_nan)
+                ZT_CHECK_MSG(is_nan, "%s %s, element %zu (slot %zu): got 0x%04x (%g), want a NaN",
+                             name, pass ? "all_reduce" : "reduce_scatter", i, i % 6,
+                             (unsigned)got, (double)from_half(dtype, got));
+            else
+                ZT_CHECK_MSG(got == want, "%s %s, element %zu (slot %zu): got 0x%04x (%g), "
+                             "want 0x%04x (%g)", name, pass ? "all_reduce" : "reduce_scatter", i,
+                             i % 6, (unsigned)got, (double)from_half(dtype, got), (unsigned)want,
+                             (double)from_half(dtype, want));
+        }
+    }
+    free(buf);
+}
+
 static void check_small_collectives(zs__comm *comm, size_t segment) {
     zs_comm_stats before;
 
@@ -245,13 +474,13 @@ static void check_small_collectives(zs__comm *comm, size_t segment) {
     ZT_OK(zs__comm_reduce_scatter(comm, NULL, 0, ZS_DTYPE_FP32, "empty"));
     check_delta("empty reduce_scatter", &before, comm, ZS_COMM_REDUCE_SCATTER, 0);
 
-    /* Half-precision sums are refused before anything moves or is counted. */
+    /* An unknown dtype is refused before anything moves or is counted. */
     uint16_t half[8] = {0};
     zs__comm_stats(comm, &before);
-    ZT_FAILS_WITH(zs__comm_reduce_scatter(comm, half, 1, ZS_DTYPE_FP16, "grads"),
-                  ZS_ERR_UNSUPPORTED, "not supported");
-    ZT_FAILS_WITH(zs__comm_all_reduce(comm, half, 1, ZS_DTYPE_BF16, "grads"),
-                  ZS_ERR_UNSUPPORTED, "bf16");
+    ZT_FAILS_WITH(zs__comm_reduce_scatter(comm, half, 1, (zs_dtype)7, "grads"),
+                  ZS_ERR_INVALID_ARGUMENT, "unknown dtype 7");
+    ZT_FAILS_WITH(zs__comm_all_reduce(comm, half, 1, (zs_dtype)-1, "grads"),
+                  ZS_ERR_INVALID_ARGUMENT, "unknown dtype");
     zs_comm_stats after;
     zs__comm_stats(comm, &after);
     ZT_CHECK(memcmp(&before, &after, sizeof before) == 0);
@@ -303,7 +532,14 @@ int main(int argc, char **argv) {
             check_determinism(comm, counts[c]);
             identical &= impl == ZS_COMM_IMPL_RING ? compare_impls(comm, cmp, counts[c])
                                                    : compare_impls(cmp, comm, counts[c]);
+            for (int h = 0; h < 2; h++) {
+                const zs_dtype half = h == 0 ? ZS_DTYPE_FP16 : ZS_DTYPE_BF16;
+                check_half_exact(comm, cmp, counts[c], half);
+                check_half_rough(comm, impl, counts[c], half);
+            }
         }
+        check_half_specials(comm, ZS_DTYPE_FP16);
+        check_half_specials(comm, ZS_DTYPE_BF16);
         check_small_collectives(comm, (size_t)segments[s]);
         ZT_EQ_U64(mem.current[ZS_MEM_COMM], g_size > 1 ? (uint64_t)segments[s] : 0);
         zs__comm_destroy(comm);

@@ -89,6 +89,20 @@ static void test_defaults(void) {
     ZT_EQ_INT(s->comm.segment_bytes, 4194304);
     ZT_EQ_INT(s->log.level, ZS_LOG_INFO);
     ZT_CHECK(strcmp(s->log.file, "") == 0);
+    ZT_EQ_INT(s->gradient_accumulation_steps, 1);
+    ZT_CHECK(s->gradient_clipping == 0.0);
+    ZT_EQ_INT(s->precision.dtype, ZS_DTYPE_FP32);
+    ZT_EQ_INT(s->precision.reduce_dtype, ZS_REDUCE_DTYPE_COMPUTE);
+    ZT_EQ_INT(s->precision.accumulate_dtype, ZS_ACCUMULATE_DTYPE_FP32);
+    ZT_CHECK(s->precision.loss_scale == 0.0);
+    ZT_EQ_INT(s->precision.initial_scale_power, 16);
+    ZT_EQ_INT(s->precision.loss_scale_window, 1000);
+    ZT_EQ_INT(s->precision.hysteresis, 2);
+    ZT_EQ_INT(s->precision.consecutive_hysteresis, 0);
+    ZT_CHECK(s->precision.min_loss_scale == 1.0);
+    ZT_EQ_INT(s->precision.on_min_scale, ZS_MIN_SCALE_ABORT);
+    ZT_EQ_INT(s->precision.max_consecutive_skips, 100);
+    ZT_EQ_INT(s->precision.check_overflow, 1);
     ZT_CHECK(strstr(zs_config_path(cfg), "minimal.cfg") != NULL);
     zs_config_destroy(cfg);
     zs_config_destroy(NULL); /* a no-op */
@@ -107,7 +121,15 @@ static void test_every_key(void) {
                                "  total_steps = 3000000000L; min_lr = 0.5; };\n"
                                "comm: { reduce_scatter = \"mpi\"; all_gather = \"ring\";\n"
                                "  segment_bytes = 1073741824; };\n"
-                               "log: { level = \"debug\"; file = \"run-%r.log\"; };\n",
+                               "log: { level = \"debug\"; file = \"run-%r.log\"; };\n"
+                               "gradient_accumulation_steps = 65536;\n"
+                               "gradient_clipping = 1e6;\n"
+                               "precision: { dtype = \"bf16\"; reduce_dtype = \"fp32\";\n"
+                               "  accumulate_dtype = \"compute\"; loss_scale = 18446744073709551616.0;\n"
+                               "  initial_scale_power = 64; loss_scale_window = 2147483648L;\n"
+                               "  hysteresis = 1000; consecutive_hysteresis = true;\n"
+                               "  min_loss_scale = 0.5; on_min_scale = \"continue\";\n"
+                               "  max_consecutive_skips = 1000000; check_overflow = false; };\n",
                                &st);
     ZT_OK(st);
     ZT_REQUIRE(cfg != NULL);
@@ -132,7 +154,207 @@ static void test_every_key(void) {
     ZT_EQ_INT(s->comm.segment_bytes, 1073741824);
     ZT_EQ_INT(s->log.level, ZS_LOG_DEBUG);
     ZT_CHECK(strcmp(s->log.file, "run-%r.log") == 0);
+    ZT_EQ_INT(s->gradient_accumulation_steps, 65536);
+    ZT_CHECK(s->gradient_clipping == 1e6);
+    ZT_EQ_INT(s->precision.dtype, ZS_DTYPE_BF16);
+    ZT_EQ_INT(s->precision.reduce_dtype, ZS_REDUCE_DTYPE_FP32);
+    ZT_EQ_INT(s->precision.accumulate_dtype, ZS_ACCUMULATE_DTYPE_COMPUTE);
+    ZT_CHECK(s->precision.loss_scale == 18446744073709551616.0); /* 2^64, the top of the range */
+    ZT_EQ_INT(s->precision.initial_scale_power, 64);
+    ZT_EQ_INT(s->precision.loss_scale_window, 2147483648ll);
+    ZT_EQ_INT(s->precision.hysteresis, 1000);
+    ZT_EQ_INT(s->precision.consecutive_hysteresis, 1);
+    ZT_CHECK(s->precision.min_loss_scale == 0.5);
+    ZT_EQ_INT(s->precision.on_min_scale, ZS_MIN_SCALE_CONTINUE);
+    ZT_EQ_INT(s->precision.max_consecutive_skips, 1000000);
+    ZT_EQ_INT(s->precision.check_overflow, 0); /* allowed outside fp16 */
     zs_config_destroy(cfg);
+}
+
+/* The keys of mixed precision and accumulation: every value each enum
+ * accepts, the edges of every range, and the two cross-key rules, whose
+ * errors point at the line of the key at fault. */
+static void test_precision_keys(void) {
+    static const struct {
+        const char *text;
+        zs_dtype dtype;
+    } dtypes[] = {{"fp32", ZS_DTYPE_FP32}, {"fp16", ZS_DTYPE_FP16}, {"bf16", ZS_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, LR "precision: { dtype = \"%s\"; };\n", dtypes[i].text);
+        zs_status st;
+        zs_config *cfg = load_text("dtype.cfg", text, &st);
+        ZT_OK(st);
+        if (cfg) {
+            ZT_EQ_INT(zs__config_settings(cfg)->precision.dtype, dtypes[i].dtype);
+            zs_config_destroy(cfg);
+        }
+    }
+    /* Lower edges, and fp16 with a static scale that is not a power of two
+     * (allowed: only exactness of unscaling suffers). */
+    zs_status st;
+    zs_config *cfg = load_text("prec_low.cfg",
+                               LR "gradient_accumulation_steps = 1;\ngradient_clipping = 0;\n"
+                                  "precision: { dtype = \"fp16\"; loss_scale = 3; initial_scale_power = 0;\n"
+                                  "  loss_scale_window = 1; hysteresis = 1; min_loss_scale = 1e-300;\n"
+                                  "  max_consecutive_skips = 1; reduce_dtype = \"compute\";\n"
+                                  "  accumulate_dtype = \"fp32\"; on_min_scale = \"abort\"; };\n",
+                               &st);
+    ZT_OK(st);
+    if (cfg) {
+        const zs__settings *s = zs__config_settings(cfg);
+        ZT_EQ_INT(s->precision.dtype, ZS_DTYPE_FP16);
+        ZT_CHECK(s->precision.loss_scale == 3.0);
+        ZT_EQ_INT(s->precision.initial_scale_power, 0);
+        ZT_EQ_INT(s->precision.loss_scale_window, 1);
+        ZT_EQ_INT(s->precision.hysteresis, 1);
+        ZT_CHECK(s->precision.min_loss_scale == 1e-300);
+        ZT_EQ_INT(s->precision.max_consecutive_skips, 1);
+        ZT_EQ_INT(s->precision.check_overflow, 1);
+        zs_config_destroy(cfg);
+    }
+    /* min_loss_scale may equal the initial scale; above it only matters when
+     * the scale is dynamic (fp16 without a static loss_scale). */
+    const char *fine[] = {
+        LR "precision: { dtype = \"fp16\"; initial_scale_power = 4; min_loss_scale = 16; };\n",
+        LR "precision: { dtype = \"fp16\"; loss_scale = 8; initial_scale_power = 2; min_loss_scale = 64; };\n",
+        LR "precision: { dtype = \"bf16\"; initial_scale_power = 0; min_loss_scale = 64; };\n",
+        LR "precision: { dtype = \"fp32\"; min_loss_scale = 1e19; initial_scale_power = 0; };\n",
+        LR "precision: { dtype = \"fp16\"; initial_scale_power = 64; min_loss_scale = 18446744073709551616.0; };\n",
+        LR "precision: { dtype = \"bf16\"; check_overflow = false; };\n",
+        LR "precision: { check_overflow = false; };\n",
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        cfg = load_text("prec_fine.cfg", fine[i], &st);
+        ZT_CHECK_MSG(st == ZS_OK, "case %zu: %s", i, zs_last_error());
+        zs_config_destroy(cfg);
+    }
+
+    /* Ranges and types. */
+    LOAD_FAILS("gas0.cfg", LR "gradient_accumulation_steps = 0;\n", ZS_ERR_CONFIG,
+               "gas0.cfg:2: gradient_accumulation_steps = 0 is out of range; it must be from 1 to 65536");
+    LOAD_FAILS("gas1.cfg", LR "gradient_accumulation_steps = 65537;\n", ZS_ERR_CONFIG,
+               "gradient_accumulation_steps = 65537 is out of range");
+    LOAD_FAILS("gas2.cfg", LR "gradient_accumulation_steps = 2.0;\n", ZS_ERR_CONFIG,
+               "gradient_accumulation_steps = 2.0 is a float, but gradient_accumulation_steps "
+               "takes only an integer literal");
+    LOAD_FAILS("clip0.cfg", LR "gradient_clipping = -0.5;\n", ZS_ERR_CONFIG,
+               "clip0.cfg:2: gradient_clipping = -0.5 is out of range; it must be in [0.0, 1000000.0]");
+    LOAD_FAILS("clip1.cfg", LR "gradient_clipping = 1e7;\n", ZS_ERR_CONFIG,
+               "gradient_clipping = 10000000.0 is out of range");
+    LOAD_FAILS("clip2.cfg", LR "gradient_clipping = \"1.0\";\n", ZS_ERR_CONFIG,
+               "gradient_clipping must be a number, not a string");
+    LOAD_FAILS("pdtype.cfg", LR "precision: {\n  dtype = \"float16\";\n};\n", ZS_ERR_CONFIG,
+               "pdtype.cfg:3: precision.dtype = \"float16\" is not an allowed value; it must be "
+               "\"fp32\", \"fp16\" or \"bf16\"");
+    LOAD_FAILS("pdtype2.cfg", LR "precision: { dtype = 16; };\n", ZS_ERR_CONFIG,
+               "precision.dtype must be a string, one of \"fp32\", \"fp16\" or \"bf16\"; not an integer");
+    LOAD_FAILS("preduce.cfg", LR "precision: { reduce_dtype = \"bf16\"; };\n", ZS_ERR_CONFIG,
+               "precision.reduce_dtype = \"bf16\" is not an allowed value; it must be "
+               "\"compute\" or \"fp32\"");
+    LOAD_FAILS("paccum.cfg", LR "precision: { accumulate_dtype = \"fp16\"; };\n", ZS_ERR_CONFIG,
+               "precision.accumulate_dtype = \"fp16\" is not an allowed value; it must be "
+               "\"fp32\" or \"compute\"");
+    LOAD_FAILS("pscale.cfg", LR "precision: { loss_scale = -1; };\n", ZS_ERR_CONFIG,
+               "precision.loss_scale = -1.0 is out of range; it must be in [0.0, 1.8446744073709552e19]");
+    LOAD_FAILS("pscale2.cfg", LR "precision: { loss_scale = 1e20; };\n", ZS_ERR_CONFIG,
+               "precision.loss_scale = 1e20 is out of range");
+    LOAD_FAILS("pscale3.cfg", LR "precision: { loss_scale = 1e999; };\n", ZS_ERR_CONFIG,
+               "precision.loss_scale = inf is out of range");
+    LOAD_FAILS("ppower.cfg", LR "precision: { initial_scale_power = 65; };\n", ZS_ERR_CONFIG,
+               "precision.initial_scale_power = 65 is out of range; it must be from 0 to 64");
+    LOAD_FAILS("ppower2.cfg", LR "precision: { initial_scale_power = -1; };\n", ZS_ERR_CONFIG,
+               "precision.initial_scale_power = -1 is out of range");
+    LOAD_FAILS("ppower3.cfg", LR "precision: { initial_scale_power = 16.0; };\n", ZS_ERR_CONFIG,
+               "precision.initial_scale_power = 16.0 is a float");
+    LOAD_FAILS("pwindow.cfg", LR "precision: { loss_scale_window = 0; };\n", ZS_ERR_CONFIG,
+               "precision.loss_scale_window = 0 is out of range; it must be from 1 to 2147483648");
+    LOAD_FAILS("pwindow2.cfg", LR "precision: { loss_scale_window = 2147483649L; };\n", ZS_ERR_CONFIG,
+               "precision.loss_scale_window = 2147483649 is out of range");
+    LOAD_FAILS("physt.cfg", LR "precision: { hysteresis = 0; };\n", ZS_ERR_CONFIG,
+               "precision.hysteresis = 0 is out of range; it must be from 1 to 1000");
+    LOAD_FAILS("physt2.cfg", LR "precision: { hysteresis = 1001; };\n", ZS_ERR_CONFIG,
+               "precision.hysteresis = 1001 is out of range");
+    LOAD_FAILS("pcons.cfg", LR "precision: { consecutive_hysteresis = 1; };\n", ZS_ERR_CONFIG,
+               "precision.consecutive_hysteresis must be true or false, not an integer");
+    LOAD_FAILS("pmin.cfg", LR "precision: { min_loss_scale = 0; };\n", ZS_ERR_CONFIG,
+               "precision.min_loss_scale = 0.0 is out of range; it must be in (0.0, 1.8446744073709552e19]");
+    LOAD_FAILS("pmin2.cfg", LR "precision: { min_loss_scale = -2; };\n", ZS_ERR_CONFIG,
+               "precision.min_loss_scale = -2.0 is out of range");
+    LOAD_FAILS("ppolicy.cfg", LR "precision: { on_min_scale = \"skip\"; };\n", ZS_ERR_CONFIG,
+               "precision.on_min_scale = \"skip\" is not an allowed value; it must be \"abort\" "
+               "or \"continue\"");
+    LOAD_FAILS("pskips.cfg", LR "precision: { max_consecutive_skips = 0; };\n", ZS_ERR_CONFIG,
+               "precision.max_consecutive_skips = 0 is out of range; it must be from 1 to 1000000");
+    LOAD_FAILS("pskips2.cfg", LR "precision: { max_consecutive_skips = 1000001; };\n", ZS_ERR_CONFIG,
+               "precision.max_consecutive_skips = 1000001 is out of range");
+    LOAD_FAILS("pcheck.cfg", LR "precision: { check_overflow = \"yes\"; };\n", ZS_ERR_CONFIG,
+               "precision.check_overflow must be true or false, not a string");
+    LOAD_FAILS("punknown.cfg", LR "precision: {\n  loss_scale_windw = 10;\n};\n", ZS_ERR_CONFIG,
+               "punknown.cfg:3: unknown key 'precision.loss_scale_windw'; did you mean "
+               "'precision.loss_scale_window'?");
+    LOAD_FAILS("pgroup.cfg", LR "precision = \"fp16\";\n", ZS_ERR_CONFIG,
+               "pgroup.cfg:2: precision must be a group (precision: { ... };), not a string");
+    LOAD_FAILS("ptop.cfg", LR "dtype = \"fp16\";\n", ZS_ERR_CONFIG,
+               "unknown key 'dtype'; did you mean 'precision.dtype'?");
+
+    /* Cross-key rules. fp16 without overflow checking points at check_overflow. */
+    LOAD_FAILS("pcross1.cfg",
+               LR "precision: {\n  check_overflow = false;\n  dtype = \"fp16\";\n};\n",
+               ZS_ERR_CONFIG,
+               "pcross1.cfg:3: precision.check_overflow = false is not allowed with "
+               "precision.dtype = \"fp16\"");
+    /* It holds for a static fp16 scale too: overflow can happen at any scale. */
+    LOAD_FAILS("pcross2.cfg",
+               LR "precision: { dtype = \"fp16\"; loss_scale = 128; check_overflow = false; };\n",
+               ZS_ERR_CONFIG, "set check_overflow = true (the default), or use \"bf16\" or \"fp32\"");
+    /* min_loss_scale above the initial dynamic scale points at min_loss_scale... */
+    LOAD_FAILS("pcross3.cfg",
+               LR "precision: {\n  dtype = \"fp16\";\n  min_loss_scale = 65537;\n};\n",
+               ZS_ERR_CONFIG,
+               "pcross3.cfg:4: precision.min_loss_scale = 65537.0 is greater than the initial "
+               "dynamic loss scale 2^precision.initial_scale_power = 2^16 = 65536.0; lower "
+               "min_loss_scale or raise initial_scale_power");
+    /* ...also when an override of initial_scale_power breaks the rule, and the
+     * failed override changes nothing. */
+    cfg = load_text("pcross4.cfg", LR "precision: {\n  dtype = \"fp16\";\n  min_loss_scale = 4;\n};\n",
+                    &st);
+    ZT_OK(st);
+    if (cfg) {
+        ZT_FAILS_WITH(zs_config_override(cfg, "precision.initial_scale_power=1"), ZS_ERR_CONFIG,
+                      "pcross4.cfg:4: "
+                      "precision.min_loss_scale = 4.0 is greater than the initial dynamic loss "
+                      "scale 2^precision.initial_scale_power = 2^1 = 2.0");
+        ZT_EQ_INT(zs__config_settings(cfg)->precision.initial_scale_power, 16);
+        ZT_OK(zs_config_override(cfg, "precision.initial_scale_power=2"));
+        ZT_EQ_INT(zs__config_settings(cfg)->precision.initial_scale_power, 2);
+        /* A static scale makes the dynamic keys irrelevant, so the rule lapses;
+         * back to dynamic, it applies again. */
+        const char *to_static[] = {"precision.loss_scale=1024", "precision.initial_scale_power=0"};
+        ZT_OK(zs_config_override_list(cfg, 2, to_static));
+        ZT_FAILS_WITH(zs_config_override(cfg, "precision.loss_scale=0"), ZS_ERR_CONFIG,
+                      "pcross4.cfg:4: precision.min_loss_scale = 4.0 is greater than");
+        /* fp16 and check_overflow may only change together. */
+        ZT_FAILS_WITH(zs_config_override(cfg, "precision.check_overflow=false"), ZS_ERR_CONFIG,
+                      "override 'precision.check_overflow=false': precision.check_overflow = "
+                      "false is not allowed with precision.dtype = \"fp16\"");
+        const char *to_bf16[] = {"precision.check_overflow=false", "precision.dtype=bf16"};
+        ZT_OK(zs_config_override_list(cfg, 2, to_bf16));
+        ZT_EQ_INT(zs__config_settings(cfg)->precision.dtype, ZS_DTYPE_BF16);
+        ZT_EQ_INT(zs__config_settings(cfg)->precision.check_overflow, 0);
+        /* Going back to fp16 blames the dtype line when check_overflow came from
+         * an override, which has no line of its own. */
+        ZT_FAILS_WITH(zs_config_override(cfg, "precision.dtype=fp16"), ZS_ERR_CONFIG,
+                      "override 'precision.dtype=fp16': precision.check_overflow = false is not "
+                      "allowed");
+        ZT_OK(zs_config_override(cfg, "gradient_accumulation_steps=8"));
+        ZT_EQ_INT(zs__config_settings(cfg)->gradient_accumulation_steps, 8);
+        ZT_OK(zs_config_override(cfg, "gradient_clipping=1"));
+        ZT_CHECK(zs__config_settings(cfg)->gradient_clipping == 1.0);
+        ZT_OK(zs_config_override(cfg, "precision.on_min_scale=continue"));
+        ZT_EQ_INT(zs__config_settings(cfg)->precision.on_min_scale, ZS_MIN_SCALE_CONTINUE);
+        zs_config_destroy(cfg);
+    }
 }
 
 static void test_bad_configs(void) {
@@ -486,6 +708,18 @@ static void test_hash(void) {
     ZT_CHECK(hash_of("h_n.cfg", LR "log: { file = \"a\"; };\n") != no_app);
     ZT_CHECK(hash_of("h_o.cfg", LR "log: { level = \"warn\"; };\n") != no_app);
     ZT_CHECK(hash_of("h_p.cfg", LR "comm: { all_gather = \"mpi\"; };\n") != no_app);
+    /* The new keys count too, and writing a default out changes nothing. */
+    ZT_CHECK(hash_of("h_q.cfg", LR "gradient_accumulation_steps = 2;\n") != no_app);
+    ZT_CHECK(hash_of("h_r.cfg", LR "gradient_clipping = 1.0;\n") != no_app);
+    ZT_CHECK(hash_of("h_s.cfg", LR "precision: { dtype = \"bf16\"; };\n") != no_app);
+    ZT_CHECK(hash_of("h_t.cfg", LR "precision: { dtype = \"bf16\"; };\n") !=
+             hash_of("h_u.cfg", LR "precision: { dtype = \"fp16\"; };\n"));
+    ZT_CHECK(hash_of("h_v.cfg", LR "precision: { hysteresis = 3; };\n") != no_app);
+    ZT_CHECK(hash_of("h_w.cfg", LR "precision: { min_loss_scale = 2; };\n") != no_app);
+    ZT_CHECK(hash_of("h_x.cfg", LR "precision: { check_overflow = false; };\n") != no_app);
+    ZT_EQ_U64(hash_of("h_y.cfg", LR "precision: { dtype = \"fp32\"; loss_scale = 0; };\n"
+                                    "gradient_clipping = 0;\n"),
+              no_app);
 }
 
 static void test_app_keys(void) {
@@ -657,6 +891,7 @@ int main(void) {
     ZT_REQUIRE(made != NULL);
     test_defaults();
     test_every_key();
+    test_precision_keys();
     test_bad_configs();
     test_good_literals();
     test_includes();

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "zero/ctx.h" /* zs__state_digest */
 #include "zeroshard_mpi.h"
 
 #define HARNESS_ALIGN 16
@@ -21,6 +22,12 @@ static int64_t model_numel(void) {
     for (int i = 0; i < 2 * TINY_LAYERS; i++) n += param_numel(i);
     return n;
 }
+
+#define ZS_CHECK_LOCAL(call)              \
+    do {                                  \
+        zs_status c_st_ = (call);         \
+        if (c_st_ != ZS_OK) return c_st_; \
+    } while (0)
 
 static int64_t param_start(int i) {
     int64_t n = 0;
@@ -43,7 +50,10 @@ static int fail(const char *what, zs_status st) {
 #define H_CHECK(call)                                 \
     do {                                              \
         zs_status h_st_ = (call);                     \
-        if (h_st_ != ZS_OK) return fail(#call, h_st_); \
+        if (h_st_ != ZS_OK) {                         \
+            out->status = h_st_;                      \
+            return fail(#call, h_st_);                \
+        }                                             \
     } while (0)
 
 static int write_config(const harness_options *opt, char *path, size_t cap) {
@@ -58,27 +68,55 @@ static int write_config(const harness_options *opt, char *path, size_t cap) {
             "optimizer: { type = \"%s\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
             "             beta2 = 0.99; eps = 1e-8; momentum = %.17g; nesterov = %s; };\n"
             "scheduler: { type = \"%s\"; warmup_steps = 3; total_steps = %d; min_lr = 0.001; };\n"
-            "comm: { segment_bytes = 4096; };\n",
+            "comm: { segment_bytes = 4096; };\n"
+            "precision: { dtype = \"%s\"; reduce_dtype = \"%s\"; %s };\n"
+            "gradient_accumulation_steps = %d;\n"
+            "gradient_clipping = %.17g;\n",
             opt->stage, opt->max_live_units, HARNESS_ALIGN, opt->optimizer, opt->momentum,
-            opt->nesterov ? "true" : "false", opt->scheduler, opt->steps);
+            opt->nesterov ? "true" : "false", opt->scheduler, opt->steps,
+            opt->dtype ? opt->dtype : "fp32", opt->reduce_dtype ? opt->reduce_dtype : "compute",
+            opt->precision_extra ? opt->precision_extra : "", opt->gas > 0 ? opt->gas : 1, opt->clip);
     fclose(f);
     return 0;
 }
 
-/* Copies every parameter's full value into dst (registration order). */
-static int gather_all(zs_ctx *zs, zs_param **params, float *dst) {
+/* Copies every parameter's full value, as fp32, into dst (registration order). */
+static int gather_all(zs_ctx *zs, zs_param **params, float *dst, harness_result *out) {
     for (int l = 0; l < TINY_LAYERS; l++) {
         zs_unit *u = zs_unit_at(zs, l);
         H_CHECK(zs_fetch(zs, u));
         for (int k = 0; k < 2; k++) {
             int i = 2 * l + k;
-            const float *src = zs_param_data(params[i]);
+            const void *src = zs_param_data(params[i]);
             if (!src) return fail("zs_param_data", ZS_ERR_STATE);
-            memcpy(dst + param_start(i), src, sizeof(float) * (size_t)param_numel(i));
+            H_CHECK(zs_convert(dst + param_start(i), ZS_DTYPE_FP32, src, zs_param_dtype(params[i]),
+                               param_numel(i)));
         }
         H_CHECK(zs_release(zs, u));
     }
     return 0;
+}
+
+/* The fp32 view of a parameter for the model math: the runtime's buffer
+ * itself in fp32, else a converted copy in scratch. */
+static const float *as_fp32(zs_param *p, float *scratch, harness_result *out) {
+    const void *data = zs_param_data(p);
+    if (!data) return NULL;
+    if (zs_param_dtype(p) == ZS_DTYPE_FP32) return data;
+    if (zs_convert(scratch, ZS_DTYPE_FP32, data, zs_param_dtype(p), zs_param_numel(p)) != ZS_OK) {
+        out->status = ZS_ERR_INTERNAL;
+        return NULL;
+    }
+    return scratch;
+}
+
+/* Adds an fp32 gradient contribution into the runtime's gradient buffer. */
+static zs_status add_grad(zs_param *p, void *grad, const float *contribution, float *scratch) {
+    zs_dtype dt = zs_param_dtype(p);
+    int64_t n = zs_param_numel(p);
+    ZS_CHECK_LOCAL(zs_convert(scratch, ZS_DTYPE_FP32, grad, dt, n));
+    for (int64_t i = 0; i < n; i++) scratch[i] += contribution[i];
+    return zs_convert(grad, dt, scratch, ZS_DTYPE_FP32, n);
 }
 
 int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) {
@@ -113,48 +151,102 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
         H_CHECK(zs_unit_end(zs));
     }
     H_CHECK(zs_build(zs));
-    if (gather_all(zs, params, out->initial) != 0) return -1;
+    if (gather_all(zs, params, out->initial, out) != 0) return -1;
 
-    int local_batch = TINY_BATCH / world;
-    int64_t first = (int64_t)rank * local_batch;
+    const int gas = opt->gas > 0 ? opt->gas : 1;
+    const int batch = opt->batch > 0 ? opt->batch : TINY_BATCH;
+    const int mixed = zs_param_dtype(params[0]) != ZS_DTYPE_FP32;
+    int local_batch = batch / world;
+    /* fp32 scratch for the model math in mixed precision: one view of each
+     * parameter, one gradient contribution, one conversion buffer. */
+    int64_t max_numel = 0;
+    for (int i = 0; i < 2 * TINY_LAYERS; i++)
+        if (param_numel(i) > max_numel) max_numel = param_numel(i);
+    float *view[2 * TINY_LAYERS], *contrib[2 * TINY_LAYERS];
+    for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+        view[i] = calloc((size_t)param_numel(i), sizeof(float));
+        contrib[i] = calloc((size_t)param_numel(i), sizeof(float));
+    }
+    float *convert_scratch = calloc((size_t)max_numel, sizeof(float));
     tiny_acts acts;
     tiny_acts_init(&acts, local_batch);
-    for (int step = 0; step < opt->steps; step++) {
+    int rc = 0;
+    for (int step = 0; step < opt->steps && rc == 0; step++) {
         zs_comm_stats before, after;
         H_CHECK(zs_comm_report(zs, &before));
-        tiny_load_batch(&acts, step, first);
-        /* Forward. With prefetch, the next unit is fetched before the current
-         * one is released, so two units are live at once in stage 3. */
-        zs_unit *prev = NULL;
-        for (int l = 0; l < TINY_LAYERS; l++) {
-            zs_unit *u = zs_unit_at(zs, l);
-            H_CHECK(zs_fetch(zs, u));
-            if (prev && opt->prefetch) H_CHECK(zs_release(zs, prev));
-            tiny_forward(l, zs_param_data(params[2 * l]), zs_param_data(params[2 * l + 1]), &acts);
-            if (opt->prefetch) prev = u;
-            else H_CHECK(zs_release(zs, u));
-        }
-        if (prev) H_CHECK(zs_release(zs, prev));
-        double local_loss = tiny_loss(&acts), global_loss = 0.0;
-        MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, comm);
-        out->loss[step] = global_loss / world;
+        out->loss[step] = 0.0;
+        for (int micro = 0; micro < gas; micro++) {
+            int64_t first = (int64_t)micro * batch + (int64_t)rank * local_batch;
+            tiny_load_batch(&acts, step, first);
+            /* Forward. With prefetch, the next unit is fetched before the
+             * current one is released, so two units are live at once in stage 3. */
+            zs_unit *prev = NULL;
+            for (int l = 0; l < TINY_LAYERS; l++) {
+                zs_unit *u = zs_unit_at(zs, l);
+                H_CHECK(zs_fetch(zs, u));
+                if (prev && opt->prefetch) H_CHECK(zs_release(zs, prev));
+                const float *w = as_fp32(params[2 * l], view[2 * l], out);
+                const float *b = as_fp32(params[2 * l + 1], view[2 * l + 1], out);
+                if (!w || !b) return fail("parameter view", ZS_ERR_STATE);
+                tiny_forward(l, w, b, &acts);
+                if (opt->prefetch) prev = u;
+                else H_CHECK(zs_release(zs, u));
+            }
+            if (prev) H_CHECK(zs_release(zs, prev));
+            double local_loss = tiny_loss(&acts), global_loss = 0.0;
+            MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, comm);
+            out->loss[step] += global_loss / world / gas;
 
-        tiny_backward_begin(&acts, TINY_BATCH);
-        for (int l = TINY_LAYERS - 1; l >= 0; l--) {
-            zs_unit *u = zs_unit_at(zs, l);
-            H_CHECK(zs_fetch(zs, u));
-            float *gw = zs_param_grad(params[2 * l]);
-            float *gb = zs_param_grad(params[2 * l + 1]);
-            if (!gw || !gb) return fail("zs_param_grad", ZS_ERR_STATE);
-            tiny_backward(l, zs_param_data(params[2 * l]), zs_param_data(params[2 * l + 1]), gw, gb,
-                          &acts, opt->mode, step, first, world);
-            H_CHECK(zs_grads_ready(zs, u));
-            H_CHECK(zs_release(zs, u));
+            tiny_backward_begin(&acts, zs_loss_scale(zs));
+            for (int l = TINY_LAYERS - 1; l >= 0; l--) {
+                zs_unit *u = zs_unit_at(zs, l);
+                H_CHECK(zs_fetch(zs, u));
+                void *gw = zs_param_grad(params[2 * l]);
+                void *gb = zs_param_grad(params[2 * l + 1]);
+                const float *w = as_fp32(params[2 * l], view[2 * l], out);
+                const float *b = as_fp32(params[2 * l + 1], view[2 * l + 1], out);
+                if (!gw || !gb || !w || !b) return fail("zs_param_grad", ZS_ERR_STATE);
+                if (!mixed) {
+                    tiny_backward(l, w, b, gw, gb, &acts, opt->mode, step, first, world);
+                } else {
+                    memset(contrib[2 * l], 0, sizeof(float) * (size_t)param_numel(2 * l));
+                    memset(contrib[2 * l + 1], 0, sizeof(float) * (size_t)param_numel(2 * l + 1));
+                    tiny_backward(l, w, b, contrib[2 * l], contrib[2 * l + 1], &acts, opt->mode,
+                                  step, first, world);
+                    H_CHECK(add_grad(params[2 * l], gw, contrib[2 * l], convert_scratch));
+                    H_CHECK(add_grad(params[2 * l + 1], gb, contrib[2 * l + 1], convert_scratch));
+                }
+                if (opt->inject && step >= opt->inject_step &&
+                    step < opt->inject_step + (opt->inject_count > 0 ? opt->inject_count : 1) &&
+                    micro == 0 && rank == opt->inject_rank &&
+                    l == opt->inject_unit)
+                    H_CHECK(zs_convert((char *)gw + (size_t)opt->inject_index *
+                                                        zs_dtype_size(zs_param_dtype(params[2 * l])),
+                                       zs_param_dtype(params[2 * l]), &opt->inject_value,
+                                       ZS_DTYPE_FP32, 1));
+                H_CHECK(zs_grads_ready(zs, u));
+                H_CHECK(zs_release(zs, u));
+            }
+            out->digest_before[step] = zs__state_digest(zs);
+            zs_step_info info;
+            zs_status st = zs_step(zs, &info);
+            if (st != ZS_OK) {
+                out->status = st;
+                rc = -1;
+                break;
+            }
+            if (info.boundary != (micro == gas - 1)) return fail("boundary flag", ZS_ERR_INTERNAL);
+            if (info.boundary) {
+                out->grad_norm[step] = info.grad_norm;
+                out->lr[step] = info.lr;
+                out->loss_scale[step] = info.loss_scale;
+                out->clip_coef[step] = info.clip_coef;
+                out->skipped[step] = info.skipped;
+                out->overflow_rank[step] = info.overflow_rank;
+                out->overflow_unit[step] = info.overflow_unit;
+            }
         }
-        zs_step_info info;
-        H_CHECK(zs_step(zs, &info));
-        out->grad_norm[step] = info.grad_norm;
-        out->lr[step] = info.lr;
+        out->digest_after[step] = zs__state_digest(zs);
         H_CHECK(zs_comm_report(zs, &after));
         for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
             out->step_bytes.bytes[op] = after.bytes[op] - before.bytes[op];
@@ -162,10 +254,15 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
         }
     }
     tiny_acts_free(&acts);
+    for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+        free(view[i]);
+        free(contrib[i]);
+    }
+    free(convert_scratch);
     H_CHECK(zs_memory_report(zs, &out->memory));
-    if (gather_all(zs, params, out->final) != 0) return -1;
+    if (rc == 0 && gather_all(zs, params, out->final, out) != 0) rc = -1;
     zs_destroy(zs);
-    return 0;
+    return rc;
 }
 
 /* ------------------------------------------------------------ reference */
@@ -193,8 +290,10 @@ void harness_reference(const harness_options *opt, const float *initial, harness
     float *v = calloc((size_t)out->numel, sizeof(float));
     const double b1 = 0.9, b2 = 0.99, eps = 1e-8, wd_all = 0.1;
 
+    /* One process, the whole step's batch at once (all micro-batches). */
+    const int total_batch = (opt->gas > 0 ? opt->gas : 1) * (opt->batch > 0 ? opt->batch : TINY_BATCH);
     tiny_acts acts;
-    tiny_acts_init(&acts, TINY_BATCH);
+    tiny_acts_init(&acts, total_batch);
     for (int step = 0; step < opt->steps; step++) {
         int t = step + 1;
         double lr = reference_lr(opt, t);
@@ -203,7 +302,7 @@ void harness_reference(const harness_options *opt, const float *initial, harness
             tiny_forward(l, p + param_start(2 * l), p + param_start(2 * l + 1), &acts);
         out->loss[step] = tiny_loss(&acts);
         memset(g, 0, sizeof(float) * (size_t)out->numel);
-        tiny_backward_begin(&acts, TINY_BATCH);
+        tiny_backward_begin(&acts, 1.0f);
         for (int l = TINY_LAYERS - 1; l >= 0; l--)
             tiny_backward(l, p + param_start(2 * l), p + param_start(2 * l + 1),
                           g + param_start(2 * l), g + param_start(2 * l + 1), &acts, opt->mode,
@@ -212,6 +311,12 @@ void harness_reference(const harness_options *opt, const float *initial, harness
         for (int64_t i = 0; i < out->numel; i++) sq += (double)g[i] * g[i];
         out->grad_norm[step] = sqrt(sq);
         out->lr[step] = lr;
+        /* Global-norm clipping as torch.nn.utils.clip_grad_norm_ does it. */
+        double coef = 1.0;
+        if (opt->clip > 0 && out->grad_norm[step] > opt->clip) coef = opt->clip / (out->grad_norm[step] + 1e-6);
+        out->clip_coef[step] = coef;
+        if (coef != 1.0)
+            for (int64_t i = 0; i < out->numel; i++) g[i] = (float)(g[i] * coef);
         for (int i = 0; i < 2 * TINY_LAYERS; i++) {
             double wd = (i % 2 == 1) ? 0.0 : wd_all; /* biases are flagged no-decay */
             for (int64_t k = param_start(i); k < param_start(i) + param_numel(i); k++) {

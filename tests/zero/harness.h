@@ -21,6 +21,19 @@ typedef struct harness_options {
     int max_live_units;
     int prefetch;            /* keep two units live in forward (stage 3 residency check) */
     const char *scheduler;   /* "constant" or "warmup_cosine" */
+    /* Mixed precision and step options; zero values mean the defaults. */
+    const char *dtype;        /* "fp32" (default), "fp16", "bf16" */
+    const char *reduce_dtype; /* "compute" (default) or "fp32" */
+    int gas;                  /* micro-steps per step (default 1) */
+    int batch;                /* global samples per micro-step (default TINY_BATCH) */
+    double clip;              /* gradient_clipping (0: off) */
+    const char *precision_extra; /* more settings inside the generated precision group */
+    /* Overflow injection (when inject is 1): at micro-step 0 of step
+     * inject_step, rank inject_rank writes inject_value into element
+     * inject_index of the weight gradient of unit inject_unit; and again in
+     * the next inject_count - 1 steps. */
+    int inject, inject_step, inject_count, inject_rank, inject_unit, inject_index;
+    float inject_value;
 } harness_options;
 
 typedef struct harness_result {
@@ -30,13 +43,20 @@ typedef struct harness_result {
     double loss[HARNESS_MAX_STEPS];
     double grad_norm[HARNESS_MAX_STEPS];
     double lr[HARNESS_MAX_STEPS];
+    double loss_scale[HARNESS_MAX_STEPS];
+    double clip_coef[HARNESS_MAX_STEPS];
+    int skipped[HARNESS_MAX_STEPS];
+    int overflow_rank[HARNESS_MAX_STEPS], overflow_unit[HARNESS_MAX_STEPS];
+    uint64_t digest_before[HARNESS_MAX_STEPS]; /* this rank's state before the step's zs_step */
+    uint64_t digest_after[HARNESS_MAX_STEPS];
     zs_memory_stats memory;
     zs_comm_stats step_bytes; /* counters of the last step alone */
     int world;
+    zs_status status;         /* of the first failing call, ZS_OK if none */
 } harness_result;
 
 /* Trains through zeroshard on `comm`. Returns 0 on success; on failure prints
- * the zeroshard error and returns -1. */
+ * the zeroshard error (unless quiet) and returns -1 with out->status set. */
 int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out);
 
 /* The same training in one process on the full batch with plainly written

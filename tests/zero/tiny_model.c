@@ -73,16 +73,16 @@ double tiny_loss(const tiny_acts *acts) {
     return total / acts->batch;
 }
 
-void tiny_backward_begin(tiny_acts *acts, int global_batch) {
+void tiny_backward_begin(tiny_acts *acts, float loss_scale) {
     /* d(loss)/d(out) for the loss averaged over this rank's batch; the
      * runtime averages over ranks, so the result is the global-batch mean. */
-    (void)global_batch;
+    acts->loss_scale = loss_scale;
     int c = tiny_dims[TINY_LAYERS];
     for (int s = 0; s < acts->batch; s++)
         for (int k = 0; k < c; k++)
             acts->delta[(size_t)s * c + k] =
                 (acts->a[TINY_LAYERS][(size_t)s * c + k] - acts->y[(size_t)s * c + k]) /
-                (float)acts->batch;
+                (float)acts->batch * loss_scale;
 }
 
 /* A multiple of 2^-8 in [-8, 8], from a float that depends on the state. */
@@ -92,7 +92,7 @@ static float dyadic(float x) {
 }
 
 static void dyadic_grads(int l, const float *p, float *g, int64_t n, int64_t step,
-                         int64_t first_sample, int batch, int world, int is_bias) {
+                         int64_t first_sample, int batch, int world, int is_bias, float scale) {
     for (int64_t i = 0; i < n; i++) {
         float sum = 0.0f;
         for (int s = 0; s < batch; s++) {
@@ -103,7 +103,7 @@ static void dyadic_grads(int l, const float *p, float *g, int64_t n, int64_t ste
         }
         /* Exact: |sum| <= 12 * 8 and world <= 4 keep every product within
          * fp32's 24 bits at a 2^-8 granularity; the factor 2^-4 is a power of two. */
-        g[i] += sum * (float)world * 0.0625f;
+        g[i] += sum * (float)world * 0.0625f * scale; /* scale: a power of two */
     }
 }
 
@@ -111,8 +111,10 @@ void tiny_backward(int l, const float *w, const float *b, float *gw, float *gb, 
                    tiny_grad_mode mode, int64_t step, int64_t first_sample, int world) {
     int in = tiny_dims[l], out = tiny_dims[l + 1];
     if (mode == TINY_GRAD_DYADIC) {
-        dyadic_grads(l, w, gw, tiny_weight_numel(l), step, first_sample, acts->batch, world, 0);
-        dyadic_grads(l, b, gb, tiny_bias_numel(l), step, first_sample, acts->batch, world, 1);
+        dyadic_grads(l, w, gw, tiny_weight_numel(l), step, first_sample, acts->batch, world, 0,
+                     acts->loss_scale);
+        dyadic_grads(l, b, gb, tiny_bias_numel(l), step, first_sample, acts->batch, world, 1,
+                     acts->loss_scale);
         return;
     }
     for (int s = 0; s < acts->batch; s++) {

@@ -36,6 +36,7 @@ typedef struct tiny_acts {
     float *y;                  /* targets [batch][5] */
     float *delta;              /* scratch [batch][max dim] */
     float *delta_prev;         /* scratch [batch][max dim] */
+    float loss_scale;          /* set by tiny_backward_begin */
 } tiny_acts;
 
 void tiny_acts_init(tiny_acts *acts, int batch);
@@ -49,11 +50,13 @@ void tiny_forward(int l, const float *w, const float *b, tiny_acts *acts);
 /* Mean over the batch of 0.5 * |out - y|^2 (call after the last forward). */
 double tiny_loss(const tiny_acts *acts);
 
-/* Starts backward: delta = d(loss)/d(out) for the last layer. */
-void tiny_backward_begin(tiny_acts *acts, int global_batch);
+/* Starts backward: delta = loss_scale * d(loss)/d(out) for the last layer
+ * (the loss is multiplied by the runtime's loss scale before backward). */
+void tiny_backward_begin(tiny_acts *acts, float loss_scale);
 /* Layer l backward: ADDS d(loss)/dW, d(loss)/db into gw, gb and moves delta
  * to the layer's input. In dyadic mode gw/gb get the synthetic gradients,
- * scaled by `world` (see the header comment), and delta is left alone. */
+ * scaled by `world` and the loss scale (see the header comment), and delta
+ * is left alone. */
 void tiny_backward(int l, const float *w, const float *b, float *gw, float *gb, tiny_acts *acts,
                    tiny_grad_mode mode, int64_t step, int64_t first_sample, int world);
 

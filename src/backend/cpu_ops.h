@@ -1,0 +1,27 @@
+/* The CPU backend's kernel operations (the drivers: argument checks, OpenMP
+ * over contiguous ranges, dispatch to the kernels of the active instruction-set
+ * level in cpu_isa.h). cpu.c puts them in the backend's ops table. */
+#ifndef ZS_BACKEND_CPU_OPS_H
+#define ZS_BACKEND_CPU_OPS_H
+
+#include "backend/backend.h"
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define ZS_CPU_PARALLEL_MIN 65536
+
+/* The OpenMP loops hand out ranges of this many elements (static schedule, so
+ * each thread streams through one contiguous part of the arrays). */
+#define ZS_CPU_TASK 32768
+
+zs_status zs__cpu_convert(zs__backend *be, void *dst, zs_dtype dst_dtype, const void *src,
+                          zs_dtype src_dtype, int64_t count);
+zs_status zs__cpu_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype, const void *src,
+                             zs_dtype src_dtype, int64_t count);
+zs_status zs__cpu_sum_squares(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
+                              double *out);
+zs_status zs__cpu_optimizer_update(zs__backend *be, const zs__update_args *args);
+
+/* 1 for fp32, fp16 and bf16. */
+int zs__cpu_dtype_valid(zs_dtype dtype);
+
+#endif
