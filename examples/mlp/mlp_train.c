@@ -14,7 +14,8 @@
  *
  * App keys (the `app` group of the configuration; defaults in brackets):
  *   steps [300]          optimizer steps
- *   global_batch [240]   samples per step over all ranks; divisible by the world size
+ *   global_batch [240]   samples per micro-step over all ranks; divisible by the world
+ *                        size (an optimizer step sees gradient_accumulation_steps of them)
  *   input_dim [61]       features per sample (D)
  *   hidden ["127,93"]    hidden layer widths, comma-separated; "" is a linear model
  *   classes [10]         classes (C)
@@ -102,6 +103,63 @@ static void *param_grad_or_abort(zs_param *p) {
     return grad;
 }
 
+/* The model code computes in fp32. With fp16 or bf16 parameters (precision.dtype)
+ * the trainer reads each layer through an fp32 copy and computes its gradient
+ * contribution in fp32, then adds it into the runtime's low-precision gradient
+ * (zs_convert does both conversions, with SIMD). In fp32 the runtime's buffers
+ * are used directly and none of this is allocated. */
+typedef struct precision_bridge {
+    int active;
+    float *weight, *bias;   /* fp32 views of the fetched layer: [out][in], [out] */
+    float *dweight, *dbias; /* fp32 gradient contributions: [out][in], [out] */
+    float *scratch;         /* [largest weight] for widening a gradient before adding */
+} precision_bridge;
+
+static int bridge_init(precision_bridge *br, zs_dtype dtype, int64_t max_weight, int64_t max_bias) {
+    memset(br, 0, sizeof *br);
+    if (dtype == ZS_DTYPE_FP32) return 0;
+    br->active = 1;
+    br->weight = malloc(sizeof(float) * (size_t)max_weight);
+    br->dweight = malloc(sizeof(float) * (size_t)max_weight);
+    br->scratch = malloc(sizeof(float) * (size_t)max_weight);
+    br->bias = malloc(sizeof(float) * (size_t)max_bias);
+    br->dbias = malloc(sizeof(float) * (size_t)max_bias);
+    return br->weight && br->dweight && br->scratch && br->bias && br->dbias ? 0 : -1;
+}
+
+static void bridge_free(precision_bridge *br) {
+    free(br->weight);
+    free(br->bias);
+    free(br->dweight);
+    free(br->dbias);
+    free(br->scratch);
+}
+
+/* The parameter as fp32: the runtime's buffer itself, or a converted copy. */
+static const float *param_view(const zs_param *p, float *copy) {
+    const void *data = param_data_or_abort(p);
+    if (zs_param_dtype(p) == ZS_DTYPE_FP32) return data;
+    zs_status st = zs_convert(copy, ZS_DTYPE_FP32, data, zs_param_dtype(p), zs_param_numel(p));
+    if (st != ZS_OK) {
+        report_status(st);
+        abort_job("converting a parameter to fp32");
+    }
+    return copy;
+}
+
+/* grad += contribution, for a low-precision gradient buffer. */
+static void add_contribution(zs_param *p, void *grad, const float *contribution, float *scratch) {
+    const zs_dtype dt = zs_param_dtype(p);
+    const int64_t n = zs_param_numel(p);
+    zs_status st = zs_convert(scratch, ZS_DTYPE_FP32, grad, dt, n);
+    for (int64_t i = 0; st == ZS_OK && i < n; i++) scratch[i] += contribution[i];
+    if (st == ZS_OK) st = zs_convert(grad, dt, scratch, ZS_DTYPE_FP32, n);
+    if (st != ZS_OK) {
+        report_status(st);
+        abort_job("adding a gradient contribution");
+    }
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -163,14 +221,14 @@ static zs_status read_app_settings(zs_config *cfg, app_settings *app) {
 /* Forward through every layer on ws->acts[0], fetching one unit at a time;
  * logits end in ws->acts[L]. Collective (stage 3 gathers each unit). */
 static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
-                             int batch, mlp_workspace *ws) {
+                             int batch, mlp_workspace *ws, precision_bridge *br) {
     zs_status st;
     for (int l = 0; l < shape->num_layers; l++) {
         if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
-        const float *W = param_data_or_abort(layers[l].weight); // [dims[l + 1]][dims[l]]
-        const float *b = param_data_or_abort(layers[l].bias);   // [dims[l + 1]]
+        const float *W = param_view(layers[l].weight, br->weight); // [dims[l + 1]][dims[l]]
+        const float *b = param_view(layers[l].bias, br->bias);     // [dims[l + 1]]
         mlp_layer_forward(batch, shape->dims[l], shape->dims[l + 1],
                           mlp_layer_activation(shape, l), ws->acts[l], W, b, ws->acts[l + 1]);
         if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
@@ -184,16 +242,25 @@ static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_han
  * the runtime's gradient buffers and declaring each unit done as soon as its
  * gradient is complete, so that its reduction can overlap the layers below. */
 static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
-                              int batch, mlp_workspace *ws) {
+                              int batch, mlp_workspace *ws, precision_bridge *br) {
     zs_status st;
     const int L = shape->num_layers;
     for (int l = L - 1; l >= 0; l--) {
         if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
-        const float *W = param_data_or_abort(layers[l].weight); // [dims[l + 1]][dims[l]]
-        float *dW = param_grad_or_abort(layers[l].weight);      // [dims[l + 1]][dims[l]]
-        float *db = param_grad_or_abort(layers[l].bias);        // [dims[l + 1]]
+        const float *W = param_view(layers[l].weight, br->weight); // [dims[l + 1]][dims[l]]
+        void *grad_w = param_grad_or_abort(layers[l].weight);      // [dims[l + 1]][dims[l]]
+        void *grad_b = param_grad_or_abort(layers[l].bias);        // [dims[l + 1]]
+        // Backward adds into dW and db: the runtime's fp32 buffers, or fp32
+        // contributions that are added into fp16/bf16 buffers below.
+        float *dW = grad_w, *db = grad_b;
+        if (br->active) {
+            dW = br->dweight;
+            db = br->dbias;
+            memset(dW, 0, sizeof(float) * (size_t)zs_param_numel(layers[l].weight));
+            memset(db, 0, sizeof(float) * (size_t)zs_param_numel(layers[l].bias));
+        }
         // Ping-pong: layer l's output gradient is in one buffer and its input
         // gradient goes to the other, which layer l - 1 reads next.
         float *dy = ws->grad[(L - 1 - l) % 2];                // [batch][dims[l + 1]]
@@ -201,6 +268,10 @@ static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_ha
         mlp_layer_backward(batch, shape->dims[l], shape->dims[l + 1],
                            mlp_layer_activation(shape, l), ws->acts[l], ws->acts[l + 1], W, dy,
                            dW, db, dx);
+        if (br->active) {
+            add_contribution(layers[l].weight, grad_w, dW, br->scratch);
+            add_contribution(layers[l].bias, grad_b, db, br->scratch);
+        }
         if ((st = zs_grads_ready(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
@@ -217,11 +288,11 @@ static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_ha
  * possibly empty) because in stage 3 each fetch is a collective. */
 static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *shape,
                           const layer_handles *layers, const mlp_dataset *ds, int local_batch,
-                          mlp_workspace *ws, double *loss_out, double *accuracy_out) {
+                          mlp_workspace *ws, precision_bridge *br, uint64_t first_heldout,
+                          double *loss_out, double *accuracy_out) {
     const int rank = zs_rank(zs);
     const int world = zs_world_size(zs);
     const int64_t E = app->eval_samples;
-    const uint64_t first_heldout = (uint64_t)app->steps * (uint64_t)app->global_batch;
     const int64_t begin = E * rank / world;
     const int64_t end = E * (rank + 1) / world;
     const int64_t most_per_rank = (E + world - 1) / world;
@@ -233,7 +304,7 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
         int64_t n = end - lo;
         n = n < 0 ? 0 : (n > local_batch ? local_batch : n);
         mlp_dataset_batch(ds, first_heldout + (uint64_t)lo, (int)n, ws->acts[0], ws->labels);
-        zs_status st = forward_all(zs, shape, layers, (int)n, ws);
+        zs_status st = forward_all(zs, shape, layers, (int)n, ws, br);
         if (st != ZS_OK) {
             return st;
         }
@@ -367,6 +438,7 @@ int main(int argc, char **argv) {
     int exit_code = 1;
     zs_ctx *zs = NULL;
     mlp_workspace ws = {0};
+    precision_bridge bridge = {0};
     layer_handles layers[MLP_MAX_LAYERS];
     TRY(zs_create(cfg, &zs));
     const int rank = zs_rank(zs);
@@ -401,23 +473,22 @@ int main(int argc, char **argv) {
         TRY(zs_unit_end(zs));
     }
     TRY(zs_build(zs));
-    // The model code computes in float; every rank has the same configuration,
-    // so every rank stops here together if the compute dtype is another one.
-    if (zs_param_dtype(layers[0].weight) != ZS_DTYPE_FP32) {
-        if (rank == 0) {
-            fprintf(stderr,
-                    "mlp_train: the compute dtype is %s, but this example computes in fp32\n",
-                    zs_dtype_name(zs_param_dtype(layers[0].weight)));
-        }
-        goto done;
+    int64_t max_weight = 0, max_bias = 0;
+    for (int l = 0; l < L; l++) {
+        if (zs_param_numel(layers[l].weight) > max_weight) max_weight = zs_param_numel(layers[l].weight);
+        if (zs_param_numel(layers[l].bias) > max_bias) max_bias = zs_param_numel(layers[l].bias);
+    }
+    if (bridge_init(&bridge, zs_param_dtype(layers[0].weight), max_weight, max_bias) != 0) {
+        abort_job("out of memory for the fp32 views of the parameters");
     }
     if (mlp_workspace_init(&ws, &shape, local_batch) != 0) {
         abort_job("out of memory for the activations");
     }
 
     if (rank == 0) {
-        printf("mlp_train: %s (hash %016" PRIx64 "), stage %d, %d ranks\n", zs_config_path(cfg),
-               zs_config_hash(cfg), zs_stage(zs), world);
+        printf("mlp_train: %s (hash %016" PRIx64 "), stage %d, %s, %d ranks\n",
+               zs_config_path(cfg), zs_config_hash(cfg), zs_stage(zs),
+               zs_dtype_name(zs_param_dtype(layers[0].weight)), world);
         printf("model: %d", shape.dims[0]);
         for (int l = 1; l <= L; l++) {
             printf(" -> %d", shape.dims[l]);
@@ -432,32 +503,45 @@ int main(int argc, char **argv) {
 
     double window_start = now_seconds();
     int64_t window_steps = 0;
+    // Micro-batches are numbered across the run, so every sample is used once
+    // whatever gradient_accumulation_steps is; the held-out samples follow them.
+    int64_t micro_batches = 0;
     for (int64_t step = 0; step < app.steps; step++) {
-        mlp_dataset_batch(&ds, mlp_batch_first_index(step, app.global_batch, rank, world),
-                          local_batch, ws.acts[0], ws.labels);
-        TRY(forward_all(zs, &shape, layers, local_batch, &ws));
-        // The loss value stays unscaled for the log; only its gradient carries
-        // the loss scale, as if the loss had been multiplied before backward.
-        int correct = 0;
-        double loss = mlp_softmax_xent(local_batch, shape.dims[L], ws.acts[L], ws.labels,
-                                       zs_loss_scale(zs), ws.grad[0], &correct);
-        TRY(backward_all(zs, &shape, layers, local_batch, &ws));
+        // One optimizer step: micro-steps until the runtime's accumulation
+        // boundary (one micro-step when gradient_accumulation_steps = 1).
+        double loss_sum = 0.0, correct_sum = 0.0;
+        int micro = 0, boundary = 0;
         zs_step_info info;
-        TRY(zs_step(zs, &info));
+        do {
+            mlp_dataset_batch(&ds, mlp_batch_first_index(micro_batches, app.global_batch, rank, world),
+                              local_batch, ws.acts[0], ws.labels);
+            TRY(forward_all(zs, &shape, layers, local_batch, &ws, &bridge));
+            // The loss value stays unscaled for the log; only its gradient carries
+            // the loss scale, as if the loss had been multiplied before backward.
+            int correct = 0;
+            loss_sum += mlp_softmax_xent(local_batch, shape.dims[L], ws.acts[L], ws.labels,
+                                         zs_loss_scale(zs), ws.grad[0], &correct);
+            correct_sum += correct;
+            TRY(backward_all(zs, &shape, layers, local_batch, &ws, &bridge));
+            boundary = zs_is_accumulation_boundary(zs);
+            TRY(zs_step(zs, &info));
+            micro++;
+            micro_batches++;
+        } while (!boundary);
         window_steps++;
 
         if ((step + 1) % app.log_every == 0 || step == 0 || step + 1 == app.steps) {
             // Equal local batches: the global mean loss is the mean of the
             // ranks' means; summing loss * batch keeps that true in general.
-            double sums[2] = {loss * (double)local_batch, (double)correct};
+            double sums[2] = {loss_sum / micro * (double)local_batch, correct_sum / micro};
             MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             double elapsed = now_seconds() - window_start;
             if (rank == 0) {
                 printf("step %6" PRId64 " | loss %.4f | acc %.3f | lr %.3e | grad norm %.4f | "
-                       "%.2f ms/step%s\n",
+                       "scale %g | skipped %" PRId64 " | %.2f ms/step\n",
                        info.step, sums[0] / (double)app.global_batch,
                        sums[1] / (double)app.global_batch, info.lr, info.grad_norm,
-                       1e3 * elapsed / (double)window_steps, info.skipped ? " | skipped" : "");
+                       info.loss_scale, info.skipped_total, 1e3 * elapsed / (double)window_steps);
                 fflush(stdout);
             }
             window_start = now_seconds();
@@ -466,7 +550,8 @@ int main(int argc, char **argv) {
     }
 
     double eval_loss = 0.0, eval_accuracy = 0.0;
-    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &eval_loss, &eval_accuracy));
+    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &bridge,
+                 (uint64_t)micro_batches * (uint64_t)app.global_batch, &eval_loss, &eval_accuracy));
     TRY(print_reports(zs));
     const int reached = eval_loss <= app.target_loss;
     if (rank == 0) {
@@ -486,6 +571,7 @@ int main(int argc, char **argv) {
 
 done:
     mlp_workspace_free(&ws);
+    bridge_free(&bridge);
     zs_destroy(zs);
     zs_config_destroy(cfg);
     return exit_code;
