@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/reduce.h"
 #include "kernels/convert.h"
@@ -39,6 +40,7 @@ typedef struct options {
     int factor, iters, warmup;
     int64_t segment_bytes;
     zs_dtype dtype;
+    int backend_add; /* ring adds through the CPU backend's SIMD accumulate, as in the runtime */
 } options;
 
 static int parse(int argc, char **argv, options *o) {
@@ -50,6 +52,13 @@ static int parse(int argc, char **argv, options *o) {
             if (strcmp(name, "fp32") == 0) o->dtype = ZS_DTYPE_FP32;
             else if (strcmp(name, "fp16") == 0) o->dtype = ZS_DTYPE_FP16;
             else if (strcmp(name, "bf16") == 0) o->dtype = ZS_DTYPE_BF16;
+            else return 0;
+            continue;
+        }
+        if (strcmp(key, "--add") == 0) {
+            const char *name = argv[++i];
+            if (strcmp(name, "backend") == 0) o->backend_add = 1;
+            else if (strcmp(name, "portable") == 0) o->backend_add = 0;
             else return 0;
             continue;
         }
@@ -139,12 +148,12 @@ int main(int argc, char **argv) {
 
     /* 1 MiB to 256 MiB in powers of 2, 9 timed iterations: about 20 s at 4
      * ranks on 2 cores. The segment default is the config's (4 MiB). */
-    options o = {1u << 20, 256u << 20, 2, 9, 2, 4 << 20, ZS_DTYPE_FP32};
+    options o = {1u << 20, 256u << 20, 2, 9, 2, 4 << 20, ZS_DTYPE_FP32, 1};
     if (!parse(argc, argv, &o)) {
         if (rank == 0)
             fprintf(stderr, "usage: bench_comm [--min-bytes B] [--max-bytes B] [--factor F] "
                             "[--iters I] [--warmup W] [--segment-bytes S] "
-                            "[--dtype fp32|fp16|bf16]\n");
+                            "[--dtype fp32|fp16|bf16] [--add backend|portable]\n");
         MPI_Finalize();
         return 2;
     }
@@ -152,7 +161,13 @@ int main(int argc, char **argv) {
     enum { IMPLS = 3 };
     const char *impl_names[IMPLS] = {"ring", "mpi", "raw"};
     zs__comm *comms[IMPLS] = {NULL, NULL, NULL};
-    zs__mem mems[2];
+    zs__mem mems[2], backend_mem;
+    memset(&backend_mem, 0, sizeof backend_mem);
+    zs__backend *backend = NULL;
+    if (o.backend_add && zs__cpu_backend_create(&backend_mem, &backend) != ZS_OK) {
+        fprintf(stderr, "bench_comm: rank %d: %s\n", rank, zs_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     for (int k = 0; k < 2; k++) {
         zs__settings settings;
         memset(&settings, 0, sizeof settings);
@@ -164,6 +179,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_comm: rank %d: %s\n", rank, zs_last_error());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        zs__comm_use_backend(comms[k], backend);
     }
 
     const size_t esize = zs_dtype_size(o.dtype);
@@ -200,8 +216,9 @@ int main(int argc, char **argv) {
 
     if (rank == 0) {
         printf("# bench_comm: %d ranks, %s, segment_bytes %lld, %d iterations after %d warm-up, "
-               "time = median of max over ranks\n",
-               size, zs_dtype_name(o.dtype), (long long)o.segment_bytes, o.iters, o.warmup);
+               "ring add: %s, time = median of max over ranks\n",
+               size, zs_dtype_name(o.dtype), (long long)o.segment_bytes, o.iters, o.warmup,
+               o.backend_add ? "backend (SIMD)" : "portable");
         printf("%-15s %-5s %12s %12s %10s %10s %9s %9s\n", "op", "impl", "bytes", "time_us",
                "algbw_GBs", "busbw_GBs", "ring/mpi", "ring/raw");
     }
@@ -242,6 +259,7 @@ int main(int argc, char **argv) {
     free(pristine);
     if (raw.sum != MPI_SUM) MPI_Op_free(&raw.sum);
     for (int k = 0; k < 2; k++) zs__comm_destroy(comms[k]);
+    zs__backend_destroy(backend);
     MPI_Finalize();
     return 0;
 }

@@ -53,6 +53,8 @@ void zs__comm_destroy(zs__comm *comm) {
     free(comm);
 }
 
+void zs__comm_use_backend(zs__comm *comm, zs__backend *backend) { comm->backend = backend; }
+
 int zs__comm_rank(const zs__comm *comm) { return comm->rank; }
 int zs__comm_size(const zs__comm *comm) { return comm->size; }
 

@@ -35,6 +35,12 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
                               zs__comm **out);
 void zs__comm_destroy(zs__comm *comm);
 
+/* Lets ring reductions add segments with `backend`'s accumulate op (SIMD on
+ * the CPU) instead of the portable loop; results are bit-identical. The
+ * backend must outlive the communicator. NULL restores the portable loop. */
+typedef struct zs__backend zs__backend;
+void zs__comm_use_backend(zs__comm *comm, zs__backend *backend);
+
 int zs__comm_rank(const zs__comm *comm);
 int zs__comm_size(const zs__comm *comm);
 

@@ -6,6 +6,7 @@
 #ifndef ZS_COMM_COMM_IMPL_H
 #define ZS_COMM_COMM_IMPL_H
 
+#include "backend/backend.h"
 #include "comm/comm.h"
 
 /* What a collective is called in messages: "reduce_scatter #17 of 'block.3'".
@@ -52,6 +53,10 @@ struct zs__comm {
     size_t segment_bytes;            /* settings->comm.segment_bytes */
     uint64_t seq;                    /* collectives started so far; the Nth is "#N" */
     zs_comm_stats stats;
+    /* When set, ring reductions add segments with the backend's accumulate
+     * (SIMD conversions on the CPU) instead of the portable loop of reduce.c;
+     * both widen to fp32, add and round once, so the bits are the same. */
+    zs__backend *backend;
 };
 
 /* Allocates a communicator around an implementation's state and copies the

@@ -166,8 +166,13 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
             unsigned char *into =
                 p->buf + ring_chunk(q, n, step, p->shift + 1) * p->chunk_bytes + off;
             /* The staging slot never overlaps the buffer, as the add requires. */
-            zs__comm_sum_into(into, p->slot[m % depth], len / zs_dtype_size(p->dtype),
-                              p->dtype);
+            const size_t count = len / zs_dtype_size(p->dtype);
+            if (comm->backend)
+                ZS_CHECK(comm->backend->ops->accumulate(comm->backend, into, p->dtype,
+                                                        p->slot[m % depth], p->dtype,
+                                                        (int64_t)count));
+            else
+                zs__comm_sum_into(into, p->slot[m % depth], count, p->dtype);
         }
         if (m + depth < total)
             MPI_CHECK(comm, call, MPI_Irecv(ring_recv_target(p, q, n, nseg, m + depth),

@@ -61,6 +61,7 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
              zs_config_path(cfg));
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
     ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, &zs->backend), st, fail);
+    zs__comm_use_backend(zs->comm, zs->backend);
 
     ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d",
             zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
