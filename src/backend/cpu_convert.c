@@ -10,19 +10,16 @@ int zs__cpu_dtype_valid(zs_dtype dtype) {
     return dtype == ZS_DTYPE_FP32 || dtype == ZS_DTYPE_FP16 || dtype == ZS_DTYPE_BF16;
 }
 
-/* Splits [0, count) into tasks for the threads; conversions are element-wise,
- * so the split does not change any result. */
-static void convert_range(void *dst, zs_dtype dst_dtype, const void *src, zs_dtype src_dtype,
-                          int64_t count) {
-    const zs__cpu_kernels *k = zs__cpu_kernels_get();
+void zs__cpu_elementwise(zs__cpu_elementwise_fn kernel, void *dst, zs_dtype dst_dtype,
+                         const void *src, zs_dtype src_dtype, int64_t count) {
     const size_t dsize = zs_dtype_size(dst_dtype), ssize = zs_dtype_size(src_dtype);
     const int64_t tasks = (count + ZS_CPU_TASK - 1) / ZS_CPU_TASK;
 #pragma omp parallel for schedule(static) if (count > ZS_CPU_PARALLEL_MIN)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t begin = t * ZS_CPU_TASK;
         int64_t n = count - begin < ZS_CPU_TASK ? count - begin : ZS_CPU_TASK;
-        k->convert((char *)dst + (size_t)begin * dsize, dst_dtype,
-                   (const char *)src + (size_t)begin * ssize, src_dtype, n);
+        kernel((char *)dst + (size_t)begin * dsize, dst_dtype,
+               (const char *)src + (size_t)begin * ssize, src_dtype, n);
     }
 }
 
@@ -34,7 +31,7 @@ zs_status zs__cpu_convert(zs__backend *be, void *dst, zs_dtype dst_dtype, const 
                         "dtype %d to dtype %d: the count must be >= 0 and the dtypes fp32, "
                         "fp16 or bf16", (long long)count, (int)src_dtype, (int)dst_dtype);
     if (count == 0) return ZS_OK;
-    convert_range(dst, dst_dtype, src, src_dtype, count);
+    zs__cpu_elementwise(zs__cpu_kernels_get()->convert, dst, dst_dtype, src, src_dtype, count);
     return ZS_OK;
 }
 
@@ -51,6 +48,6 @@ zs_status zs_convert(void *dst, zs_dtype dst_dtype, const void *src, zs_dtype sr
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_convert: %s is NULL with count %lld",
                         !dst ? "dst" : "src", (long long)count);
     if (count == 0) return ZS_OK;
-    convert_range(dst, dst_dtype, src, src_dtype, count);
+    zs__cpu_elementwise(zs__cpu_kernels_get()->convert, dst, dst_dtype, src, src_dtype, count);
     return ZS_OK;
 }

@@ -51,17 +51,19 @@ typedef enum zs__cpu_isa {
  * thread; the OpenMP drivers (cpu_convert.c, cpu_accumulate.c, cpu_reduce.c,
  * cpu_update.c) split the work across threads. Dtypes are valid (checked by
  * the drivers); n >= 0; pointers need no alignment. */
+/* An element-wise kernel from src into dst (convert, accumulate). */
+typedef void (*zs__cpu_elementwise_fn)(void *dst, zs_dtype dst_dtype, const void *src,
+                                       zs_dtype src_dtype, int64_t n);
+
 typedef struct zs__cpu_kernels {
     zs__cpu_isa isa;
     /* 1 when this unit was compiled with -fno-math-errno (cmake/ZsSimd.cmake),
      * which lets the compiler vectorize sqrtf in the Adam loops. */
     int math_errno_off;
     /* dst[i] = src[i] converted; same dtype is a copy (dst == src allowed). */
-    void (*convert)(void *dst, zs_dtype dst_dtype, const void *src, zs_dtype src_dtype,
-                    int64_t n);
+    zs__cpu_elementwise_fn convert;
     /* dst[i] = round_to_dst_dtype(float(dst[i]) + float(src[i])). */
-    void (*accumulate)(void *dst, zs_dtype dst_dtype, const void *src, zs_dtype src_dtype,
-                       int64_t n);
+    zs__cpu_elementwise_fn accumulate;
     /* Sum of squares of x[0..n) in double, in the fixed lane order. */
     double (*sum_squares)(const void *x, zs_dtype dtype, int64_t n);
     /* The fused optimizer pass over elements [begin, begin + n) of args. */

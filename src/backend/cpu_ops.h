@@ -5,6 +5,7 @@
 #define ZS_BACKEND_CPU_OPS_H
 
 #include "backend/backend.h"
+#include "backend/cpu_isa.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define ZS_CPU_PARALLEL_MIN 65536
@@ -23,5 +24,10 @@ zs_status zs__cpu_optimizer_update(zs__backend *be, const zs__update_args *args)
 
 /* 1 for fp32, fp16 and bf16. */
 int zs__cpu_dtype_valid(zs_dtype dtype);
+
+/* Runs an element-wise kernel over [0, count) split into tasks across the
+ * OpenMP threads; element-wise work gives the same bits whatever the split. */
+void zs__cpu_elementwise(zs__cpu_elementwise_fn kernel, void *dst, zs_dtype dst_dtype,
+                         const void *src, zs_dtype src_dtype, int64_t count);
 
 #endif

@@ -843,6 +843,19 @@ static void test_reference_and_docs(void) {
                      "docs/config-keys.md differs from the schema; regenerate it:\n%s", generated);
         free(doc);
     }
+    /* The README shows the same table (without the generator's comment line). */
+    const char *table = strchr(generated, '\n');
+    f = fopen(ZS_SOURCE_DIR "/README.md", "rb");
+    ZT_CHECK_MSG(f != NULL, "cannot open README.md");
+    if (f && table) {
+        char *readme = calloc(1u << 20, 1);
+        size_t n = readme ? fread(readme, 1, (1u << 20) - 1, f) : 0;
+        ZT_CHECK_MSG(n > 0 && strstr(readme, table + 1) != NULL,
+                     "README.md's configuration table differs from the schema; paste "
+                     "docs/config-keys.md (without its first line) into it");
+        free(readme);
+    }
+    if (f) fclose(f);
     free(generated);
 }
 
