@@ -111,6 +111,7 @@ void zs_destroy(zs_ctx *zs) {
     for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
     free(zs->params);
     free(zs->units);
+    free(zs->unit_sums);
     zs__plan_destroy(zs->plan);
     zs__backend_destroy(zs->backend);
     zs__comm_destroy(zs->comm);

@@ -101,6 +101,7 @@ struct zs_ctx {
     int64_t step;                /* optimizer steps applied */
     int64_t skipped_total;
     int64_t micro;               /* micro-steps done in the current accumulation window */
+    double *unit_sums;           /* [unit_count] squared norms of this rank's owned gradients */
     zs__loss_scaler scaler;
 };
 

@@ -278,7 +278,9 @@ zs_status zs_build(zs_ctx *zs) {
     free(numels);
     if (st != ZS_OK) return zs__fail_context(st, "zs_build");
 
-    st = allocate_and_initialize(zs);
+    zs->unit_sums = calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
+    st = zs->unit_sums ? allocate_and_initialize(zs)
+                       : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     if (st != ZS_OK) return zs__fail_context(st, "zs_build on rank %d", zs->rank);
     zs->built = 1;
     ZS_INFO("built %d units, %d parameters, %lld elements (%lld padded; %lld per rank)",

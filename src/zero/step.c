@@ -4,7 +4,6 @@
  * pass, and gather parameters where the stage keeps them full. */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -151,27 +150,19 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     /* One all-reduce carries the squared norm of the owned gradient (which
      * is also the overflow check: any non-finite element makes it
      * non-finite) and the number of ranks that are not ready. */
-    double *unit_sums = NULL;
+    double *unit_sums = zs->unit_sums;
     double sums[2] = {0.0, local == ZS_OK ? 0.0 : 1.0};
     if (boundary) {
-        unit_sums = calloc((size_t)zs->unit_count, sizeof *unit_sums);
-        if (!unit_sums) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_step: out of host memory");
         for (int u = 0; u < zs->unit_count; u++) {
             zs_dtype dtype;
             const void *grad = owned_grad(zs, u, &dtype);
-            zs_status st = zs->backend->ops->sum_squares(zs->backend, grad, dtype,
-                                                         zs->plan->units[u].shard_numel,
-                                                         &unit_sums[u]);
-            if (st != ZS_OK) {
-                free(unit_sums);
-                return st;
-            }
+            ZS_CHECK(zs->backend->ops->sum_squares(zs->backend, grad, dtype,
+                                                   zs->plan->units[u].shard_numel, &unit_sums[u]));
             sums[0] += unit_sums[u];
         }
     }
     zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement");
     if (st != ZS_OK || local != ZS_OK || sums[1] > 0) {
-        free(unit_sums);
         if (st != ZS_OK) return st;
         if (local != ZS_OK) return zs__fail(local, "%s", local_message);
         return zs__fail(ZS_ERR_STATE, "zs_step: %d rank(s) were not ready for the step (this "
@@ -206,9 +197,7 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     int overflow_rank = -1, overflow_unit = -1;
 
     if (overflow) {
-        st = locate_overflow(zs, unit_sums, &overflow_rank, &overflow_unit);
-        free(unit_sums);
-        if (st != ZS_OK) return st;
+        ZS_CHECK(locate_overflow(zs, unit_sums, &overflow_rank, &overflow_unit));
         zs->skipped_total++;
         ZS_WARN("step %lld skipped: non-finite gradient on rank %d in unit '%s' at loss scale %g "
                 "(%lld skipped in total)",
@@ -216,7 +205,6 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
                 overflow_unit >= 0 ? zs->units[overflow_unit]->name : "?", scale,
                 (long long)zs->skipped_total);
     } else {
-        free(unit_sums);
         if (s->gradient_clipping > 0 && norm > s->gradient_clipping)
             clip = s->gradient_clipping / (norm + ZS_CLIP_EPSILON);
         ZS_CHECK(update_parameters(zs, lr, grad_div, clip));
