@@ -103,6 +103,19 @@ static void run_dtype(const char *dtype, int world) {
             harness_result_free(&r);
         }
 
+        /* With 2 micro-steps, stages 2-3 accumulate in an fp32 shard: 4 bytes
+         * per shard element instead of 2; stages 0-1 keep the compute dtype. */
+        opt.gas = 2;
+        opt.steps = 2;
+        ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &r) == 0);
+        {
+            int64_t max_unit;
+            const uint64_t psi = (uint64_t)padded_total(world, &max_unit);
+            ZT_EQ_U64(r.memory.current[ZS_MEM_GRADS], stage >= 2 ? 4 * (psi / world) : 2 * psi);
+        }
+        harness_result_free(&r);
+        opt.gas = 0;
+
         /* fp32 reduction of the same run: gradients travel in 4 bytes. */
         opt.reduce_dtype = "fp32";
         opt.steps = 2;
