@@ -12,7 +12,8 @@ packages=(
   libopenmpi-dev    # mpi.h, libmpi
   libconfig-dev     # configuration files
   libopenblas-dev   # sgemm for the examples
-  libxxhash-dev     # XXH3 hashes (config and layout agreement)
+  libxxhash-dev     # XXH3 hashes (config and layout agreement, checkpoints)
+  libjson-c-dev     # checkpoint manifests and safetensors headers
 )
 
 missing=()

@@ -1,0 +1,125 @@
+/* safetensors files: the container of zeroshard's checkpoint shards and of
+ * zs-ckpt's export. Layout (https://github.com/huggingface/safetensors):
+ *   8 bytes  little-endian u64 N = header length
+ *   N bytes  JSON object: "name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]},
+ *            and optionally "__metadata__": {"key": "string value", ...}
+ *   rest     tensor bytes; data_offsets are relative to the end of the header
+ * The reader treats every file as hostile: every check below is a real error
+ * path (never an assert) with a message naming the file and what is wrong. */
+#ifndef ZS_CHECKPOINT_SAFETENSORS_H
+#define ZS_CHECKPOINT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard.h"
+
+/* Limits of what a reader accepts. */
+#define ZS_ST_HEADER_MAX (64u << 20)   /* bytes of JSON header */
+#define ZS_ST_NAME_MAX 255             /* bytes of a tensor name or metadata key */
+#define ZS_ST_META_VALUE_MAX 4096      /* bytes of a metadata value */
+#define ZS_ST_MAX_DIMS 8
+#define ZS_ST_MAX_TENSORS (1 << 20)
+
+typedef enum zs__st_dtype {
+    ZS_ST_F32 = 0, /* "F32" */
+    ZS_ST_F16 = 1, /* "F16" */
+    ZS_ST_BF16 = 2, /* "BF16" */
+    ZS_ST_U8 = 3   /* "U8": opaque bytes (user state) */
+} zs__st_dtype;
+
+size_t zs__st_dtype_size(zs__st_dtype dtype);
+const char *zs__st_dtype_name(zs__st_dtype dtype);
+
+/* ---------------------------------------------------------------- writer */
+
+/* One tensor to write: `bytes` bytes at `data` (bytes must equal the product
+ * of the shape times the dtype size). */
+typedef struct zs__st_tensor_spec {
+    const char *name;
+    zs__st_dtype dtype;
+    int ndim;
+    int64_t shape[ZS_ST_MAX_DIMS];
+    const void *data;
+    uint64_t bytes;
+} zs__st_tensor_spec;
+
+typedef struct zs__st_meta {
+    const char *key;
+    const char *value;
+} zs__st_meta;
+
+/* Called after each tensor's bytes are written (index = tensor written), so
+ * fault-injection tests can stop a writer in the middle of a file. */
+typedef void (*zs__st_progress_fn)(void *ctx, int index);
+
+/* Writes a safetensors file at `path` (created or truncated; the caller
+ * writes to a temporary name and renames). Tensors are laid out in the given
+ * order. Every write is checked (short writes retried, errors reported with
+ * the path and errno text), and the file is fsynced before returning.
+ * Outputs (any may be NULL): tensor_hashes[i] = XXH3_64bits of tensor i's
+ * bytes; file_hash = XXH3_64bits of the whole file; file_bytes = its size. */
+zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
+                       const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
+                       void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
+                       uint64_t *file_bytes);
+
+/* Streaming writer for files too large to hold (zs-ckpt export): the header
+ * is written first from the specs (their `data` is ignored), then the caller
+ * appends each tensor's bytes, in order, in pieces of any size. */
+typedef struct zs__st_stream zs__st_stream;
+zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
+                             const zs__st_meta *meta, int meta_count, zs__st_stream **out);
+zs_status zs__st_stream_append(zs__st_stream *s, const void *data, uint64_t bytes);
+/* Checks that exactly the declared bytes were appended, fsyncs, closes. */
+zs_status zs__st_stream_close(zs__st_stream *s, uint64_t *file_hash, uint64_t *file_bytes);
+void zs__st_stream_abort(zs__st_stream *s); /* closes and unlinks; NULL is a no-op */
+
+/* ---------------------------------------------------------------- reader */
+
+typedef struct zs__st_entry {
+    char name[ZS_ST_NAME_MAX + 1];
+    zs__st_dtype dtype;
+    int ndim;
+    int64_t shape[ZS_ST_MAX_DIMS];
+    uint64_t begin, end; /* byte offsets within the data section */
+} zs__st_entry;
+
+typedef struct zs__st_file zs__st_file;
+
+/* Opens and validates a file: magic-free format, so checks are:
+ *   - file size >= 8; header length N: 2 <= N <= ZS_ST_HEADER_MAX and 8 + N <= file size,
+ *     checked BEFORE allocating the header;
+ *   - the header is one JSON object (parsed with json-c), every entry an object
+ *     with exactly dtype/shape/data_offsets of the right JSON types;
+ *   - dtype in the allow-list (F32, F16, BF16, U8); shape: 0..ZS_ST_MAX_DIMS
+ *     non-negative integers; product x dtype size computed with overflow checks
+ *     and equal to end - begin;
+ *   - names: 1..ZS_ST_NAME_MAX bytes, no NUL (JSON \u0000), no '/', not
+ *     containing ".."; unique;
+ *   - data_offsets: begin <= end, end <= data section size; sorted by begin the
+ *     tensors do not overlap and cover the data section exactly (no gaps, no
+ *     trailing bytes);
+ *   - __metadata__ (optional): an object of string values within the limits.
+ * Errors are ZS_ERR_IO (cannot open/read) or ZS_ERR_INVALID_ARGUMENT with a
+ * message "<path>: <what is wrong>". */
+zs_status zs__st_open(const char *path, zs__st_file **out);
+void zs__st_close(zs__st_file *f); /* NULL is a no-op */
+
+const char *zs__st_path(const zs__st_file *f);
+uint64_t zs__st_file_bytes(const zs__st_file *f);
+int zs__st_count(const zs__st_file *f);
+const zs__st_entry *zs__st_entry_at(const zs__st_file *f, int index); /* file order as in the header */
+const zs__st_entry *zs__st_find(const zs__st_file *f, const char *name); /* NULL if absent */
+const char *zs__st_meta_get(const zs__st_file *f, const char *key);     /* NULL if absent */
+
+/* Reads `bytes` bytes starting `offset` bytes into the entry's data
+ * (bounds-checked against the entry; pread, short reads retried). */
+zs_status zs__st_read(const zs__st_file *f, const zs__st_entry *e, uint64_t offset, void *dst,
+                      uint64_t bytes);
+/* XXH3_64bits of the entry's bytes / of the whole file, streamed through a
+ * bounded buffer (memory does not grow with the file). */
+zs_status zs__st_hash_entry(const zs__st_file *f, const zs__st_entry *e, uint64_t *hash);
+zs_status zs__st_hash_file(const zs__st_file *f, uint64_t *hash);
+
+#endif
