@@ -152,7 +152,9 @@ typedef struct zs_init {
 
 /* Units are registered in forward order between zs_build's predecessors:
  *   zs_unit_begin; zs_param_create...; zs_unit_end;   (repeat) ; zs_build.
- * Names are unique across the model, at most 255 bytes, without '/' or NUL.
+ * Names are unique across the model, without '/' or NUL; unit names at most
+ * 255 bytes, parameter names at most 240 (checkpoint tensor names add a
+ * suffix such as ":exp_avg_sq" and must stay within safetensors' 255).
  * Shapes have 1..8 dimensions of positive extent. Handles stay valid until
  * zs_destroy. Not collective, but every rank must describe the same model
  * (zs_build checks). */
@@ -238,6 +240,42 @@ typedef struct zs_step_info {
  * scale cannot go lower under precision.on_min_scale = "abort", or after
  * precision.max_consecutive_skips skipped steps in a row. */
 zs_status zs_step(zs_ctx *zs, zs_step_info *info);
+
+/* ------------------------------------------------------------- checkpoints */
+
+/* Saves a checkpoint: every rank writes its owned ranges of the fp32 master
+ * weights and the optimizer moments, plus the user state, into a new step
+ * directory dir/step_NNNNNNNN, committed atomically (temporary directory,
+ * fsync, renames) and recorded in dir/latest; older step directories beyond
+ * checkpoint.keep are deleted afterwards. dir = NULL uses checkpoint.dir.
+ * Collective; call between optimizer steps (not inside an accumulation
+ * window). Fails on every rank if it fails on any; nothing already
+ * committed is touched by a failure. */
+zs_status zs_save(zs_ctx *zs, const char *dir);
+
+/* Loads a checkpoint into a built context, whatever world size and stage it
+ * was saved with: `dir` is a step directory (that one, or an error), or a
+ * checkpoint root (the newest step that verifies: dir/latest first, then the
+ * step directories newest first; temporary directories are ignored). Every
+ * file and tensor hash is verified before any value is used, and the model
+ * layout must match (the message names the first mismatching tensor).
+ * Collective; all ranks succeed or fail together. */
+zs_status zs_load(zs_ctx *zs, const char *dir);
+
+/* User state saved with the next zs_save: `bytes` bytes copied now. Global
+ * state (per_rank = 0) is taken from rank 0 and restored on every rank;
+ * per-rank state is restored to the rank with the same number (only when the
+ * world size is unchanged). Names: 1..255 bytes, no '/' and no NUL. */
+zs_status zs_user_state_set(zs_ctx *zs, const char *name, const void *data, size_t bytes,
+                            int per_rank);
+/* After zs_load (or an automatic resume): copies up to `capacity` bytes of the
+ * named state into out and sets *bytes to its full size. ZS_ERR_INVALID_ARGUMENT
+ * if the checkpoint holds no such state for this rank. */
+zs_status zs_user_state_get(zs_ctx *zs, const char *name, void *out, size_t capacity,
+                            size_t *bytes);
+
+/* Optimizer steps applied so far (after zs_load: the checkpoint's). */
+int64_t zs_step_count(const zs_ctx *zs);
 
 /* ------------------------------------------------------------- accounting */
 

@@ -16,6 +16,17 @@ packages=(
   libjson-c-dev     # checkpoint manifests and safetensors headers
 )
 
+# Optional: the Python safetensors and numpy packages, with which a test reads
+# back a `zs-ckpt export` (it is skipped without them). Never fatal: pip may be
+# absent or refuse (PEP 668 on Debian 12); we say what happened and go on.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" >/dev/null 2>&1; then
+  if python3 -m pip install --quiet --retries 1 --timeout 15 safetensors numpy >/dev/null 2>&1; then
+    echo "install-deps: installed the optional Python packages safetensors and numpy"
+  else
+    echo "install-deps: could not pip-install the optional safetensors and numpy (the Python export check will be skipped)"
+  fi
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -505,8 +505,22 @@ int main(int argc, char **argv) {
     int64_t window_steps = 0;
     // Micro-batches are numbered across the run, so every sample is used once
     // whatever gradient_accumulation_steps is; the held-out samples follow them.
-    int64_t micro_batches = 0;
-    for (int64_t step = 0; step < app.steps; step++) {
+    // The position is kept in checkpoints as user state: after an automatic
+    // resume (checkpoint.resume = "auto") the loop continues where it stopped.
+    int64_t position[2] = {0, 0}; // next step, micro-batches consumed
+    size_t position_bytes = 0;
+    if (zs_user_state_get(zs, "data_position", position, sizeof position, &position_bytes) ==
+            ZS_OK &&
+        position_bytes == sizeof position) {
+        if (rank == 0) {
+            printf("resumed from a checkpoint at step %" PRId64 " (%" PRId64 " optimizer steps "
+                   "applied)\n", position[0], zs_step_count(zs));
+        }
+    } else {
+        position[0] = position[1] = 0;
+    }
+    int64_t micro_batches = position[1];
+    for (int64_t step = position[0]; step < app.steps; step++) {
         // One optimizer step: micro-steps until the runtime's accumulation
         // boundary (one micro-step when gradient_accumulation_steps = 1).
         double loss_sum = 0.0, correct_sum = 0.0;
@@ -524,6 +538,11 @@ int main(int argc, char **argv) {
             correct_sum += correct;
             TRY(backward_all(zs, &shape, layers, local_batch, &ws, &bridge));
             boundary = zs_is_accumulation_boundary(zs);
+            if (boundary) {
+                // What a checkpoint taken by this step (checkpoint.every) resumes from.
+                int64_t next[2] = {step + 1, micro_batches + 1};
+                TRY(zs_user_state_set(zs, "data_position", next, sizeof next, 0));
+            }
             TRY(zs_step(zs, &info));
             micro++;
             micro_batches++;

@@ -14,8 +14,9 @@
  * Each tensor in a shard is one parameter's owned range of one state kind,
  * named "<param>" (master) or "<param>:<state>" (optim), or "global:<key>" /
  * "rank:<key>" (user). Its global, unpadded element offset within the
- * parameter is in the manifest (and, for readers of the file alone, in the
- * shard's __metadata__ as "<tensor name>@offset"). */
+ * parameter is in the manifest. Each shard's __metadata__ names its format,
+ * version, step, rank, world size and kind, so a misplaced file is recognized
+ * before its content is hashed. */
 #ifndef ZS_CHECKPOINT_MANIFEST_H
 #define ZS_CHECKPOINT_MANIFEST_H
 
@@ -125,6 +126,11 @@ zs_status zs__manifest_to_json(const zs__manifest *m, char **text, size_t *bytes
  * "<where>: <what>" with ZS_ERR_INVALID_ARGUMENT. */
 zs_status zs__manifest_from_json(const char *text, size_t bytes, const char *where,
                                  zs__manifest **out);
+
+/* The semantic checks of zs__manifest_from_json (everything after the JSON
+ * types: names, indices, ranges, coverage) on a manifest in memory;
+ * zs__manifest_to_json runs them too, so an invalid manifest is never written. */
+zs_status zs__manifest_validate(const zs__manifest *m, const char *where);
 
 /* Allocates a manifest with the given counts (arrays zeroed); free with
  * zs__manifest_free. */

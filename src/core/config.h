@@ -100,6 +100,13 @@ typedef struct zs__settings {
     } comm;
 
     struct {
+        char dir[512];             /* checkpoint.dir; the checkpoint root; default "" (none) */
+        int64_t every;             /* checkpoint.every; save every N optimizer steps; 0 = never; >= 0; default 0 */
+        int64_t keep;              /* checkpoint.keep; newest step directories kept; 0 = all; >= 0; default 0 */
+        char resume[512];          /* checkpoint.resume = "none" | "auto" | "<step directory>"; default "none" */
+    } checkpoint;
+
+    struct {
         zs_log_level level;        /* log.level = "error"|"warn"|"info"|"debug"; default "info" */
         char file[512];            /* log.file; pattern (%h %p %r), at most 511 bytes; default "" = stderr */
     } log;

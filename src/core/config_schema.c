@@ -160,6 +160,19 @@ const zs__key zs__config_keys[] = {
     {.path = "log.level", .type = ZS__KEY_ENUM, FIELD(log.level), .string_default = "info",
      .values = log_level_values, .parse = zs__log_level_parse,
      .doc = "Least severe log level printed; the ZS_LOG_LEVEL environment variable wins."},
+    STRING_KEY("checkpoint.dir", checkpoint.dir, "",
+               "Checkpoint root: step directories step_NNNNNNNN and the file `latest` go here; "
+               "needed by checkpoint.every and checkpoint.resume = \"auto\"."),
+    INT_KEY("checkpoint.every", checkpoint.every, 0, 0, INT64_MAX,
+            "Save a checkpoint after every this many optimizer steps (in zs_step); 0 = only "
+            "when the program calls zs_save."),
+    INT_KEY("checkpoint.keep", checkpoint.keep, 0, 0, INT64_MAX,
+            "Keep this many newest step directories, deleting older ones only after a new one is "
+            "committed; 0 = keep all."),
+    STRING_KEY("checkpoint.resume", checkpoint.resume, "none",
+               "At zs_build: \"none\" starts fresh; \"auto\" loads the newest step in "
+               "checkpoint.dir that verifies (fresh if there is none); any other value is a step "
+               "directory that must load."),
     STRING_KEY("log.file", log.file, "",
                "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
                "ZS_LOG_FILE environment variable wins."),

@@ -367,6 +367,17 @@ static zs_status check_cross_keys(const validation *v) {
                         where, a);
     }
     ZS_CHECK(check_precision(v));
+    /* Periodic saves and automatic resume need a place to look. */
+    const int auto_resume = strcmp(s->checkpoint.resume, "auto") == 0;
+    if ((s->checkpoint.every > 0 || auto_resume) && s->checkpoint.dir[0] == '\0') {
+        static const char *const blame[] = {"checkpoint.every", "checkpoint.resume", NULL};
+        zs__config_where(v->cfg, first_seen(v, blame), where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%s%s needs checkpoint.dir, the directory that holds the step "
+                        "directories; set checkpoint: { dir = \"ckpt\"; }",
+                        where, s->checkpoint.every > 0 ? "checkpoint.every > 0" :
+                                                         "checkpoint.resume = \"auto\"");
+    }
     return ZS_OK;
 }
 

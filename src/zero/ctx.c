@@ -112,6 +112,8 @@ void zs_destroy(zs_ctx *zs) {
     free(zs->params);
     free(zs->units);
     free(zs->unit_sums);
+    for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
+    free(zs->user);
     zs__plan_destroy(zs->plan);
     zs__backend_destroy(zs->backend);
     zs__comm_destroy(zs->comm);
@@ -126,6 +128,7 @@ void zs_destroy(zs_ctx *zs) {
 int zs_rank(const zs_ctx *zs) { return zs->rank; }
 int zs_world_size(const zs_ctx *zs) { return zs->world_size; }
 int zs_stage(const zs_ctx *zs) { return zs->settings.zero.stage; }
+int64_t zs_step_count(const zs_ctx *zs) { return zs->step; }
 
 float zs_loss_scale(const zs_ctx *zs) { return (float)zs__loss_scaler_scale(&zs->scaler); }
 

@@ -13,6 +13,9 @@
 #include "zeroshard.h"
 
 #define ZS_NAME_CAPACITY 256
+/* Parameter and user-state names leave room for the suffixes of checkpoint
+ * tensor names (":exp_avg_sq", "global:") within safetensors' 255 bytes. */
+#define ZS_PARAM_NAME_MAX 240
 #define ZS_MAX_DIMS 8
 
 struct zs_param {
@@ -39,6 +42,14 @@ struct zs_unit {
     int live_slot;               /* stage 3: the gathered-parameter slot, or -1 */
     int grad_slot;               /* stages 2-3: the transient gradient slot, or -1 */
 };
+
+/* One named blob of user state (zs_user_state_set, or restored by zs_load). */
+typedef struct zs__user_entry {
+    char name[ZS_NAME_CAPACITY];
+    int per_rank;
+    void *data;
+    size_t bytes;
+} zs__user_entry;
 
 /* Residency of a unit's full tensors in stage 3 (parameters) and stages 2-3
  * (gradients): a fixed pool of max_live_units slots, each sized for the
@@ -103,6 +114,10 @@ struct zs_ctx {
     int64_t micro;               /* micro-steps done in the current accumulation window */
     double *unit_sums;           /* [unit_count] squared norms of this rank's owned gradients */
     zs__loss_scaler scaler;
+
+    /* Checkpoints (src/checkpoint): user state to save, or as restored. */
+    zs__user_entry *user;
+    int user_count, user_capacity;
 };
 
 /* Collective helpers shared by the zero/ files. */

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "checkpoint/checkpoint.h"
 #include "kernels/init.h"
 #include "zero/ctx.h"
 
@@ -72,6 +73,10 @@ zs_status zs_param_create(zs_ctx *zs, const char *name, int ndim, const int64_t 
         return zs__fail(ZS_ERR_STATE, "zs_param_create('%s'): no unit is open; call "
                         "zs_unit_begin first", name ? name : "");
     ZS_CHECK(check_name("parameter", name));
+    if (strlen(name) > ZS_PARAM_NAME_MAX)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter name '%.40s...' is longer than %d "
+                        "bytes (checkpoint tensor names add a suffix and must fit in 255)",
+                        name, ZS_PARAM_NAME_MAX);
     for (int i = 0; i < zs->param_count; i++)
         if (strcmp(zs->params[i]->name, name) == 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter name '%s' is used twice", name);
@@ -283,6 +288,8 @@ zs_status zs_build(zs_ctx *zs) {
                        : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     if (st != ZS_OK) return zs__fail_context(st, "zs_build on rank %d", zs->rank);
     zs->built = 1;
+    /* checkpoint.resume: load a checkpoint over the initial values. */
+    ZS_CHECK(zs__checkpoint_resume(zs));
     ZS_INFO("built %d units, %d parameters, %lld elements (%lld padded; %lld per rank)",
             zs->unit_count, zs->param_count, (long long)zs->plan->numel,
             (long long)zs->plan->padded_numel, (long long)zs->plan->shard_numel);

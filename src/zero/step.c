@@ -239,5 +239,9 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
         info->overflow_rank = overflow_rank;
         info->overflow_unit = overflow_unit;
     }
+    /* checkpoint.every: a checkpoint after every N applied steps, taken here
+     * so that the scaler's update for this step is part of it. */
+    const int64_t every = s->checkpoint.every;
+    if (st == ZS_OK && !overflow && every > 0 && zs->step % every == 0) st = zs_save(zs, NULL);
     return st;
 }

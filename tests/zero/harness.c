@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint.h" /* zs__checkpoint_state_at */
 #include "zero/ctx.h" /* zs__state_digest */
 #include "zeroshard_mpi.h"
 
@@ -71,11 +72,12 @@ static int write_config(const harness_options *opt, char *path, size_t cap) {
             "comm: { segment_bytes = 4096; };\n"
             "precision: { dtype = \"%s\"; reduce_dtype = \"%s\"; %s };\n"
             "gradient_accumulation_steps = %d;\n"
-            "gradient_clipping = %.17g;\n",
+            "gradient_clipping = %.17g;\n%s\n",
             opt->stage, opt->max_live_units, HARNESS_ALIGN, opt->optimizer, opt->momentum,
             opt->nesterov ? "true" : "false", opt->scheduler, opt->steps,
             opt->dtype ? opt->dtype : "fp32", opt->reduce_dtype ? opt->reduce_dtype : "compute",
-            opt->precision_extra ? opt->precision_extra : "", opt->gas > 0 ? opt->gas : 1, opt->clip);
+            opt->precision_extra ? opt->precision_extra : "", opt->gas > 0 ? opt->gas : 1, opt->clip,
+            opt->config_extra ? opt->config_extra : "");
     fclose(f);
     return 0;
 }
@@ -93,6 +95,27 @@ static int gather_all(zs_ctx *zs, zs_param **params, float *dst, harness_result 
                                param_numel(i)));
         }
         H_CHECK(zs_release(zs, u));
+    }
+    return 0;
+}
+
+/* Every rank's owned ranges of master, exp_avg and exp_avg_sq, assembled on
+ * every rank: ownership is disjoint, so OR-ing the bit patterns of zero-filled
+ * arrays rebuilds each value exactly (signed zeros included). */
+static int gather_state(MPI_Comm comm, zs_ctx *zs, harness_result *out) {
+    static const zs__ckpt_state states[3] = {ZS_CKPT_STATE_MASTER, ZS_CKPT_STATE_EXP_AVG,
+                                             ZS_CKPT_STATE_EXP_AVG_SQ};
+    for (int s = 0; s < 3; s++) {
+        uint32_t *bits = calloc((size_t)out->numel, sizeof(uint32_t));
+        if (!bits) return -1;
+        for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+            int64_t b, e;
+            if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
+            const float *src = zs__checkpoint_state_at(zs, states[s], i, b);
+            if (src) memcpy(bits + param_start(i) + b, src, sizeof(float) * (size_t)(e - b));
+        }
+        MPI_Allreduce(MPI_IN_PLACE, bits, (int)out->numel, MPI_UINT32_T, MPI_BOR, comm);
+        out->gathered_state[s] = (float *)bits;
     }
     return 0;
 }
@@ -119,39 +142,68 @@ static zs_status add_grad(zs_param *p, void *grad, const float *contribution, fl
     return zs_convert(grad, dt, scratch, ZS_DTYPE_FP32, n);
 }
 
+zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **out_zs,
+                        zs_param **params) {
+    char path[256];
+    if (write_config(opt, path, sizeof path) != 0) return ZS_ERR_IO;
+    zs_config *cfg = NULL;
+    ZS_CHECK_LOCAL(zs_config_load(path, &cfg));
+    unlink(path);
+    zs_ctx *zs = NULL;
+    zs_status st = zs_create_with_comm(cfg, comm, &zs);
+    zs_config_destroy(cfg);
+    ZS_CHECK_LOCAL(st);
+    for (int l = 0; l < TINY_LAYERS && st == ZS_OK; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d", l);
+        int64_t wshape[2] = {tiny_dims[l + 1], tiny_dims[l]};
+        int64_t bshape[1] = {tiny_dims[l + 1]};
+        if (st == ZS_OK) st = zs_unit_begin(zs, name, NULL);
+        if (st == ZS_OK)
+            st = zs_param_create(zs, param_names[2 * l], 2, wshape, ZS_INIT_NORMAL_STD(0.3), 0,
+                                 &params[2 * l]);
+        if (st == ZS_OK)
+            st = zs_param_create(zs, param_names[2 * l + 1], 1, bshape,
+                                 ZS_INIT_UNIFORM_RANGE(-0.1, 0.1), ZS_PARAM_NO_DECAY,
+                                 &params[2 * l + 1]);
+        if (st == ZS_OK) st = zs_unit_end(zs);
+    }
+    if (st == ZS_OK) st = zs_build(zs);
+    if (st != ZS_OK) {
+        zs_destroy(zs);
+        return st;
+    }
+    *out_zs = zs;
+    return ZS_OK;
+}
+
 int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) {
     memset(out, 0, sizeof *out);
     out->numel = model_numel();
     out->initial = calloc((size_t)out->numel, sizeof(float));
     out->final = calloc((size_t)out->numel, sizeof(float));
-
-    char path[256];
-    if (write_config(opt, path, sizeof path) != 0) return fail("write_config", ZS_ERR_IO);
-    zs_config *cfg = NULL;
-    H_CHECK(zs_config_load(path, &cfg));
-    unlink(path);
     zs_ctx *zs = NULL;
-    H_CHECK(zs_create_with_comm(cfg, comm, &zs));
-    zs_config_destroy(cfg);
+    zs_param *params[2 * TINY_LAYERS];
+    H_CHECK(harness_build(comm, opt, &zs, params));
     int world = zs_world_size(zs), rank = zs_rank(zs);
     out->world = world;
-
-    zs_param *params[2 * TINY_LAYERS];
-    for (int l = 0; l < TINY_LAYERS; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "layer%d", l);
-        H_CHECK(zs_unit_begin(zs, name, NULL));
-        int64_t wshape[2] = {tiny_dims[l + 1], tiny_dims[l]};
-        int64_t bshape[1] = {tiny_dims[l + 1]};
-        H_CHECK(zs_param_create(zs, param_names[2 * l], 2, wshape, ZS_INIT_NORMAL_STD(0.3), 0,
-                                &params[2 * l]));
-        H_CHECK(zs_param_create(zs, param_names[2 * l + 1], 1, bshape,
-                                ZS_INIT_UNIFORM_RANGE(-0.1, 0.1), ZS_PARAM_NO_DECAY,
-                                &params[2 * l + 1]));
-        H_CHECK(zs_unit_end(zs));
-    }
-    H_CHECK(zs_build(zs));
     if (gather_all(zs, params, out->initial, out) != 0) return -1;
+    int first_step = 0;
+    if (opt->load_dir) {
+        H_CHECK(zs_load(zs, opt->load_dir));
+        int64_t next = 0;
+        size_t bytes = 0;
+        H_CHECK(zs_user_state_get(zs, "next_step", &next, sizeof next, &bytes));
+        if (bytes != sizeof next || next < 0 || next > opt->steps) return fail("next_step", ZS_ERR_INTERNAL);
+        first_step = (int)next;
+    } else if (opt->resume) {
+        int64_t next = 0;
+        size_t bytes = 0;
+        if (zs_user_state_get(zs, "next_step", &next, sizeof next, &bytes) == ZS_OK &&
+            bytes == sizeof next)
+            first_step = (int)next;
+    }
+    out->first_step = first_step;
 
     const int gas = opt->gas > 0 ? opt->gas : 1;
     const int batch = opt->batch > 0 ? opt->batch : TINY_BATCH;
@@ -171,7 +223,8 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
     tiny_acts acts;
     tiny_acts_init(&acts, local_batch);
     int rc = 0;
-    for (int step = 0; step < opt->steps && rc == 0; step++) {
+    const int last = opt->stop_after > 0 && opt->stop_after < opt->steps ? opt->stop_after : opt->steps;
+    for (int step = first_step; step < last && rc == 0; step++) {
         zs_comm_stats before, after;
         H_CHECK(zs_comm_report(zs, &before));
         out->loss[step] = 0.0;
@@ -228,6 +281,11 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
                 H_CHECK(zs_release(zs, u));
             }
             out->digest_before[step] = zs__state_digest(zs);
+            if (micro == gas - 1) {
+                /* The data position a checkpoint taken in this step resumes from. */
+                int64_t next = step + 1;
+                H_CHECK(zs_user_state_set(zs, "next_step", &next, sizeof next, 0));
+            }
             zs_step_info info;
             zs_status st = zs_step(zs, &info);
             if (st != ZS_OK) {
@@ -247,6 +305,7 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
             }
         }
         out->digest_after[step] = zs__state_digest(zs);
+        if (opt->save_dir && step + 1 == opt->save_after) H_CHECK(zs_save(zs, opt->save_dir));
         H_CHECK(zs_comm_report(zs, &after));
         for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
             out->step_bytes.bytes[op] = after.bytes[op] - before.bytes[op];
@@ -260,6 +319,9 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
     }
     free(convert_scratch);
     H_CHECK(zs_memory_report(zs, &out->memory));
+    out->final_digest = zs__state_digest(zs);
+    if (rc == 0 && opt->optimizer[0] == 'a' && gather_state(comm, zs, out) != 0) rc = -1;
+    out->final_loss_scale = zs_loss_scale(zs);
     if (rc == 0 && gather_all(zs, params, out->final, out) != 0) rc = -1;
     zs_destroy(zs);
     return rc;
@@ -350,6 +412,10 @@ void harness_result_free(harness_result *r) {
     free(r->initial);
     free(r->final);
     r->initial = r->final = NULL;
+    for (int s = 0; s < 3; s++) {
+        free(r->gathered_state[s]);
+        r->gathered_state[s] = NULL;
+    }
 }
 
 double harness_max_relative_diff(const float *a, const float *b, const char **worst_name) {

@@ -34,6 +34,17 @@ typedef struct harness_options {
      * the next inject_count - 1 steps. */
     int inject, inject_step, inject_count, inject_rank, inject_unit, inject_index;
     float inject_value;
+    /* Checkpoints: after building, load load_dir (if set) and train from the
+     * step it recorded; save into save_dir (if set) after step save_after - 1,
+     * recording the next step as user state "next_step". */
+    const char *load_dir;
+    const char *save_dir;
+    int save_after;
+    int stop_after;           /* if > 0, stop the loop after this many steps (the schedule
+                                 still spans `steps`) */
+    const char *config_extra; /* more top-level settings (e.g. a checkpoint group) */
+    int resume;               /* after zs_build, continue from the user state "next_step" if a
+                                 checkpoint was loaded (checkpoint.resume) */
 } harness_options;
 
 typedef struct harness_result {
@@ -53,7 +64,18 @@ typedef struct harness_result {
     zs_comm_stats step_bytes; /* counters of the last step alone */
     int world;
     zs_status status;         /* of the first failing call, ZS_OK if none */
+    int first_step;           /* the step training started from (after a load) */
+    uint64_t final_digest;    /* zs__state_digest after the last step */
+    /* fp32 master weights, first and second moments after the last step,
+     * gathered bit-exactly from every rank: [numel] each (registration order). */
+    float *gathered_state[3];
+    double final_loss_scale;  /* zs_loss_scale after the last step */
 } harness_result;
+
+/* Creates and builds a context holding the tiny model under `opt`'s
+ * configuration (including checkpoint.resume); params receives the 6
+ * parameter handles in registration order. */
+zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **zs, zs_param **params);
 
 /* Trains through zeroshard on `comm`. Returns 0 on success; on failure prints
  * the zeroshard error (unless quiet) and returns -1 with out->status set. */

@@ -1,0 +1,270 @@
+/* File-system steps of the checkpoint commit protocol. Each step is one
+ * checked system call (or a short loop of them), and every failure names the
+ * path and the errno text, because a checkpoint that silently half-writes is
+ * worse than none. */
+#include "checkpoint/fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+zs_status zs__fs_mkdir(const char *path) {
+    if (mkdir(path, 0755) == 0) return ZS_OK;
+    int saved = errno;
+    if (saved == EEXIST && zs__fs_is_dir(path)) return ZS_OK;
+    return zs__fail(ZS_ERR_IO, "%s: cannot create directory: %s", path,
+                    saved == EEXIST ? "a file that is not a directory has that name"
+                                    : strerror(saved));
+}
+
+zs_status zs__fs_fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return zs__fail(ZS_ERR_IO, "%s: cannot open directory to fsync it: %s", path,
+                        strerror(errno));
+    /* EINVAL means the file system cannot sync directories at all (some
+     * network and FUSE file systems); there is nothing more to do there. */
+    if (fsync(fd) != 0 && errno != EINVAL) {
+        int saved = errno;
+        close(fd);
+        return zs__fail(ZS_ERR_IO, "%s: fsync of directory failed: %s", path, strerror(saved));
+    }
+    if (close(fd) != 0)
+        return zs__fail(ZS_ERR_IO, "%s: close of directory failed: %s", path, strerror(errno));
+    return ZS_OK;
+}
+
+static zs_status write_all(int fd, const void *data, size_t bytes, const char *path) {
+    const unsigned char *p = data;
+    size_t done = 0;
+    while (done < bytes) {
+        size_t want = bytes - done;
+        if (want > (size_t)SSIZE_MAX) want = (size_t)SSIZE_MAX;
+        ssize_t n = write(fd, p + done, want);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return zs__fail(ZS_ERR_IO, "%s: write failed after %zu of %zu bytes: %s", path, done,
+                            bytes, strerror(errno));
+        }
+        if (n == 0)
+            return zs__fail(ZS_ERR_IO, "%s: write made no progress after %zu of %zu bytes", path,
+                            done, bytes);
+        done += (size_t)n;
+    }
+    return ZS_OK;
+}
+
+zs_status zs__fs_write_atomic(const char *dir, const char *name, const void *data, size_t bytes) {
+    if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: invalid file name \"%s\"", dir,
+                        name ? name : "");
+    if (!data && bytes > 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s/%s: no data for %zu bytes", dir, name, bytes);
+    char final_path[PATH_MAX], temp_path[PATH_MAX];
+    int n1 = snprintf(final_path, sizeof final_path, "%s/%s", dir, name);
+    int n2 = snprintf(temp_path, sizeof temp_path, "%s/.%s.tmp.%ld", dir, name, (long)getpid());
+    if (n1 < 0 || n2 < 0 || (size_t)n1 >= sizeof final_path || (size_t)n2 >= sizeof temp_path)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s/%s: path too long", dir, name);
+
+    /* A temporary name in the same directory, so the rename is atomic. */
+    int fd = open(temp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return zs__fail(ZS_ERR_IO, "%s: cannot create: %s", temp_path, strerror(errno));
+    zs_status status = write_all(fd, data, bytes, temp_path);
+    if (status == ZS_OK && fsync(fd) != 0)
+        status = zs__fail(ZS_ERR_IO, "%s: fsync failed: %s", temp_path, strerror(errno));
+    if (close(fd) != 0 && status == ZS_OK)
+        status = zs__fail(ZS_ERR_IO, "%s: close failed: %s", temp_path, strerror(errno));
+    if (status == ZS_OK && rename(temp_path, final_path) != 0)
+        status = zs__fail(ZS_ERR_IO, "%s: cannot rename to %s: %s", temp_path, final_path,
+                          strerror(errno));
+    if (status != ZS_OK) {
+        unlink(temp_path);
+        return status;
+    }
+    ZS_CHECK(zs__fs_fsync_dir(dir));
+    return ZS_OK;
+}
+
+zs_status zs__fs_rename(const char *from, const char *to) {
+    if (rename(from, to) != 0)
+        return zs__fail(ZS_ERR_IO, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+    return ZS_OK;
+}
+
+zs_status zs__fs_read_file(const char *path, size_t max_bytes, char **data, size_t *bytes) {
+    *data = NULL;
+    *bytes = 0;
+    /* O_NONBLOCK: a FIFO at the path must not block the open (it is refused below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return zs__fail(ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    zs_status status = ZS_OK;
+    char *buffer = NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        status = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        status = zs__fail(ZS_ERR_IO, "%s: not a regular file", path);
+        goto done;
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size > (uint64_t)max_bytes ||
+        (uint64_t)st.st_size >= (uint64_t)SIZE_MAX) {
+        status = zs__fail(ZS_ERR_IO, "%s: %lld bytes is larger than the limit of %zu", path,
+                          (long long)st.st_size, max_bytes);
+        goto done;
+    }
+    size_t size = (size_t)st.st_size;
+    buffer = malloc(size + 1);
+    if (!buffer) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", path, size + 1);
+        goto done;
+    }
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = read(fd, buffer + done, size - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            status = zs__fail(ZS_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            goto done;
+        }
+        if (n == 0) {
+            status = zs__fail(ZS_ERR_IO, "%s: file shrank while being read (%zu of %zu bytes)",
+                              path, done, size);
+            goto done;
+        }
+        done += (size_t)n;
+    }
+    buffer[size] = '\0';
+    *data = buffer;
+    *bytes = size;
+    buffer = NULL;
+done:
+    free(buffer);
+    close(fd);
+    return status;
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+zs_status zs__fs_list(const char *dir, char ***names, int *count) {
+    *names = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d) return zs__fail(ZS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    char **list = NULL;
+    int n = 0, capacity = 0;
+    zs_status status = ZS_OK;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno != 0)
+                status = zs__fail(ZS_ERR_IO, "%s: cannot read directory: %s", dir,
+                                  strerror(errno));
+            break;
+        }
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (n == capacity) {
+            if (capacity > INT_MAX / 2) {
+                status = zs__fail(ZS_ERR_IO, "%s: too many entries", dir);
+                break;
+            }
+            int grown = capacity ? 2 * capacity : 16;
+            char **bigger = realloc(list, (size_t)grown * sizeof *bigger);
+            if (!bigger) {
+                status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list", dir);
+                break;
+            }
+            list = bigger;
+            capacity = grown;
+        }
+        list[n] = strdup(e->d_name);
+        if (!list[n]) {
+            status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list", dir);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (status != ZS_OK) {
+        zs__fs_list_free(list, n);
+        return status;
+    }
+    if (n > 1) qsort(list, (size_t)n, sizeof *list, cmp_names);
+    *names = list;
+    *count = n;
+    return ZS_OK;
+}
+
+void zs__fs_list_free(char **names, int count) {
+    if (!names) return;
+    for (int k = 0; k < count; k++) free(names[k]);
+    free(names);
+}
+
+zs_status zs__fs_remove_dir(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return zs__fail(ZS_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return zs__fail(ZS_ERR_IO, "%s: refusing to remove: not a directory (a symlink?)", path);
+    char **names = NULL;
+    int count = 0;
+    ZS_CHECK(zs__fs_list(path, &names, &count));
+    zs_status status = ZS_OK;
+    char child[PATH_MAX];
+    /* Everything is checked before anything is removed, so a refusal leaves
+     * the directory as it was. lstat, so a symlink is never followed. */
+    for (int pass = 0; pass < 2 && status == ZS_OK; pass++) {
+        for (int k = 0; k < count; k++) {
+            int n = snprintf(child, sizeof child, "%s/%s", path, names[k]);
+            if (n < 0 || (size_t)n >= sizeof child) {
+                status = zs__fail(ZS_ERR_IO, "%s/%s: path too long", path, names[k]);
+                break;
+            }
+            if (pass == 0) {
+                if (lstat(child, &st) != 0) {
+                    status = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", child, strerror(errno));
+                    break;
+                }
+                if (!S_ISREG(st.st_mode)) {
+                    status = zs__fail(ZS_ERR_IO,
+                                      "%s: refusing to remove %s: it holds %s, which is not a "
+                                      "regular file (remove it by hand if it is yours)",
+                                      path, path, child);
+                    break;
+                }
+            } else if (unlink(child) != 0) {
+                status = zs__fail(ZS_ERR_IO, "%s: cannot remove: %s", child, strerror(errno));
+                break;
+            }
+        }
+    }
+    zs__fs_list_free(names, count);
+    if (status != ZS_OK) return status;
+    if (rmdir(path) != 0)
+        return zs__fail(ZS_ERR_IO, "%s: cannot remove directory: %s", path, strerror(errno));
+    return ZS_OK;
+}
+
+int zs__fs_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int zs__fs_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}

@@ -1,0 +1,1271 @@
+/* safetensors files: the shard container of a checkpoint and the export format.
+ *
+ * Layout (the public format): 8 bytes, a little-endian u64 N; N bytes of a
+ * UTF-8 JSON object mapping tensor names to {"dtype", "shape", "data_offsets"}
+ * plus an optional "__metadata__" object of strings; then the data section.
+ * data_offsets are [begin, end) byte offsets relative to the data section.
+ * Like the reference implementation, the writer pads the header with spaces
+ * so that the data section starts at a multiple of 8 bytes.
+ *
+ * The reader treats every file as hostile: the header length is bounded and
+ * checked against the file size before anything is allocated, the JSON text
+ * is lexed strictly before json-c sees it (zs__json_parse_strict), and the
+ * tensors must tile the data section exactly, so that no byte of a valid file
+ * is unaccounted for and no read can leave the file. */
+#include "checkpoint/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+
+/* Reads and hashes go through a buffer of this size, so memory does not grow
+ * with the file; writes of smaller pieces are gathered into one of this size. */
+#define ST_IO_CHUNK ((size_t)1 << 20)
+#define ST_METADATA_KEY "__metadata__"
+
+static const struct {
+    const char *name;
+    size_t size;
+} st_dtypes[] = {
+    [ZS_ST_F32] = {"F32", 4},
+    [ZS_ST_F16] = {"F16", 2},
+    [ZS_ST_BF16] = {"BF16", 2},
+    [ZS_ST_U8] = {"U8", 1},
+};
+#define ST_DTYPE_COUNT ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
+
+size_t zs__st_dtype_size(zs__st_dtype dtype) {
+    if ((int)dtype < 0 || (int)dtype >= ST_DTYPE_COUNT) return 0;
+    return st_dtypes[dtype].size;
+}
+
+const char *zs__st_dtype_name(zs__st_dtype dtype) {
+    if ((int)dtype < 0 || (int)dtype >= ST_DTYPE_COUNT) return "unknown";
+    return st_dtypes[dtype].name;
+}
+
+/* ================================================================ strict JSON */
+
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms,
+ * no surrogates, nothing above U+10FFFF), or 0 if it is not one. */
+static size_t utf8_sequence_length(const unsigned char *s, size_t avail) {
+    unsigned c = s[0];
+    unsigned lo = 0x80, hi = 0xBF;
+    size_t n;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (avail < n || s[1] < lo || s[1] > hi) return 0;
+    for (size_t k = 2; k < n; k++)
+        if ((s[k] & 0xC0) != 0x80) return 0;
+    return n;
+}
+
+int zs__json_utf8_valid(const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_sequence_length(s + i, len - i);
+        if (n == 0) return 0;
+        i += n;
+    }
+    return 1;
+}
+
+static int hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The four hex digits of a \u escape at s[0..3], or -1. */
+static long hex4(const unsigned char *s, size_t avail) {
+    if (avail < 4) return -1;
+    long v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hex_value(s[k]);
+        if (h < 0) return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+typedef struct json_lexer {
+    const unsigned char *s;
+    size_t len;
+    size_t i;
+    const char *error; /* first problem found, a static string */
+} json_lexer;
+
+/* A string starting at the opening quote. Keys may not contain \u0000,
+ * because json-c keeps keys as C strings and would silently cut them. */
+static int lex_string(json_lexer *lx, int is_key) {
+    const unsigned char *s = lx->s;
+    size_t i = lx->i + 1;
+    for (;;) {
+        if (i >= lx->len) {
+            lx->error = "unterminated string";
+            return 0;
+        }
+        unsigned c = s[i];
+        if (c == '"') break;
+        if (c < 0x20) {
+            lx->error = "raw control character inside a string";
+            return 0;
+        }
+        if (c == '\\') {
+            if (i + 1 >= lx->len) {
+                lx->error = "unterminated escape";
+                return 0;
+            }
+            unsigned e = s[i + 1];
+            if (e == 'u') {
+                long code = hex4(s + i + 2, lx->len - (i + 2));
+                if (code < 0) {
+                    lx->error = "invalid \\u escape";
+                    return 0;
+                }
+                if (code == 0 && is_key) {
+                    lx->error = "a key contains \\u0000 (NUL)";
+                    return 0;
+                }
+                i += 6;
+                if (code >= 0xDC00 && code <= 0xDFFF) {
+                    lx->error = "unpaired UTF-16 surrogate in a \\u escape";
+                    return 0;
+                }
+                if (code >= 0xD800 && code <= 0xDBFF) {
+                    long low = -1;
+                    if (i + 1 < lx->len && s[i] == '\\' && s[i + 1] == 'u')
+                        low = hex4(s + i + 2, lx->len - (i + 2));
+                    if (low < 0xDC00 || low > 0xDFFF) {
+                        lx->error = "unpaired UTF-16 surrogate in a \\u escape";
+                        return 0;
+                    }
+                    i += 6;
+                }
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", (int)e) || e == '\0') {
+                lx->error = "invalid escape in a string";
+                return 0;
+            }
+            i += 2;
+            continue;
+        }
+        size_t n = utf8_sequence_length(s + i, lx->len - i);
+        if (n == 0) {
+            lx->error = "invalid UTF-8 inside a string";
+            return 0;
+        }
+        i += n;
+    }
+    lx->i = i + 1;
+    return 1;
+}
+
+static int is_digit(unsigned c) { return c >= '0' && c <= '9'; }
+
+/* A number per RFC 8259. Integers (no fraction, no exponent) must fit in
+ * int64, because json-c clamps larger ones without telling anyone. */
+static int lex_number(json_lexer *lx) {
+    const unsigned char *s = lx->s;
+    size_t i = lx->i;
+    int negative = 0;
+    if (s[i] == '-') {
+        negative = 1;
+        i++;
+    }
+    size_t digits_start = i;
+    if (i >= lx->len || !is_digit(s[i])) {
+        lx->error = "invalid number";
+        return 0;
+    }
+    if (s[i] == '0') {
+        i++;
+        if (i < lx->len && is_digit(s[i])) {
+            lx->error = "number with a leading zero";
+            return 0;
+        }
+    } else {
+        while (i < lx->len && is_digit(s[i])) i++;
+    }
+    size_t digits_end = i;
+    int integral = 1;
+    if (i < lx->len && s[i] == '.') {
+        integral = 0;
+        i++;
+        if (i >= lx->len || !is_digit(s[i])) {
+            lx->error = "invalid number";
+            return 0;
+        }
+        while (i < lx->len && is_digit(s[i])) i++;
+    }
+    if (i < lx->len && (s[i] == 'e' || s[i] == 'E')) {
+        integral = 0;
+        i++;
+        if (i < lx->len && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= lx->len || !is_digit(s[i])) {
+            lx->error = "invalid number";
+            return 0;
+        }
+        while (i < lx->len && is_digit(s[i])) i++;
+    }
+    if (integral) {
+        size_t ndigits = digits_end - digits_start;
+        uint64_t v = 0;
+        if (ndigits > 19) {
+            lx->error = "integer out of the 64-bit range";
+            return 0;
+        }
+        for (size_t k = digits_start; k < digits_end; k++) v = v * 10 + (uint64_t)(s[k] - '0');
+        if (v > (uint64_t)INT64_MAX + (negative ? 1u : 0u)) {
+            lx->error = "integer out of the 64-bit range";
+            return 0;
+        }
+    }
+    lx->i = i;
+    return 1;
+}
+
+static int lex_literal(json_lexer *lx) {
+    static const char *const words[] = {"true", "false", "null"};
+    size_t i = lx->i;
+    while (i < lx->len && lx->s[i] >= 'a' && lx->s[i] <= 'z') i++;
+    size_t n = i - lx->i;
+    for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+        if (strlen(words[w]) == n && memcmp(words[w], lx->s + lx->i, n) == 0) {
+            lx->i = i;
+            return 1;
+        }
+    }
+    lx->error = "unexpected word (only true, false and null are JSON)";
+    return 0;
+}
+
+static int is_json_space(unsigned c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+#define JSON_LEX_MAX_DEPTH 16
+
+/* Checks the tokens of the text and its nesting; outputs the number of object
+ * members and the offset just after the top-level object. */
+static int json_lex(json_lexer *lx, const zs__json_rules *rules, int64_t *members,
+                    size_t *object_end) {
+    char stack[JSON_LEX_MAX_DEPTH];           /* '{' or '[' per open container */
+    int64_t elements[JSON_LEX_MAX_DEPTH];     /* values seen in each open array */
+    int depth = 0, expect_key = 0, closed = 0;
+    int max_depth = rules->max_depth < JSON_LEX_MAX_DEPTH ? rules->max_depth : JSON_LEX_MAX_DEPTH;
+    *members = 0;
+    if (rules->spaces_only) {
+        if (lx->len == 0 || lx->s[0] != '{') {
+            lx->error = "does not start with '{'";
+            return 0;
+        }
+    } else {
+        while (lx->i < lx->len && is_json_space(lx->s[lx->i])) lx->i++;
+        if (lx->i >= lx->len || lx->s[lx->i] != '{') {
+            lx->error = "is not a JSON object";
+            return 0;
+        }
+    }
+    while (!closed) {
+        if (lx->i >= lx->len) {
+            lx->error = "ends before its JSON object is closed";
+            return 0;
+        }
+        unsigned c = lx->s[lx->i];
+        if (is_json_space(c)) {
+            lx->i++;
+            continue;
+        }
+        /* A value (not a key, not punctuation) starting inside an array counts
+         * as one element of it. */
+        int starts_value = (c == '"' && !expect_key) || c == '{' || c == '[' || c == '-' ||
+                           is_digit(c) || (c >= 'a' && c <= 'z');
+        if (starts_value && depth > 0 && stack[depth - 1] == '[') {
+            elements[depth - 1]++;
+            if (rules->max_array > 0 && elements[depth - 1] > rules->max_array) {
+                lx->error = "has an array with too many elements";
+                return 0;
+            }
+        }
+        if (c == '{' || c == '[') {
+            if (depth >= max_depth) {
+                lx->error = "is nested too deeply";
+                return 0;
+            }
+            stack[depth] = (char)c;
+            elements[depth] = 0;
+            depth++;
+            expect_key = (c == '{');
+            lx->i++;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0 || stack[depth - 1] != (c == '}' ? '{' : '[')) {
+                lx->error = "has mismatched brackets";
+                return 0;
+            }
+            depth--;
+            expect_key = 0;
+            lx->i++;
+            if (depth == 0) closed = 1;
+        } else if (c == '"') {
+            if (!lex_string(lx, expect_key)) return 0;
+            expect_key = 0;
+        } else if (c == ':') {
+            if (depth == 0 || stack[depth - 1] != '{') {
+                lx->error = "has ':' outside an object";
+                return 0;
+            }
+            (*members)++;
+            lx->i++;
+        } else if (c == ',') {
+            expect_key = depth > 0 && stack[depth - 1] == '{';
+            lx->i++;
+        } else if (c == '-' || is_digit(c)) {
+            if (!lex_number(lx)) return 0;
+        } else if (c >= 'a' && c <= 'z') {
+            if (!lex_literal(lx)) return 0;
+        } else {
+            lx->error = c < 0x20 || c >= 0x7F ? "has a byte that is not JSON outside a string"
+                                              : "has an unexpected character";
+            return 0;
+        }
+    }
+    *object_end = lx->i;
+    for (size_t i = lx->i; i < lx->len; i++) {
+        unsigned c = lx->s[i];
+        if (rules->spaces_only ? c != ' ' : !is_json_space(c)) {
+            lx->i = i;
+            lx->error = rules->spaces_only ? "has trailing bytes after the JSON object (only "
+                                             "space padding is allowed)"
+                                           : "has trailing bytes after the JSON object";
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Members of all objects in the tree; the lexer bounded the depth. */
+static int64_t json_tree_members(struct json_object *o) {
+    int64_t n = 0;
+    if (json_object_is_type(o, json_type_object)) {
+        n += json_object_object_length(o);
+        json_object_object_foreach(o, key, value) {
+            (void)key;
+            n += json_tree_members(value);
+        }
+    } else if (json_object_is_type(o, json_type_array)) {
+        size_t count = json_object_array_length(o);
+        for (size_t k = 0; k < count; k++) n += json_tree_members(json_object_array_get_idx(o, k));
+    }
+    return n;
+}
+
+zs_status zs__json_parse_strict(const char *text, size_t bytes, const zs__json_rules *rules,
+                                const char *where, const char *what, struct json_object **out) {
+    *out = NULL;
+    if (bytes > (size_t)INT_MAX)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s of %zu bytes is too large to parse",
+                        where, what, bytes);
+    json_lexer lx = {(const unsigned char *)text, bytes, 0, NULL};
+    int64_t members = 0;
+    size_t object_end = 0;
+    if (!json_lex(&lx, rules, &members, &object_end))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s %s (at byte %zu)", where, what, lx.error,
+                        lx.i);
+
+    struct json_tokener *tok = json_tokener_new_ex(rules->max_depth + 1);
+    if (!tok) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a JSON parser", where);
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    struct json_object *root = json_tokener_parse_ex(tok, text, (int)object_end);
+    enum json_tokener_error err = json_tokener_get_error(tok);
+    size_t parse_end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    if (!root || err != json_tokener_success) {
+        json_object_put(root);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s is not valid JSON: %s (at byte %zu)",
+                        where, what, json_tokener_error_desc(err), parse_end);
+    }
+    if (!json_object_is_type(root, json_type_object)) {
+        json_object_put(root);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s is not a JSON object", where, what);
+    }
+    if (json_tree_members(root) != members) {
+        json_object_put(root);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: %s has a duplicate key in an object (each key may appear once)",
+                        where, what);
+    }
+    *out = root;
+    return ZS_OK;
+}
+
+/* ================================================================ names */
+
+/* Why a tensor name (or metadata key, with `tensor` 0) is refused, or NULL. */
+static const char *st_name_problem(const char *name, size_t len, int tensor) {
+    if (len == 0) return "is empty";
+    if (len > ZS_ST_NAME_MAX) return "is longer than 255 bytes";
+    if (memchr(name, '\0', len)) return "contains a NUL byte";
+    if (!zs__json_utf8_valid(name, len)) return "is not valid UTF-8";
+    if (tensor) {
+        if (memchr(name, '/', len)) return "contains '/'";
+        if (strstr(name, "..")) return "contains \"..\"";
+        if (strcmp(name, ST_METADATA_KEY) == 0) return "is reserved for the metadata";
+    }
+    return NULL;
+}
+
+static int st_parse_dtype(const char *s, size_t len, zs__st_dtype *out) {
+    for (int d = 0; d < ST_DTYPE_COUNT; d++) {
+        if (strlen(st_dtypes[d].name) == len && memcmp(st_dtypes[d].name, s, len) == 0) {
+            *out = (zs__st_dtype)d;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Bytes of a tensor of this shape and dtype; 0 in *ok on overflow. */
+static uint64_t st_shape_bytes(const int64_t *shape, int ndim, zs__st_dtype dtype, int *ok) {
+    uint64_t n = zs__st_dtype_size(dtype);
+    *ok = 1;
+    for (int d = 0; d < ndim; d++) {
+        uint64_t extent = (uint64_t)shape[d];
+        if (extent != 0 && n > UINT64_MAX / extent) {
+            *ok = 0;
+            return 0;
+        }
+        n *= extent;
+    }
+    return n;
+}
+
+/* ================================================================ low-level I/O */
+
+static zs_status st_write_all(int fd, const void *data, size_t bytes, const char *path,
+                              uint64_t at) {
+    const unsigned char *p = data;
+    size_t done = 0;
+    while (done < bytes) {
+        size_t want = bytes - done;
+        if (want > (size_t)SSIZE_MAX) want = (size_t)SSIZE_MAX;
+        ssize_t n = write(fd, p + done, want);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return zs__fail(ZS_ERR_IO, "%s: write failed at byte %llu: %s (is the disk full?)",
+                            path, (unsigned long long)(at + done), strerror(errno));
+        }
+        if (n == 0)
+            return zs__fail(ZS_ERR_IO, "%s: write made no progress at byte %llu", path,
+                            (unsigned long long)(at + done));
+        done += (size_t)n;
+    }
+    return ZS_OK;
+}
+
+static zs_status st_pread_all(int fd, void *dst, size_t bytes, uint64_t offset, const char *path) {
+    unsigned char *p = dst;
+    size_t done = 0;
+    if (offset > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX - offset)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: read at byte %llu is out of range", path,
+                        (unsigned long long)offset);
+    while (done < bytes) {
+        size_t want = bytes - done;
+        if (want > (size_t)SSIZE_MAX) want = (size_t)SSIZE_MAX;
+        ssize_t n = pread(fd, p + done, want, (off_t)(offset + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return zs__fail(ZS_ERR_IO, "%s: read failed at byte %llu: %s", path,
+                            (unsigned long long)(offset + done), strerror(errno));
+        }
+        if (n == 0)
+            return zs__fail(ZS_ERR_IO,
+                            "%s: unexpected end of file at byte %llu (did the file shrink "
+                            "after it was opened?)",
+                            path, (unsigned long long)(offset + done));
+        done += (size_t)n;
+    }
+    return ZS_OK;
+}
+
+/* ================================================================ writer */
+
+struct zs__st_stream {
+    char *path;
+    int fd;
+    XXH3_state_t *hash;     /* of every byte of the file, in order */
+    uint64_t written;       /* bytes handed to the file so far (header included) */
+    uint64_t data_declared; /* bytes of the data section the header announces */
+    uint64_t data_appended;
+    unsigned char *buffer;  /* small appends are gathered here */
+    size_t buffered;
+    int failed;
+};
+
+/* Adds value under key, taking ownership of it in every case (json-c leaves
+ * the value with the caller when the insertion itself fails). */
+static int st_add_member(struct json_object *obj, const char *key, struct json_object *value) {
+    if (!value) return 0;
+    if (json_object_object_add(obj, key, value) != 0) {
+        json_object_put(value);
+        return 0;
+    }
+    return 1;
+}
+
+static int st_add_int(struct json_object *array, int64_t v) {
+    struct json_object *x = json_object_new_int64(v);
+    if (!x) return 0;
+    if (json_object_array_add(array, x) != 0) {
+        json_object_put(x);
+        return 0;
+    }
+    return 1;
+}
+
+/* {"dtype": .., "shape": [..], "data_offsets": [begin, end]}, or NULL when
+ * out of memory. */
+static struct json_object *st_make_entry(const zs__st_tensor_spec *spec, uint64_t begin) {
+    struct json_object *entry = json_object_new_object();
+    struct json_object *shape = json_object_new_array();
+    struct json_object *offsets = json_object_new_array();
+    int ok = entry && shape && offsets;
+    for (int d = 0; ok && d < spec->ndim; d++) ok = st_add_int(shape, spec->shape[d]);
+    ok = ok && st_add_int(offsets, (int64_t)begin) &&
+         st_add_int(offsets, (int64_t)(begin + spec->bytes));
+    if (!ok) {
+        json_object_put(entry);
+        json_object_put(shape);
+        json_object_put(offsets);
+        return NULL;
+    }
+    ok = st_add_member(entry, "dtype", json_object_new_string(zs__st_dtype_name(spec->dtype)));
+    ok = st_add_member(entry, "shape", shape) && ok;
+    ok = st_add_member(entry, "data_offsets", offsets) && ok;
+    if (!ok) {
+        json_object_put(entry);
+        return NULL;
+    }
+    return entry;
+}
+
+/* Validates the specs and builds the padded header (without the 8-byte length). */
+static zs_status st_build_header(const char *path, const zs__st_tensor_spec *tensors,
+                                 int tensor_count, const zs__st_meta *meta, int meta_count,
+                                 char **header_out, size_t *header_bytes, uint64_t *data_bytes) {
+    zs_status status = ZS_OK;
+    struct json_object *root = NULL;
+    *header_out = NULL;
+    if (tensor_count < 0 || tensor_count > ZS_ST_MAX_TENSORS || (tensor_count > 0 && !tensors))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor count %d is out of range [0, %d]",
+                        path, tensor_count, ZS_ST_MAX_TENSORS);
+    if (meta_count < 0 || (meta_count > 0 && !meta))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: invalid metadata count %d", path, meta_count);
+    root = json_object_new_object();
+    if (!root) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+
+    if (meta_count > 0) {
+        struct json_object *m = json_object_new_object();
+        if (!st_add_member(root, ST_METADATA_KEY, m)) {
+            status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+            goto fail;
+        }
+        for (int k = 0; k < meta_count; k++) {
+            const char *key = meta[k].key, *value = meta[k].value;
+            const char *why = key ? st_name_problem(key, strlen(key), 0) : "is NULL";
+            if (why) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: metadata key %d (\"%s\") %s", path,
+                                  k, key ? key : "", why);
+                goto fail;
+            }
+            if (!value || strlen(value) > ZS_ST_META_VALUE_MAX ||
+                !zs__json_utf8_valid(value, strlen(value))) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: metadata value of \"%s\" is NULL, longer than %d bytes or "
+                                  "not UTF-8",
+                                  path, key, ZS_ST_META_VALUE_MAX);
+                goto fail;
+            }
+            if (json_object_object_get_ex(m, key, NULL)) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: duplicate metadata key \"%s\"",
+                                  path, key);
+                goto fail;
+            }
+            if (!st_add_member(m, key, json_object_new_string(value))) {
+                status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+                goto fail;
+            }
+        }
+    }
+
+    uint64_t offset = 0;
+    for (int t = 0; t < tensor_count; t++) {
+        const zs__st_tensor_spec *spec = &tensors[t];
+        const char *why = spec->name ? st_name_problem(spec->name, strlen(spec->name), 1)
+                                     : "is NULL";
+        if (why) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor %d's name \"%s\" %s", path, t,
+                              spec->name ? spec->name : "", why);
+            goto fail;
+        }
+        if (zs__st_dtype_size(spec->dtype) == 0 || spec->ndim < 0 ||
+            spec->ndim > ZS_ST_MAX_DIMS) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensor \"%s\" has dtype %d and %d dimensions (want a known "
+                              "dtype and 0..%d dimensions)",
+                              path, spec->name, (int)spec->dtype, spec->ndim, ZS_ST_MAX_DIMS);
+            goto fail;
+        }
+        for (int d = 0; d < spec->ndim; d++) {
+            if (spec->shape[d] < 0) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: tensor \"%s\" has a negative extent %lld in dimension %d",
+                                  path, spec->name, (long long)spec->shape[d], d);
+                goto fail;
+            }
+        }
+        int ok;
+        uint64_t want = st_shape_bytes(spec->shape, spec->ndim, spec->dtype, &ok);
+        if (!ok || want != spec->bytes) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensor \"%s\" declares %llu bytes but its shape and dtype "
+                              "need %s%llu",
+                              path, spec->name, (unsigned long long)spec->bytes,
+                              ok ? "" : "more than ", (unsigned long long)want);
+            goto fail;
+        }
+        if (spec->bytes > (uint64_t)INT64_MAX - offset) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: the data section exceeds 2^63 bytes",
+                              path);
+            goto fail;
+        }
+        if (json_object_object_get_ex(root, spec->name, NULL)) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: duplicate tensor name \"%s\"", path,
+                              spec->name);
+            goto fail;
+        }
+        struct json_object *entry = st_make_entry(spec, offset);
+        if (!st_add_member(root, spec->name, entry)) {
+            status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+            goto fail;
+        }
+        offset += spec->bytes;
+    }
+
+    size_t json_len = 0;
+    const char *json = json_object_to_json_string_length(
+        root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &json_len);
+    if (!json) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot serialize the header", path);
+        goto fail;
+    }
+    /* Pad so the data section starts 8-byte aligned (8 + padded is a multiple of 8). */
+    size_t padded = (json_len + 7) & ~(size_t)7;
+    if (padded > ZS_ST_HEADER_MAX) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: the header would take %zu bytes, more than the %u readers accept "
+                          "(too many tensors or too much metadata)",
+                          path, padded, ZS_ST_HEADER_MAX);
+        goto fail;
+    }
+    char *header = malloc(padded);
+    if (!header) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the header", path);
+        goto fail;
+    }
+    memcpy(header, json, json_len);
+    memset(header + json_len, ' ', padded - json_len);
+    *header_out = header;
+    *header_bytes = padded;
+    *data_bytes = offset;
+fail:
+    json_object_put(root);
+    return status;
+}
+
+static zs_status st_stream_flush(zs__st_stream *s) {
+    if (s->buffered == 0) return ZS_OK;
+    zs_status status = st_write_all(s->fd, s->buffer, s->buffered, s->path,
+                                    s->written - s->buffered);
+    s->buffered = 0;
+    return status;
+}
+
+/* Hashes and writes (through the gathering buffer) bytes of the file. */
+static zs_status st_stream_put(zs__st_stream *s, const void *data, uint64_t bytes) {
+    if (bytes == 0) return ZS_OK;
+    if (XXH3_64bits_update(s->hash, data, (size_t)bytes) != XXH_OK)
+        return zs__fail(ZS_ERR_INTERNAL, "%s: hashing failed", s->path);
+    if (bytes >= ST_IO_CHUNK) {
+        ZS_CHECK(st_stream_flush(s));
+        zs_status status = st_write_all(s->fd, data, (size_t)bytes, s->path, s->written);
+        s->written += bytes;
+        return status;
+    }
+    if (s->buffered + bytes > ST_IO_CHUNK) ZS_CHECK(st_stream_flush(s));
+    memcpy(s->buffer + s->buffered, data, (size_t)bytes);
+    s->buffered += (size_t)bytes;
+    s->written += bytes;
+    return ZS_OK;
+}
+
+static void st_stream_free(zs__st_stream *s, int unlink_file) {
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    if (unlink_file && s->path) unlink(s->path);
+    XXH3_freeState(s->hash);
+    free(s->buffer);
+    free(s->path);
+    free(s);
+}
+
+zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
+                             const zs__st_meta *meta, int meta_count, zs__st_stream **out) {
+    zs_status status;
+    char *header = NULL;
+    size_t header_bytes = 0;
+    uint64_t data_bytes = 0;
+    *out = NULL;
+    if (!path || !*path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors writer: empty path");
+    ZS_CHECK(st_build_header(path, tensors, tensor_count, meta, meta_count, &header,
+                             &header_bytes, &data_bytes));
+
+    zs__st_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(header);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a writer", path);
+    }
+    s->fd = -1;
+    s->path = strdup(path);
+    s->hash = XXH3_createState();
+    s->buffer = malloc(ST_IO_CHUNK);
+    if (!s->path || !s->hash || !s->buffer || XXH3_64bits_reset(s->hash) != XXH_OK) {
+        free(header);
+        st_stream_free(s, 0);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a writer", path);
+    }
+    s->data_declared = data_bytes;
+    s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0) {
+        status = zs__fail(ZS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        free(header);
+        st_stream_free(s, 0);
+        return status;
+    }
+    unsigned char length[8];
+    for (int k = 0; k < 8; k++) length[k] = (unsigned char)((uint64_t)header_bytes >> (8 * k));
+    status = st_stream_put(s, length, sizeof length);
+    if (status == ZS_OK) status = st_stream_put(s, header, header_bytes);
+    free(header);
+    if (status != ZS_OK) {
+        st_stream_free(s, 1);
+        return status;
+    }
+    *out = s;
+    return ZS_OK;
+}
+
+zs_status zs__st_stream_append(zs__st_stream *s, const void *data, uint64_t bytes) {
+    if (!s) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors writer: NULL stream");
+    if (s->failed)
+        return zs__fail(ZS_ERR_STATE, "%s: the writer already failed; abort it", s->path);
+    if (bytes > s->data_declared - s->data_appended) {
+        s->failed = 1;
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: appending %llu bytes would exceed the %llu data bytes the header "
+                        "declares (%llu already appended)",
+                        s->path, (unsigned long long)bytes, (unsigned long long)s->data_declared,
+                        (unsigned long long)s->data_appended);
+    }
+    if (bytes > 0 && !data) {
+        s->failed = 1;
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: NULL data for %llu bytes", s->path,
+                        (unsigned long long)bytes);
+    }
+    zs_status status = st_stream_put(s, data, bytes);
+    if (status != ZS_OK) {
+        s->failed = 1;
+        return status;
+    }
+    s->data_appended += bytes;
+    return ZS_OK;
+}
+
+zs_status zs__st_stream_close(zs__st_stream *s, uint64_t *file_hash, uint64_t *file_bytes) {
+    if (!s) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors writer: NULL stream");
+    zs_status status = ZS_OK;
+    if (s->failed) {
+        status = zs__fail(ZS_ERR_STATE, "%s: the writer failed earlier; the file was removed",
+                          s->path);
+        goto fail;
+    }
+    if (s->data_appended != s->data_declared) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: %llu of the %llu declared data bytes were appended; the file was "
+                          "removed",
+                          s->path, (unsigned long long)s->data_appended,
+                          (unsigned long long)s->data_declared);
+        goto fail;
+    }
+    ZS_CHECK_GOTO(st_stream_flush(s), status, fail);
+    if (fsync(s->fd) != 0) {
+        status = zs__fail(ZS_ERR_IO, "%s: fsync failed: %s", s->path, strerror(errno));
+        goto fail;
+    }
+    int fd = s->fd;
+    s->fd = -1;
+    if (close(fd) != 0) {
+        status = zs__fail(ZS_ERR_IO, "%s: close failed: %s", s->path, strerror(errno));
+        goto fail;
+    }
+    if (file_hash) *file_hash = XXH3_64bits_digest(s->hash);
+    if (file_bytes) *file_bytes = s->written;
+    st_stream_free(s, 0);
+    return ZS_OK;
+fail:
+    st_stream_free(s, 1);
+    return status;
+}
+
+void zs__st_stream_abort(zs__st_stream *s) { st_stream_free(s, 1); }
+
+zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
+                       const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
+                       void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
+                       uint64_t *file_bytes) {
+    zs__st_stream *s = NULL;
+    ZS_CHECK(zs__st_stream_open(path, tensors, tensor_count, meta, meta_count, &s));
+    for (int t = 0; t < tensor_count; t++) {
+        zs_status status = zs__st_stream_append(s, tensors[t].data, tensors[t].bytes);
+        if (status == ZS_OK && progress) {
+            /* The callback may stop the process: what it reports must be on disk. */
+            status = st_stream_flush(s);
+            if (status != ZS_OK) s->failed = 1;
+        }
+        if (status != ZS_OK) {
+            zs__st_stream_abort(s);
+            zs__error_breadcrumb(__FILE__, __LINE__);
+            return status;
+        }
+        if (tensor_hashes)
+            tensor_hashes[t] = XXH3_64bits(tensors[t].bytes ? tensors[t].data : "",
+                                           (size_t)tensors[t].bytes);
+        if (progress) progress(progress_ctx, t);
+    }
+    ZS_CHECK(zs__st_stream_close(s, file_hash, file_bytes));
+    return ZS_OK;
+}
+
+/* ================================================================ reader */
+
+typedef struct st_meta_item {
+    char *key;
+    char *value;
+} st_meta_item;
+
+struct zs__st_file {
+    char *path;
+    int fd;
+    uint64_t file_bytes;
+    uint64_t data_start; /* 8 + header length */
+    int count;
+    zs__st_entry *entries;          /* header order */
+    const zs__st_entry **by_name;   /* sorted by name, for zs__st_find */
+    int meta_count;
+    st_meta_item *meta;             /* sorted by key */
+};
+
+const char *zs__st_path(const zs__st_file *f) { return f->path; }
+uint64_t zs__st_file_bytes(const zs__st_file *f) { return f->file_bytes; }
+int zs__st_count(const zs__st_file *f) { return f->count; }
+
+const zs__st_entry *zs__st_entry_at(const zs__st_file *f, int index) {
+    if (index < 0 || index >= f->count) return NULL;
+    return &f->entries[index];
+}
+
+static int st_cmp_entry_name(const void *a, const void *b) {
+    const zs__st_entry *x = *(const zs__st_entry *const *)a, *y = *(const zs__st_entry *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+static int st_cmp_entry_begin(const void *a, const void *b) {
+    const zs__st_entry *x = *(const zs__st_entry *const *)a, *y = *(const zs__st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+static int st_cmp_meta(const void *a, const void *b) {
+    return strcmp(((const st_meta_item *)a)->key, ((const st_meta_item *)b)->key);
+}
+
+const zs__st_entry *zs__st_find(const zs__st_file *f, const char *name) {
+    zs__st_entry probe;
+    const zs__st_entry *key = &probe;
+    if (!name || strlen(name) > ZS_ST_NAME_MAX || f->count == 0) return NULL;
+    strcpy(probe.name, name);
+    const zs__st_entry **hit = bsearch(&key, f->by_name, (size_t)f->count, sizeof *f->by_name,
+                                       st_cmp_entry_name);
+    return hit ? *hit : NULL;
+}
+
+const char *zs__st_meta_get(const zs__st_file *f, const char *key) {
+    if (!key || f->meta_count == 0) return NULL;
+    st_meta_item probe = {(char *)key, NULL};
+    const st_meta_item *hit = bsearch(&probe, f->meta, (size_t)f->meta_count, sizeof *f->meta,
+                                      st_cmp_meta);
+    return hit ? hit->value : NULL;
+}
+
+void zs__st_close(zs__st_file *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    for (int k = 0; k < f->meta_count; k++) {
+        free(f->meta[k].key);
+        free(f->meta[k].value);
+    }
+    free(f->meta);
+    free(f->by_name);
+    free(f->entries);
+    free(f->path);
+    free(f);
+}
+
+/* A non-negative JSON integer (the lexer guaranteed it fits in int64). */
+static int st_json_nonneg(struct json_object *v, int64_t *out) {
+    if (!json_object_is_type(v, json_type_int)) return 0;
+    int64_t x = json_object_get_int64(v);
+    if (x < 0) return 0;
+    *out = x;
+    return 1;
+}
+
+static zs_status st_parse_metadata(zs__st_file *f, struct json_object *m) {
+    const char *path = f->path;
+    if (!json_object_is_type(m, json_type_object))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: __metadata__ is not an object of strings",
+                        path);
+    int n = json_object_object_length(m);
+    if (n == 0) return ZS_OK;
+    f->meta = calloc((size_t)n, sizeof *f->meta);
+    if (!f->meta) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the metadata", path);
+    json_object_object_foreach(m, key, value) {
+        const char *why = st_name_problem(key, strlen(key), 0);
+        if (why)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: __metadata__ key \"%.64s\" %s", path,
+                            key, why);
+        if (!json_object_is_type(value, json_type_string))
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s: __metadata__ value of \"%s\" is not a string", path, key);
+        const char *text = json_object_get_string(value);
+        size_t len = (size_t)json_object_get_string_len(value);
+        if (len > ZS_ST_META_VALUE_MAX || strlen(text) != len)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s: __metadata__ value of \"%s\" is longer than %d bytes or holds a "
+                            "NUL byte",
+                            path, key, ZS_ST_META_VALUE_MAX);
+        st_meta_item *item = &f->meta[f->meta_count];
+        item->key = strdup(key);
+        item->value = strdup(text);
+        f->meta_count++; /* counted before checking, so close frees a half-made item */
+        if (!item->key || !item->value)
+            return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the metadata", path);
+    }
+    qsort(f->meta, (size_t)f->meta_count, sizeof *f->meta, st_cmp_meta);
+    return ZS_OK;
+}
+
+static zs_status st_parse_entry(const char *path, const char *name, struct json_object *v,
+                                zs__st_entry *e) {
+    const char *why = st_name_problem(name, strlen(name), 1);
+    if (why)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor name \"%.64s\" %s", path, name, why);
+    memcpy(e->name, name, strlen(name) + 1);
+    if (!json_object_is_type(v, json_type_object))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" is not an object", path, name);
+    struct json_object *dtype = NULL, *shape = NULL, *offsets = NULL;
+    if (json_object_object_length(v) != 3 || !json_object_object_get_ex(v, "dtype", &dtype) ||
+        !json_object_object_get_ex(v, "shape", &shape) ||
+        !json_object_object_get_ex(v, "data_offsets", &offsets))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: tensor \"%s\" must have exactly the fields dtype, shape and "
+                        "data_offsets",
+                        path, name);
+    if (!json_object_is_type(dtype, json_type_string) ||
+        !st_parse_dtype(json_object_get_string(dtype), (size_t)json_object_get_string_len(dtype),
+                        &e->dtype))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: tensor \"%s\" has a dtype outside the allowed F32, F16, BF16, U8",
+                        path, name);
+    if (!json_object_is_type(shape, json_type_array) ||
+        json_object_array_length(shape) > ZS_ST_MAX_DIMS)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: tensor \"%s\" shape must be an array of at most %d dimensions", path,
+                        name, ZS_ST_MAX_DIMS);
+    e->ndim = (int)json_object_array_length(shape);
+    for (int d = 0; d < e->ndim; d++) {
+        if (!st_json_nonneg(json_object_array_get_idx(shape, (size_t)d), &e->shape[d]))
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s: tensor \"%s\" shape[%d] is not a non-negative integer", path,
+                            name, d);
+    }
+    int64_t begin, end;
+    if (!json_object_is_type(offsets, json_type_array) || json_object_array_length(offsets) != 2 ||
+        !st_json_nonneg(json_object_array_get_idx(offsets, 0), &begin) ||
+        !st_json_nonneg(json_object_array_get_idx(offsets, 1), &end) || begin > end)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: tensor \"%s\" data_offsets must be [begin, end] with 0 <= begin <= "
+                        "end",
+                        path, name);
+    e->begin = (uint64_t)begin;
+    e->end = (uint64_t)end;
+    int ok;
+    uint64_t want = st_shape_bytes(e->shape, e->ndim, e->dtype, &ok);
+    if (!ok)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" shape overflows 64 bits", path,
+                        name);
+    if (want != e->end - e->begin)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: tensor \"%s\" spans %llu bytes but its shape and dtype need %llu",
+                        path, name, (unsigned long long)(e->end - e->begin),
+                        (unsigned long long)want);
+    return ZS_OK;
+}
+
+/* The tensors sorted by offset must tile [0, data_bytes) exactly. */
+static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
+    const char *path = f->path;
+    const zs__st_entry **order = NULL;
+    zs_status status = ZS_OK;
+    for (int k = 0; k < f->count; k++) {
+        if (f->entries[k].end > data_bytes)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s: tensor \"%s\" ends at byte %llu, beyond the %llu-byte data "
+                            "section",
+                            path, f->entries[k].name, (unsigned long long)f->entries[k].end,
+                            (unsigned long long)data_bytes);
+    }
+    if (f->count > 0) {
+        order = malloc((size_t)f->count * sizeof *order);
+        if (!order) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate an index", path);
+        for (int k = 0; k < f->count; k++) order[k] = &f->entries[k];
+        qsort(order, (size_t)f->count, sizeof *order, st_cmp_entry_begin);
+    }
+    uint64_t covered = 0;
+    const char *previous = NULL;
+    for (int k = 0; k < f->count; k++) {
+        const zs__st_entry *e = order[k];
+        if (e->begin < covered) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensors \"%s\" and \"%s\" overlap (bytes %llu..%llu)", path,
+                              previous ? previous : "?", e->name, (unsigned long long)e->begin,
+                              (unsigned long long)covered);
+            goto done;
+        }
+        if (e->begin > covered) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: gap in the data section: bytes %llu..%llu belong to no tensor",
+                              path, (unsigned long long)covered, (unsigned long long)e->begin);
+            goto done;
+        }
+        if (e->end > e->begin) previous = e->name;
+        covered = e->end;
+    }
+    if (covered != data_bytes)
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: trailing bytes: the tensors cover %llu of the %llu bytes of the "
+                          "data section",
+                          path, (unsigned long long)covered, (unsigned long long)data_bytes);
+done:
+    free(order);
+    return status;
+}
+
+static zs_status st_parse_header(zs__st_file *f, const char *text, size_t bytes) {
+    const char *path = f->path;
+    struct json_object *root = NULL;
+    zs_status status = ZS_OK;
+    /* Depth 3: the header object, an entry or __metadata__, shape/data_offsets. */
+    const zs__json_rules rules = {3, ZS_ST_MAX_DIMS, 1};
+    ZS_CHECK(zs__json_parse_strict(text, bytes, &rules, path, "header", &root));
+
+    struct json_object *meta = NULL;
+    int has_meta = json_object_object_get_ex(root, ST_METADATA_KEY, &meta);
+    int64_t count = (int64_t)json_object_object_length(root) - (has_meta ? 1 : 0);
+    if (count > ZS_ST_MAX_TENSORS) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %lld tensors exceed the limit of %d", path,
+                          (long long)count, ZS_ST_MAX_TENSORS);
+        goto done;
+    }
+    if (has_meta) ZS_CHECK_GOTO(st_parse_metadata(f, meta), status, done);
+    if (count > 0) {
+        f->entries = calloc((size_t)count, sizeof *f->entries);
+        f->by_name = malloc((size_t)count * sizeof *f->by_name);
+        if (!f->entries || !f->by_name) {
+            status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate %lld entries", path,
+                              (long long)count);
+            goto done;
+        }
+    }
+    json_object_object_foreach(root, name, value) {
+        if (strcmp(name, ST_METADATA_KEY) == 0) continue;
+        ZS_CHECK_GOTO(st_parse_entry(path, name, value, &f->entries[f->count]), status, done);
+        f->by_name[f->count] = &f->entries[f->count];
+        f->count++;
+    }
+    if (f->count > 0) {
+        qsort(f->by_name, (size_t)f->count, sizeof *f->by_name, st_cmp_entry_name);
+        /* The JSON check already refuses duplicate keys; this keeps zs__st_find
+         * unambiguous even if that check changes. */
+        for (int k = 1; k < f->count; k++) {
+            if (strcmp(f->by_name[k - 1]->name, f->by_name[k]->name) == 0) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: duplicate tensor name \"%s\"",
+                                  path, f->by_name[k]->name);
+                goto done;
+            }
+        }
+    }
+done:
+    json_object_put(root);
+    return status;
+}
+
+zs_status zs__st_open(const char *path, zs__st_file **out) {
+    zs_status status = ZS_OK;
+    char *header = NULL;
+    *out = NULL;
+    if (!path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors reader: NULL path");
+    zs__st_file *f = calloc(1, sizeof *f);
+    if (!f) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
+    f->fd = -1;
+    f->path = strdup(path);
+    if (!f->path) {
+        free(f);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
+    }
+    /* O_NONBLOCK keeps a FIFO planted at the path from blocking the open; it
+     * does nothing to regular files, the only kind accepted below. */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f->fd < 0) {
+        status = zs__fail(ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) != 0) {
+        status = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
+        goto fail;
+    }
+    f->file_bytes = (uint64_t)st.st_size;
+    if (f->file_bytes < 8) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: %llu bytes is too short for a safetensors file (its header length "
+                          "alone takes 8)",
+                          path, (unsigned long long)f->file_bytes);
+        goto fail;
+    }
+    unsigned char length_bytes[8];
+    ZS_CHECK_GOTO(st_pread_all(f->fd, length_bytes, sizeof length_bytes, 0, path), status, fail);
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = (n << 8) | length_bytes[k];
+    /* Bounded and checked against the file size before anything is allocated. */
+    if (n < 2 || n > ZS_ST_HEADER_MAX || n > f->file_bytes - 8) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: header length %llu is invalid (it must be at least 2, at most %u, "
+                          "and within the file's %llu bytes); the file is truncated or not "
+                          "safetensors",
+                          path, (unsigned long long)n, ZS_ST_HEADER_MAX,
+                          (unsigned long long)f->file_bytes);
+        goto fail;
+    }
+    header = malloc((size_t)n);
+    if (!header) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a %llu-byte header", path,
+                          (unsigned long long)n);
+        goto fail;
+    }
+    ZS_CHECK_GOTO(st_pread_all(f->fd, header, (size_t)n, 8, path), status, fail);
+    f->data_start = 8 + n;
+    ZS_CHECK_GOTO(st_parse_header(f, header, (size_t)n), status, fail);
+    ZS_CHECK_GOTO(st_check_layout(f, f->file_bytes - f->data_start), status, fail);
+    free(header);
+    *out = f;
+    return ZS_OK;
+fail:
+    free(header);
+    zs__st_close(f);
+    return status;
+}
+
+zs_status zs__st_read(const zs__st_file *f, const zs__st_entry *e, uint64_t offset, void *dst,
+                      uint64_t bytes) {
+    uint64_t size = e->end - e->begin;
+    if (offset > size || bytes > size - offset)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: reading %llu bytes at %llu is outside tensor \"%s\" (%llu bytes)",
+                        f->path, (unsigned long long)bytes, (unsigned long long)offset, e->name,
+                        (unsigned long long)size);
+    ZS_CHECK(st_pread_all(f->fd, dst, (size_t)bytes, f->data_start + e->begin + offset, f->path));
+    return ZS_OK;
+}
+
+/* XXH3 of `bytes` file bytes from `offset`, through a bounded buffer. */
+static zs_status st_hash_range(const zs__st_file *f, uint64_t offset, uint64_t bytes,
+                               uint64_t *hash) {
+    zs_status status = ZS_OK;
+    XXH3_state_t *state = XXH3_createState();
+    unsigned char *buffer = malloc(ST_IO_CHUNK);
+    if (!state || !buffer || XXH3_64bits_reset(state) != XXH_OK) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a hash buffer", f->path);
+        goto done;
+    }
+    for (uint64_t done = 0; done < bytes;) {
+        size_t piece = bytes - done < ST_IO_CHUNK ? (size_t)(bytes - done) : ST_IO_CHUNK;
+        ZS_CHECK_GOTO(st_pread_all(f->fd, buffer, piece, offset + done, f->path), status, done);
+        if (XXH3_64bits_update(state, buffer, piece) != XXH_OK) {
+            status = zs__fail(ZS_ERR_INTERNAL, "%s: hashing failed", f->path);
+            goto done;
+        }
+        done += piece;
+    }
+    *hash = XXH3_64bits_digest(state);
+done:
+    XXH3_freeState(state);
+    free(buffer);
+    return status;
+}
+
+zs_status zs__st_hash_entry(const zs__st_file *f, const zs__st_entry *e, uint64_t *hash) {
+    ZS_CHECK(st_hash_range(f, f->data_start + e->begin, e->end - e->begin, hash));
+    return ZS_OK;
+}
+
+zs_status zs__st_hash_file(const zs__st_file *f, uint64_t *hash) {
+    ZS_CHECK(st_hash_range(f, 0, f->file_bytes, hash));
+    return ZS_OK;
+}

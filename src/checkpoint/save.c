@@ -1,0 +1,446 @@
+/* zs_save: the commit protocol (DESIGN §6).
+ *   1. rank 0 creates a unique temporary directory root/.tmp_step_N_<nonce>;
+ *   2. every rank writes its master, optim and user shards there (name.partial,
+ *      every write checked, fsync, rename), hashing as it writes;
+ *   3. the ranks agree: a failure on any rank fails every rank;
+ *   4. rank 0 gathers the hashes, writes manifest.json and its hash file
+ *      (temporary, fsync, rename), fsyncs the directory, renames it to
+ *      root/step_N, fsyncs the root, then updates root/latest the same way;
+ *   5. rank 0 deletes step directories beyond checkpoint.keep and leftovers of
+ *      interrupted saves, and every rank learns the outcome.
+ * A crash before the step rename leaves only a temporary directory, which
+ * loading ignores; a crash after it leaves a complete step. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/fs.h"
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#define PATH_CAPACITY 4096
+#define MESSAGE_CAPACITY 1024
+#define FILES_PER_RANK 3 /* master, optim, user */
+
+/* What each rank reports about one tensor it wrote; rank 0 builds the
+ * manifest from these. Fixed size so the ranks can exchange them with one
+ * all-gather. */
+typedef struct tensor_record {
+    int32_t param;  /* -1 for user state */
+    int32_t state;  /* zs__ckpt_state */
+    int64_t offset;
+    int64_t count;
+    uint64_t hash;
+    char key[2 * ZS_CKPT_NAME_MAX + 16];
+} tensor_record;
+
+typedef struct rank_summary {
+    int64_t failed;
+    int64_t tensors;
+    uint64_t bytes[FILES_PER_RANK];
+    uint64_t hash[FILES_PER_RANK];
+} rank_summary;
+
+static const zs__ckpt_file_kind file_kinds[FILES_PER_RANK] = {
+    ZS_CKPT_FILE_MASTER, ZS_CKPT_FILE_OPTIM, ZS_CKPT_FILE_USER};
+
+static void file_name(char *out, size_t cap, int rank, zs__ckpt_file_kind kind) {
+    snprintf(out, cap, "rank%05d.%s.safetensors", rank, zs__ckpt_file_kind_name(kind));
+}
+
+static void state_key(char *out, size_t cap, const char *param, zs__ckpt_state state) {
+    if (state == ZS_CKPT_STATE_MASTER) snprintf(out, cap, "%s", param);
+    else snprintf(out, cap, "%s:%s", param, zs__ckpt_state_name(state));
+}
+
+typedef struct fault_ctx {
+    int rank;
+    int64_t step;
+} fault_ctx;
+
+static void fault_progress(void *ctx, int index) {
+    const fault_ctx *f = ctx;
+    if (index == 0) zs__checkpoint_fault("write", f->rank, f->step);
+}
+
+/* The tensors of one of this rank's files, with their records. */
+typedef struct file_plan {
+    zs__st_tensor_spec *specs;
+    tensor_record *records;
+    zs__st_meta *meta;
+    char (*meta_text)[2][ZS_ST_NAME_MAX + 64];
+    int count, meta_count;
+} file_plan;
+
+static void file_plan_free(file_plan *f) {
+    free(f->specs);
+    free(f->records);
+    free(f->meta);
+    free(f->meta_text);
+    memset(f, 0, sizeof *f);
+}
+
+static zs_status file_plan_alloc(file_plan *f, int capacity) {
+    memset(f, 0, sizeof *f);
+    int cap = capacity > 0 ? capacity : 1;
+    f->specs = calloc((size_t)cap, sizeof *f->specs);
+    f->records = calloc((size_t)cap, sizeof *f->records);
+    f->meta = calloc((size_t)cap + 8, sizeof *f->meta);
+    f->meta_text = calloc((size_t)cap + 8, sizeof *f->meta_text);
+    if (!f->specs || !f->records || !f->meta || !f->meta_text) {
+        file_plan_free(f);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
+    }
+    return ZS_OK;
+}
+
+static void add_meta(file_plan *f, const char *key, const char *value) {
+    snprintf(f->meta_text[f->meta_count][0], sizeof f->meta_text[0][0], "%s", key);
+    snprintf(f->meta_text[f->meta_count][1], sizeof f->meta_text[0][1], "%s", value);
+    f->meta[f->meta_count].key = f->meta_text[f->meta_count][0];
+    f->meta[f->meta_count].value = f->meta_text[f->meta_count][1];
+    f->meta_count++;
+}
+
+static void add_tensor(file_plan *f, const char *key, zs__st_dtype dtype, const void *data,
+                       int64_t count, int param, zs__ckpt_state state, int64_t offset) {
+    tensor_record *r = &f->records[f->count];
+    snprintf(r->key, sizeof r->key, "%s", key);
+    r->param = param;
+    r->state = (int32_t)state;
+    r->offset = offset;
+    r->count = count;
+    zs__st_tensor_spec *spec = &f->specs[f->count];
+    spec->name = r->key;
+    spec->dtype = dtype;
+    spec->ndim = 1;
+    spec->shape[0] = count;
+    spec->data = data;
+    spec->bytes = (uint64_t)count * zs__st_dtype_size(dtype);
+    f->count++;
+}
+
+/* Plans this rank's three files: its owned range of every parameter for
+ * master and each optimizer state, and its user state (rank 0 adds the
+ * global entries). Metadata names the step, rank and offsets, so a file can
+ * be recognized on its own. */
+static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
+    zs__ckpt_state states[4];
+    const int nstates = zs__checkpoint_states(zs, states);
+    ZS_CHECK(file_plan_alloc(&files[0], zs->param_count));
+    ZS_CHECK(file_plan_alloc(&files[1], zs->param_count * (nstates - 1)));
+    ZS_CHECK(file_plan_alloc(&files[2], zs->user_count));
+    for (int k = 0; k < FILES_PER_RANK; k++) {
+        char text[64];
+        add_meta(&files[k], "format", "zeroshard-shard");
+        snprintf(text, sizeof text, "%d", ZS_CKPT_VERSION);
+        add_meta(&files[k], "version", text);
+        snprintf(text, sizeof text, "%" PRId64, zs->step);
+        add_meta(&files[k], "step", text);
+        snprintf(text, sizeof text, "%d", zs->rank);
+        add_meta(&files[k], "rank", text);
+        snprintf(text, sizeof text, "%d", zs->world_size);
+        add_meta(&files[k], "world_size", text);
+        add_meta(&files[k], "kind", zs__ckpt_file_kind_name(file_kinds[k]));
+    }
+    char key[2 * ZS_CKPT_NAME_MAX + 16];
+    for (int i = 0; i < zs->param_count; i++) {
+        int64_t b, e;
+        if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
+        for (int s = 0; s < nstates; s++) {
+            file_plan *f = &files[s == 0 ? 0 : 1];
+            state_key(key, sizeof key, zs->params[i]->name, states[s]);
+            add_tensor(f, key, ZS_ST_F32, zs__checkpoint_state_at(zs, states[s], i, b), e - b, i,
+                       states[s], b);
+        }
+    }
+    for (int u = 0; u < zs->user_count; u++) {
+        const zs__user_entry *entry = &zs->user[u];
+        if (!entry->per_rank && zs->rank != 0) continue;
+        snprintf(key, sizeof key, "%s:%s", entry->per_rank ? "rank" : "global", entry->name);
+        add_tensor(&files[2], key, ZS_ST_U8, entry->data, (int64_t)entry->bytes, -1,
+                   entry->per_rank ? ZS_CKPT_STATE_USER_RANK : ZS_CKPT_STATE_USER_GLOBAL, 0);
+    }
+    return ZS_OK;
+}
+
+/* Writes this rank's files into tmp; fills summary and the records' hashes. */
+static zs_status write_shards(zs_ctx *zs, const char *tmp, file_plan files[FILES_PER_RANK],
+                              rank_summary *summary) {
+    fault_ctx fault = {zs->rank, zs->step};
+    char name[64], partial[PATH_CAPACITY], final[PATH_CAPACITY];
+    for (int k = 0; k < FILES_PER_RANK; k++) {
+        file_plan *f = &files[k];
+        uint64_t *hashes = calloc((size_t)(f->count ? f->count : 1), sizeof *hashes);
+        if (!hashes) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
+        file_name(name, sizeof name, zs->rank, file_kinds[k]);
+        zs_status st = zs__checkpoint_join(final, sizeof final, tmp, name);
+        if (st == ZS_OK && snprintf(partial, sizeof partial, "%s.partial", final) >= (int)sizeof partial)
+            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "path '%s.partial' is too long", final);
+        if (st == ZS_OK) st = zs__st_write(partial, f->specs, f->count, f->meta, f->meta_count,
+                                    k == 0 ? fault_progress : NULL, &fault, hashes,
+                                    &summary->hash[k], &summary->bytes[k]);
+        if (st == ZS_OK) st = zs__fs_rename(partial, final);
+        for (int t = 0; st == ZS_OK && t < f->count; t++) f->records[t].hash = hashes[t];
+        free(hashes);
+        if (st != ZS_OK) return st;
+    }
+    ZS_CHECK(zs__fs_fsync_dir(tmp));
+    zs__checkpoint_fault("shard", zs->rank, zs->step);
+    return ZS_OK;
+}
+
+/* Rank 0: the manifest from the model and every rank's report. */
+static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
+                                const tensor_record *records, int64_t per_rank,
+                                zs__manifest **out) {
+    int64_t total = 0;
+    for (int r = 0; r < zs->world_size; r++) total += summaries[r].tensors;
+    if (total > ZS_CKPT_MAX_ENTRIES)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: %lld tensors exceed the format's limit",
+                        (long long)total);
+    zs__manifest *m = NULL;
+    ZS_CHECK(zs__manifest_alloc(zs->unit_count, zs->param_count,
+                                zs->world_size * FILES_PER_RANK, (int)total, &m));
+    m->version = ZS_CKPT_VERSION;
+    m->step = zs->step;
+    m->skipped_total = zs->skipped_total;
+    m->world_size = zs->world_size;
+    m->stage = zs->settings.zero.stage;
+    m->config_hash = zs->config_hash;
+    m->compute_dtype = zs->compute_dtype;
+    m->optimizer = (int)zs->settings.optimizer.kind;
+    m->scaler = (zs__ckpt_scaler){zs->scaler.scale, zs->scaler.cur_iter,
+                                  zs->scaler.last_overflow_iter, zs->scaler.cur_hysteresis,
+                                  zs->scaler.consecutive_overflows, zs->scaler.overflows_total};
+    for (int u = 0; u < zs->unit_count; u++)
+        snprintf(m->units[u].name, sizeof m->units[u].name, "%s", zs->units[u]->name);
+    for (int i = 0; i < zs->param_count; i++) {
+        const zs_param *p = zs->params[i];
+        zs__ckpt_param *cp = &m->params[i];
+        snprintf(cp->name, sizeof cp->name, "%s", p->name);
+        cp->unit = p->unit->index;
+        cp->ndim = p->ndim;
+        memcpy(cp->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim);
+        cp->flags = p->flags;
+    }
+    int t = 0;
+    for (int r = 0; r < zs->world_size; r++) {
+        const tensor_record *mine = records + (size_t)r * (size_t)per_rank;
+        for (int k = 0; k < FILES_PER_RANK; k++) {
+            zs__ckpt_file *f = &m->files[r * FILES_PER_RANK + k];
+            file_name(f->name, sizeof f->name, r, file_kinds[k]);
+            f->rank = r;
+            f->kind = file_kinds[k];
+            f->bytes = summaries[r].bytes[k];
+            f->xxh3 = summaries[r].hash[k];
+        }
+        for (int64_t i = 0; i < summaries[r].tensors; i++, t++) {
+            const tensor_record *rec = &mine[i];
+            zs__ckpt_tensor *ct = &m->tensors[t];
+            zs__ckpt_state state = (zs__ckpt_state)rec->state;
+            int kind = state == ZS_CKPT_STATE_MASTER ? 0
+                     : (state == ZS_CKPT_STATE_USER_GLOBAL || state == ZS_CKPT_STATE_USER_RANK) ? 2
+                                                                                                : 1;
+            ct->file = r * FILES_PER_RANK + kind;
+            snprintf(ct->key, sizeof ct->key, "%s", rec->key);
+            ct->state = state;
+            ct->param = rec->param;
+            ct->offset = rec->offset;
+            ct->count = rec->count;
+            ct->xxh3 = rec->hash;
+        }
+    }
+    *out = m;
+    return ZS_OK;
+}
+
+/* Rank 0: manifest files, renames, latest, retention. */
+static zs_status commit(zs_ctx *zs, const char *root, const char *tmp, const zs__manifest *m) {
+    char *json = NULL;
+    size_t bytes = 0;
+    ZS_CHECK(zs__manifest_to_json(m, &json, &bytes));
+    zs_status st = zs__fs_write_atomic(tmp, ZS_CKPT_MANIFEST, json, bytes);
+    char hash_text[32];
+    snprintf(hash_text, sizeof hash_text, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(json, bytes));
+    free(json);
+    if (st == ZS_OK) st = zs__fs_write_atomic(tmp, ZS_CKPT_MANIFEST_HASH, hash_text, strlen(hash_text));
+    if (st == ZS_OK) st = zs__fs_fsync_dir(tmp);
+    if (st != ZS_OK) return st;
+    zs__checkpoint_fault("manifest", zs->rank, zs->step);
+
+    char step_name[64], step_dir[PATH_CAPACITY], old_dir[PATH_CAPACITY];
+    snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
+    ZS_CHECK(zs__checkpoint_join(step_dir, sizeof step_dir, root, step_name));
+    /* Saving a step that was saved before replaces it: the old directory is
+     * moved aside first (loading ignores names starting with '.'), so a crash
+     * never leaves the step missing once the new one is complete. */
+    old_dir[0] = '\0';
+    if (zs__fs_is_dir(step_dir)) {
+        char old_name[96];
+        snprintf(old_name, sizeof old_name, ZS_CKPT_OLD_PREFIX "%08" PRId64 "_%ld", zs->step,
+                 (long)getpid());
+        ZS_CHECK(zs__checkpoint_join(old_dir, sizeof old_dir, root, old_name));
+        ZS_CHECK(zs__fs_rename(step_dir, old_dir));
+    }
+    ZS_CHECK(zs__fs_rename(tmp, step_dir));
+    ZS_CHECK(zs__fs_fsync_dir(root));
+    zs__checkpoint_fault("rename", zs->rank, zs->step);
+    char latest[80];
+    snprintf(latest, sizeof latest, "%s\n", step_name);
+    ZS_CHECK(zs__fs_write_atomic(root, ZS_CKPT_LATEST, latest, strlen(latest)));
+    zs__checkpoint_fault("latest", zs->rank, zs->step);
+    if (old_dir[0]) ZS_CHECK(zs__fs_remove_dir(old_dir));
+    return ZS_OK;
+}
+
+/* Rank 0, after a commit: step directories beyond checkpoint.keep (oldest
+ * first, never the one just written) and leftovers of interrupted saves. A
+ * failure here is reported but the new checkpoint stays committed. */
+static zs_status retain(zs_ctx *zs, const char *root) {
+    char **names = NULL;
+    int count = 0;
+    ZS_CHECK(zs__fs_list(root, &names, &count));
+    int steps = 0;
+    for (int i = 0; i < count; i++) steps += zs__checkpoint_is_step_name(names[i]);
+    const int64_t keep = zs->settings.checkpoint.keep;
+    int to_delete = keep > 0 && steps > keep ? steps - (int)keep : 0;
+    zs_status st = ZS_OK;
+    char path[PATH_CAPACITY];
+    /* Names sort by step (zero-padded), so the oldest come first. */
+    for (int i = 0; i < count && st == ZS_OK; i++) {
+        int stale = strncmp(names[i], ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) == 0 ||
+                    strncmp(names[i], ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) == 0;
+        int old_step = zs__checkpoint_is_step_name(names[i]) && to_delete > 0;
+        if (!stale && !old_step) continue;
+        if (old_step) to_delete--;
+        st = zs__checkpoint_join(path, sizeof path, root, names[i]);
+        if (st == ZS_OK && zs__fs_is_dir(path)) st = zs__fs_remove_dir(path);
+    }
+    zs__fs_list_free(names, count);
+    if (st == ZS_OK) st = zs__fs_fsync_dir(root);
+    return st;
+}
+
+/* Every rank learns rank `from`'s status and message. */
+static zs_status share_outcome(zs_ctx *zs, zs_status local, int from, const char *what) {
+    char message[MESSAGE_CAPACITY];
+    int64_t code = local;
+    snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
+    ZS_CHECK(zs__comm_broadcast(zs->comm, &code, sizeof code, from, what));
+    ZS_CHECK(zs__comm_broadcast(zs->comm, message, sizeof message, from, what));
+    if (code == ZS_OK) return ZS_OK;
+    if (zs->rank == from) return (zs_status)code;
+    return zs__fail((zs_status)code, "%s (reported by rank %d)", message, from);
+}
+
+/* Agreement after a local phase: the lowest failing rank's error, everywhere. */
+static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
+    double key = local == ZS_OK ? -1e300 : -(double)zs->rank;
+    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &key, 1, ZS_REDUCE_MAX, what));
+    if (key <= -1e299) return ZS_OK;
+    return share_outcome(zs, local, (int)(-key), what);
+}
+
+zs_status zs_save(zs_ctx *zs, const char *dir) {
+    if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: context is NULL");
+    const char *root = dir ? dir : zs->settings.checkpoint.dir;
+    zs_status local = ZS_OK;
+    if (!zs->built) local = zs__fail(ZS_ERR_STATE, "zs_save: call zs_build first");
+    else if (!root || !*root)
+        local = zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: no directory given and checkpoint.dir "
+                                                  "is empty");
+    else if (zs->micro != 0)
+        local = zs__fail(ZS_ERR_STATE, "zs_save: an accumulation window is open (%lld of %lld "
+                         "micro-steps done); save after the step that ends it",
+                         (long long)zs->micro, (long long)zs->settings.gradient_accumulation_steps);
+    for (int u = 0; local == ZS_OK && u < zs->unit_count; u++)
+        if (zs->units[u]->fetched || zs->units[u]->grads_declared)
+            local = zs__fail(ZS_ERR_STATE, "zs_save: unit '%s' is inside a step; save between "
+                             "zs_step and the next zs_fetch", zs->units[u]->name);
+    ZS_CHECK(agree(zs, local, "checkpoint preconditions"));
+
+    /* 1. Rank 0 makes the temporary directory and tells everyone its name. */
+    char tmp[PATH_CAPACITY];
+    memset(tmp, 0, sizeof tmp);
+    if (zs->rank == 0) {
+        local = zs__fs_mkdir(root);
+        unsigned long long nonce = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 20);
+        char tmp_name[96];
+        snprintf(tmp_name, sizeof tmp_name, ZS_CKPT_TMP_PREFIX "%08" PRId64 "_%llx", zs->step, nonce);
+        if (local == ZS_OK) local = zs__checkpoint_join(tmp, sizeof tmp, root, tmp_name);
+        if (local == ZS_OK) local = zs__fs_mkdir(tmp);
+    }
+    ZS_CHECK(share_outcome(zs, local, 0, "checkpoint directory"));
+    ZS_CHECK(zs__comm_broadcast(zs->comm, tmp, sizeof tmp, 0, "checkpoint directory"));
+
+    /* 2. Every rank writes its shards. */
+    file_plan files[FILES_PER_RANK];
+    memset(files, 0, sizeof files);
+    rank_summary summary;
+    memset(&summary, 0, sizeof summary);
+    local = plan_files(zs, files);
+    if (local == ZS_OK) local = write_shards(zs, tmp, files, &summary);
+    summary.failed = local != ZS_OK;
+    for (int k = 0; k < FILES_PER_RANK; k++) summary.tensors += files[k].count;
+
+    /* 3. Agreement, and the reports for the manifest. */
+    zs_status st = agree(zs, local, "checkpoint shards");
+    rank_summary *summaries = NULL;
+    tensor_record *records = NULL, *mine = NULL;
+    int64_t per_rank = 0;
+    if (st == ZS_OK) {
+        summaries = calloc((size_t)zs->world_size, sizeof *summaries);
+        st = summaries ? zs__comm_all_gather_bytes(zs->comm, &summary, sizeof summary, summaries,
+                                                   "checkpoint reports")
+                       : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
+    }
+    if (st == ZS_OK) {
+        for (int r = 0; r < zs->world_size; r++)
+            if (summaries[r].tensors > per_rank) per_rank = summaries[r].tensors;
+        size_t n = (size_t)(per_rank ? per_rank : 1);
+        mine = calloc(n, sizeof *mine);
+        records = calloc(n * (size_t)zs->world_size, sizeof *records);
+        if (!mine || !records) st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
+    }
+    if (st == ZS_OK) {
+        int64_t t = 0;
+        for (int k = 0; k < FILES_PER_RANK; k++)
+            for (int i = 0; i < files[k].count; i++) mine[t++] = files[k].records[i];
+        st = zs__comm_all_gather_bytes(zs->comm, mine, sizeof *mine * (size_t)(per_rank ? per_rank : 1),
+                                       records, "checkpoint reports");
+    }
+    for (int k = 0; k < FILES_PER_RANK; k++) file_plan_free(&files[k]);
+    free(mine);
+
+    /* 4-5. Rank 0 commits and cleans up; everyone learns the outcome. */
+    if (st == ZS_OK) {
+        if (zs->rank == 0) {
+            zs__manifest *m = NULL;
+            local = build_manifest(zs, summaries, records, per_rank ? per_rank : 1, &m);
+            if (local == ZS_OK) local = commit(zs, root, tmp, m);
+            zs__manifest_free(m);
+            if (local == ZS_OK) {
+                zs_status kept = retain(zs, root);
+                if (kept != ZS_OK)
+                    ZS_WARN("checkpoint of step %lld is committed, but cleaning up '%s' failed: %s",
+                            (long long)zs->step, root, zs_last_error());
+            }
+        }
+        st = share_outcome(zs, local, 0, "checkpoint commit");
+    }
+    free(summaries);
+    free(records);
+    if (st == ZS_OK)
+        ZS_INFO("saved checkpoint of step %lld to %s/" ZS_CKPT_STEP_PREFIX "%08lld",
+                (long long)zs->step, root, (long long)zs->step);
+    else
+        return zs__fail_context(st, "zs_save(step %lld into '%s')", (long long)zs->step, root);
+    return ZS_OK;
+}

@@ -1,0 +1,522 @@
+/* zs-ckpt against the synthetic checkpoint of fixture.h, run as separate
+ * processes exactly as a user runs them:
+ *
+ *   test_zs_ckpt <zs-ckpt> <make_fixture> <work dir> <case>
+ *
+ * Cases (one ctest each, each in its own fresh directory under <work dir>):
+ *   info     the layout, files and totals are printed, from a root and a step
+ *   verify   a good checkpoint passes with the right counts
+ *   export   fp32 equals the master values bit for bit; bf16/fp16 equal
+ *            zs_convert of them; names, shapes, metadata; no optim file read
+ *   buffer   a 4096-byte (and a 16-byte) buffer gives the same bytes as 64 MiB
+ *   corrupt  a flipped shard byte, a truncated shard, a deleted shard, a
+ *            flipped manifest byte, an unlisted tensor, a corrupt master
+ *            under export, a hostile `latest`, and usage errors
+ *
+ *   test_zs_ckpt <zs-ckpt> <make_fixture> <work dir> real <root> <dump.f32>
+ *
+ * checks a checkpoint written by the runtime (make_real_ckpt.c): it
+ * verifies, and its fp32 export equals the gathered parameters bit for bit
+ * (bf16: zs_convert of them). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint/safetensors.h"
+#include "fixture.h"
+#include "test_util.h"
+
+static const char *tool, *fixture_tool;
+static char work[4096];
+
+typedef struct run_result {
+    int status; /* exit code, or -1 if it did not exit normally */
+    char out[1 << 16];
+    char err[1 << 16];
+} run_result;
+
+static void slurp(const char *path, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs argv (NULL-terminated) with stdout and stderr captured. */
+static void run(run_result *r, const char *const *argv) {
+    char out_path[4200], err_path[4200];
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", work);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", work);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0) _exit(127);
+        dup2(o, 1);
+        dup2(e, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    slurp(out_path, r->out, sizeof r->out);
+    slurp(err_path, r->err, sizeof r->err);
+}
+
+#define RUN(r, ...)                                                   \
+    do {                                                              \
+        const char *argv_[] = {__VA_ARGS__, NULL};                    \
+        run((r), argv_);                                              \
+    } while (0)
+
+#define CHECK_CONTAINS(text, needle)                                                   \
+    ZT_CHECK_MSG(strstr((text), (needle)) != NULL, "expected \"%s\" in:\n%s", (needle), \
+                 (text))
+
+static char root[4300], step[4400], dump_path[4300];
+
+static void fresh_fixture(const char *name, int extra_tensor) {
+    snprintf(root, sizeof root, "%s/%s.ckpt", work, name);
+    snprintf(step, sizeof step, "%s/%s", root, FX_STEP_DIR);
+    snprintf(dump_path, sizeof dump_path, "%s/%s.f32", work, name);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ZT_REQUIRE(system(cmd) == 0);
+    run_result *r = malloc(sizeof *r);
+    if (extra_tensor)
+        RUN(r, fixture_tool, root, dump_path, "--extra-tensor");
+    else
+        RUN(r, fixture_tool, root, dump_path);
+    ZT_CHECK_MSG(r->status == 0, "make_fixture failed (%d): %s", r->status, r->err);
+    ZT_REQUIRE(r->status == 0);
+    free(r);
+}
+
+static uint64_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static void *read_all(const char *path, size_t *bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *bytes = (size_t)n;
+    return buf;
+}
+
+static const char *const file_names[FX_RANKS * 3] = {
+    "rank00000.master.safetensors", "rank00000.optim.safetensors", "rank00000.user.safetensors",
+    "rank00001.master.safetensors", "rank00001.optim.safetensors", "rank00001.user.safetensors"};
+
+static uint64_t total_shard_bytes(void) {
+    uint64_t sum = 0;
+    char path[4700];
+    for (int i = 0; i < FX_RANKS * 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", step, file_names[i]);
+        sum += file_size(path);
+    }
+    return sum;
+}
+
+static void case_info(void) {
+    fresh_fixture("info", 0);
+    run_result *r = malloc(sizeof *r);
+    for (int from_root = 1; from_root >= 0; from_root--) {
+        RUN(r, tool, "info", from_root ? root : step);
+        ZT_CHECK_MSG(r->status == 0, "info exited %d: %s", r->status, r->err);
+        CHECK_CONTAINS(r->out, FX_STEP_DIR);
+        if (from_root) CHECK_CONTAINS(r->out, "(from latest)");
+        CHECK_CONTAINS(r->out, "version 1");
+        CHECK_CONTAINS(r->out, "matches manifest.json.xxh3");
+        CHECK_CONTAINS(r->out, "step           10 ");
+        CHECK_CONTAINS(r->out, "skipped steps  2");
+        CHECK_CONTAINS(r->out, "2 ranks, ZeRO stage 3");
+        CHECK_CONTAINS(r->out, "compute dtype  fp32");
+        CHECK_CONTAINS(r->out, "optimizer      adamw");
+        CHECK_CONTAINS(r->out, "loss scale     1\n");
+        CHECK_CONTAINS(r->out, "config hash    0123456789abcdef");
+        CHECK_CONTAINS(r->out, "2 units, 3 parameters, 5283 elements");
+        CHECK_CONTAINS(r->out, "unit 0: embed");
+        CHECK_CONTAINS(r->out, "unit 1: block");
+        CHECK_CONTAINS(r->out, "[37, 113]  4181 elements");
+        CHECK_CONTAINS(r->out, "[97]  97 elements  no_decay");
+        CHECK_CONTAINS(r->out, "[3, 5, 67]  1005 elements");
+        char line[128];
+        for (int i = 0; i < FX_RANKS * 3; i++) {
+            char path[4700];
+            snprintf(path, sizeof path, "%s/%s", step, file_names[i]);
+            snprintf(line, sizeof line, "%llu bytes", (unsigned long long)file_size(path));
+            CHECK_CONTAINS(r->out, file_names[i]);
+            CHECK_CONTAINS(r->out, line);
+        }
+        snprintf(line, sizeof line, "total bytes    %llu\n",
+                 (unsigned long long)total_shard_bytes());
+        CHECK_CONTAINS(r->out, line);
+    }
+    free(r);
+}
+
+static void case_verify(void) {
+    fresh_fixture("verify", 0);
+    run_result *r = malloc(sizeof *r);
+    /* Tensors: master 5 (two parameters split, one on rank 0), optim 10,
+     * user 3 (rank 0's global and per-rank entries, rank 1's per-rank). */
+    char expected[128];
+    snprintf(expected, sizeof expected, "OK: 6 files, 18 tensors, %llu bytes verified\n",
+             (unsigned long long)total_shard_bytes());
+    RUN(r, tool, "verify", step);
+    ZT_CHECK_MSG(r->status == 0, "verify exited %d: %s", r->status, r->err);
+    CHECK_CONTAINS(r->out, expected);
+    RUN(r, tool, "verify", root);
+    ZT_CHECK_MSG(r->status == 0, "verify of the root exited %d: %s", r->status, r->err);
+    CHECK_CONTAINS(r->out, expected);
+    free(r);
+}
+
+/* Checks an export against the fixture's master values, converted to dtype. */
+static void check_export(const char *path, zs_dtype dtype, const float *master) {
+    zs__st_file *f = NULL;
+    ZT_OK(zs__st_open(path, &f));
+    if (!f) return;
+    ZT_EQ_INT(zs__st_count(f), FX_PARAMS);
+    const char *meta_format = zs__st_meta_get(f, "format");
+    const char *meta_step = zs__st_meta_get(f, "step");
+    const char *meta_dtype = zs__st_meta_get(f, "dtype");
+    ZT_CHECK(meta_format && strcmp(meta_format, "zeroshard-export") == 0);
+    ZT_CHECK(meta_step && strcmp(meta_step, "10") == 0);
+    ZT_CHECK_MSG(meta_dtype && strcmp(meta_dtype, zs_dtype_name(dtype)) == 0, "dtype %s",
+                 meta_dtype ? meta_dtype : "(none)");
+    const zs__st_dtype want = dtype == ZS_DTYPE_FP32 ? ZS_ST_F32
+                            : dtype == ZS_DTYPE_BF16 ? ZS_ST_BF16
+                                                     : ZS_ST_F16;
+    const size_t size = zs_dtype_size(dtype);
+    int64_t at = 0;
+    for (int p = 0; p < FX_PARAMS; p++) {
+        const fx_param *fp = &fx_params[p];
+        const zs__st_entry *e = zs__st_entry_at(f, p);
+        ZT_CHECK_MSG(strcmp(e->name, fp->name) == 0, "tensor %d is %s, expected %s", p, e->name,
+                     fp->name);
+        ZT_EQ_INT(e->dtype, want);
+        ZT_EQ_INT(e->ndim, fp->ndim);
+        for (int d = 0; d < fp->ndim; d++) ZT_EQ_INT(e->shape[d], fp->shape[d]);
+        unsigned char *expected = malloc((size_t)fp->numel * size);
+        unsigned char *got = malloc((size_t)fp->numel * size);
+        ZT_OK(zs_convert(expected, dtype, master + at, ZS_DTYPE_FP32, fp->numel));
+        ZT_OK(zs__st_read(f, e, 0, got, (uint64_t)fp->numel * size));
+        int64_t first_bad = -1;
+        for (int64_t i = 0; i < fp->numel && first_bad < 0; i++)
+            if (memcmp(expected + i * (int64_t)size, got + i * (int64_t)size, size) != 0)
+                first_bad = i;
+        ZT_CHECK_MSG(first_bad < 0, "%s %s: element %lld differs from the master value %a",
+                     path, fp->name, (long long)first_bad, first_bad >= 0 ? master[at + first_bad] : 0.0f);
+        free(expected);
+        free(got);
+        at += fp->numel;
+    }
+    zs__st_close(f);
+}
+
+static void case_export(void) {
+    fresh_fixture("export", 0);
+    size_t dump_bytes = 0;
+    float *master = read_all(dump_path, &dump_bytes);
+    ZT_REQUIRE(master != NULL);
+    ZT_EQ_U64(dump_bytes, (37 * 113 + 97 + 3 * 5 * 67) * sizeof(float));
+    run_result *r = malloc(sizeof *r);
+    static const char *const dtypes[3] = {"fp32", "bf16", "fp16"};
+    static const zs_dtype values[3] = {ZS_DTYPE_FP32, ZS_DTYPE_BF16, ZS_DTYPE_FP16};
+    char out[4400], tmp[4500];
+    for (int d = 0; d < 3; d++) {
+        snprintf(out, sizeof out, "%s/export.%s.safetensors", work, dtypes[d]);
+        snprintf(tmp, sizeof tmp, "%s.tmp", out);
+        if (d == 0)
+            RUN(r, tool, "export", root, out); /* the default dtype is fp32 */
+        else
+            RUN(r, tool, "export", "--dtype", dtypes[d], root, out);
+        ZT_CHECK_MSG(r->status == 0, "export %s exited %d: %s", dtypes[d], r->status, r->err);
+        CHECK_CONTAINS(r->out, "exported step 10: 3 tensors");
+        ZT_CHECK_MSG(access(tmp, F_OK) != 0, "%s left behind", tmp);
+        check_export(out, values[d], master);
+    }
+
+    /* fp32 export: the data section is exactly the dump, byte for byte. */
+    snprintf(out, sizeof out, "%s/export.fp32.safetensors", work);
+    size_t bytes = 0;
+    unsigned char *whole = read_all(out, &bytes);
+    ZT_REQUIRE(whole != NULL && bytes > 8);
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; i--) header = header << 8 | whole[i];
+    ZT_EQ_U64(bytes, 8 + header + dump_bytes);
+    ZT_CHECK(8 + header + dump_bytes == bytes &&
+             memcmp(whole + 8 + header, master, dump_bytes) == 0);
+    free(whole);
+
+    /* Export reads master files only: without the optimizer files it still
+     * succeeds, with the same bytes. */
+    char path[4700], again[4400];
+    for (int rank = 0; rank < FX_RANKS; rank++) {
+        snprintf(path, sizeof path, "%s/rank%05d.optim.safetensors", step, rank);
+        ZT_CHECK(unlink(path) == 0);
+    }
+    snprintf(again, sizeof again, "%s/export.no_optim.safetensors", work);
+    RUN(r, tool, "export", step, again);
+    ZT_CHECK_MSG(r->status == 0, "export without optim files exited %d: %s", r->status, r->err);
+    size_t b1 = 0, b2 = 0;
+    void *x = read_all(out, &b1), *y = read_all(again, &b2);
+    ZT_CHECK(x && y && b1 == b2 && memcmp(x, y, b1) == 0);
+    free(x);
+    free(y);
+    free(r);
+    free(master);
+}
+
+static void case_buffer(void) {
+    fresh_fixture("buffer", 0);
+    run_result *r = malloc(sizeof *r);
+    static const char *const dtypes[2] = {"fp32", "fp16"};
+    for (int d = 0; d < 2; d++) {
+        char big[4400], small[4400], tiny[4400];
+        snprintf(big, sizeof big, "%s/big.%s.safetensors", work, dtypes[d]);
+        snprintf(small, sizeof small, "%s/small.%s.safetensors", work, dtypes[d]);
+        snprintf(tiny, sizeof tiny, "%s/tiny.%s.safetensors", work, dtypes[d]);
+        RUN(r, tool, "export", "--dtype", dtypes[d], "--buffer-bytes", "67108864", root, big);
+        ZT_CHECK_MSG(r->status == 0, "exit %d: %s", r->status, r->err);
+        /* 4096 bytes hold 1024 fp32 values (682 with fp16 copies): pieces
+         * cross the ranks' split inside embed.weight and block.weight. */
+        RUN(r, tool, "export", "--dtype", dtypes[d], "--buffer-bytes", "4096", root, small);
+        ZT_CHECK_MSG(r->status == 0, "exit %d: %s", r->status, r->err);
+        RUN(r, tool, "export", "--dtype", dtypes[d], "--buffer-bytes", "16", root, tiny);
+        ZT_CHECK_MSG(r->status == 0, "exit %d: %s", r->status, r->err);
+        size_t nb = 0, ns = 0, nt = 0;
+        unsigned char *b = read_all(big, &nb), *s = read_all(small, &ns), *t = read_all(tiny, &nt);
+        ZT_REQUIRE(b && s && t);
+        ZT_EQ_U64(nb, ns);
+        ZT_EQ_U64(nb, nt);
+        ZT_CHECK_MSG(nb == ns && memcmp(b, s, nb) == 0, "%s: 4096-byte buffer export differs",
+                     dtypes[d]);
+        ZT_CHECK_MSG(nb == nt && memcmp(b, t, nb) == 0, "%s: 16-byte buffer export differs",
+                     dtypes[d]);
+        free(b);
+        free(s);
+        free(t);
+    }
+    free(r);
+}
+
+static void flip_byte(const char *path, long offset_from_end) {
+    int fd = open(path, O_RDWR);
+    ZT_REQUIRE(fd >= 0);
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t at = offset_from_end >= 0 ? size - 1 - offset_from_end : size / 2;
+    unsigned char c = 0;
+    ZT_REQUIRE(pread(fd, &c, 1, at) == 1);
+    c ^= 0x40;
+    ZT_REQUIRE(pwrite(fd, &c, 1, at) == 1);
+    close(fd);
+}
+
+/* verify must exit 1 and name `file` in its message. */
+static void expect_verify_failure(const char *what, const char *file, const char *reason) {
+    run_result *r = malloc(sizeof *r);
+    RUN(r, tool, "verify", step);
+    ZT_CHECK_MSG(r->status == 1, "%s: verify exited %d, expected 1; stdout: %s stderr: %s", what,
+                 r->status, r->out, r->err);
+    CHECK_CONTAINS(r->err, file);
+    CHECK_CONTAINS(r->err, reason);
+    ZT_CHECK_MSG(strstr(r->out, "OK") == NULL, "%s: verify printed OK: %s", what, r->out);
+    fprintf(stderr, "  %s -> %s", what, r->err);
+    free(r);
+}
+
+static void case_corrupt(void) {
+    char path[4700];
+
+    fresh_fixture("flip", 0);
+    snprintf(path, sizeof path, "%s/rank00001.optim.safetensors", step);
+    flip_byte(path, 5);
+    expect_verify_failure("flipped shard byte", "rank00001.optim.safetensors", "content hash");
+
+    fresh_fixture("truncate", 0);
+    snprintf(path, sizeof path, "%s/rank00000.master.safetensors", step);
+    ZT_REQUIRE(truncate(path, (off_t)file_size(path) - 4) == 0);
+    expect_verify_failure("truncated shard", "rank00000.master.safetensors", "bytes");
+
+    fresh_fixture("delete", 0);
+    snprintf(path, sizeof path, "%s/rank00001.user.safetensors", step);
+    ZT_REQUIRE(unlink(path) == 0);
+    expect_verify_failure("deleted shard", "rank00001.user.safetensors", "missing");
+
+    fresh_fixture("manifest", 0);
+    snprintf(path, sizeof path, "%s/manifest.json", step);
+    flip_byte(path, -1);
+    expect_verify_failure("flipped manifest byte", "manifest.json", "does not match");
+
+    fresh_fixture("extra", 1);
+    expect_verify_failure("unlisted tensor", "rank00001.master.safetensors", "\"stray\"");
+
+    /* export refuses a corrupt master value and leaves no output behind. */
+    fresh_fixture("export_corrupt", 0);
+    snprintf(path, sizeof path, "%s/rank00000.master.safetensors", step);
+    flip_byte(path, 3);
+    run_result *r = malloc(sizeof *r);
+    char out[4400], tmp[4500];
+    snprintf(out, sizeof out, "%s/corrupt.safetensors", work);
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    RUN(r, tool, "export", step, out);
+    ZT_CHECK_MSG(r->status == 1, "export of a corrupt master exited %d", r->status);
+    CHECK_CONTAINS(r->err, "rank00000.master.safetensors");
+    ZT_CHECK(access(out, F_OK) != 0 && access(tmp, F_OK) != 0);
+
+    /* A hostile or broken `latest` never leads outside the root. */
+    fresh_fixture("latest", 0);
+    static const char *const bad_latest[] = {"../latest.ckpt/step_00000010\n", "step_0000010\n",
+                                             "step_000000100", "step_00000010\nstep_00000011\n",
+                                             "/etc\n"};
+    char latest[4400];
+    snprintf(latest, sizeof latest, "%s/latest", root);
+    for (size_t i = 0; i < sizeof bad_latest / sizeof bad_latest[0]; i++) {
+        FILE *f = fopen(latest, "wb");
+        ZT_REQUIRE(f != NULL);
+        fputs(bad_latest[i], f);
+        fclose(f);
+        RUN(r, tool, "info", root);
+        ZT_CHECK_MSG(r->status == 1, "latest \"%s\": info exited %d", bad_latest[i], r->status);
+        CHECK_CONTAINS(r->err, "is not a step directory name");
+    }
+
+    /* Usage errors exit 2 with the usage text. */
+    RUN(r, tool, "frobnicate", root);
+    ZT_EQ_INT(r->status, 2);
+    CHECK_CONTAINS(r->err, "usage: zs-ckpt");
+    RUN(r, tool, "export", "--dtype", "fp8", step, out);
+    ZT_EQ_INT(r->status, 2);
+    RUN(r, tool, "export", "--buffer-bytes", "8", step, out);
+    ZT_EQ_INT(r->status, 2);
+    RUN(r, tool, "export", step);
+    ZT_EQ_INT(r->status, 2);
+    RUN(r, tool, "verify");
+    ZT_EQ_INT(r->status, 2);
+    RUN(r, tool, "--help");
+    ZT_EQ_INT(r->status, 0);
+    CHECK_CONTAINS(r->out, "usage: zs-ckpt");
+    /* A directory that is neither a step nor a root is an error, not usage. */
+    RUN(r, tool, "verify", work);
+    ZT_EQ_INT(r->status, 1);
+    CHECK_CONTAINS(r->err, "neither a step directory");
+    free(r);
+}
+
+/* The runtime's checkpoint of make_real_ckpt.c. */
+static const struct {
+    const char *name;
+    int ndim;
+    int64_t shape[2];
+} real_params[] = {{"embed.weight", 2, {37, 11}}, {"embed.bias", 1, {53, 0}},
+                   {"head.weight", 2, {3, 43}}};
+
+static void case_real(const char *real_root, const char *real_dump) {
+    run_result *r = malloc(sizeof *r);
+    RUN(r, tool, "verify", real_root);
+    ZT_CHECK_MSG(r->status == 0, "verify exited %d: %s", r->status, r->err);
+    CHECK_CONTAINS(r->out, "OK: ");
+    RUN(r, tool, "info", real_root);
+    ZT_CHECK_MSG(r->status == 0, "info exited %d: %s", r->status, r->err);
+    CHECK_CONTAINS(r->out, "ZeRO stage 3");
+    CHECK_CONTAINS(r->out, "[37, 11]  407 elements");
+    fputs(r->out, stderr);
+    size_t dump_bytes = 0;
+    float *values = read_all(real_dump, &dump_bytes);
+    ZT_REQUIRE(values != NULL);
+    const int64_t total = (int64_t)(dump_bytes / sizeof(float));
+    ZT_EQ_INT(total, 37 * 11 + 53 + 3 * 43);
+    static const char *const dtypes[2] = {"fp32", "bf16"};
+    static const zs_dtype ids[2] = {ZS_DTYPE_FP32, ZS_DTYPE_BF16};
+    for (int d = 0; d < 2; d++) {
+        char out[4400];
+        snprintf(out, sizeof out, "%s/real.%s.safetensors", work, dtypes[d]);
+        RUN(r, tool, "export", "--dtype", dtypes[d], "--buffer-bytes", "100", real_root, out);
+        ZT_CHECK_MSG(r->status == 0, "export exited %d: %s", r->status, r->err);
+        zs__st_file *f = NULL;
+        ZT_OK(zs__st_open(out, &f));
+        if (!f) continue;
+        ZT_EQ_INT(zs__st_count(f), 3);
+        const size_t size = zs_dtype_size(ids[d]);
+        unsigned char *want = malloc((size_t)total * size), *got = malloc((size_t)total * size);
+        ZT_OK(zs_convert(want, ids[d], values, ZS_DTYPE_FP32, total));
+        int64_t at = 0;
+        for (int p = 0; p < 3 && p < zs__st_count(f); p++) {
+            const zs__st_entry *e = zs__st_entry_at(f, p);
+            ZT_CHECK_MSG(strcmp(e->name, real_params[p].name) == 0, "tensor %d is %s", p, e->name);
+            ZT_EQ_INT(e->ndim, real_params[p].ndim);
+            int64_t n = 1;
+            for (int k = 0; k < e->ndim; k++) {
+                ZT_EQ_INT(e->shape[k], real_params[p].shape[k]);
+                n *= e->shape[k];
+            }
+            ZT_REQUIRE(at + n <= total);
+            ZT_OK(zs__st_read(f, e, 0, got + at * (int64_t)size, (uint64_t)n * size));
+            at += n;
+        }
+        ZT_EQ_INT(at, total);
+        ZT_CHECK_MSG(memcmp(want, got, (size_t)total * size) == 0,
+                     "%s export differs from the gathered parameters", dtypes[d]);
+        free(want);
+        free(got);
+        zs__st_close(f);
+    }
+    free(values);
+    free(r);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 7 && strcmp(argv[4], "real") == 0) {
+        tool = argv[1];
+        snprintf(work, sizeof work, "%s/real", argv[3]);
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", work);
+        ZT_REQUIRE(system(cmd) == 0);
+        case_real(argv[5], argv[6]);
+        return zt_finish("test_zs_ckpt real");
+    }
+    if (argc != 5) {
+        fprintf(stderr, "usage: test_zs_ckpt <zs-ckpt> <make_fixture> <work dir> <case>\n");
+        return 2;
+    }
+    tool = argv[1];
+    fixture_tool = argv[2];
+    snprintf(work, sizeof work, "%s/%s", argv[3], argv[4]);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", work, work);
+    ZT_REQUIRE(system(cmd) == 0);
+    const char *c = argv[4];
+    if (strcmp(c, "info") == 0) case_info();
+    else if (strcmp(c, "verify") == 0) case_verify();
+    else if (strcmp(c, "export") == 0) case_export();
+    else if (strcmp(c, "buffer") == 0) case_buffer();
+    else if (strcmp(c, "corrupt") == 0) case_corrupt();
+    else {
+        fprintf(stderr, "test_zs_ckpt: unknown case %s\n", c);
+        return 2;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "test_zs_ckpt %s", c);
+    return zt_finish(name);
+}

@@ -1,0 +1,216 @@
+/* zs-ckpt: inspect, verify and export zeroshard checkpoints.
+ *
+ *   zs-ckpt info   <step dir | checkpoint root>
+ *   zs-ckpt verify <step dir | checkpoint root>
+ *   zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] <step dir | root> <out.safetensors>
+ *
+ * A checkpoint root is resolved through its `latest` file. Exit status: 0 on
+ * success, 1 when the checkpoint is invalid or an operation fails (the
+ * message names the file and what is wrong), 2 for a usage error. The
+ * format is described in src/checkpoint/manifest.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/manifest.h"
+#include "ckpt_tool.h"
+#include "core/config.h"
+
+/* Default of --buffer-bytes: large enough that reads and writes run at the
+ * disk's speed, small enough for any machine that can run training. */
+#define ZS_TOOL_DEFAULT_BUFFER_BYTES (64ull << 20)
+
+#define EXIT_INVALID 1
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+    "usage: zs-ckpt info   <step dir | checkpoint root>\n"
+    "       zs-ckpt verify <step dir | checkpoint root>\n"
+    "       zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N]\n"
+    "                      <step dir | checkpoint root> <out.safetensors>\n"
+    "\n"
+    "  info     print the manifest: step, world size and stage at save time, dtype,\n"
+    "           optimizer, loss scale, config hash, units and parameters, files.\n"
+    "  verify   check manifest.json against manifest.json.xxh3, then every file's size\n"
+    "           and XXH3, its safetensors header, and every tensor's dtype, element\n"
+    "           count and XXH3; extra tensors are errors.\n"
+    "  export   write the full, unsharded model (one tensor per parameter, original\n"
+    "           names and shapes) from the fp32 master weights, converted to --dtype\n"
+    "           (default fp32; round to nearest even) with memory bounded by\n"
+    "           --buffer-bytes (default 67108864 = 64 MiB, at least 16). Master\n"
+    "           tensors are verified before use; the output appears only when complete.\n"
+    "\n"
+    "A checkpoint root is resolved through its `latest` file.\n"
+    "Exit status: 0 success, 1 invalid checkpoint or failed operation, 2 usage error.\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "zs-ckpt: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage_text);
+    return EXIT_USAGE;
+}
+
+static int fail(const char *command) {
+    fprintf(stderr, "zs-ckpt %s: error: %s\n", command, zs_last_error());
+    return EXIT_INVALID;
+}
+
+static const char *optimizer_name(int kind) {
+    switch (kind) {
+    case ZS_OPTIMIZER_SGD: return "sgd";
+    case ZS_OPTIMIZER_ADAM: return "adam";
+    case ZS_OPTIMIZER_ADAMW: return "adamw";
+    }
+    return "unknown";
+}
+
+static void print_shape(const zs__ckpt_param *p) {
+    printf("[");
+    for (int d = 0; d < p->ndim; d++) printf("%s%" PRId64, d ? ", " : "", p->shape[d]);
+    printf("]");
+}
+
+static int cmd_info(const char *arg) {
+    char dir[PATH_MAX];
+    int from_latest = 0, hash_state = -1;
+    zs__manifest *m = NULL;
+    if (zs__tool_resolve(arg, dir, sizeof dir, &from_latest) != ZS_OK) return fail("info");
+    if (zs__tool_load_manifest(dir, 0, &m, &hash_state) != ZS_OK) return fail("info");
+
+    printf("checkpoint     %s%s\n", dir, from_latest ? " (from latest)" : "");
+    printf("format         %s version %d\n", ZS_CKPT_FORMAT, m->version);
+    printf("manifest hash  %s\n", hash_state == 1   ? "matches manifest.json.xxh3"
+                                  : hash_state == 0 ? "DOES NOT MATCH manifest.json.xxh3 "
+                                                      "(run zs-ckpt verify)"
+                                                    : "manifest.json.xxh3 missing or malformed");
+    printf("step           %" PRId64 " optimizer steps applied\n", m->step);
+    printf("skipped steps  %" PRId64 "\n", m->skipped_total);
+    printf("saved by       %d rank%s, ZeRO stage %d\n", m->world_size,
+           m->world_size == 1 ? "" : "s", m->stage);
+    printf("compute dtype  %s (master weights fp32)\n", zs_dtype_name(m->compute_dtype));
+    printf("optimizer      %s\n", optimizer_name(m->optimizer));
+    printf("loss scale     %.17g\n", m->scaler.scale);
+    printf("config hash    %016" PRIx64 "\n", m->config_hash);
+
+    int64_t total_elements = 0;
+    for (int p = 0; p < m->param_count; p++) total_elements += zs__ckpt_param_numel(&m->params[p]);
+    printf("layout         %d unit%s, %d parameter%s, %" PRId64 " elements\n", m->unit_count,
+           m->unit_count == 1 ? "" : "s", m->param_count, m->param_count == 1 ? "" : "s",
+           total_elements);
+    /* Parameters are listed under their unit; the manifest keeps them in
+     * registration order, which groups each unit's parameters together. */
+    for (int u = 0; u < m->unit_count; u++) {
+        printf("  unit %d: %s\n", u, m->units[u].name);
+        for (int p = 0; p < m->param_count; p++) {
+            const zs__ckpt_param *param = &m->params[p];
+            if (param->unit != u) continue;
+            printf("    %-32s ", param->name);
+            print_shape(param);
+            printf("  %" PRId64 " elements%s\n", zs__ckpt_param_numel(param),
+                   param->flags & ZS_PARAM_NO_DECAY ? "  no_decay" : "");
+        }
+    }
+
+    uint64_t total_bytes = 0;
+    printf("files          %d\n", m->file_count);
+    for (int f = 0; f < m->file_count; f++) {
+        const zs__ckpt_file *file = &m->files[f];
+        printf("  %-36s rank %-5d %-6s %12" PRIu64 " bytes\n", file->name, file->rank,
+               zs__ckpt_file_kind_name(file->kind), file->bytes);
+        total_bytes += file->bytes;
+    }
+    printf("total bytes    %" PRIu64 "\n", total_bytes);
+    zs__manifest_free(m);
+    return 0;
+}
+
+static int cmd_verify(const char *arg) {
+    char dir[PATH_MAX];
+    zs__manifest *m = NULL;
+    if (zs__tool_resolve(arg, dir, sizeof dir, NULL) != ZS_OK) return fail("verify");
+    if (zs__tool_load_manifest(dir, 1, &m, NULL) != ZS_OK) return fail("verify");
+    zs__tool_verify_options o = {.whole_file_hash = 1, .master_only = 0};
+    zs__tool_verify_totals t;
+    zs_status s = zs__tool_verify_files(dir, m, &o, &t);
+    zs__manifest_free(m);
+    if (s != ZS_OK) return fail("verify");
+    printf("OK: %d files, %" PRId64 " tensors, %" PRIu64 " bytes verified\n", t.files, t.tensors,
+           t.bytes);
+    return 0;
+}
+
+static int parse_dtype(const char *text, zs_dtype *out) {
+    if (strcmp(text, "fp32") == 0) *out = ZS_DTYPE_FP32;
+    else if (strcmp(text, "bf16") == 0) *out = ZS_DTYPE_BF16;
+    else if (strcmp(text, "fp16") == 0) *out = ZS_DTYPE_FP16;
+    else return 0;
+    return 1;
+}
+
+static int parse_bytes(const char *text, uint64_t *out) {
+    if (text[0] < '0' || text[0] > '9') return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end) return 0;
+    *out = v;
+    return 1;
+}
+
+static int cmd_export(int argc, char **argv) {
+    zs_dtype dtype = ZS_DTYPE_FP32;
+    uint64_t buffer_bytes = ZS_TOOL_DEFAULT_BUFFER_BYTES;
+    const char *positional[2];
+    int npos = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--dtype") == 0) {
+            if (i + 1 >= argc) return usage_error("%s needs a value", "--dtype");
+            if (!parse_dtype(argv[++i], &dtype))
+                return usage_error("unknown --dtype \"%s\" (fp32, bf16 or fp16)", argv[i]);
+        } else if (strcmp(argv[i], "--buffer-bytes") == 0) {
+            if (i + 1 >= argc) return usage_error("%s needs a value", "--buffer-bytes");
+            if (!parse_bytes(argv[++i], &buffer_bytes) || buffer_bytes < ZS_TOOL_MIN_BUFFER_BYTES)
+                return usage_error("--buffer-bytes \"%s\" is not an integer of at least 16",
+                                   argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            return usage_error("unknown option %s", argv[i]);
+        } else if (npos < 2) {
+            positional[npos++] = argv[i];
+        } else {
+            return usage_error("unexpected argument %s", argv[i]);
+        }
+    }
+    if (npos != 2) return usage_error("%s", "export needs a checkpoint and an output file");
+
+    char dir[PATH_MAX];
+    zs__manifest *m = NULL;
+    if (zs__tool_resolve(positional[0], dir, sizeof dir, NULL) != ZS_OK) return fail("export");
+    if (zs__tool_load_manifest(dir, 1, &m, NULL) != ZS_OK) return fail("export");
+    uint64_t bytes = 0;
+    zs_status s = zs__tool_export(dir, m, dtype, buffer_bytes, positional[1], &bytes);
+    int params = m->param_count;
+    int64_t step = m->step;
+    zs__manifest_free(m);
+    if (s != ZS_OK) return fail("export");
+    printf("exported step %" PRId64 ": %d tensors, %s, %" PRIu64 " bytes to %s\n", step, params,
+           zs_dtype_name(dtype), bytes, positional[1]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage_error("%s", "missing command");
+    const char *command = argv[1];
+    if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0 ||
+        strcmp(command, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(command, "info") == 0 || strcmp(command, "verify") == 0) {
+        if (argc != 3) return usage_error("%s takes exactly one directory", command);
+        return strcmp(command, "info") == 0 ? cmd_info(argv[2]) : cmd_verify(argv[2]);
+    }
+    if (strcmp(command, "export") == 0) return cmd_export(argc - 2, argv + 2);
+    return usage_error("unknown command \"%s\"", command);
+}
