@@ -42,7 +42,8 @@ zs_status zs__fs_fsync_dir(const char *path) {
     return ZS_OK;
 }
 
-static zs_status write_all(int fd, const void *data, size_t bytes, const char *path) {
+zs_status zs__fs_write_all(int fd, const void *data, size_t bytes, const char *path,
+                           uint64_t at) {
     const unsigned char *p = data;
     size_t done = 0;
     while (done < bytes) {
@@ -51,12 +52,12 @@ static zs_status write_all(int fd, const void *data, size_t bytes, const char *p
         ssize_t n = write(fd, p + done, want);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return zs__fail(ZS_ERR_IO, "%s: write failed after %zu of %zu bytes: %s", path, done,
-                            bytes, strerror(errno));
+            return zs__fail(ZS_ERR_IO, "%s: write failed at byte %llu: %s (is the disk full?)",
+                            path, (unsigned long long)(at + done), strerror(errno));
         }
         if (n == 0)
-            return zs__fail(ZS_ERR_IO, "%s: write made no progress after %zu of %zu bytes", path,
-                            done, bytes);
+            return zs__fail(ZS_ERR_IO, "%s: write made no progress at byte %llu", path,
+                            (unsigned long long)(at + done));
         done += (size_t)n;
     }
     return ZS_OK;
@@ -78,7 +79,7 @@ zs_status zs__fs_write_atomic(const char *dir, const char *name, const void *dat
     int fd = open(temp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return zs__fail(ZS_ERR_IO, "%s: cannot create: %s", temp_path, strerror(errno));
-    zs_status status = write_all(fd, data, bytes, temp_path);
+    zs_status status = zs__fs_write_all(fd, data, bytes, temp_path, 0);
     if (status == ZS_OK && fsync(fd) != 0)
         status = zs__fail(ZS_ERR_IO, "%s: fsync failed: %s", temp_path, strerror(errno));
     if (close(fd) != 0 && status == ZS_OK)

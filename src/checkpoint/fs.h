@@ -4,6 +4,7 @@
 #define ZS_CHECKPOINT_FS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zeroshard.h"
 
@@ -14,6 +15,9 @@ zs_status zs__fs_fsync_dir(const char *path);
 /* Writes `data` to dir/name atomically: dir/.name.tmp.<pid>, every write
  * checked, fsync, rename over dir/name, fsync dir. */
 zs_status zs__fs_write_atomic(const char *dir, const char *name, const void *data, size_t bytes);
+/* Writes all `bytes` (retrying short writes and EINTR); `at` is the file
+ * offset of data, for the message. */
+zs_status zs__fs_write_all(int fd, const void *data, size_t bytes, const char *path, uint64_t at);
 /* rename(2), checked. */
 zs_status zs__fs_rename(const char *from, const char *to);
 /* Reads a whole regular file of at most max_bytes (error if larger) into a

@@ -43,6 +43,7 @@
 
 #include <json-c/json.h>
 
+#include "checkpoint/json_strict.h"
 #include "checkpoint/safetensors.h"
 #include "core/config.h"
 #include "core/error.h"

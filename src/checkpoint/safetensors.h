@@ -125,27 +125,4 @@ zs_status zs__st_read(const zs__st_file *f, const zs__st_entry *e, uint64_t offs
 zs_status zs__st_hash_entry(const zs__st_file *f, const zs__st_entry *e, uint64_t *hash);
 zs_status zs__st_hash_file(const zs__st_file *f, uint64_t *hash);
 
-/* ---------------------------------------------------------------- strict JSON
- * Shared with manifest.c. json-c alone accepts more than JSON (single quotes,
- * NaN, raw control characters in strings, integers clamped to 64 bits) and
- * merges duplicate keys silently, so a lexer checks the text first: RFC 8259
- * tokens only, valid UTF-8, integers within int64, no "\u0000" in keys,
- * containers at most `max_depth` deep, arrays of at most `max_array` elements
- * (0: no limit), nothing but whitespace after the top-level object (only
- * spaces, and no leading whitespace, when `spaces_only`). After json-c parses
- * it, the members of the tree are counted against those of the text, which
- * catches duplicate keys. `what` names the document in messages
- * ("<where>: <what> ..."). On success *out is a JSON object the caller puts. */
-struct json_object;
-typedef struct zs__json_rules {
-    int max_depth;
-    int64_t max_array;
-    int spaces_only;
-} zs__json_rules;
-zs_status zs__json_parse_strict(const char *text, size_t bytes, const zs__json_rules *rules,
-                                const char *where, const char *what, struct json_object **out);
-/* 1 if text[0..len) is well-formed UTF-8 (what the strict parser accepts in
- * strings), so writers can refuse names their readers would refuse. */
-int zs__json_utf8_valid(const char *text, size_t len);
-
 #endif
