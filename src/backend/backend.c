@@ -2,14 +2,13 @@
 
 #include "core/error.h"
 
-zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, zs__backend **out) {
+zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
+                             zs__backend **out) {
     switch (settings->backend) {
     case ZS_BACKEND_CPU:
         return zs__cpu_backend_create(mem, out);
     case ZS_BACKEND_CUDA:
-        return zs__fail(ZS_ERR_UNSUPPORTED,
-                        "backend = \"cuda\" is not available in this build of zeroshard; "
-                        "use backend = \"cpu\"");
+        return zs__cuda_backend_create(settings, mem, local_rank, out);
     }
     return zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)settings->backend);
 }

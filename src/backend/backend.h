@@ -4,10 +4,14 @@
  * backend will run the same math as grid-stride kernels.
  *
  * Every allocation is charged to a memory tag of the context's accountant.
- * The CPU backend is synchronous today: each call returns when its work is
- * done, so no stream or event appears in this interface yet. It is added with
- * the first backend that needs it, together with CPU worker-thread streams
- * that make a missing event wait visible in CPU tests. */
+ *
+ * Ordering: every op is ordered after the previous ops of the same backend
+ * (the CPU backend runs them on the calling thread; the CUDA backend enqueues
+ * them on its compute stream). Ops that return a value to the host
+ * (sum_squares, download) wait for it. Collectives on device memory are
+ * ordered against the compute stream by the communicator (src/comm/nccl).
+ * Host code reads or writes backend memory only through upload/download,
+ * unless host_accessible is set. */
 #ifndef ZS_BACKEND_BACKEND_H
 #define ZS_BACKEND_BACKEND_H
 
@@ -51,6 +55,8 @@ typedef struct zs__update_args {
 
 typedef struct zs__backend_ops {
     const char *name;
+    /* 1 when the host may read and write backend memory directly (CPU). */
+    int host_accessible;
     /* Zero-filled device (here: host) memory charged to tag. */
     zs_status (*alloc)(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out);
     void (*free)(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes);
@@ -72,6 +78,12 @@ typedef struct zs__backend_ops {
     zs_status (*sum_squares)(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                              double *out);
     zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);
+    /* Host <-> backend copies; on return the host buffer holds the data
+     * (download) or may be reused (upload). */
+    zs_status (*download)(zs__backend *be, void *host, const void *src, size_t bytes);
+    zs_status (*upload)(zs__backend *be, void *dst, const void *host, size_t bytes);
+    /* Waits until every op enqueued so far has finished. */
+    zs_status (*synchronize)(zs__backend *be);
     void (*destroy)(zs__backend *be);
 } zs__backend_ops;
 
@@ -82,11 +94,18 @@ struct zs__backend {
 };
 
 /* Creates the backend named by settings->backend; ZS_ERR_UNSUPPORTED with a
- * message if this build lacks it. */
-zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, zs__backend **out);
+ * message if this build lacks it. local_rank: this process's rank among the
+ * ranks on its node (device selection). */
+zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
+                             zs__backend **out);
 void zs__backend_destroy(zs__backend *be);
 
 zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out);
+/* The CUDA backend (src/backend/cuda/); `local_rank` picks the device (local
+ * rank modulo the visible devices). Builds without CUDA provide a version
+ * that fails with ZS_ERR_UNSUPPORTED and says how to get one. */
+zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
+                                  zs__backend **out);
 
 /* Allocates a zero-filled buffer of count elements (count may be 0). */
 zs_status zs__buf_alloc(zs__backend *be, zs__buf *buf, zs_mem_tag tag, zs_dtype dtype,

@@ -49,10 +49,25 @@ static zs_status cpu_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64
     return ZS_OK;
 }
 
+static zs_status cpu_download(zs__backend *be, void *host, const void *src, size_t bytes) {
+    return cpu_copy(be, host, src, bytes);
+}
+
+static zs_status cpu_upload(zs__backend *be, void *dst, const void *host, size_t bytes) {
+    return cpu_copy(be, dst, host, bytes);
+}
+
+/* Every CPU op has finished when it returns. */
+static zs_status cpu_synchronize(zs__backend *be) {
+    (void)be;
+    return ZS_OK;
+}
+
 static void cpu_destroy(zs__backend *be) { free(be); }
 
 static const zs__backend_ops cpu_ops = {
     .name = "cpu",
+    .host_accessible = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,
@@ -62,6 +77,9 @@ static const zs__backend_ops cpu_ops = {
     .accumulate = zs__cpu_accumulate,
     .sum_squares = zs__cpu_sum_squares,
     .optimizer_update = zs__cpu_optimizer_update,
+    .download = cpu_download,
+    .upload = cpu_upload,
+    .synchronize = cpu_synchronize,
     .destroy = cpu_destroy,
 };
 

@@ -284,8 +284,19 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
                 const zs__st_entry *entry = NULL;
                 ZS_CHECK(find_entry(ls, t, &file, &entry));
                 float *dst = zs__checkpoint_state_at(zs, states[s], i, lo);
-                ZS_CHECK(zs__st_read(file, entry, (uint64_t)(lo - ct->offset) * sizeof(float), dst,
-                                     (uint64_t)(hi - lo) * sizeof(float)));
+                const uint64_t offset = (uint64_t)(lo - ct->offset) * sizeof(float);
+                const uint64_t bytes = (uint64_t)(hi - lo) * sizeof(float);
+                if (zs->backend->ops->host_accessible) {
+                    ZS_CHECK(zs__st_read(file, entry, offset, dst, bytes));
+                } else {
+                    /* Device memory: read into a host copy and upload it. */
+                    void *copy = malloc(bytes ? (size_t)bytes : 1);
+                    if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
+                    zs_status st = zs__st_read(file, entry, offset, copy, bytes);
+                    if (st == ZS_OK) st = zs->backend->ops->upload(zs->backend, dst, copy, (size_t)bytes);
+                    free(copy);
+                    ZS_CHECK(st);
+                }
                 covered += hi - lo;
             }
             if (covered != e - b)

@@ -71,6 +71,7 @@ static void fault_progress(void *ctx, int index) {
 
 /* The tensors of one of this rank's files, with their records. */
 typedef struct file_plan {
+    void **host_copies;  /* [count] downloaded data, for backends the host cannot read */
     zs__st_tensor_spec *specs;
     tensor_record *records;
     zs__st_meta *meta;
@@ -79,6 +80,8 @@ typedef struct file_plan {
 } file_plan;
 
 static void file_plan_free(file_plan *f) {
+    for (int i = 0; f->host_copies && i < f->count; i++) free(f->host_copies[i]);
+    free(f->host_copies);
     free(f->specs);
     free(f->records);
     free(f->meta);
@@ -90,10 +93,11 @@ static zs_status file_plan_alloc(file_plan *f, int capacity) {
     memset(f, 0, sizeof *f);
     int cap = capacity > 0 ? capacity : 1;
     f->specs = calloc((size_t)cap, sizeof *f->specs);
+    f->host_copies = calloc((size_t)cap, sizeof *f->host_copies);
     f->records = calloc((size_t)cap, sizeof *f->records);
     f->meta = calloc((size_t)cap + 8, sizeof *f->meta);
     f->meta_text = calloc((size_t)cap + 8, sizeof *f->meta_text);
-    if (!f->specs || !f->records || !f->meta || !f->meta_text) {
+    if (!f->specs || !f->records || !f->meta || !f->meta_text || !f->host_copies) {
         file_plan_free(f);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
     }
@@ -156,8 +160,17 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         for (int s = 0; s < nstates; s++) {
             file_plan *f = &files[s == 0 ? 0 : 1];
             state_key(key, sizeof key, zs->params[i]->name, states[s]);
-            add_tensor(f, key, ZS_ST_F32, zs__checkpoint_state_at(zs, states[s], i, b), e - b, i,
-                       states[s], b);
+            const void *data = zs__checkpoint_state_at(zs, states[s], i, b);
+            if (!zs->backend->ops->host_accessible) {
+                /* Device memory: the shard is written from a host copy. */
+                size_t bytes = sizeof(float) * (size_t)(e - b);
+                void *copy = malloc(bytes ? bytes : 1);
+                if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
+                f->host_copies[f->count] = copy;
+                ZS_CHECK(zs->backend->ops->download(zs->backend, copy, data, bytes));
+                data = copy;
+            }
+            add_tensor(f, key, ZS_ST_F32, data, e - b, i, states[s], b);
         }
     }
     for (int u = 0; u < zs->user_count; u++) {

@@ -25,6 +25,7 @@
 #include "zeroshard.h"
 
 typedef struct zs__comm zs__comm;
+typedef struct zs__backend zs__backend;
 
 typedef enum zs__reduce_op { ZS_REDUCE_SUM = 0, ZS_REDUCE_MAX = 1 } zs__reduce_op;
 
@@ -33,12 +34,20 @@ typedef enum zs__reduce_op { ZS_REDUCE_SUM = 0, ZS_REDUCE_MAX = 1 } zs__reduce_o
  * settings->comm.segment_bytes charged to ZS_MEM_COMM when a ring is used. */
 zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__mem *mem,
                               zs__comm **out);
+/* The communicator of device-resident backends (src/comm/nccl/): data
+ * collectives (reduce_scatter, all_gather, all_reduce) run with NCCL on
+ * device memory, on a communication stream ordered after the backend's
+ * compute stream with events; the host-side ones (all_reduce_scalars,
+ * all_gather_bytes, broadcast, barrier) use MPI on `comm`. The NCCL
+ * communicator is bootstrapped by an MPI broadcast of its unique id. Builds
+ * without CUDA provide a version that fails with ZS_ERR_UNSUPPORTED. */
+zs_status zs__comm_create_nccl(MPI_Comm comm, const zs__settings *settings, zs__mem *mem,
+                               zs__backend *backend, zs__comm **out);
 void zs__comm_destroy(zs__comm *comm);
 
 /* Lets ring reductions add segments with `backend`'s accumulate op (SIMD on
  * the CPU) instead of the portable loop; results are bit-identical. The
  * backend must outlive the communicator. NULL restores the portable loop. */
-typedef struct zs__backend zs__backend;
 void zs__comm_use_backend(zs__comm *comm, zs__backend *backend);
 
 int zs__comm_rank(const zs__comm *comm);

@@ -60,8 +60,26 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
              "check the paths and overrides given to each rank",
              zs_config_path(cfg));
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
-    ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, &zs->backend), st, fail);
-    zs__comm_use_backend(zs->comm, zs->backend);
+    /* The device of a GPU rank is picked by its rank among the ranks of its node. */
+    int local_rank = 0;
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, zs->rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+    }
+    ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, local_rank, &zs->backend), st, fail);
+    if (zs->backend->ops->host_accessible) {
+        zs__comm_use_backend(zs->comm, zs->backend);
+    } else {
+        /* Device memory: data collectives move to NCCL. The MPI communicator
+         * was only needed to agree on the configuration. */
+        zs__comm *device_comm = NULL;
+        ZS_CHECK_GOTO(zs__comm_create_nccl(comm, &zs->settings, &zs->mem, zs->backend,
+                                           &device_comm), st, fail);
+        zs__comm_destroy(zs->comm);
+        zs->comm = device_comm;
+    }
 
     ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d",
             zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
@@ -115,8 +133,10 @@ void zs_destroy(zs_ctx *zs) {
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
     zs__plan_destroy(zs->plan);
-    zs__backend_destroy(zs->backend);
+    /* The communicator first: a device communicator orders its stream
+     * against the backend's, which must still exist. */
     zs__comm_destroy(zs->comm);
+    zs__backend_destroy(zs->backend);
     if (zs->owns_mpi && --g_contexts_owning_mpi == 0) {
         int finalized = 0;
         MPI_Finalized(&finalized);
