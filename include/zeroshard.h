@@ -120,6 +120,8 @@ zs_status zs_config_app_finish(zs_config *cfg);
 zs_status zs_create(const zs_config *cfg, zs_ctx **out);
 void zs_destroy(zs_ctx *zs);
 
+/* "cpu" or "cuda": where parameters and gradients live (zeroshard_cuda.h). */
+const char *zs_backend_name(const zs_ctx *zs);
 int zs_rank(const zs_ctx *zs);
 int zs_world_size(const zs_ctx *zs);
 /* 0, 1, 2 or 3. */

@@ -26,6 +26,12 @@
 
 typedef struct zs__backend zs__backend;
 
+/* Called by a backend while it blocks (waiting for a stream), every few
+ * milliseconds: a non-OK status ends the wait with that status. The device
+ * communicator registers one that polls NCCL for asynchronous errors, so a
+ * failed peer turns into an error instead of a hang. */
+typedef zs_status (*zs__health_fn)(void *ctx);
+
 /* A typed buffer: `count` elements of `dtype`, charged to `tag`. */
 typedef struct zs__buf {
     void *ptr;
@@ -84,6 +90,13 @@ typedef struct zs__backend_ops {
     zs_status (*upload)(zs__backend *be, void *dst, const void *host, size_t bytes);
     /* Waits until every op enqueued so far has finished. */
     zs_status (*synchronize)(zs__backend *be);
+    /* The compute stream every op is enqueued on (CUDA: a cudaStream_t), or
+     * NULL for a backend without streams; set_stream changes it (the program's
+     * own stream, zeroshard_cuda.h). */
+    void *(*get_stream)(zs__backend *be);
+    zs_status (*set_stream)(zs__backend *be, void *stream);
+    /* Installs the check run while the backend blocks (NULL removes it). */
+    void (*set_health_check)(zs__backend *be, zs__health_fn fn, void *ctx);
     void (*destroy)(zs__backend *be);
 } zs__backend_ops;
 

@@ -63,6 +63,25 @@ static zs_status cpu_synchronize(zs__backend *be) {
     return ZS_OK;
 }
 
+/* The CPU backend has no streams: its ops run on the calling thread. */
+static void *cpu_get_stream(zs__backend *be) {
+    (void)be;
+    return NULL;
+}
+
+static zs_status cpu_set_stream(zs__backend *be, void *stream) {
+    (void)be;
+    (void)stream;
+    return zs__fail(ZS_ERR_UNSUPPORTED, "the cpu backend has no streams");
+}
+
+/* Nothing on the CPU blocks on another party, so there is nothing to check. */
+static void cpu_set_health_check(zs__backend *be, zs__health_fn fn, void *ctx) {
+    (void)be;
+    (void)fn;
+    (void)ctx;
+}
+
 static void cpu_destroy(zs__backend *be) { free(be); }
 
 static const zs__backend_ops cpu_ops = {
@@ -80,6 +99,9 @@ static const zs__backend_ops cpu_ops = {
     .download = cpu_download,
     .upload = cpu_upload,
     .synchronize = cpu_synchronize,
+    .get_stream = cpu_get_stream,
+    .set_stream = cpu_set_stream,
+    .set_health_check = cpu_set_health_check,
     .destroy = cpu_destroy,
 };
 

@@ -146,6 +146,7 @@ void zs_destroy(zs_ctx *zs) {
 }
 
 int zs_rank(const zs_ctx *zs) { return zs->rank; }
+const char *zs_backend_name(const zs_ctx *zs) { return zs->backend->ops->name; }
 int zs_world_size(const zs_ctx *zs) { return zs->world_size; }
 int zs_stage(const zs_ctx *zs) { return zs->settings.zero.stage; }
 int64_t zs_step_count(const zs_ctx *zs) { return zs->step; }
