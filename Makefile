@@ -26,7 +26,10 @@ build: configure
 demo: build
 	$(MPIRUN) -np $(NP) $(BUILD_DIR)/examples/mlp/mlp_train configs/mlp_zero3.cfg
 
+# The cuda tests first, verbosely: without a GPU they skip, and ctest alone
+# would not say why. Then the whole suite, whose summary ends the log.
 test: build
+	@cd $(BUILD_DIR) && (ctest -L cuda -V --timeout 600 2>&1 | grep -E "SKIP:|tests passed|No tests were found" || true)
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
 
 # The same suite built with AddressSanitizer and UndefinedBehaviorSanitizer.

@@ -12,6 +12,13 @@
  * held-out samples is at most app.target_loss, and 1 otherwise or on any
  * error.
  *
+ * The same loop runs on both backends (the configuration's `backend`): on
+ * "cpu" the model's math is mlp_model.h on host memory; on "cuda" it is
+ * mlp_cuda.h on the device buffers zeroshard returns, ordered on the
+ * runtime's compute stream, with each batch generated on the host and
+ * uploaded, and the loss brought back to the host only on the steps that log.
+ * See docs/GPU.md.
+ *
  * App keys (the `app` group of the configuration; defaults in brackets):
  *   steps [300]          optimizer steps
  *   global_batch [240]   samples per micro-step over all ranks; divisible by the world
@@ -36,6 +43,7 @@
 
 #include <mpi.h>
 
+#include "mlp_cuda.h"
 #include "mlp_model.h"
 #include "zeroshard.h"
 
@@ -218,14 +226,40 @@ static zs_status read_app_settings(zs_config *cfg, app_settings *app) {
     return ZS_OK;
 }
 
-/* Forward through every layer on ws->acts[0], fetching one unit at a time;
- * logits end in ws->acts[L]. Collective (stage 3 gathers each unit). */
+/* Generates samples first .. first + count - 1 as the input batch: into the
+ * workspace on the CPU, or into pinned staging and on to the device. */
+static void load_batch(const mlp_dataset *ds, uint64_t first, int count, mlp_workspace *ws,
+                       mlp_cuda *gpu) {
+    if (gpu == NULL) {
+        mlp_dataset_batch(ds, first, count, ws->acts[0], ws->labels);
+        return;
+    }
+    float *x = NULL;
+    int *labels = NULL;
+    mlp_cuda_stage(gpu, &x, &labels);
+    mlp_dataset_batch(ds, first, count, x, labels);
+    mlp_cuda_upload(gpu, count);
+}
+
+/* Forward through every layer on the input batch, fetching one unit at a
+ * time; logits end in ws->acts[L] (CPU) or the device's last activation
+ * (gpu != NULL, the "cuda" backend). Collective (stage 3 gathers each unit). */
 static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
-                             int batch, mlp_workspace *ws, precision_bridge *br) {
+                             int batch, mlp_workspace *ws, precision_bridge *br, mlp_cuda *gpu) {
     zs_status st;
     for (int l = 0; l < shape->num_layers; l++) {
         if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
             return st;
+        }
+        if (gpu != NULL) {
+            // Device pointers in the compute dtype; the kernels widen them.
+            mlp_cuda_layer_forward(gpu, l, batch, zs_param_dtype(layers[l].weight),
+                                   param_data_or_abort(layers[l].weight),
+                                   param_data_or_abort(layers[l].bias));
+            if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
+                return st;
+            }
+            continue;
         }
         const float *W = param_view(layers[l].weight, br->weight); // [dims[l + 1]][dims[l]]
         const float *b = param_view(layers[l].bias, br->bias);     // [dims[l + 1]]
@@ -238,16 +272,32 @@ static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_han
     return ZS_OK;
 }
 
-/* Backward in reverse layer order from dlogits in ws->grad[0], adding into
- * the runtime's gradient buffers and declaring each unit done as soon as its
- * gradient is complete, so that its reduction can overlap the layers below. */
+/* Backward in reverse layer order from dlogits in ws->grad[0] (or on the
+ * device, gpu != NULL), adding into the runtime's gradient buffers and
+ * declaring each unit done as soon as its gradient is complete, so that its
+ * reduction can overlap the layers below. */
 static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
-                              int batch, mlp_workspace *ws, precision_bridge *br) {
+                              int batch, mlp_workspace *ws, precision_bridge *br, mlp_cuda *gpu) {
     zs_status st;
     const int L = shape->num_layers;
     for (int l = L - 1; l >= 0; l--) {
         if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
             return st;
+        }
+        if (gpu != NULL) {
+            // The kernels add into the runtime's device gradients on its
+            // compute stream, which zs_grads_ready orders its reduction after.
+            mlp_cuda_layer_backward(gpu, l, batch, zs_param_dtype(layers[l].weight),
+                                    param_data_or_abort(layers[l].weight),
+                                    param_grad_or_abort(layers[l].weight),
+                                    param_grad_or_abort(layers[l].bias));
+            if ((st = zs_grads_ready(zs, layers[l].unit)) != ZS_OK) {
+                return st;
+            }
+            if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
+                return st;
+            }
+            continue;
         }
         const float *W = param_view(layers[l].weight, br->weight); // [dims[l + 1]][dims[l]]
         void *grad_w = param_grad_or_abort(layers[l].weight);      // [dims[l + 1]][dims[l]]
@@ -288,8 +338,8 @@ static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_ha
  * possibly empty) because in stage 3 each fetch is a collective. */
 static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *shape,
                           const layer_handles *layers, const mlp_dataset *ds, int local_batch,
-                          mlp_workspace *ws, precision_bridge *br, uint64_t first_heldout,
-                          double *loss_out, double *accuracy_out) {
+                          mlp_workspace *ws, precision_bridge *br, mlp_cuda *gpu,
+                          uint64_t first_heldout, double *loss_out, double *accuracy_out) {
     const int rank = zs_rank(zs);
     const int world = zs_world_size(zs);
     const int64_t E = app->eval_samples;
@@ -299,20 +349,31 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
     const int64_t chunks = (most_per_rank + local_batch - 1) / local_batch;
     const int L = shape->num_layers;
     double sums[2] = {0.0, 0.0}; // loss summed over samples, correct predictions
+    if (gpu != NULL) {
+        mlp_cuda_metrics_reset(gpu);
+    }
     for (int64_t c = 0; c < chunks; c++) {
         int64_t lo = begin + c * local_batch;
         int64_t n = end - lo;
         n = n < 0 ? 0 : (n > local_batch ? local_batch : n);
-        mlp_dataset_batch(ds, first_heldout + (uint64_t)lo, (int)n, ws->acts[0], ws->labels);
-        zs_status st = forward_all(zs, shape, layers, (int)n, ws, br);
+        load_batch(ds, first_heldout + (uint64_t)lo, (int)n, ws, gpu);
+        zs_status st = forward_all(zs, shape, layers, (int)n, ws, br, gpu);
         if (st != ZS_OK) {
             return st;
+        }
+        if (gpu != NULL) {
+            // The device sums over every chunk; one copy back after the loop.
+            mlp_cuda_loss(gpu, (int)n, 1.0f, 0);
+            continue;
         }
         int correct = 0;
         double mean = mlp_softmax_xent((int)n, shape->dims[L], ws->acts[L], ws->labels, 1.0f,
                                        NULL, &correct);
         sums[0] += mean * (double)n;
         sums[1] += (double)correct;
+    }
+    if (gpu != NULL) {
+        mlp_cuda_metrics_read(gpu, &sums[0], &sums[1]);
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     *loss_out = sums[0] / (double)E;
@@ -439,6 +500,7 @@ int main(int argc, char **argv) {
     zs_ctx *zs = NULL;
     mlp_workspace ws = {0};
     precision_bridge bridge = {0};
+    mlp_cuda *gpu = NULL; // the model on the device, on the "cuda" backend only
     layer_handles layers[MLP_MAX_LAYERS];
     TRY(zs_create(cfg, &zs));
     const int rank = zs_rank(zs);
@@ -478,17 +540,27 @@ int main(int argc, char **argv) {
         if (zs_param_numel(layers[l].weight) > max_weight) max_weight = zs_param_numel(layers[l].weight);
         if (zs_param_numel(layers[l].bias) > max_bias) max_bias = zs_param_numel(layers[l].bias);
     }
-    if (bridge_init(&bridge, zs_param_dtype(layers[0].weight), max_weight, max_bias) != 0) {
-        abort_job("out of memory for the fp32 views of the parameters");
-    }
-    if (mlp_workspace_init(&ws, &shape, local_batch) != 0) {
-        abort_job("out of memory for the activations");
+    if (strcmp(zs_backend_name(zs), "cuda") == 0) {
+        // The device holds activations and scratch; the host workspace and
+        // the fp32 bridge are not needed. Every rank has the same backend and
+        // build, so a NULL (a build without CUDA) stops every rank here.
+        gpu = mlp_cuda_create(zs, &shape, local_batch);
+        if (gpu == NULL) {
+            goto done;
+        }
+    } else {
+        if (bridge_init(&bridge, zs_param_dtype(layers[0].weight), max_weight, max_bias) != 0) {
+            abort_job("out of memory for the fp32 views of the parameters");
+        }
+        if (mlp_workspace_init(&ws, &shape, local_batch) != 0) {
+            abort_job("out of memory for the activations");
+        }
     }
 
     if (rank == 0) {
-        printf("mlp_train: %s (hash %016" PRIx64 "), stage %d, %s, %d ranks\n",
+        printf("mlp_train: %s (hash %016" PRIx64 "), stage %d, %s, %d ranks, backend %s\n",
                zs_config_path(cfg), zs_config_hash(cfg), zs_stage(zs),
-               zs_dtype_name(zs_param_dtype(layers[0].weight)), world);
+               zs_dtype_name(zs_param_dtype(layers[0].weight)), world, zs_backend_name(zs));
         printf("model: %d", shape.dims[0]);
         for (int l = 1; l <= L; l++) {
             printf(" -> %d", shape.dims[l]);
@@ -526,17 +598,27 @@ int main(int argc, char **argv) {
         double loss_sum = 0.0, correct_sum = 0.0;
         int micro = 0, boundary = 0;
         zs_step_info info;
+        const int log_this_step =
+            (step + 1) % app.log_every == 0 || step == 0 || step + 1 == app.steps;
+        if (gpu != NULL) {
+            // The device sums the loss over this step's micro-steps.
+            mlp_cuda_metrics_reset(gpu);
+        }
         do {
-            mlp_dataset_batch(&ds, mlp_batch_first_index(micro_batches, app.global_batch, rank, world),
-                              local_batch, ws.acts[0], ws.labels);
-            TRY(forward_all(zs, &shape, layers, local_batch, &ws, &bridge));
+            load_batch(&ds, mlp_batch_first_index(micro_batches, app.global_batch, rank, world),
+                       local_batch, &ws, gpu);
+            TRY(forward_all(zs, &shape, layers, local_batch, &ws, &bridge, gpu));
             // The loss value stays unscaled for the log; only its gradient carries
             // the loss scale, as if the loss had been multiplied before backward.
-            int correct = 0;
-            loss_sum += mlp_softmax_xent(local_batch, shape.dims[L], ws.acts[L], ws.labels,
-                                         zs_loss_scale(zs), ws.grad[0], &correct);
-            correct_sum += correct;
-            TRY(backward_all(zs, &shape, layers, local_batch, &ws, &bridge));
+            if (gpu != NULL) {
+                mlp_cuda_loss(gpu, local_batch, zs_loss_scale(zs), 1);
+            } else {
+                int correct = 0;
+                loss_sum += mlp_softmax_xent(local_batch, shape.dims[L], ws.acts[L], ws.labels,
+                                             zs_loss_scale(zs), ws.grad[0], &correct);
+                correct_sum += correct;
+            }
+            TRY(backward_all(zs, &shape, layers, local_batch, &ws, &bridge, gpu));
             boundary = zs_is_accumulation_boundary(zs);
             if (boundary) {
                 // What a checkpoint taken by this step (checkpoint.every) resumes from.
@@ -549,7 +631,14 @@ int main(int argc, char **argv) {
         } while (!boundary);
         window_steps++;
 
-        if ((step + 1) % app.log_every == 0 || step == 0 || step + 1 == app.steps) {
+        if (log_this_step) {
+            if (gpu != NULL) {
+                // The one device-to-host copy of the step: the loss summed over
+                // samples, which the CPU path has as per-micro-step means.
+                double device_loss = 0.0;
+                mlp_cuda_metrics_read(gpu, &device_loss, &correct_sum);
+                loss_sum = device_loss / (double)local_batch;
+            }
             // Equal local batches: the global mean loss is the mean of the
             // ranks' means; summing loss * batch keeps that true in general.
             double sums[2] = {loss_sum / micro * (double)local_batch, correct_sum / micro};
@@ -569,7 +658,7 @@ int main(int argc, char **argv) {
     }
 
     double eval_loss = 0.0, eval_accuracy = 0.0;
-    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &bridge,
+    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &bridge, gpu,
                  (uint64_t)micro_batches * (uint64_t)app.global_batch, &eval_loss, &eval_accuracy));
     TRY(print_reports(zs));
     const int reached = eval_loss <= app.target_loss;
@@ -589,6 +678,8 @@ int main(int argc, char **argv) {
     exit_code = reached ? 0 : 1;
 
 done:
+    // Before zs_destroy: the device state uses the context's stream.
+    mlp_cuda_destroy(gpu);
     mlp_workspace_free(&ws);
     bridge_free(&bridge);
     zs_destroy(zs);

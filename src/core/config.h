@@ -97,6 +97,9 @@ typedef struct zs__settings {
         zs__comm_impl reduce_scatter; /* comm.reduce_scatter = "ring" | "mpi"; default "ring" */
         zs__comm_impl all_gather;     /* comm.all_gather = "ring" | "mpi"; default "ring" */
         int64_t segment_bytes;        /* comm.segment_bytes; 4096..1 GiB; default 4 MiB */
+        int64_t timeout_s;            /* comm.timeout_s; 1..86400; default 600: the longest a
+                                         device communicator may take to create, connect or
+                                         finalize before it is aborted with an error */
     } comm;
 
     struct {

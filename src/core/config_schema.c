@@ -155,6 +155,9 @@ const zs__key zs__config_keys[] = {
              "Algorithm of parameter all-gather: our ring over point-to-point, or MPI's own."),
     INT_KEY("comm.segment_bytes", comm.segment_bytes, 4194304, 4096, 1073741824,
             "Size of one collective staging buffer in bytes (default 4 MiB, at most 1 GiB)."),
+    INT_KEY("comm.timeout_s", comm.timeout_s, 600, 1, 86400,
+            "cuda backend: seconds NCCL may take to create, connect or finalize its "
+            "communicator before it is aborted with an error (instead of a hang)."),
 
     /* The logger owns the names of its levels, so its parser decides. */
     {.path = "log.level", .type = ZS__KEY_ENUM, FIELD(log.level), .string_default = "info",

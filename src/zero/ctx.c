@@ -117,6 +117,14 @@ zs_status zs_create(const zs_config *cfg, zs_ctx **out) {
 
 void zs_destroy(zs_ctx *zs) {
     if (!zs) return;
+    /* Order matters on a device backend: wait for enqueued work through the
+     * backend's health-checked wait (a collective stuck on a dead peer turns
+     * into an abort there, not a hang in cudaFree), then destroy the
+     * communicator (its stream is ordered against the backend's, which must
+     * still exist), then free the buffers and the backend. */
+    if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
+    zs__comm_destroy(zs->comm);
+    zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
                        &zs->reduce_staging,
@@ -133,9 +141,6 @@ void zs_destroy(zs_ctx *zs) {
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
     zs__plan_destroy(zs->plan);
-    /* The communicator first: a device communicator orders its stream
-     * against the backend's, which must still exist. */
-    zs__comm_destroy(zs->comm);
     zs__backend_destroy(zs->backend);
     if (zs->owns_mpi && --g_contexts_owning_mpi == 0) {
         int finalized = 0;

@@ -1,0 +1,558 @@
+/* The CUDA backend: device memory charged to the accountant, one compute
+ * stream on which every op is enqueued in call order, and the kernels of
+ * kernels/cuda_*.cu (through cuda_kernels.h). Ops that hand a value to the host
+ * (download, sum_squares, synchronize) block by polling, never by a bare
+ * cudaStreamSynchronize: while they wait they call the registered health
+ * check, so an NCCL failure of a peer that our stream waits on becomes an
+ * error instead of a hang.
+ *
+ * Not thread-safe, like the rest of a context: one thread drives it. Each op
+ * makes the backend's device current first, so a program that switches
+ * devices between zeroshard calls still gets its work on the right one. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+#include "core/log.h"
+
+/* Bytes of each of the two halves of the pinned bounce buffer: large enough
+ * that a transfer runs near PCIe speed, small enough to be negligible next to
+ * model state. Upload and download stream through it in halves, so copying
+ * one half on the host overlaps the DMA of the other. */
+#define ZS_CUDA_BOUNCE_BYTES ((size_t)4 << 20)
+
+/* Block partials of a sum of squares held at once (512 KiB of doubles): one
+ * launch covers 2^28 elements, enough threads to fill a GPU. */
+#define ZS_CUDA_NORM_BATCH ((int64_t)1 << 16)
+
+/* A wait spins this long before it starts sleeping (small kernels finish in
+ * microseconds), then sleeps this long between polls, and runs the health
+ * check at most this often. */
+#define ZS_CUDA_SPIN_NS 20000
+#define ZS_CUDA_SLEEP_NS 50000
+#define ZS_CUDA_HEALTH_NS 5000000
+
+/* Grids are capped at this many blocks per SM; grid-stride loops do the rest. */
+#define ZS_CUDA_BLOCKS_PER_SM 8
+
+typedef struct cuda_impl {
+    int device;
+    int max_blocks;
+    cudaStream_t own;         /* created here; destroyed at destroy */
+    cudaStream_t stream;      /* the compute stream: `own` or the program's */
+    cudaEvent_t done;         /* recorded to wait for "everything so far" */
+    cudaEvent_t handoff;      /* orders a new compute stream after the old one */
+    zs__health_fn health;
+    void *health_ctx;
+    /* Lazily allocated scratch (charged to ZS_MEM_SCRATCH). */
+    unsigned char *bounce;    /* pinned host, 2 halves */
+    cudaEvent_t bounce_free[2]; /* recorded after the copy that last used a half */
+    double *norm_dev;         /* [ZS_CUDA_NORM_BATCH] device partials */
+    double *norm_host;        /* [ZS_CUDA_NORM_BATCH] pinned host partials */
+} cuda_impl;
+
+static cuda_impl *impl_of(zs__backend *be) { return be->impl; }
+
+static zs_status status_of(cudaError_t e) {
+    return e == cudaErrorMemoryAllocation ? ZS_ERR_OUT_OF_MEMORY : ZS_ERR_INTERNAL;
+}
+
+/* The one place CUDA errors become statuses: names the call, CUDA's own
+ * words, and what to do. Sticky errors (a faulting kernel) poison the CUDA
+ * context, so they say so. */
+static zs_status cuda_fail(const cuda_impl *c, cudaError_t e, const char *call,
+                           const char *doing) {
+    const char *advice;
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+        advice = "the device is out of memory: lower the stage-3 max_live_units or "
+                 "comm.segment_bytes, raise zero.stage, or use more GPUs";
+        break;
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+        advice = "a kernel on this device failed (possibly one of the program's own on "
+                 "the same stream); the CUDA context is unusable: rerun under "
+                 "compute-sanitizer, or with CUDA_LAUNCH_BLOCKING=1, to find the kernel";
+        break;
+    default:
+        advice = "check that the device is healthy (nvidia-smi) and that the driver "
+                 "supports this CUDA runtime; rerun with CUDA_LAUNCH_BLOCKING=1 to "
+                 "locate an asynchronous failure";
+        break;
+    }
+    return zs__fail(status_of(e), "cuda backend (device %d): %s while %s failed: %s (%s); %s",
+                    c ? c->device : -1, call, doing, cudaGetErrorString(e),
+                    cudaGetErrorName(e), advice);
+}
+
+#define CU(c, call, doing)                                                      \
+    do {                                                                        \
+        cudaError_t cu_e_ = (call);                                             \
+        if (cu_e_ != cudaSuccess) return cuda_fail((c), cu_e_, #call, (doing)); \
+    } while (0)
+
+static zs_status enter(cuda_impl *c, const char *doing) {
+    CU(c, cudaSetDevice(c->device), doing);
+    return ZS_OK;
+}
+
+static zs__cuda_launch launch_of(const cuda_impl *c) {
+    zs__cuda_launch l = {c->stream, c->max_blocks};
+    return l;
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Waits for `event` (already recorded) by polling: spin briefly, then sleep
+ * between queries, and run the health check every ZS_CUDA_HEALTH_NS. */
+static zs_status wait_event(cuda_impl *c, cudaEvent_t event, const char *doing) {
+    const int64_t start = now_ns();
+    int64_t last_check = start;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(event);
+        if (e == cudaSuccess) return ZS_OK;
+        if (e != cudaErrorNotReady) return cuda_fail(c, e, "cudaEventQuery", doing);
+        const int64_t t = now_ns();
+        if (c->health && t - last_check >= ZS_CUDA_HEALTH_NS) {
+            last_check = t;
+            zs_status s = c->health(c->health_ctx);
+            if (s != ZS_OK)
+                return zs__fail_context(s, "cuda backend (device %d): while %s", c->device,
+                                        doing);
+        }
+        if (t - start >= ZS_CUDA_SPIN_NS) {
+            struct timespec nap = {0, ZS_CUDA_SLEEP_NS};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+/* Waits for every op enqueued so far on the compute stream (an event rather
+ * than cudaStreamQuery, so work the program enqueues later on a shared
+ * stream does not lengthen the wait). */
+static zs_status wait_stream(cuda_impl *c, const char *doing) {
+    CU(c, cudaEventRecord(c->done, c->stream), doing);
+    return wait_event(c, c->done, doing);
+}
+
+static zs_status cuda_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
+    cuda_impl *c = impl_of(be);
+    *out = NULL;
+    if (bytes == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "allocating device memory"));
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is not sticky: clear it */
+        return zs__fail(status_of(e), "cuda backend (device %d): cudaMalloc of %zu bytes for "
+                        "'%s' failed: %s; %s", c->device, bytes, zs_mem_tag_name(tag),
+                        cudaGetErrorString(e),
+                        e == cudaErrorMemoryAllocation
+                            ? "raise zero.stage, lower zero.max_live_units or "
+                              "comm.segment_bytes, or use more GPUs"
+                            : "check the device with nvidia-smi");
+    }
+    /* The interface promises zeroed memory; the memset is ordered before
+     * every later op on the compute stream. */
+    e = cudaMemsetAsync(p, 0, bytes, c->stream);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return cuda_fail(c, e, "cudaMemsetAsync", "zeroing a new allocation");
+    }
+    zs__mem_charge(be->mem, tag, bytes);
+    *out = p;
+    return ZS_OK;
+}
+
+static void cuda_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    if (!ptr) return;
+    /* cudaFree waits for work that may still use the memory. It cannot fail
+     * in a way the caller could act on; the error is logged, the memory
+     * counted as returned. */
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) e = cudaFree(ptr);
+    if (e != cudaSuccess)
+        ZS_WARN("cuda backend (device %d): cudaFree of %zu bytes of '%s' failed: %s",
+                c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
+    zs__mem_uncharge(be->mem, tag, bytes);
+}
+
+static zs_status cuda_zero(zs__backend *be, void *ptr, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    if (!bytes) return ZS_OK;
+    ZS_CHECK(enter(c, "zeroing device memory"));
+    CU(c, cudaMemsetAsync(ptr, 0, bytes, c->stream), "zeroing device memory");
+    return ZS_OK;
+}
+
+/* memmove semantics, like the CPU backend's copy: cudaMemcpy* leaves
+ * overlapping ranges undefined, so those go through a stream-ordered
+ * temporary. */
+static zs_status cuda_copy(zs__backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    if (!bytes || dst == src) return ZS_OK;
+    ZS_CHECK(enter(c, "copying device memory"));
+    const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (d < s + bytes && s < d + bytes) {
+        void *tmp = NULL;
+        CU(c, cudaMallocAsync(&tmp, bytes, c->stream), "copying overlapping device memory");
+        cudaError_t e = cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, c->stream);
+        cudaError_t f = cudaFreeAsync(tmp, c->stream);
+        if (e != cudaSuccess)
+            return cuda_fail(c, e, "cudaMemcpyAsync", "copying overlapping device memory");
+        CU(c, f, "copying overlapping device memory");
+        return ZS_OK;
+    }
+    CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+       "copying device memory");
+    return ZS_OK;
+}
+
+static int dtype_valid(zs_dtype dtype) {
+    return dtype == ZS_DTYPE_FP32 || dtype == ZS_DTYPE_FP16 || dtype == ZS_DTYPE_BF16;
+}
+
+static zs_status cuda_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
+                                int64_t count, zs_k_init_kind kind, double a, double b,
+                                uint64_t key) {
+    cuda_impl *c = impl_of(be);
+    if (dtype != ZS_DTYPE_FP32)
+        return zs__fail(ZS_ERR_UNSUPPORTED, "cuda backend: initializing %s tensors is not "
+                        "supported in this version", zs_dtype_name(dtype));
+    if (count <= 0) return ZS_OK;
+    ZS_CHECK(enter(c, "initializing parameters"));
+    CU(c, zs__cuda_launch_init_fill(launch_of(c), dst, first, count, kind, a, b, key),
+       "initializing parameters");
+    return ZS_OK;
+}
+
+static zs_status cuda_convert(zs__backend *be, void *dst, zs_dtype dst_dtype, const void *src,
+                              zs_dtype src_dtype, int64_t count) {
+    cuda_impl *c = impl_of(be);
+    if (!dtype_valid(dst_dtype) || !dtype_valid(src_dtype) || count < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: convert of %lld elements from "
+                        "dtype %d to dtype %d: the count must be >= 0 and the dtypes fp32, "
+                        "fp16 or bf16", (long long)count, (int)src_dtype, (int)dst_dtype);
+    if (count == 0) return ZS_OK;
+    /* Same dtype: a copy, bits and NaN payloads included, as on the CPU. */
+    if (dst_dtype == src_dtype)
+        return cuda_copy(be, dst, src, (size_t)count * zs_dtype_size(dst_dtype));
+    ZS_CHECK(enter(c, "converting"));
+    CU(c, zs__cuda_launch_convert(launch_of(c), dst, dst_dtype, src, src_dtype, count),
+       "converting");
+    return ZS_OK;
+}
+
+static zs_status cuda_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype,
+                                 const void *src, zs_dtype src_dtype, int64_t count) {
+    cuda_impl *c = impl_of(be);
+    if (!dtype_valid(dst_dtype) || !dtype_valid(src_dtype) || count < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: accumulate of %lld elements of "
+                        "dtype %d into dtype %d: the count must be >= 0 and the dtypes fp32, "
+                        "fp16 or bf16", (long long)count, (int)src_dtype, (int)dst_dtype);
+    if (count == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "accumulating gradients"));
+    CU(c, zs__cuda_launch_accumulate(launch_of(c), dst, dst_dtype, src, src_dtype, count),
+       "accumulating gradients");
+    return ZS_OK;
+}
+
+/* Scratch is allocated on first use and kept: norms run every step. */
+static zs_status ensure_norm_scratch(zs__backend *be, cuda_impl *c) {
+    if (c->norm_dev) return ZS_OK;
+    const size_t bytes = (size_t)ZS_CUDA_NORM_BATCH * sizeof(double);
+    CU(c, cudaMalloc((void **)&c->norm_dev, bytes), "allocating sum-of-squares partials");
+    cudaError_t e = cudaMallocHost((void **)&c->norm_host, bytes);
+    if (e != cudaSuccess) {
+        cudaFree(c->norm_dev);
+        c->norm_dev = NULL;
+        c->norm_host = NULL;
+        return cuda_fail(c, e, "cudaMallocHost", "allocating sum-of-squares partials");
+    }
+    zs__mem_charge(be->mem, ZS_MEM_SCRATCH, 2 * bytes);
+    return ZS_OK;
+}
+
+static zs_status cuda_sum_squares(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
+                                  double *out) {
+    cuda_impl *c = impl_of(be);
+    if (!dtype_valid(dtype) || count < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: sum of squares of %lld "
+                        "elements of dtype %d: the count must be >= 0 and the dtype fp32, "
+                        "fp16 or bf16", (long long)count, (int)dtype);
+    *out = 0.0;
+    if (count == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "summing squares"));
+    ZS_CHECK(ensure_norm_scratch(be, c));
+    const int64_t blocks = (count + ZS_CUDA_NORM_BLOCK - 1) / ZS_CUDA_NORM_BLOCK;
+    double total = 0.0;
+    for (int64_t first = 0; first < blocks; first += ZS_CUDA_NORM_BATCH) {
+        const int64_t batch =
+            blocks - first < ZS_CUDA_NORM_BATCH ? blocks - first : ZS_CUDA_NORM_BATCH;
+        CU(c, zs__cuda_launch_sum_squares(launch_of(c), c->norm_dev, x, dtype, count, first,
+                                          batch),
+           "summing squares");
+        CU(c, cudaMemcpyAsync(c->norm_host, c->norm_dev, (size_t)batch * sizeof(double),
+                              cudaMemcpyDeviceToHost, c->stream),
+           "summing squares");
+        ZS_CHECK(wait_stream(c, "summing squares"));
+        /* Block order, as cpu_reduce.c adds its partials. */
+        for (int64_t b = 0; b < batch; b++) total += c->norm_host[b];
+    }
+    *out = total;
+    return ZS_OK;
+}
+
+static zs_status cuda_optimizer_update(zs__backend *be, const zs__update_args *a) {
+    cuda_impl *c = impl_of(be);
+    if (a->count < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: optimizer update of %lld "
+                        "elements; the count must be >= 0", (long long)a->count);
+    if (!dtype_valid(a->grad_dtype) || (a->param && !dtype_valid(a->param_dtype)))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: optimizer update with "
+                        "gradient dtype %d and parameter dtype %d: each must be fp32, fp16 "
+                        "or bf16", (int)a->grad_dtype, (int)a->param_dtype);
+    switch (a->kind) {
+    case ZS_K_OPTIM_ADAM:
+    case ZS_K_OPTIM_ADAMW:
+        if (a->count > 0 && (!a->m || !a->v))
+            return zs__fail(ZS_ERR_INTERNAL, "cuda backend: Adam update without %s state",
+                            !a->m ? "first-moment" : "second-moment");
+        break;
+    case ZS_K_OPTIM_SGD:
+        break;
+    default:
+        return zs__fail(ZS_ERR_INTERNAL, "cuda backend: unknown optimizer kind %d",
+                        (int)a->kind);
+    }
+    if (a->count > 0 && (!a->master || !a->grad))
+        return zs__fail(ZS_ERR_INTERNAL, "cuda backend: optimizer update without %s",
+                        !a->master ? "master weights" : "gradient");
+    if (a->count == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "updating parameters"));
+    CU(c, zs__cuda_launch_update(launch_of(c), a->kind, a->master, a->param, a->param_dtype,
+                                 a->grad, a->grad_dtype, a->m, a->v, a->count, a->scalars),
+       "updating parameters");
+    return ZS_OK;
+}
+
+static zs_status ensure_bounce(zs__backend *be, cuda_impl *c) {
+    if (c->bounce) return ZS_OK;
+    CU(c, cudaMallocHost((void **)&c->bounce, 2 * ZS_CUDA_BOUNCE_BYTES),
+       "allocating the pinned transfer buffer");
+    zs__mem_charge(be->mem, ZS_MEM_SCRATCH, 2 * ZS_CUDA_BOUNCE_BYTES);
+    return ZS_OK;
+}
+
+/* Device -> host through the pinned halves: the DMA of piece k + 1 is
+ * enqueued before the host copies piece k out, so they overlap. */
+static zs_status cuda_download(zs__backend *be, void *host, const void *src, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    if (!bytes) return ZS_OK;
+    ZS_CHECK(enter(c, "downloading"));
+    ZS_CHECK(ensure_bounce(be, c));
+    const size_t pieces = (bytes + ZS_CUDA_BOUNCE_BYTES - 1) / ZS_CUDA_BOUNCE_BYTES;
+    for (size_t k = 0; k <= pieces; k++) {
+        if (k < pieces) {
+            /* Half k % 2 was last read by the host in iteration k - 1 (piece
+             * k - 2), synchronously, so it is free to overwrite. */
+            const size_t off = k * ZS_CUDA_BOUNCE_BYTES;
+            const size_t n = bytes - off < ZS_CUDA_BOUNCE_BYTES ? bytes - off : ZS_CUDA_BOUNCE_BYTES;
+            unsigned char *half = c->bounce + (k % 2) * ZS_CUDA_BOUNCE_BYTES;
+            CU(c, cudaMemcpyAsync(half, (const unsigned char *)src + off, n,
+                                  cudaMemcpyDeviceToHost, c->stream),
+               "downloading");
+            CU(c, cudaEventRecord(c->bounce_free[k % 2], c->stream), "downloading");
+        }
+        if (k > 0) {
+            const size_t j = k - 1, off = j * ZS_CUDA_BOUNCE_BYTES;
+            const size_t n = bytes - off < ZS_CUDA_BOUNCE_BYTES ? bytes - off : ZS_CUDA_BOUNCE_BYTES;
+            ZS_CHECK(wait_event(c, c->bounce_free[j % 2], "downloading"));
+            memcpy((unsigned char *)host + off, c->bounce + (j % 2) * ZS_CUDA_BOUNCE_BYTES, n);
+        }
+    }
+    return ZS_OK;
+}
+
+/* Host -> device through the pinned halves. On return the host buffer may be
+ * reused (its bytes are in the pinned buffer or already on the device); the
+ * DMA of the last pieces may still run, ordered before every later op. */
+static zs_status cuda_upload(zs__backend *be, void *dst, const void *host, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    if (!bytes) return ZS_OK;
+    ZS_CHECK(enter(c, "uploading"));
+    ZS_CHECK(ensure_bounce(be, c));
+    for (size_t off = 0, k = 0; off < bytes; off += ZS_CUDA_BOUNCE_BYTES, k++) {
+        const size_t n = bytes - off < ZS_CUDA_BOUNCE_BYTES ? bytes - off : ZS_CUDA_BOUNCE_BYTES;
+        unsigned char *half = c->bounce + (k % 2) * ZS_CUDA_BOUNCE_BYTES;
+        /* The previous DMA out of this half (this call or an earlier one)
+         * must finish before the host overwrites it. */
+        ZS_CHECK(wait_event(c, c->bounce_free[k % 2], "uploading"));
+        memcpy(half, (const unsigned char *)host + off, n);
+        CU(c, cudaMemcpyAsync((unsigned char *)dst + off, half, n, cudaMemcpyHostToDevice,
+                              c->stream),
+           "uploading");
+        CU(c, cudaEventRecord(c->bounce_free[k % 2], c->stream), "uploading");
+    }
+    return ZS_OK;
+}
+
+static zs_status cuda_synchronize(zs__backend *be) {
+    cuda_impl *c = impl_of(be);
+    ZS_CHECK(enter(c, "synchronizing"));
+    return wait_stream(c, "waiting for the compute stream");
+}
+
+static void *cuda_get_stream(zs__backend *be) { return (void *)impl_of(be)->stream; }
+
+static zs_status cuda_set_stream(zs__backend *be, void *stream) {
+    cuda_impl *c = impl_of(be);
+    cudaStream_t next = (cudaStream_t)stream;
+    /* NULL is ambiguous (legacy or per-thread default stream, depending on
+     * how the program was compiled), and get_stream's NULL means "no
+     * streams": the program names the one it means. */
+    if (!next)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_cuda_set_stream: the stream is NULL; pass "
+                        "cudaStreamLegacy or cudaStreamPerThread to use a default stream");
+    if (next == c->stream) return ZS_OK;
+    ZS_CHECK(enter(c, "switching the compute stream"));
+    /* Everything enqueued on the old stream happens before anything enqueued
+     * on the new one, without blocking the host. */
+    CU(c, cudaEventRecord(c->handoff, c->stream), "switching the compute stream");
+    CU(c, cudaStreamWaitEvent(next, c->handoff, 0), "switching the compute stream");
+    c->stream = next;
+    return ZS_OK;
+}
+
+static void cuda_set_health_check(zs__backend *be, zs__health_fn fn, void *ctx) {
+    cuda_impl *c = impl_of(be);
+    c->health = fn;
+    c->health_ctx = fn ? ctx : NULL;
+}
+
+static void release(zs__backend *be, cuda_impl *c) {
+    if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
+    /* cudaFree and cudaFreeHost wait for pending work that uses them. */
+    if (c->norm_dev) {
+        cudaFree(c->norm_dev);
+        cudaFreeHost(c->norm_host);
+        zs__mem_uncharge(be->mem, ZS_MEM_SCRATCH, 2 * (size_t)ZS_CUDA_NORM_BATCH * sizeof(double));
+    }
+    if (c->bounce) {
+        cudaFreeHost(c->bounce);
+        zs__mem_uncharge(be->mem, ZS_MEM_SCRATCH, 2 * ZS_CUDA_BOUNCE_BYTES);
+    }
+    for (int i = 0; i < 2; i++)
+        if (c->bounce_free[i]) cudaEventDestroy(c->bounce_free[i]);
+    if (c->handoff) cudaEventDestroy(c->handoff);
+    if (c->done) cudaEventDestroy(c->done);
+    /* Work still queued on it completes; the program's stream is its own. */
+    if (c->own) cudaStreamDestroy(c->own);
+    free(c);
+    free(be);
+}
+
+static void cuda_destroy(zs__backend *be) { release(be, impl_of(be)); }
+
+static const zs__backend_ops cuda_ops = {
+    .name = "cuda",
+    .host_accessible = 0,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .init_fill = cuda_init_fill,
+    .convert = cuda_convert,
+    .accumulate = cuda_accumulate,
+    .sum_squares = cuda_sum_squares,
+    .optimizer_update = cuda_optimizer_update,
+    .download = cuda_download,
+    .upload = cuda_upload,
+    .synchronize = cuda_synchronize,
+    .get_stream = cuda_get_stream,
+    .set_stream = cuda_set_stream,
+    .set_health_check = cuda_set_health_check,
+    .destroy = cuda_destroy,
+};
+
+int zs__cuda_backend_device(const zs__backend *be) {
+    if (!be || be->ops != &cuda_ops) return -1;
+    return ((const cuda_impl *)be->impl)->device;
+}
+
+zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
+                                  zs__backend **out) {
+    (void)settings;
+    *out = NULL;
+    int devices = 0;
+    cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices <= 0) {
+        (void)cudaGetLastError();
+        return zs__fail(ZS_ERR_UNSUPPORTED, "backend = \"cuda\": no usable CUDA device: %s; "
+                        "check nvidia-smi, that the driver is at least as new as this CUDA "
+                        "runtime (%d), and CUDA_VISIBLE_DEVICES, or use backend = \"cpu\"",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices",
+                        CUDART_VERSION);
+    }
+    if (local_rank < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: local rank %d is negative",
+                        local_rank);
+    zs__backend *be = calloc(1, sizeof *be);
+    cuda_impl *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory");
+    }
+    be->ops = &cuda_ops;
+    be->mem = mem;
+    be->impl = c;
+    c->device = local_rank % devices;
+    zs_status s = ZS_OK;
+    const char *doing = "starting the CUDA backend";
+    int sms = 0;
+#define CU_INIT(call)                                                           \
+    do {                                                                        \
+        e = (call);                                                             \
+        if (e != cudaSuccess) {                                                 \
+            s = cuda_fail(c, e, #call, doing);                                  \
+            goto fail;                                                          \
+        }                                                                       \
+    } while (0)
+    CU_INIT(cudaSetDevice(c->device));
+    CU_INIT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device));
+    c->max_blocks = (sms > 0 ? sms : 1) * ZS_CUDA_BLOCKS_PER_SM;
+    /* Non-blocking: the program's work on the legacy default stream does
+     * not serialize against ours. */
+    CU_INIT(cudaStreamCreateWithFlags(&c->own, cudaStreamNonBlocking));
+    c->stream = c->own;
+    CU_INIT(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    CU_INIT(cudaEventCreateWithFlags(&c->handoff, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++)
+        CU_INIT(cudaEventCreateWithFlags(&c->bounce_free[i], cudaEventDisableTiming));
+#undef CU_INIT
+    ZS_DEBUG("cuda backend: local rank %d uses device %d of %d (%d SMs)", local_rank,
+             c->device, devices, sms);
+    *out = be;
+    return ZS_OK;
+fail:
+    release(be, c);
+    return s;
+}

@@ -1,0 +1,672 @@
+/* Collectives of device-resident backends: NCCL for data on the device, MPI
+ * for the few host-side values (norms, flags, agreement checks).
+ *
+ * Ordering without host synchronization. Every data collective runs on a
+ * communication stream this file owns:
+ *
+ *   compute stream:  ... grads written ... [record compute_ready]   ...   [wait comm_done] ... optimizer
+ *   comm stream:                       [wait compute_ready] NCCL op [record comm_done]
+ *
+ * so the collective sees everything the program and the runtime enqueued on
+ * the compute stream before the call, and everything enqueued afterwards
+ * sees its result. The host never waits on the device here: a call returns
+ * as soon as NCCL has enqueued its kernel, and comm.h's "synchronous"
+ * contract holds in stream order (the only way the host reads device memory
+ * is through the backend, whose download orders after the compute stream).
+ * The two events are reused by every call: cudaStreamWaitEvent captures the
+ * event's state when it is called, so a later record does not move an
+ * earlier wait.
+ *
+ * Failure instead of hangs. The NCCL communicator is non-blocking
+ * (config.blocking = 0): no NCCL call waits for a peer on the host, and an
+ * asynchronous error (a dead peer, a network fault) is reported by
+ * ncclCommGetAsyncError. This file registers a health check with the backend
+ * that polls it while the backend blocks (synchronize, download); on an error
+ * it aborts the communicator, which ends this rank's NCCL kernels, and
+ * returns ZS_ERR_COMM naming the last collective this rank enqueued. Every
+ * rank blocked on the dead peer thus gets an error instead of a hang. After
+ * an abort every call fails at once with the same message.
+ *
+ * Determinism: NCCL fixes the order in which ranks' contributions are added
+ * for a given communicator, count and algorithm, so stage 0's all-reduce
+ * (reduce-scatter + all-gather, comm.c) matches stages 1-3 bit for bit at the
+ * same world size as long as NCCL picks the same algorithm for the same
+ * sizes; it differs from the MPI implementations in the last bits. Set
+ * NCCL_ALGO=Ring to rule out algorithms whose order depends on message size.
+ *
+ * NCCL's own buffers are allocated by NCCL and are not charged to
+ * ZS_MEM_COMM: the communicator stages nothing itself. */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "comm/comm_impl.h"
+#include "core/error.h"
+#include "core/log.h"
+
+/* How long creation, the first collective (NCCL connects lazily) and the
+ * final flush may wait for peers before the communicator is aborted. Large
+ * jobs can take minutes to connect, so the default is generous; the
+ * environment variable exists because the runtime has no configuration key
+ * for it yet. */
+/* The key that sets how long NCCL may take to create, connect or finalize. */
+#define NCCL_TIMEOUT_KEY "comm.timeout_s"
+
+/* The hint every NCCL failure carries. */
+#define NCCL_HINT                                                                    \
+    "run with NCCL_DEBUG=INFO (and ZS_LOG_LEVEL=debug to log every collective) to see " \
+    "which rank or link failed"
+
+typedef struct nccl_state {
+    MPI_Comm mpi;                 /* our duplicate, MPI_ERRORS_RETURN; host-side ops */
+    ncclComm_t nccl;              /* NULL once aborted or destroyed */
+    zs__backend *backend;         /* its compute stream orders every data collective */
+    int device;                   /* the CUDA device current at creation */
+    int rank;
+    int size;
+    double timeout_s;             /* comm.timeout_s */
+    cudaStream_t stream;          /* the communication stream */
+    cudaEvent_t compute_ready;    /* recorded on the compute stream before a collective */
+    cudaEvent_t comm_done;        /* recorded on the comm stream after it */
+    int stream_created, ready_created, done_created;
+    /* The last data collective enqueued, for the health check's message
+     * (the label is copied: the caller's string may not outlive the call). */
+    char last_op[32];
+    char last_label[128];
+    uint64_t last_seq;
+    /* Set when the communicator was aborted: the message every later call
+     * repeats. */
+    int failed;
+    char failure[1024];
+} nccl_state;
+
+/* ------------------------------------------------------------- utilities */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void pause_briefly(unsigned polls) {
+    /* Spin for the common case (an enqueue that finishes in microseconds),
+     * then sleep so that a long wait for peers does not burn a core the
+     * program's own threads may need. */
+    if (polls < 64) return;
+    struct timespec ts = {0, 1000000}; /* 1 ms */
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+
+/* Polls a non-blocking communicator until its pending operation (creation,
+ * an enqueue, a flush) is no longer in progress or the deadline passes.
+ * Returns the final state; ncclInProgress means the deadline passed. */
+static ncclResult_t wait_async(ncclComm_t nccl, double deadline, ncclResult_t *query_rc) {
+    ncclResult_t state = ncclInProgress;
+    *query_rc = ncclSuccess;
+    for (unsigned polls = 0;; polls++) {
+        ncclResult_t rc = ncclCommGetAsyncError(nccl, &state);
+        if (rc != ncclSuccess) {
+            *query_rc = rc;
+            return rc;
+        }
+        if (state != ncclInProgress || now_s() > deadline) return state;
+        pause_briefly(polls);
+    }
+}
+
+/* Aborts the communicator once and keeps `message` for every later call. */
+static void abort_with(nccl_state *st, const char *message) {
+    if (st->nccl) {
+        /* The abort's own result is of no use: the communicator is gone
+         * either way, and the first error is what the user needs. */
+        (void)ncclCommAbort(st->nccl);
+        st->nccl = NULL;
+    }
+    if (!st->failed) {
+        st->failed = 1;
+        snprintf(st->failure, sizeof st->failure, "%s", message);
+    }
+}
+
+/* NCCL's detail for the last error on this communicator, when it has one. */
+static const char *nccl_detail(const nccl_state *st) {
+    const char *detail = st->nccl ? ncclGetLastError(st->nccl) : NULL;
+    return detail && *detail ? detail : "no further detail";
+}
+
+/* A failed NCCL call or asynchronous error during collective `call`: aborts
+ * the communicator (its state is unknown; peers blocked on this rank then
+ * fail too) and returns the message. */
+static zs_status nccl_fail(zs__comm *comm, const zs__comm_call *call, const char *function,
+                           ncclResult_t rc) {
+    nccl_state *st = comm->state;
+    char message[sizeof st->failure];
+    snprintf(message, sizeof message,
+             "%s #%" PRIu64 " of '%s' failed on rank %d (CUDA device %d): %s: %s (%s); "
+             "the NCCL communicator was aborted; " NCCL_HINT,
+             call->op, call->seq, call->label, comm->rank, st->device, function,
+             ncclGetErrorString(rc), nccl_detail(st));
+    abort_with(st, message);
+    return zs__fail(ZS_ERR_COMM, "%s", message);
+}
+
+static zs_status cuda_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
+                           cudaError_t rc) {
+    const nccl_state *st = comm->state;
+    return zs__fail(ZS_ERR_COMM,
+                    "%s #%" PRIu64 " of '%s' failed on rank %d (CUDA device %d): %s: %s (%s); "
+                    "run with CUDA_LAUNCH_BLOCKING=1 to find the kernel that failed first",
+                    call->op, call->seq, call->label, comm->rank, st->device, function,
+                    cudaGetErrorName(rc), cudaGetErrorString(rc));
+}
+
+static zs_status mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
+                          int rc) {
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", rc);
+    return zs__fail(ZS_ERR_COMM,
+                    "%s #%" PRIu64 " of '%s' failed on rank %d: %s: %s; check that every rank "
+                    "made the same calls (ZS_LOG_LEVEL=debug logs every collective)",
+                    call->op, call->seq, call->label, comm->rank, function, text);
+}
+
+#define CUDA_OP_CHECK(comm, call, function, expr)                                  \
+    do {                                                                           \
+        cudaError_t cuda_check_rc_ = (expr);                                       \
+        if (cuda_check_rc_ != cudaSuccess) {                                       \
+            zs_status cuda_check_status_ = cuda_fail((comm), (call), (function),   \
+                                                     cuda_check_rc_);              \
+            zs__error_breadcrumb(__FILE__, __LINE__);                              \
+            return cuda_check_status_;                                             \
+        }                                                                          \
+    } while (0)
+
+#define MPI_OP_CHECK(comm, call, function, expr)                                   \
+    do {                                                                           \
+        int mpi_check_rc_ = (expr);                                                \
+        if (mpi_check_rc_ != MPI_SUCCESS) {                                        \
+            zs_status mpi_check_status_ = mpi_fail((comm), (call), (function),     \
+                                                   mpi_check_rc_);                 \
+            zs__error_breadcrumb(__FILE__, __LINE__);                              \
+            return mpi_check_status_;                                              \
+        }                                                                          \
+    } while (0)
+
+/* A communicator aborted earlier fails every call with its first message,
+ * prefixed with the call now refused. */
+static zs_status check_alive(const zs__comm *comm, const zs__comm_call *call) {
+    const nccl_state *st = comm->state;
+    if (!st->failed) return ZS_OK;
+    return zs__fail(ZS_ERR_COMM,
+                    "%s #%" PRIu64 " of '%s' on rank %d refused: the NCCL communicator was "
+                    "aborted after an earlier failure: %s",
+                    call->op, call->seq, call->label, comm->rank, st->failure);
+}
+
+/* ------------------------------------------------------- health check */
+
+/* Run by the backend while it blocks. A real asynchronous error (anything
+ * but success or "still enqueueing") aborts the communicator, so this rank's
+ * NCCL kernels end and the compute stream, which waits on them, drains; the
+ * blocked call then returns this error instead of hanging. */
+static zs_status health_check(void *ctx) {
+    nccl_state *st = ctx;
+    if (st->failed)
+        return zs__fail(ZS_ERR_COMM, "%s", st->failure);
+    if (!st->nccl) return ZS_OK;
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t rc = ncclCommGetAsyncError(st->nccl, &state);
+    if (rc == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return ZS_OK;
+    const ncclResult_t error = rc != ncclSuccess ? rc : state;
+    char message[sizeof st->failure];
+    if (st->last_seq > 0)
+        snprintf(message, sizeof message,
+                 "NCCL reported an asynchronous error on rank %d (CUDA device %d) while the "
+                 "device was busy; the last collective enqueued was %s #%" PRIu64 " of '%s': "
+                 "%s (%s); a peer may have died or a link failed; the NCCL communicator was "
+                 "aborted; " NCCL_HINT,
+                 st->rank, st->device, st->last_op, st->last_seq, st->last_label,
+                 ncclGetErrorString(error), nccl_detail(st));
+    else
+        snprintf(message, sizeof message,
+                 "NCCL reported an asynchronous error on rank %d (CUDA device %d) before any "
+                 "collective: %s (%s); the NCCL communicator was aborted; " NCCL_HINT,
+                 st->rank, st->device, ncclGetErrorString(error), nccl_detail(st));
+    abort_with(st, message);
+    return zs__fail(ZS_ERR_COMM, "%s", message);
+}
+
+/* ------------------------------------------------------ data collectives */
+
+static int nccl_type(zs_dtype dtype, ncclDataType_t *out) {
+    switch (dtype) {
+    case ZS_DTYPE_FP32:
+        *out = ncclFloat32;
+        return 1;
+    case ZS_DTYPE_FP16:
+        *out = ncclFloat16;
+        return 1;
+    case ZS_DTYPE_BF16:
+        *out = ncclBfloat16;
+        return 1;
+    }
+    return 0;
+}
+
+/* Enqueues one in-place collective on the communication stream, ordered
+ * after and before the compute stream (the diagram at the top). NCCL's
+ * in-place forms: reduce-scatter receives into chunk `rank` of its own send
+ * buffer; all-gather sends from chunk `rank` of its own receive buffer. */
+static zs_status enqueue(zs__comm *comm, int gather, void *buf, size_t count, zs_dtype dtype,
+                         const zs__comm_call *call) {
+    nccl_state *st = comm->state;
+    ZS_CHECK(check_alive(comm, call));
+    ncclDataType_t type;
+    if (!nccl_type(dtype, &type))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s #%" PRIu64 " of '%s': dtype %d has no NCCL type",
+                        call->op, call->seq, call->label, (int)dtype);
+    snprintf(st->last_op, sizeof st->last_op, "%s", call->op);
+    snprintf(st->last_label, sizeof st->last_label, "%s", call->label);
+    st->last_seq = call->seq;
+
+    /* NCCL requires its device to be current; a program that switched
+     * devices between calls gets its own device back afterwards. */
+    int current = st->device;
+    CUDA_OP_CHECK(comm, call, "cudaGetDevice", cudaGetDevice(&current));
+    if (current != st->device)
+        CUDA_OP_CHECK(comm, call, "cudaSetDevice", cudaSetDevice(st->device));
+    zs_status status = ZS_OK;
+    cudaError_t crc = cudaSuccess;
+    const char *function = NULL;
+    cudaStream_t compute = (cudaStream_t)st->backend->ops->get_stream(st->backend);
+
+    function = "cudaEventRecord(compute stream)";
+    crc = cudaEventRecord(st->compute_ready, compute);
+    if (crc == cudaSuccess) {
+        function = "cudaStreamWaitEvent(communication stream)";
+        crc = cudaStreamWaitEvent(st->stream, st->compute_ready, 0);
+    }
+    if (crc != cudaSuccess) {
+        status = cuda_fail(comm, call, function, crc);
+        goto done;
+    }
+
+    unsigned char *base = buf;
+    void *mine = base + (size_t)comm->rank * count * zs_dtype_size(dtype);
+    ncclResult_t rc;
+    if (gather) {
+        function = "ncclAllGather";
+        rc = ncclAllGather(mine, buf, count, type, st->nccl, st->stream);
+    } else {
+        function = "ncclReduceScatter";
+        rc = ncclReduceScatter(buf, mine, count, type, ncclSum, st->nccl, st->stream);
+    }
+    if (rc == ncclInProgress) {
+        /* Normal on a non-blocking communicator: NCCL finishes enqueueing in
+         * the background (the first call also connects to the peers). The
+         * communicator must not be used again before it is done. */
+        ncclResult_t query_rc;
+        rc = wait_async(st->nccl, now_s() + st->timeout_s, &query_rc);
+        if (query_rc != ncclSuccess) function = "ncclCommGetAsyncError";
+        if (rc == ncclInProgress) {
+            char message[sizeof st->failure];
+            snprintf(message, sizeof message,
+                     "%s #%" PRIu64 " of '%s' on rank %d (CUDA device %d): %s was still being "
+                     "enqueued after %.0f s (peers not responding?); the NCCL communicator was "
+                     "aborted; raise %s if connecting takes longer; " NCCL_HINT,
+                     call->op, call->seq, call->label, comm->rank, st->device, function,
+                     st->timeout_s, NCCL_TIMEOUT_KEY);
+            abort_with(st, message);
+            status = zs__fail(ZS_ERR_COMM, "%s", message);
+            goto done;
+        }
+    }
+    if (rc != ncclSuccess) {
+        status = nccl_fail(comm, call, function, rc);
+        goto done;
+    }
+
+    function = "cudaEventRecord(communication stream)";
+    crc = cudaEventRecord(st->comm_done, st->stream);
+    if (crc == cudaSuccess) {
+        function = "cudaStreamWaitEvent(compute stream)";
+        crc = cudaStreamWaitEvent(compute, st->comm_done, 0);
+    }
+    if (crc != cudaSuccess) status = cuda_fail(comm, call, function, crc);
+
+done:
+    if (current != st->device) {
+        cudaError_t restore = cudaSetDevice(current);
+        if (restore != cudaSuccess && status == ZS_OK)
+            status = cuda_fail(comm, call, "cudaSetDevice(restore)", restore);
+    }
+    if (status != ZS_OK) zs__error_breadcrumb(__FILE__, __LINE__);
+    return status;
+}
+
+static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                   zs__comm_impl impl, const zs__comm_call *call) {
+    (void)impl; /* NCCL chooses its own algorithm */
+    return enqueue(comm, 0, buf, count, dtype, call);
+}
+
+static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                               zs__comm_impl impl, const zs__comm_call *call) {
+    (void)impl;
+    return enqueue(comm, 1, buf, count, dtype, call);
+}
+
+/* ------------------------------------------------- host-side collectives */
+
+/* These move host memory with MPI on our duplicate, in segments of
+ * comm.segment_bytes so every MPI count fits in an int, as mpi.c does. They
+ * do not touch the device, so they need no stream ordering; they refuse to
+ * run after an abort so that a failed rank does not answer its peers as if
+ * nothing had happened. */
+
+static zs_status op_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
+                                       const zs__comm_call *call) {
+    nccl_state *st = comm->state;
+    ZS_CHECK(check_alive(comm, call));
+    MPI_OP_CHECK(comm, call, "MPI_Allreduce",
+                 MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE,
+                               op == ZS_REDUCE_MAX ? MPI_MAX : MPI_SUM, st->mpi));
+    return ZS_OK;
+}
+
+/* Piece [off, off+len) of every rank's `bytes` lands in place through a
+ * receive type of `len` bytes whose extent is one rank's block. */
+static zs_status op_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                     const zs__comm_call *call) {
+    nccl_state *st = comm->state;
+    ZS_CHECK(check_alive(comm, call));
+    const size_t piece = comm->segment_bytes;
+    const unsigned char *src = mine;
+    unsigned char *dst = all;
+    if (bytes <= piece) {
+        MPI_OP_CHECK(comm, call, "MPI_Allgather",
+                     MPI_Allgather(src, (int)bytes, MPI_BYTE, dst, (int)bytes, MPI_BYTE, st->mpi));
+        return ZS_OK;
+    }
+    for (size_t off = 0; off < bytes; off += piece) {
+        const size_t len = bytes - off < piece ? bytes - off : piece;
+        MPI_Datatype contiguous, strided;
+        MPI_OP_CHECK(comm, call, "MPI_Type_contiguous",
+                     MPI_Type_contiguous((int)len, MPI_BYTE, &contiguous));
+        int rc = MPI_Type_create_resized(contiguous, 0, (MPI_Aint)bytes, &strided);
+        MPI_Type_free(&contiguous);
+        if (rc != MPI_SUCCESS) return mpi_fail(comm, call, "MPI_Type_create_resized", rc);
+        rc = MPI_Type_commit(&strided);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Allgather(src + off, (int)len, MPI_BYTE, dst + off, 1, strided, st->mpi);
+        MPI_Type_free(&strided);
+        if (rc != MPI_SUCCESS) return mpi_fail(comm, call, "MPI_Allgather", rc);
+    }
+    return ZS_OK;
+}
+
+static zs_status op_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
+                              const zs__comm_call *call) {
+    nccl_state *st = comm->state;
+    ZS_CHECK(check_alive(comm, call));
+    for (size_t off = 0; off < bytes; off += comm->segment_bytes) {
+        const size_t len = bytes - off < comm->segment_bytes ? bytes - off : comm->segment_bytes;
+        MPI_OP_CHECK(comm, call, "MPI_Bcast",
+                     MPI_Bcast((unsigned char *)buf + off, (int)len, MPI_BYTE, root, st->mpi));
+    }
+    return ZS_OK;
+}
+
+static zs_status op_barrier(zs__comm *comm, const zs__comm_call *call) {
+    nccl_state *st = comm->state;
+    ZS_CHECK(check_alive(comm, call));
+    MPI_OP_CHECK(comm, call, "MPI_Barrier", MPI_Barrier(st->mpi));
+    return ZS_OK;
+}
+
+/* ------------------------------------------------------------ destroy */
+
+/* Releases everything `st` holds; safe on a partly created state. */
+static void free_state(nccl_state *st) {
+    if (!st) return;
+    if (st->backend) st->backend->ops->set_health_check(st->backend, NULL, NULL);
+    int current = st->device;
+    const int switched = cudaGetDevice(&current) == cudaSuccess && current != st->device &&
+                         cudaSetDevice(st->device) == cudaSuccess;
+    if (st->nccl) {
+        /* Finalize flushes the collectives still queued, so peers waiting on
+         * them complete; it is asynchronous on this communicator. A flush
+         * that fails or does not finish in time falls back to an abort, so
+         * destroy never hangs on a dead peer. */
+        ncclResult_t rc = ncclCommFinalize(st->nccl), query_rc = ncclSuccess;
+        if (rc == ncclInProgress) rc = wait_async(st->nccl, now_s() + st->timeout_s, &query_rc);
+        if (rc == ncclSuccess) {
+            rc = ncclCommDestroy(st->nccl);
+            if (rc != ncclSuccess)
+                ZS_WARN("ncclCommDestroy on rank %d failed: %s", st->rank, ncclGetErrorString(rc));
+        } else {
+            ZS_WARN("flushing the NCCL communicator on rank %d failed (%s); aborting it instead",
+                    st->rank, rc == ncclInProgress ? "timed out" : ncclGetErrorString(rc));
+            (void)ncclCommAbort(st->nccl);
+        }
+        st->nccl = NULL;
+    }
+    /* Destroying a stream or event with work pending is allowed: CUDA
+     * releases it once that work completes. */
+    if (st->done_created) (void)cudaEventDestroy(st->comm_done);
+    if (st->ready_created) (void)cudaEventDestroy(st->compute_ready);
+    if (st->stream_created) (void)cudaStreamDestroy(st->stream);
+    if (switched) (void)cudaSetDevice(current);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && st->mpi != MPI_COMM_NULL) MPI_Comm_free(&st->mpi);
+    free(st);
+}
+
+static void op_destroy(zs__comm *comm) { free_state(comm->state); }
+
+static const zs__comm_ops nccl_ops = {
+    .name = "nccl",
+    .reduce_scatter = op_reduce_scatter,
+    .all_gather = op_all_gather,
+    .all_reduce_scalars = op_all_reduce_scalars,
+    .all_gather_bytes = op_all_gather_bytes,
+    .broadcast = op_broadcast,
+    .barrier = op_barrier,
+    .destroy = op_destroy,
+};
+
+/* ------------------------------------------------------------- create */
+
+static zs_status create_mpi_fail(int rank, const char *function, int rc) {
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", rc);
+    return zs__fail(ZS_ERR_COMM, "creating the NCCL communicator failed on rank %d: %s: %s",
+                    rank, function, text);
+}
+
+static zs_status create_cuda_fail(int rank, const char *function, cudaError_t rc) {
+    return zs__fail(ZS_ERR_COMM,
+                    "creating the NCCL communicator failed on rank %d: %s: %s (%s); check that "
+                    "the CUDA backend was created and the device is usable (nvidia-smi)",
+                    rank, function, cudaGetErrorName(rc), cudaGetErrorString(rc));
+}
+
+/* All ranks learn whether every rank got this far, so a failure on one rank
+ * fails creation everywhere instead of leaving the others waiting in NCCL.
+ * Returns ZS_OK when every rank's `local` is ZS_OK; a rank that failed keeps
+ * its own message, the others name the first rank that failed. */
+static zs_status agree(nccl_state *st, zs_status local, const char *stage) {
+    int failed_rank = local == ZS_OK ? INT_MAX : st->rank;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &failed_rank, 1, MPI_INT, MPI_MIN, st->mpi);
+    if (rc != MPI_SUCCESS) {
+        if (local != ZS_OK) return local;
+        return create_mpi_fail(st->rank, "MPI_Allreduce", rc);
+    }
+    if (local != ZS_OK) return local;
+    if (failed_rank == INT_MAX) return ZS_OK;
+    return zs__fail(ZS_ERR_COMM,
+                    "creating the NCCL communicator failed: rank %d failed %s (its own error "
+                    "message says why); this rank (%d) stops too",
+                    failed_rank, stage, st->rank);
+}
+
+/* Local CUDA resources: the device, the communication stream (highest
+ * priority, so NCCL's kernels are scheduled ahead of compute kernels queued
+ * at the same time, which is what lets communication overlap compute) and
+ * the two ordering events (no timing: cheaper to record and wait on). */
+static zs_status create_cuda_resources(nccl_state *st) {
+    cudaError_t rc = cudaGetDevice(&st->device);
+    if (rc != cudaSuccess) return create_cuda_fail(st->rank, "cudaGetDevice", rc);
+    int least = 0, greatest = 0;
+    rc = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (rc != cudaSuccess) return create_cuda_fail(st->rank, "cudaDeviceGetStreamPriorityRange", rc);
+    rc = cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest);
+    if (rc != cudaSuccess) return create_cuda_fail(st->rank, "cudaStreamCreateWithPriority", rc);
+    st->stream_created = 1;
+    rc = cudaEventCreateWithFlags(&st->compute_ready, cudaEventDisableTiming);
+    if (rc != cudaSuccess) return create_cuda_fail(st->rank, "cudaEventCreateWithFlags", rc);
+    st->ready_created = 1;
+    rc = cudaEventCreateWithFlags(&st->comm_done, cudaEventDisableTiming);
+    if (rc != cudaSuccess) return create_cuda_fail(st->rank, "cudaEventCreateWithFlags", rc);
+    st->done_created = 1;
+    return ZS_OK;
+}
+
+/* What rank 0 broadcasts: the id, or the news that it could not make one. */
+typedef struct bootstrap_msg {
+    int ok;
+    int code; /* ncclResult_t when !ok */
+    ncclUniqueId id;
+} bootstrap_msg;
+
+/* Creates the non-blocking NCCL communicator and waits (bounded) until it is
+ * ready. On failure the half-made communicator is aborted. */
+static zs_status create_nccl(nccl_state *st) {
+    bootstrap_msg msg;
+    memset(&msg, 0, sizeof msg);
+    if (st->rank == 0) {
+        ncclResult_t rc = ncclGetUniqueId(&msg.id);
+        msg.ok = rc == ncclSuccess;
+        msg.code = (int)rc;
+    }
+    int mrc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, st->mpi);
+    if (mrc != MPI_SUCCESS) return create_mpi_fail(st->rank, "MPI_Bcast(NCCL unique id)", mrc);
+    if (!msg.ok)
+        return zs__fail(ZS_ERR_COMM,
+                        "creating the NCCL communicator failed: ncclGetUniqueId on rank 0: %s; "
+                        "check NCCL_SOCKET_IFNAME and " NCCL_HINT,
+                        ncclGetErrorString((ncclResult_t)msg.code));
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t rc = ncclCommInitRankConfig(&st->nccl, st->size, msg.id, st->rank, &config);
+    ncclResult_t query_rc = ncclSuccess;
+    const char *function = "ncclCommInitRankConfig";
+    if ((rc == ncclInProgress || rc == ncclSuccess) && st->nccl) {
+        rc = wait_async(st->nccl, now_s() + st->timeout_s, &query_rc);
+        if (query_rc != ncclSuccess) function = "ncclCommGetAsyncError";
+    }
+    if (rc == ncclSuccess) return ZS_OK;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", nccl_detail(st));
+    if (st->nccl) {
+        (void)ncclCommAbort(st->nccl);
+        st->nccl = NULL;
+    }
+    if (rc == ncclInProgress)
+        return zs__fail(ZS_ERR_COMM,
+                        "creating the NCCL communicator on rank %d (CUDA device %d) of %d did not "
+                        "finish in %.0f s (a rank missing or unreachable?); raise %s if setup "
+                        "takes longer; " NCCL_HINT,
+                        st->rank, st->device, st->size, st->timeout_s, NCCL_TIMEOUT_KEY);
+    return zs__fail(ZS_ERR_COMM,
+                    "creating the NCCL communicator failed on rank %d (CUDA device %d) of %d: "
+                    "%s: %s (%s); each rank needs its own GPU (launch one rank per GPU); " NCCL_HINT,
+                    st->rank, st->device, st->size, function, ncclGetErrorString(rc), detail);
+}
+
+zs_status zs__comm_create_nccl(MPI_Comm comm, const zs__settings *settings, zs__mem *mem,
+                               zs__backend *backend, zs__comm **out) {
+    if (!settings || !mem || !backend || !out || comm == MPI_COMM_NULL)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "zs__comm_create_nccl needs a communicator, settings, an accountant, "
+                        "a backend and an output pointer");
+    if (backend->ops->host_accessible || !backend->ops->get_stream ||
+        !backend->ops->set_health_check)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "zs__comm_create_nccl: backend '%s' is not a device backend with streams",
+                        backend->ops->name);
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized)
+        return zs__fail(ZS_ERR_STATE, "MPI is %s; initialize it (MPI_Init_thread with "
+                                      "MPI_THREAD_FUNNELED or better) before creating a context",
+                        finalized ? "already finalized" : "not initialized");
+    /* The host-side ops move at most this many bytes per MPI call. */
+    const int64_t segment = settings->comm.segment_bytes;
+    if (segment < 1 || segment > INT_MAX)
+        return zs__fail(ZS_ERR_CONFIG, "comm.segment_bytes = %lld is out of range [1, %d]",
+                        (long long)segment, INT_MAX);
+
+    zs_status status = ZS_OK;
+    nccl_state *st = calloc(1, sizeof *st);
+    if (!st) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate the NCCL communicator state");
+    st->mpi = MPI_COMM_NULL;
+    st->device = -1;
+    st->timeout_s = (double)settings->comm.timeout_s;
+    int rc = MPI_Comm_dup(comm, &st->mpi);
+    if (rc != MPI_SUCCESS) {
+        st->mpi = MPI_COMM_NULL;
+        status = create_mpi_fail(-1, "MPI_Comm_dup", rc);
+        goto fail;
+    }
+    rc = MPI_Comm_set_errhandler(st->mpi, MPI_ERRORS_RETURN);
+    if (rc != MPI_SUCCESS) {
+        status = create_mpi_fail(-1, "MPI_Comm_set_errhandler", rc);
+        goto fail;
+    }
+    MPI_Comm_rank(st->mpi, &st->rank);
+    MPI_Comm_size(st->mpi, &st->size);
+
+    ZS_CHECK_GOTO(agree(st, create_cuda_resources(st), "to set up its CUDA stream and events"),
+                  status, fail);
+    ZS_CHECK_GOTO(agree(st, create_nccl(st), "to create its NCCL communicator"), status, fail);
+
+    ZS_CHECK_GOTO(zs__comm_new(&nccl_ops, st, st->rank, st->size, settings, mem, out), status,
+                  fail);
+    /* Registered last: from here on the communicator owns st, and the
+     * backend's waits can report NCCL's errors. */
+    st->backend = backend;
+    backend->ops->set_health_check(backend, health_check, st);
+    int version = 0;
+    (void)ncclGetVersion(&version);
+    ZS_DEBUG("comm: NCCL %d created on %d ranks, CUDA device %d, timeout %.0f s", version,
+             st->size, st->device, st->timeout_s);
+    return ZS_OK;
+
+fail:
+    /* A communicator this rank created while another rank failed is aborted,
+     * not finalized: a flush would wait for the rank that is not coming. */
+    if (st->nccl) {
+        (void)ncclCommAbort(st->nccl);
+        st->nccl = NULL;
+    }
+    free_state(st);
+    return status;
+}

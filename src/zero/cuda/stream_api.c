@@ -1,0 +1,31 @@
+/* zeroshard_cuda.h: the compute stream and device of a context on the CUDA
+ * backend. Compiled only in CUDA builds (CMake picks the cuda/ folders). */
+#include "zeroshard_cuda.h"
+
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "zero/ctx.h"
+
+static int is_cuda(const zs_ctx *zs) {
+    return zs && zs->backend && strcmp(zs->backend->ops->name, "cuda") == 0;
+}
+
+zs_status zs_cuda_set_stream(zs_ctx *zs, cudaStream_t stream) {
+    if (!is_cuda(zs))
+        return zs__fail(ZS_ERR_UNSUPPORTED, "zs_cuda_set_stream: the context's backend is '%s', "
+                        "not \"cuda\"; set backend = \"cuda\" in the configuration",
+                        zs && zs->backend ? zs->backend->ops->name : "none");
+    return zs->backend->ops->set_stream(zs->backend, (void *)stream);
+}
+
+cudaStream_t zs_cuda_stream(const zs_ctx *zs) {
+    if (!is_cuda(zs)) return NULL;
+    return (cudaStream_t)zs->backend->ops->get_stream(zs->backend);
+}
+
+int zs_cuda_device(const zs_ctx *zs) {
+    if (!is_cuda(zs)) return -1;
+    return zs__cuda_backend_device(zs->backend);
+}

@@ -1,0 +1,323 @@
+/* Stages 0-3 on the CUDA backend with NCCL collectives (run under mpirun -np 1
+ * and 2, one rank per GPU):
+ *   - a few AdamW steps whose gradients are written into the device gradient
+ *     buffers on the compute stream (zs_cuda_stream);
+ *   - stages 0-3 give bit-identical final parameters at this world size
+ *     (stage 0's all-reduce is NCCL reduce-scatter + all-gather, comm.c);
+ *   - every stage matches the CPU backend's single-process stage-0 run within
+ *     1e-6 relative (max |a-b| / max |b| per tensor).
+ * Every rank computes the same gradient, so the average over ranks is that
+ * gradient exactly (x + x = 2x and 2x / 2 = x in floating point), and the
+ * single-process CPU run is a valid reference at any world size.
+ *
+ * Without a usable device, or with fewer devices on a node than ranks on it
+ * (NCCL needs one GPU per rank), every rank prints SKIP and exits 77, which
+ * mpirun passes on and ctest reports as skipped. */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "zeroshard.h"
+#include "zeroshard_cuda.h"
+#include "zeroshard_mpi.h"
+
+#define STEPS 4
+#define UNITS 3
+#define SKIP_CODE 77
+
+/* Parameter shapes: unit u holds a weight [rows x cols] and a bias [rows].
+ * No unit's size is a multiple of 2 (the largest world size registered), so
+ * every unit is padded and its last shard is partly padding. */
+static const int64_t shapes[UNITS][2] = {{7, 5}, {3, 7}, {11, 3}};
+#define PARAMS (2 * UNITS)
+
+typedef struct run {
+    float *final[PARAMS]; /* downloaded fp32 values, registration order */
+    int64_t numel[PARAMS];
+} run;
+
+static int is_cuda(const zs_ctx *zs) { return strcmp(zs_backend_name(zs), "cuda") == 0; }
+
+/* Host <- backend memory. On CUDA the copy runs on the compute stream, so it
+ * sees every all-gather and optimizer update zeroshard ordered there. */
+static int read_back(zs_ctx *zs, void *host, const void *src, size_t bytes) {
+    if (!is_cuda(zs)) {
+        memcpy(host, src, bytes);
+        return 0;
+    }
+    cudaStream_t stream = zs_cuda_stream(zs);
+    cudaError_t rc = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
+    if (rc != cudaSuccess) {
+        fprintf(stderr, "rank %d: reading back %zu bytes failed: %s\n", zt_rank, bytes,
+                cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* Backend <- host, on the compute stream: what a backward kernel would do.
+ * The host buffer is reused right away, so the copy is waited for. */
+static int write_grad(zs_ctx *zs, void *dst, const void *host, size_t bytes) {
+    if (!is_cuda(zs)) {
+        memcpy(dst, host, bytes);
+        return 0;
+    }
+    cudaStream_t stream = zs_cuda_stream(zs);
+    cudaError_t rc = cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
+    if (rc != cudaSuccess) {
+        fprintf(stderr, "rank %d: writing %zu gradient bytes failed: %s\n", zt_rank, bytes,
+                cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* A deterministic, parameter-dependent gradient: that of
+ * sum_i (p_i - t_i)^2 / 2 + p_i^4 / 40, with targets t_i fixed per element. */
+static void gradient(int param, const float *p, float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float t = 0.5f * sinf(0.37f * (float)(i + 13 * param));
+        g[i] = (p[i] - t) + 0.1f * p[i] * p[i] * p[i];
+    }
+}
+
+static int write_config(const char *backend, int stage, char *path, size_t capacity) {
+    char dir[] = "/tmp/zs_cuda_stages_XXXXXX";
+    if (!mkdtemp(dir)) return -1;
+    snprintf(path, capacity, "%s/run.cfg", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "seed = 11;\n"
+            "backend = \"%s\";\n"
+            "zero: { stage = %d; max_live_units = 2; align = 16; };\n"
+            "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
+            "             beta2 = 0.99; eps = 1e-8; };\n"
+            "precision: { dtype = \"fp32\"; };\n",
+            backend, stage);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static void remove_config(const char *path) {
+    unlink(path);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        rmdir(dir);
+    }
+}
+
+/* Trains STEPS steps with `backend` and `stage` on `comm` and downloads the
+ * final parameters into out. Returns 0, or -1 after reporting a failure. */
+static int train(MPI_Comm comm, const char *backend, int stage, run *out) {
+    char path[256];
+    if (write_config(backend, stage, path, sizeof path) != 0) {
+        ZT_CHECK_MSG(0, "cannot write a configuration under /tmp");
+        return -1;
+    }
+    zs_config *cfg = NULL;
+    zs_status st = zs_config_load(path, &cfg);
+    remove_config(path);
+    ZT_OK(st);
+    if (st != ZS_OK) return -1;
+    zs_ctx *zs = NULL;
+    st = zs_create_with_comm(cfg, comm, &zs);
+    zs_config_destroy(cfg);
+    ZT_OK(st);
+    if (st != ZS_OK) return -1;
+
+    int rc = -1;
+    zs_param *params[PARAMS] = {0};
+    float *host_p = NULL, *host_g = NULL;
+    for (int u = 0; u < UNITS && st == ZS_OK; u++) {
+        char name[32];
+        snprintf(name, sizeof name, "unit%d", u);
+        st = zs_unit_begin(zs, name, NULL);
+        snprintf(name, sizeof name, "unit%d.weight", u);
+        if (st == ZS_OK)
+            st = zs_param_create(zs, name, 2, shapes[u], ZS_INIT_NORMAL_STD(0.3), 0,
+                                 &params[2 * u]);
+        snprintf(name, sizeof name, "unit%d.bias", u);
+        if (st == ZS_OK)
+            st = zs_param_create(zs, name, 1, &shapes[u][0], ZS_INIT_UNIFORM_RANGE(-0.1, 0.1),
+                                 ZS_PARAM_NO_DECAY, &params[2 * u + 1]);
+        if (st == ZS_OK) st = zs_unit_end(zs);
+    }
+    if (st == ZS_OK) st = zs_build(zs);
+    ZT_OK(st);
+    if (st != ZS_OK) goto done;
+
+    int64_t largest = 0;
+    for (int i = 0; i < PARAMS; i++) {
+        out->numel[i] = zs_param_numel(params[i]);
+        if (out->numel[i] > largest) largest = out->numel[i];
+    }
+    host_p = malloc((size_t)largest * sizeof(float));
+    host_g = malloc((size_t)largest * sizeof(float));
+    ZT_REQUIRE(host_p && host_g);
+
+    for (int step = 0; step < STEPS; step++) {
+        /* Forward does nothing here; backward runs in reverse unit order. */
+        for (int u = UNITS - 1; u >= 0; u--) {
+            zs_unit *unit = zs_unit_at(zs, u);
+            st = zs_fetch(zs, unit);
+            ZT_OK(st);
+            if (st != ZS_OK) goto done;
+            for (int k = 0; k < 2; k++) {
+                zs_param *p = params[2 * u + k];
+                const size_t bytes = (size_t)zs_param_numel(p) * sizeof(float);
+                void *data = zs_param_data(p), *grad = zs_param_grad(p);
+                ZT_CHECK_MSG(data && grad, "step %d unit %d: %s", step, u, zs_last_error());
+                if (!data || !grad) goto done;
+                if (read_back(zs, host_p, data, bytes) != 0) goto done;
+                gradient(2 * u + k, host_p, host_g, zs_param_numel(p));
+                if (write_grad(zs, grad, host_g, bytes) != 0) goto done;
+            }
+            st = zs_grads_ready(zs, unit);
+            if (st == ZS_OK) st = zs_release(zs, unit);
+            ZT_OK(st);
+            if (st != ZS_OK) goto done;
+        }
+        zs_step_info info;
+        st = zs_step(zs, &info);
+        ZT_OK(st);
+        if (st != ZS_OK) goto done;
+        ZT_CHECK_MSG(!info.skipped && isfinite(info.grad_norm), "%s stage %d step %d: skipped %d, "
+                     "grad norm %g", backend, stage, step, info.skipped, info.grad_norm);
+    }
+
+    for (int u = 0; u < UNITS; u++) {
+        zs_unit *unit = zs_unit_at(zs, u);
+        st = zs_fetch(zs, unit);
+        ZT_OK(st);
+        if (st != ZS_OK) goto done;
+        for (int k = 0; k < 2; k++) {
+            const int i = 2 * u + k;
+            out->final[i] = malloc((size_t)out->numel[i] * sizeof(float));
+            ZT_REQUIRE(out->final[i]);
+            const void *data = zs_param_data(params[i]);
+            ZT_CHECK_MSG(data != NULL, "final fetch of unit %d: %s", u, zs_last_error());
+            if (!data) goto done;
+            if (read_back(zs, out->final[i], data, (size_t)out->numel[i] * sizeof(float)) != 0)
+                goto done;
+        }
+        st = zs_release(zs, unit);
+        ZT_OK(st);
+        if (st != ZS_OK) goto done;
+    }
+    rc = 0;
+done:
+    free(host_p);
+    free(host_g);
+    zs_destroy(zs);
+    return rc;
+}
+
+static void free_run(run *r) {
+    for (int i = 0; i < PARAMS; i++) free(r->final[i]);
+}
+
+static void compare_bitwise(const run *a, const run *b, int stage) {
+    for (int i = 0; i < PARAMS; i++) {
+        int64_t first = -1;
+        for (int64_t j = 0; j < a->numel[i] && first < 0; j++)
+            if (memcmp(&a->final[i][j], &b->final[i][j], sizeof(float)) != 0) first = j;
+        ZT_CHECK_MSG(first < 0, "stage %d differs from stage 0 in parameter %d element %lld: "
+                     "%.9g vs %.9g", stage, i, (long long)first,
+                     first < 0 ? 0.0 : (double)a->final[i][first],
+                     first < 0 ? 0.0 : (double)b->final[i][first]);
+    }
+}
+
+static void compare_relative(const run *got, const run *want, int stage) {
+    for (int i = 0; i < PARAMS; i++) {
+        double diff = 0, scale = 0;
+        for (int64_t j = 0; j < got->numel[i]; j++) {
+            diff = fmax(diff, fabs((double)got->final[i][j] - (double)want->final[i][j]));
+            scale = fmax(scale, fabs((double)want->final[i][j]));
+        }
+        ZT_CHECK_MSG(diff <= 1e-6 * scale, "cuda stage %d vs cpu stage 0, parameter %d: "
+                     "max |diff| %.3g > 1e-6 * max |cpu| %.3g", stage, i, diff, scale);
+    }
+}
+
+/* 1 (with `reason` set) when this rank cannot run: no device, or fewer
+ * devices than ranks on this node. */
+static int must_skip(char *reason, size_t capacity) {
+    int devices = 0;
+    cudaError_t rc = cudaGetDeviceCount(&devices);
+    if (rc != cudaSuccess) {
+        snprintf(reason, capacity, "no usable CUDA device (%s)", cudaGetErrorString(rc));
+        return 1;
+    }
+    if (devices == 0) {
+        snprintf(reason, capacity, "no CUDA device");
+        return 1;
+    }
+    MPI_Comm node;
+    int local_ranks = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &local_ranks);
+        MPI_Comm_free(&node);
+    }
+    if (local_ranks > devices) {
+        snprintf(reason, capacity, "%d ranks on this node but %d CUDA device%s (NCCL needs one "
+                 "per rank)", local_ranks, devices, devices == 1 ? "" : "s");
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+    /* Every rank skips if any must: a lone skipping rank would leave the
+     * others waiting in zs_create. */
+    char reason[256] = "";
+    int skip = must_skip(reason, sizeof reason), any_skip = 0;
+    MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_skip) {
+        if (zt_rank == 0 || skip)
+            printf("SKIP: rank %d: %s\n", zt_rank, skip ? reason : "another rank cannot run");
+        fflush(stdout);
+        MPI_Finalize();
+        return SKIP_CODE;
+    }
+
+    /* The reference: the CPU backend, stage 0, one process (each rank runs
+     * it alone on MPI_COMM_SELF). */
+    run reference;
+    memset(&reference, 0, sizeof reference);
+    ZT_REQUIRE(train(MPI_COMM_SELF, "cpu", 0, &reference) == 0);
+
+    run runs[4];
+    memset(runs, 0, sizeof runs);
+    for (int stage = 0; stage < 4; stage++) {
+        ZT_REQUIRE(train(MPI_COMM_WORLD, "cuda", stage, &runs[stage]) == 0);
+        compare_relative(&runs[stage], &reference, stage);
+        if (stage > 0) compare_bitwise(&runs[stage], &runs[0], stage);
+    }
+    for (int stage = 0; stage < 4; stage++) free_run(&runs[stage]);
+    free_run(&reference);
+
+    /* A failure on one rank fails the job (mpirun reports the first nonzero
+     * exit status); the barrier keeps ranks' reports together. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    int status = zt_finish(world == 1 ? "test_cuda_stages (np 1)" : "test_cuda_stages");
+    MPI_Finalize();
+    return status;
+}
