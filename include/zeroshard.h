@@ -291,7 +291,7 @@ int64_t zs_step_count(const zs_ctx *zs);
     X(ZS_MEM_LIVE_PARAMS, "live_params", "stage-3 gathered units (max_live_units of them)") \
     X(ZS_MEM_LIVE_GRADS, "live_grads", "stage-2/3 transient full gradients of units")       \
     X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction)") \
-    X(ZS_MEM_SCRATCH, "scratch", "transient working buffers (initialization), freed after use")
+    X(ZS_MEM_SCRATCH, "scratch", "working buffers: initialization (freed after zs_build); on CUDA also the bounded host-transfer and norm staging buffers")
 
 typedef enum zs_mem_tag {
 #define ZS_MEM_TAG_ENUM_(name, text, description) name,
