@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/mpi_host.h"
 #include "comm/reduce.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -39,22 +40,6 @@ typedef struct mpi_state {
     MPI_Op sum_fp16;          /* user ops for MPI_Reduce_scatter_block on MPI_UINT16_T */
     MPI_Op sum_bf16;
 } mpi_state;
-
-/* Turns an MPI error code into the message every collective failure carries:
- * which collective (name, number, label), on which rank, what MPI said, and
- * what to check next. */
-static zs_status mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
-                          int rc) {
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error code %d", rc);
-    return zs__fail(ZS_ERR_COMM,
-                    "%s #%llu of '%s' failed on rank %d: %s: %s; check that every rank made the "
-                    "same calls (ZS_LOG_LEVEL=debug logs every collective)",
-                    call->op, (unsigned long long)call->seq, call->label, comm->rank, function,
-                    text);
-}
 
 /* The name of the MPI function in a failing call, without its arguments. */
 static const char *function_name(const char *call_text, char *out, size_t capacity) {
@@ -72,7 +57,7 @@ static const char *function_name(const char *call_text, char *out, size_t capaci
         if (mpi_check_rc_ != MPI_SUCCESS) {                                      \
             char mpi_check_name_[64];                                            \
             zs_status mpi_check_status_ =                                        \
-                mpi_fail((comm), (call),                                         \
+                zs__mpi_fail((comm), (call),                                         \
                          function_name(#function_call, mpi_check_name_,          \
                                        sizeof mpi_check_name_),                  \
                          mpi_check_rc_);                                         \
@@ -261,36 +246,6 @@ static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
     zs__comm_sum_into(inout, in, (size_t)*len, ZS_DTYPE_BF16);
 }
 
-/* All-gather of `chunk_bytes` from every rank into `all` (rank order), piece
- * by piece: piece [off, off+len) of every chunk is one MPI_Allgather whose
- * receive type is `len` bytes with an extent of one chunk, so the pieces land
- * in place without packing. `mine` NULL means in place. */
-static zs_status mpi_all_gather_pieces(zs__comm *comm, mpi_state *st, const unsigned char *mine,
-                                       unsigned char *all, size_t chunk_bytes, size_t piece,
-                                       const zs__comm_call *call) {
-    if (chunk_bytes <= piece) {
-        MPI_CHECK(comm, call,
-                  MPI_Allgather(mine ? (const void *)mine : MPI_IN_PLACE, mine ? (int)chunk_bytes : 0,
-                                MPI_BYTE, all, (int)chunk_bytes, MPI_BYTE, st->comm));
-        return ZS_OK;
-    }
-    for (size_t off = 0; off < chunk_bytes; off += piece) {
-        size_t len = chunk_bytes - off < piece ? chunk_bytes - off : piece;
-        MPI_Datatype contiguous, strided;
-        MPI_CHECK(comm, call, MPI_Type_contiguous((int)len, MPI_BYTE, &contiguous));
-        int rc = MPI_Type_create_resized(contiguous, 0, (MPI_Aint)chunk_bytes, &strided);
-        MPI_Type_free(&contiguous);
-        if (rc != MPI_SUCCESS) return mpi_fail(comm, call, "MPI_Type_create_resized", rc);
-        rc = MPI_Type_commit(&strided);
-        if (rc == MPI_SUCCESS)
-            rc = MPI_Allgather(mine ? (const void *)(mine + off) : MPI_IN_PLACE,
-                               mine ? (int)len : 0, MPI_BYTE, all + off, 1, strided, st->comm);
-        MPI_Type_free(&strided);
-        if (rc != MPI_SUCCESS) return mpi_fail(comm, call, "MPI_Allgather", rc);
-    }
-    return ZS_OK;
-}
-
 /* ------------------------------------------------------------- the table */
 
 static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
@@ -305,38 +260,31 @@ static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype
     mpi_state *st = comm->state;
     size_t esize = zs_dtype_size(dtype);
     if (impl == ZS_COMM_IMPL_RING) return ring_all_gather(comm, st, buf, count, esize, call);
-    return mpi_all_gather_pieces(comm, st, NULL, buf, count * esize,
-                                 comm->segment_bytes - comm->segment_bytes % esize, call);
+    return zs__mpi_all_gather_pieces(comm, st->comm, NULL, buf, count * esize,
+                                     comm->segment_bytes - comm->segment_bytes % esize, call);
 }
 
 static zs_status op_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
                                        const zs__comm_call *call) {
     mpi_state *st = comm->state;
-    MPI_CHECK(comm, call, MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE,
-                                        op == ZS_REDUCE_MAX ? MPI_MAX : MPI_SUM, st->comm));
-    return ZS_OK;
+    return zs__mpi_all_reduce_scalars(comm, st->comm, values, n, op, call);
 }
 
 static zs_status op_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                      const zs__comm_call *call) {
-    return mpi_all_gather_pieces(comm, comm->state, mine, all, bytes, comm->segment_bytes, call);
+    mpi_state *st = comm->state;
+    return zs__mpi_all_gather_pieces(comm, st->comm, mine, all, bytes, comm->segment_bytes, call);
 }
 
 static zs_status op_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                               const zs__comm_call *call) {
     mpi_state *st = comm->state;
-    for (size_t off = 0; off < bytes; off += comm->segment_bytes) {
-        size_t len = bytes - off < comm->segment_bytes ? bytes - off : comm->segment_bytes;
-        MPI_CHECK(comm, call,
-                  MPI_Bcast((unsigned char *)buf + off, (int)len, MPI_BYTE, root, st->comm));
-    }
-    return ZS_OK;
+    return zs__mpi_broadcast(comm, st->comm, buf, bytes, root, comm->segment_bytes, call);
 }
 
 static zs_status op_barrier(zs__comm *comm, const zs__comm_call *call) {
     mpi_state *st = comm->state;
-    MPI_CHECK(comm, call, MPI_Barrier(st->comm));
-    return ZS_OK;
+    return zs__mpi_barrier(comm, st->comm, call);
 }
 
 static void free_state(mpi_state *st, zs__mem *mem) {

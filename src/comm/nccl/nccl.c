@@ -49,6 +49,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm_impl.h"
+#include "comm/mpi_host.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -170,18 +171,6 @@ static zs_status cuda_fail(const zs__comm *comm, const zs__comm_call *call, cons
                     cudaGetErrorName(rc), cudaGetErrorString(rc));
 }
 
-static zs_status mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
-                          int rc) {
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error code %d", rc);
-    return zs__fail(ZS_ERR_COMM,
-                    "%s #%" PRIu64 " of '%s' failed on rank %d: %s: %s; check that every rank "
-                    "made the same calls (ZS_LOG_LEVEL=debug logs every collective)",
-                    call->op, call->seq, call->label, comm->rank, function, text);
-}
-
 #define CUDA_OP_CHECK(comm, call, function, expr)                                  \
     do {                                                                           \
         cudaError_t cuda_check_rc_ = (expr);                                       \
@@ -193,16 +182,6 @@ static zs_status mpi_fail(const zs__comm *comm, const zs__comm_call *call, const
         }                                                                          \
     } while (0)
 
-#define MPI_OP_CHECK(comm, call, function, expr)                                   \
-    do {                                                                           \
-        int mpi_check_rc_ = (expr);                                                \
-        if (mpi_check_rc_ != MPI_SUCCESS) {                                        \
-            zs_status mpi_check_status_ = mpi_fail((comm), (call), (function),     \
-                                                   mpi_check_rc_);                 \
-            zs__error_breadcrumb(__FILE__, __LINE__);                              \
-            return mpi_check_status_;                                              \
-        }                                                                          \
-    } while (0)
 
 /* A communicator aborted earlier fails every call with its first message,
  * prefixed with the call now refused. */
@@ -380,60 +359,27 @@ static zs_status op_all_reduce_scalars(zs__comm *comm, double *values, int n, zs
                                        const zs__comm_call *call) {
     nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    MPI_OP_CHECK(comm, call, "MPI_Allreduce",
-                 MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE,
-                               op == ZS_REDUCE_MAX ? MPI_MAX : MPI_SUM, st->mpi));
-    return ZS_OK;
+    return zs__mpi_all_reduce_scalars(comm, st->mpi, values, n, op, call);
 }
 
-/* Piece [off, off+len) of every rank's `bytes` lands in place through a
- * receive type of `len` bytes whose extent is one rank's block. */
 static zs_status op_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                      const zs__comm_call *call) {
     nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    const size_t piece = comm->segment_bytes;
-    const unsigned char *src = mine;
-    unsigned char *dst = all;
-    if (bytes <= piece) {
-        MPI_OP_CHECK(comm, call, "MPI_Allgather",
-                     MPI_Allgather(src, (int)bytes, MPI_BYTE, dst, (int)bytes, MPI_BYTE, st->mpi));
-        return ZS_OK;
-    }
-    for (size_t off = 0; off < bytes; off += piece) {
-        const size_t len = bytes - off < piece ? bytes - off : piece;
-        MPI_Datatype contiguous, strided;
-        MPI_OP_CHECK(comm, call, "MPI_Type_contiguous",
-                     MPI_Type_contiguous((int)len, MPI_BYTE, &contiguous));
-        int rc = MPI_Type_create_resized(contiguous, 0, (MPI_Aint)bytes, &strided);
-        MPI_Type_free(&contiguous);
-        if (rc != MPI_SUCCESS) return mpi_fail(comm, call, "MPI_Type_create_resized", rc);
-        rc = MPI_Type_commit(&strided);
-        if (rc == MPI_SUCCESS)
-            rc = MPI_Allgather(src + off, (int)len, MPI_BYTE, dst + off, 1, strided, st->mpi);
-        MPI_Type_free(&strided);
-        if (rc != MPI_SUCCESS) return mpi_fail(comm, call, "MPI_Allgather", rc);
-    }
-    return ZS_OK;
+    return zs__mpi_all_gather_pieces(comm, st->mpi, mine, all, bytes, comm->segment_bytes, call);
 }
 
 static zs_status op_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                               const zs__comm_call *call) {
     nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    for (size_t off = 0; off < bytes; off += comm->segment_bytes) {
-        const size_t len = bytes - off < comm->segment_bytes ? bytes - off : comm->segment_bytes;
-        MPI_OP_CHECK(comm, call, "MPI_Bcast",
-                     MPI_Bcast((unsigned char *)buf + off, (int)len, MPI_BYTE, root, st->mpi));
-    }
-    return ZS_OK;
+    return zs__mpi_broadcast(comm, st->mpi, buf, bytes, root, comm->segment_bytes, call);
 }
 
 static zs_status op_barrier(zs__comm *comm, const zs__comm_call *call) {
     nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    MPI_OP_CHECK(comm, call, "MPI_Barrier", MPI_Barrier(st->mpi));
-    return ZS_OK;
+    return zs__mpi_barrier(comm, st->mpi, call);
 }
 
 /* ------------------------------------------------------------ destroy */
