@@ -32,9 +32,10 @@ test: build
 	@cd $(BUILD_DIR) && (ctest -L cuda -V --timeout 600 2>&1 | grep -E "SKIP:|tests passed|No tests were found" || true)
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
 
-# The same suite built with AddressSanitizer and UndefinedBehaviorSanitizer.
+# The same suite built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (CPU-only: the sanitizers instrument host C code).
 test-sanitize: deps
-	@cmake -S . -B $(BUILD_DIR)-sanitize -DZS_WERROR=ON -DZS_SANITIZE=ON
+	@cmake -S . -B $(BUILD_DIR)-sanitize -DZS_WERROR=ON -DZS_SANITIZE=ON -DZS_CUDA=OFF
 	@cmake --build $(BUILD_DIR)-sanitize -j $(JOBS)
 	cd $(BUILD_DIR)-sanitize && ctest --output-on-failure --timeout 600
 
