@@ -44,40 +44,35 @@ typedef struct run {
 
 static int is_cuda(const zs_ctx *zs) { return strcmp(zs_backend_name(zs), "cuda") == 0; }
 
-/* Host <- backend memory. On CUDA the copy runs on the compute stream, so it
- * sees every all-gather and optimizer update zeroshard ordered there. */
-static int read_back(zs_ctx *zs, void *host, const void *src, size_t bytes) {
+/* Copies between host and backend memory. On CUDA the copy runs on the
+ * compute stream, so a read sees every all-gather and optimizer update
+ * zeroshard ordered there, and a gradient write is ordered like a backward
+ * kernel; the host buffer is reused right away, so the copy is waited for. */
+static int stream_copy(zs_ctx *zs, void *dst, const void *src, size_t bytes, int to_device,
+                       const char *what) {
     if (!is_cuda(zs)) {
-        memcpy(host, src, bytes);
+        memcpy(dst, src, bytes);
         return 0;
     }
     cudaStream_t stream = zs_cuda_stream(zs);
-    cudaError_t rc = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream);
+    cudaError_t rc = cudaMemcpyAsync(dst, src, bytes,
+                                     to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                     stream);
     if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
     if (rc != cudaSuccess) {
-        fprintf(stderr, "rank %d: reading back %zu bytes failed: %s\n", zt_rank, bytes,
+        fprintf(stderr, "rank %d: %s (%zu bytes) failed: %s\n", zt_rank, what, bytes,
                 cudaGetErrorString(rc));
         return -1;
     }
     return 0;
 }
 
-/* Backend <- host, on the compute stream: what a backward kernel would do.
- * The host buffer is reused right away, so the copy is waited for. */
+static int read_back(zs_ctx *zs, void *host, const void *src, size_t bytes) {
+    return stream_copy(zs, host, src, bytes, 0, "reading back");
+}
+
 static int write_grad(zs_ctx *zs, void *dst, const void *host, size_t bytes) {
-    if (!is_cuda(zs)) {
-        memcpy(dst, host, bytes);
-        return 0;
-    }
-    cudaStream_t stream = zs_cuda_stream(zs);
-    cudaError_t rc = cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream);
-    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
-    if (rc != cudaSuccess) {
-        fprintf(stderr, "rank %d: writing %zu gradient bytes failed: %s\n", zt_rank, bytes,
-                cudaGetErrorString(rc));
-        return -1;
-    }
-    return 0;
+    return stream_copy(zs, dst, host, bytes, 1, "writing a gradient");
 }
 
 /* A deterministic, parameter-dependent gradient: that of
