@@ -35,13 +35,19 @@ extern "C" {
     X(ZS_ERR_IO, 7, "file input/output failed")                                              \
     X(ZS_ERR_UNSUPPORTED, 8, "not supported by this build or backend")                       \
     X(ZS_ERR_INTERNAL, 9, "internal error (please report it)")                              \
-    X(ZS_ERR_NUMERIC, 10, "training diverged: gradients keep overflowing")
+    X(ZS_ERR_NUMERIC, 10, "training diverged: gradients keep overflowing")                 \
+    X(ZS_ERR_TIMEOUT, 11, "a collective waited past comm.timeout_s for a peer")
 
 typedef enum zs_status {
 #define ZS_STATUS_ENUM_(name, value, message) name = value,
     ZS_STATUS_TABLE(ZS_STATUS_ENUM_)
 #undef ZS_STATUS_ENUM_
 } zs_status;
+
+/* The error code a rank passes to MPI_Abort when a collective timed out and
+ * comm.on_timeout = "abort" (the default): mpirun exits with it, so a job
+ * script can tell a communication deadline from other failures. */
+#define ZS_TIMEOUT_EXIT_CODE 75
 
 /* "ZS_ERR_CONFIG" for ZS_ERR_CONFIG; "ZS_UNKNOWN_STATUS" for values outside the table. */
 const char *zs_status_name(zs_status status);

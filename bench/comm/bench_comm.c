@@ -174,6 +174,7 @@ int main(int argc, char **argv) {
         settings.comm.reduce_scatter = k == 0 ? ZS_COMM_IMPL_RING : ZS_COMM_IMPL_MPI;
         settings.comm.all_gather = settings.comm.reduce_scatter;
         settings.comm.segment_bytes = o.segment_bytes;
+        settings.comm.timeout_s = 600;
         memset(&mems[k], 0, sizeof mems[k]);
         if (zs__comm_create_mpi(MPI_COMM_WORLD, &settings, &mems[k], &comms[k]) != ZS_OK) {
             fprintf(stderr, "bench_comm: rank %d: %s\n", rank, zs_last_error());

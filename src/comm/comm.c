@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/mpi_host.h"
+#include "comm/wait.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -43,6 +45,11 @@ zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
     comm->reduce_scatter_impl = settings->comm.reduce_scatter;
     comm->all_gather_impl = settings->comm.all_gather;
     comm->segment_bytes = (size_t)settings->comm.segment_bytes;
+    comm->host = MPI_COMM_NULL;
+    comm->tag_period = 4096; /* 8 * 4096 < 32767, the smallest MPI_TAG_UB allowed */
+    comm->timeout_s = (double)settings->comm.timeout_s;
+    comm->on_timeout = settings->comm.on_timeout;
+    comm->check_collectives = settings->comm.check_collectives;
     *out = comm;
     return ZS_OK;
 }
@@ -60,15 +67,93 @@ int zs__comm_size(const zs__comm *comm) { return comm->size; }
 
 void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out) { *out = comm->stats; }
 
+zs_status zs__comm_failed(const zs__comm *comm) { return comm->failed; }
+
 /* Numbers the call (every rank numbers its collectives the same way, so "#17"
  * identifies one collective across ranks) and logs it at debug level, which is
  * how a user finds the first call where ranks diverged. */
 static zs__comm_call begin_call(zs__comm *comm, const char *op, const char *label,
-                                const char *what) {
-    zs__comm_call call = {op, label ? label : "", ++comm->seq};
+                                const char *what, uint64_t bytes) {
+    zs__comm_call call = {op, label ? label : "", ++comm->seq, bytes};
     if (zs__log_enabled(ZS_LOG_DEBUG))
         ZS_DEBUG("comm: %s #%" PRIu64 " of '%s': %s", call.op, call.seq, call.label, what);
     return call;
+}
+
+/* What comm.check_collectives compares across ranks before a collective.
+ * Fixed size and plain bytes, so one all-gather carries every rank's. */
+typedef struct fingerprint {
+    uint64_t seq;
+    uint64_t count;   /* elements per chunk, bytes per rank, or scalars */
+    int32_t dtype;    /* -1 where the op carries bytes */
+    int32_t root;     /* broadcast root; -1 elsewhere */
+    char op[24];
+    char label[64];
+    char what[96];
+} fingerprint;
+
+static void describe_fingerprint(char *out, size_t capacity, const fingerprint *f) {
+    snprintf(out, capacity, "%s #%" PRIu64 " of '%s' (%s)", f->op, f->seq, f->label, f->what);
+}
+
+/* Refuses every call once the communicator failed (a timeout, or ranks out
+ * of step): the transport may hold half-finished messages, and the ranks no
+ * longer agree on what the next collective is. */
+static zs_status check_usable(const zs__comm *comm, const char *op, const char *label) {
+    if (comm->failed == ZS_OK) return ZS_OK;
+    return zs__fail(comm->failed,
+                    "%s of '%s' on rank %d refused: this communicator failed earlier: %s", op,
+                    label ? label : "", comm->rank, comm->failure);
+}
+
+/* comm.check_collectives: every rank contributes the fingerprint of the
+ * collective it is about to run; all see all, so when they differ every rank
+ * fails here together, naming the first rank that differs from it and both
+ * fingerprints, before any data moves (the desync a flight recorder finds
+ * after the fact). */
+static zs_status check_fingerprints(zs__comm *comm, const zs__comm_call *call, uint64_t count,
+                                    int dtype, int root, const char *what) {
+    if (!comm->check_collectives || comm->size < 2 || comm->host == MPI_COMM_NULL) return ZS_OK;
+    fingerprint mine;
+    memset(&mine, 0, sizeof mine);
+    mine.seq = call->seq;
+    mine.count = count;
+    mine.dtype = dtype;
+    mine.root = root;
+    snprintf(mine.op, sizeof mine.op, "%s", call->op);
+    snprintf(mine.label, sizeof mine.label, "%s", call->label);
+    snprintf(mine.what, sizeof mine.what, "%s", what);
+    fingerprint *all = NULL;
+    const size_t all_bytes = sizeof mine * (size_t)comm->size;
+    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
+    zs__comm_call exchange = *call;
+    exchange.bytes = sizeof mine;
+    zs_status st = zs__mpi_all_gather_bytes(comm, &mine, sizeof mine, all, &exchange);
+    int differing = -1;
+    for (int r = 0; st == ZS_OK && r < comm->size && differing < 0; r++) {
+        fingerprint *f = &all[r];
+        f->op[sizeof f->op - 1] = f->label[sizeof f->label - 1] = f->what[sizeof f->what - 1] = 0;
+        if (f->seq != mine.seq || f->count != mine.count || f->dtype != mine.dtype ||
+            f->root != mine.root || strcmp(f->op, mine.op) != 0 ||
+            strcmp(f->label, mine.label) != 0)
+            differing = r;
+    }
+    if (st == ZS_OK && differing >= 0) {
+        char a[256], b[256];
+        describe_fingerprint(a, sizeof a, &mine);
+        describe_fingerprint(b, sizeof b, &all[differing]);
+        snprintf(comm->failure, sizeof comm->failure,
+                 "ranks are out of step (comm.check_collectives): rank %d is about to run %s "
+                 "but rank %d is about to run %s; every rank must make the same collective "
+                 "calls in the same order (same units fetched and released in the same order, "
+                 "zs_step, zs_save and zs_load on every rank)",
+                 comm->rank, a, differing, b);
+        comm->failed = ZS_ERR_MISMATCH;
+        st = zs__fail(ZS_ERR_MISMATCH, "%s", comm->failure);
+        ZS_LOG_ERROR_("%s", comm->failure);
+    }
+    zs__mem_host_free(comm->mem, ZS_MEM_COMM, all, all_bytes);
+    return st;
 }
 
 static void account(zs__comm *comm, zs_comm_op op, uint64_t bytes) {
@@ -112,10 +197,13 @@ static uint64_t ring_bytes(const zs__comm *comm, size_t count, zs_dtype dtype) {
 
 zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                   const char *label) {
+    ZS_CHECK(check_usable(comm, "reduce_scatter", label));
     ZS_CHECK(check_chunked(comm, "reduce_scatter", buf, count, dtype, label));
     char what[128];
     describe_chunked(what, sizeof what, comm, count, dtype, comm->reduce_scatter_impl);
-    zs__comm_call call = begin_call(comm, "reduce_scatter", label, what);
+    zs__comm_call call = begin_call(comm, "reduce_scatter", label, what,
+                                    (uint64_t)comm->size * count * zs_dtype_size(dtype));
+    ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_REDUCE_SCATTER, ring_bytes(comm, count, dtype));
     if (comm->size == 1 || count == 0) return ZS_OK;
     ZS_CHECK(comm->ops->reduce_scatter(comm, buf, count, dtype, comm->reduce_scatter_impl,
@@ -125,10 +213,13 @@ zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dt
 
 zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                               const char *label) {
+    ZS_CHECK(check_usable(comm, "all_gather", label));
     ZS_CHECK(check_chunked(comm, "all_gather", buf, count, dtype, label));
     char what[128];
     describe_chunked(what, sizeof what, comm, count, dtype, comm->all_gather_impl);
-    zs__comm_call call = begin_call(comm, "all_gather", label, what);
+    zs__comm_call call = begin_call(comm, "all_gather", label, what,
+                                    (uint64_t)comm->size * count * zs_dtype_size(dtype));
+    ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_ALL_GATHER, ring_bytes(comm, count, dtype));
     if (comm->size == 1 || count == 0) return ZS_OK;
     ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, comm->all_gather_impl, &call));
@@ -137,12 +228,15 @@ zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype 
 
 zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                               const char *label) {
+    ZS_CHECK(check_usable(comm, "all_reduce", label));
     ZS_CHECK(check_chunked(comm, "all_reduce", buf, count, dtype, label));
     char what[160];
     snprintf(what, sizeof what, "%d chunks of %zu %s elements (%s reduce-scatter, %s all-gather)",
              comm->size, count, zs_dtype_name(dtype), impl_name(comm->reduce_scatter_impl),
              impl_name(comm->all_gather_impl));
-    zs__comm_call call = begin_call(comm, "all_reduce", label, what);
+    zs__comm_call call = begin_call(comm, "all_reduce", label, what,
+                                    (uint64_t)comm->size * count * zs_dtype_size(dtype));
+    ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_ALL_REDUCE, 2 * ring_bytes(comm, count, dtype));
     if (comm->size == 1 || count == 0) return ZS_OK;
     /* The two halves run under the all-reduce's name and number, and are not
@@ -157,13 +251,16 @@ zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype 
 
 zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
                                       const char *label) {
+    ZS_CHECK(check_usable(comm, "all_reduce", label));
     if (n < 0 || (n > 0 && !values) || (op != ZS_REDUCE_SUM && op != ZS_REDUCE_MAX))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "all_reduce of scalars '%s': bad arguments (n = %d, values %s, op %d)",
                         label ? label : "", n, values ? "set" : "NULL", (int)op);
     char what[96];
     snprintf(what, sizeof what, "%d doubles (%s)", n, op == ZS_REDUCE_SUM ? "sum" : "max");
-    zs__comm_call call = begin_call(comm, "all_reduce", label, what);
+    zs__comm_call call = begin_call(comm, "all_reduce", label, what,
+                                    (uint64_t)n * sizeof(double));
+    ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)n, -1 - (int)op, -1, what));
     /* 2(n-1)/n of the payload, as a ring all-reduce would send, rounded down. */
     account(comm, ZS_COMM_ALL_REDUCE,
             2 * (uint64_t)(comm->size - 1) * (uint64_t)n * sizeof(double) / (uint64_t)comm->size);
@@ -174,6 +271,7 @@ zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs_
 
 zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                     const char *label) {
+    ZS_CHECK(check_usable(comm, "all_gather", label));
     size_t total;
     if (!zs__mul_size(bytes, (size_t)comm->size, &total) || (bytes > 0 && (!mine || !all)))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
@@ -181,7 +279,8 @@ zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t byt
                         label ? label : "", bytes, comm->size);
     char what[64];
     snprintf(what, sizeof what, "%zu bytes from each rank", bytes);
-    zs__comm_call call = begin_call(comm, "all_gather", label, what);
+    zs__comm_call call = begin_call(comm, "all_gather", label, what, (uint64_t)bytes);
+    ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)bytes, -1, -1, what));
     account(comm, ZS_COMM_ALL_GATHER, (uint64_t)(comm->size - 1) * (uint64_t)bytes);
     if (bytes == 0) return ZS_OK;
     if (comm->size == 1) {
@@ -195,13 +294,15 @@ zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t byt
 
 zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                              const char *label) {
+    ZS_CHECK(check_usable(comm, "broadcast", label));
     if (root < 0 || root >= comm->size || (bytes > 0 && !buf))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "broadcast of '%s': bad arguments (root %d of %d ranks, %zu bytes)",
                         label ? label : "", root, comm->size, bytes);
     char what[64];
     snprintf(what, sizeof what, "%zu bytes from rank %d", bytes, root);
-    zs__comm_call call = begin_call(comm, "broadcast", label, what);
+    zs__comm_call call = begin_call(comm, "broadcast", label, what, (uint64_t)bytes);
+    ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)bytes, -1, root, what));
     account(comm, ZS_COMM_BROADCAST,
             comm->rank == root && comm->size > 1 ? (uint64_t)bytes : 0);
     if (comm->size == 1 || bytes == 0) return ZS_OK;
@@ -210,7 +311,9 @@ zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
 }
 
 zs_status zs__comm_barrier(zs__comm *comm, const char *label) {
-    zs__comm_call call = begin_call(comm, "barrier", label, "");
+    ZS_CHECK(check_usable(comm, "barrier", label));
+    zs__comm_call call = begin_call(comm, "barrier", label, "", 0);
+    ZS_CHECK(check_fingerprints(comm, &call, 0, -1, -1, ""));
     account(comm, ZS_COMM_BARRIER, 0);
     if (comm->size == 1) return ZS_OK;
     ZS_CHECK(comm->ops->barrier(comm, &call));

@@ -6,7 +6,10 @@
  * buffer is padded so every rank owns one equal chunk.
  *
  * Every call is collective over the communicator and synchronous (returns when
- * the local buffer is final). `label` names what is being moved (a unit name,
+ * the local buffer is final). Every wait for a peer has a deadline,
+ * comm.timeout_s without progress (wait.h): past it the call reports the op,
+ * its number, label, bytes and the silent peer, then aborts the job or
+ * returns ZS_ERR_TIMEOUT (comm.on_timeout). `label` names what is being moved (a unit name,
  * "config hash", ...) so an error message can say which collective failed;
  * every collective also carries a sequence number for the same reason.
  *
@@ -92,6 +95,11 @@ zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t byt
 zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                              const char *label);
 zs_status zs__comm_barrier(zs__comm *comm, const char *label);
+
+/* ZS_OK, or the status of the failure that made the communicator refuse
+ * every call (ZS_ERR_TIMEOUT after a timeout with comm.on_timeout = "return",
+ * ZS_ERR_MISMATCH after comm.check_collectives found ranks out of step). */
+zs_status zs__comm_failed(const zs__comm *comm);
 
 /* Cumulative counters since creation. */
 void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out);

@@ -16,6 +16,7 @@ typedef struct zs__comm_call {
     const char *op;
     const char *label;
     uint64_t seq;
+    uint64_t bytes;  /* the collective's payload on this rank, for messages */
 } zs__comm_call;
 
 /* One table per implementation, filled by a static const initializer.
@@ -57,6 +58,20 @@ struct zs__comm {
      * (SIMD conversions on the CPU) instead of the portable loop of reduce.c;
      * both widen to fp32, add and round once, so the bits are the same. */
     zs__backend *backend;
+
+    /* Deadlines (wait.h). `host` is the implementation's MPI communicator,
+     * over which timed-out ranks exchange reports and fingerprints travel;
+     * tags fold in the sequence number modulo tag_period. */
+    MPI_Comm host;
+    int tag_period;
+    double timeout_s;                /* comm.timeout_s */
+    zs__timeout_policy on_timeout;   /* comm.on_timeout */
+    int check_collectives;           /* comm.check_collectives */
+    /* Set after a timeout or a fingerprint disagreement: every later call
+     * fails at once with this status and message (the ranks are out of step
+     * and the transport may hold half-finished messages). */
+    zs_status failed;
+    char failure[2048];
 };
 
 /* Allocates a communicator around an implementation's state and copies the

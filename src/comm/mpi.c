@@ -26,12 +26,9 @@
 #include "comm/comm_impl.h"
 #include "comm/mpi_host.h"
 #include "comm/reduce.h"
+#include "comm/wait.h"
 #include "core/error.h"
 #include "core/log.h"
-
-/* Tags keep a ring's messages apart from any other point-to-point traffic on
- * the duplicated communicator (there is none today, but the cost is nil). */
-enum { TAG_REDUCE_SCATTER = 1, TAG_ALL_GATHER = 2 };
 
 typedef struct mpi_state {
     MPI_Comm comm;            /* our duplicate, with MPI_ERRORS_RETURN */
@@ -142,11 +139,11 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
     for (size_t m = 0; m < total; m++) {
         const size_t step = m / nseg, off = (m % nseg) * p->segment_bytes;
         const size_t len = ring_length(p, nseg, m);
-        MPI_CHECK(comm, call, MPI_Wait(&send[m % depth], MPI_STATUS_IGNORE));
+        ZS_CHECK(zs__comm_wait_one(comm, call, &send[m % depth], right, 0));
         unsigned char *out = p->buf + ring_chunk(q, n, step, p->shift) * p->chunk_bytes + off;
         MPI_CHECK(comm, call, MPI_Isend(out, (int)len, MPI_BYTE, right, p->tag, st->comm,
                                         &send[m % depth]));
-        MPI_CHECK(comm, call, MPI_Wait(&recv[m % depth], MPI_STATUS_IGNORE));
+        ZS_CHECK(zs__comm_wait_one(comm, call, &recv[m % depth], left, 1));
         if (p->reduce) {
             unsigned char *into =
                 p->buf + ring_chunk(q, n, step, p->shift + 1) * p->chunk_bytes + off;
@@ -164,7 +161,7 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
                                             (int)ring_length(p, nseg, m + depth), MPI_BYTE, left,
                                             p->tag, st->comm, &recv[m % depth]));
     }
-    MPI_CHECK(comm, call, MPI_Waitall((int)depth, send, MPI_STATUSES_IGNORE));
+    for (size_t d = 0; d < depth; d++) ZS_CHECK(zs__comm_wait_one(comm, call, &send[d], right, 0));
     return ZS_OK;
 }
 
@@ -178,7 +175,7 @@ static zs_status ring_reduce_scatter(zs__comm *comm, mpi_state *st, void *buf, s
         .shift = 1,
         .reduce = 1,
         .dtype = dtype,
-        .tag = TAG_REDUCE_SCATTER,
+        .tag = zs__comm_tag(comm, ZS_TAG_REDUCE_SCATTER, call->seq),
         .depth = RING_DEPTH,
     };
     size_t part = st->staging_bytes / (size_t)p.depth;
@@ -196,7 +193,7 @@ static zs_status ring_all_gather(zs__comm *comm, mpi_state *st, void *buf, size_
         .segment_bytes = comm->segment_bytes - comm->segment_bytes % esize,
         .shift = 0,
         .reduce = 0,
-        .tag = TAG_ALL_GATHER,
+        .tag = zs__comm_tag(comm, ZS_TAG_ALL_GATHER, call->seq),
         .depth = RING_DEPTH,
     };
     return ring_run(comm, st, &p, call);
@@ -227,8 +224,10 @@ static zs_status mpi_reduce_scatter(zs__comm *comm, mpi_state *st, void *buf, si
         for (int j = 0; j < n; j++)
             memcpy(stage + (size_t)j * len * esize, data + ((size_t)j * count + off) * esize,
                    len * esize);
-        MPI_CHECK(comm, call, MPI_Reduce_scatter_block(MPI_IN_PLACE, stage, (int)len, type, op,
-                                                       st->comm));
+        MPI_Request request = MPI_REQUEST_NULL;
+        MPI_CHECK(comm, call, MPI_Ireduce_scatter_block(MPI_IN_PLACE, stage, (int)len, type, op,
+                                                        st->comm, &request));
+        ZS_CHECK(zs__comm_wait_one(comm, call, &request, -1, 1));
         memcpy(data + ((size_t)comm->rank * count + off) * esize, stage, len * esize);
     }
     return ZS_OK;
@@ -260,31 +259,8 @@ static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype
     mpi_state *st = comm->state;
     size_t esize = zs_dtype_size(dtype);
     if (impl == ZS_COMM_IMPL_RING) return ring_all_gather(comm, st, buf, count, esize, call);
-    return zs__mpi_all_gather_pieces(comm, st->comm, NULL, buf, count * esize,
+    return zs__mpi_all_gather_native(comm, buf, count * esize,
                                      comm->segment_bytes - comm->segment_bytes % esize, call);
-}
-
-static zs_status op_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
-                                       const zs__comm_call *call) {
-    mpi_state *st = comm->state;
-    return zs__mpi_all_reduce_scalars(comm, st->comm, values, n, op, call);
-}
-
-static zs_status op_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
-                                     const zs__comm_call *call) {
-    mpi_state *st = comm->state;
-    return zs__mpi_all_gather_pieces(comm, st->comm, mine, all, bytes, comm->segment_bytes, call);
-}
-
-static zs_status op_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
-                              const zs__comm_call *call) {
-    mpi_state *st = comm->state;
-    return zs__mpi_broadcast(comm, st->comm, buf, bytes, root, comm->segment_bytes, call);
-}
-
-static zs_status op_barrier(zs__comm *comm, const zs__comm_call *call) {
-    mpi_state *st = comm->state;
-    return zs__mpi_barrier(comm, st->comm, call);
 }
 
 static void free_state(mpi_state *st, zs__mem *mem) {
@@ -308,10 +284,10 @@ static const zs__comm_ops mpi_ops = {
     .name = "mpi",
     .reduce_scatter = op_reduce_scatter,
     .all_gather = op_all_gather,
-    .all_reduce_scalars = op_all_reduce_scalars,
-    .all_gather_bytes = op_all_gather_bytes,
-    .broadcast = op_broadcast,
-    .barrier = op_barrier,
+    .all_reduce_scalars = zs__mpi_all_reduce_scalars,
+    .all_gather_bytes = zs__mpi_all_gather_bytes,
+    .broadcast = zs__mpi_broadcast,
+    .barrier = zs__mpi_barrier,
     .destroy = op_destroy,
 };
 
@@ -344,6 +320,9 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
         return zs__fail(ZS_ERR_CONFIG,
                         "comm.reduce_scatter (%d) and comm.all_gather (%d) must be \"ring\" or "
                         "\"mpi\"", (int)rs, (int)ag);
+    if (settings->comm.timeout_s < 1)
+        return zs__fail(ZS_ERR_CONFIG, "comm.timeout_s = %lld must be at least 1 second",
+                        (long long)settings->comm.timeout_s);
     /* An aligned line for each of the ring's staging slots, and a segment
      * that is a valid MPI count. */
     const int64_t segment = settings->comm.segment_bytes;
@@ -357,12 +336,19 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate the MPI communicator state");
     st->comm = MPI_COMM_NULL;
     st->sum_fp16 = st->sum_bf16 = MPI_OP_NULL;
-    int rc = MPI_Comm_dup(comm, &st->comm);
+    /* Creation is collective too: a rank that never calls zs_create must not
+     * leave the others waiting forever. */
+    MPI_Request dup_request = MPI_REQUEST_NULL;
+    int rc = MPI_Comm_idup(comm, &st->comm, &dup_request);
     if (rc != MPI_SUCCESS) {
         st->comm = MPI_COMM_NULL;
-        status = create_fail("MPI_Comm_dup", rc);
+        status = create_fail("MPI_Comm_idup", rc);
         goto fail;
     }
+    ZS_CHECK_GOTO(zs__comm_wait_startup(&dup_request, settings, comm,
+                                        "duplicating the communicator (MPI_Comm_idup) in "
+                                        "zs_create"),
+                  status, fail);
     rc = MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         status = create_fail("MPI_Comm_set_errhandler", rc);
@@ -407,6 +393,7 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
                       status, fail);
     }
     ZS_CHECK_GOTO(zs__comm_new(&mpi_ops, st, rank, size, settings, mem, out), status, fail);
+    zs__comm_set_host(*out, st->comm);
     ZS_DEBUG("comm: created on %d ranks; reduce_scatter=%s all_gather=%s segment_bytes=%lld",
              size, rs == ZS_COMM_IMPL_RING ? "ring" : "mpi", ag == ZS_COMM_IMPL_RING ? "ring" : "mpi",
              (long long)segment);

@@ -1,7 +1,9 @@
 #include "comm/mpi_host.h"
 
 #include <stdio.h>
+#include <string.h>
 
+#include "comm/wait.h"
 #include "core/error.h"
 
 zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
@@ -12,7 +14,8 @@ zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const ch
         snprintf(text, sizeof text, "MPI error code %d", rc);
     return zs__fail(ZS_ERR_COMM,
                     "%s #%llu of '%s' failed on rank %d: %s: %s; check that every rank made the "
-                    "same calls (ZS_LOG_LEVEL=debug logs every collective)",
+                    "same calls (ZS_LOG_LEVEL=debug logs every collective, "
+                    "comm.check_collectives = true compares them)",
                     call->op, (unsigned long long)call->seq, call->label, comm->rank, function,
                     text);
 }
@@ -26,16 +29,136 @@ zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const ch
         }                                                                        \
     } while (0)
 
-zs_status zs__mpi_all_gather_pieces(const zs__comm *comm, MPI_Comm mpi, const unsigned char *mine,
-                                    unsigned char *all, size_t chunk_bytes, size_t piece,
-                                    const zs__comm_call *call) {
-    if (chunk_bytes <= piece) {
-        HOST_CHECK(comm, call, "MPI_Allgather",
-                   MPI_Allgather(mine ? (const void *)mine : MPI_IN_PLACE,
-                                 mine ? (int)chunk_bytes : 0, MPI_BYTE, all, (int)chunk_bytes,
-                                 MPI_BYTE, mpi));
-        return ZS_OK;
+/* One exchange with two peers: receive `recv_bytes` from `from` into `into`
+ * while sending `send_bytes` to `to`, both under `tag`, with the deadline. */
+static zs_status swap(zs__comm *comm, const zs__comm_call *call, int tag, const void *out,
+                      size_t send_bytes, int to, void *into, size_t recv_bytes, int from) {
+    zs__pending p[2] = {{MPI_REQUEST_NULL, from, 1}, {MPI_REQUEST_NULL, to, 0}};
+    HOST_CHECK(comm, call, "MPI_Irecv",
+               MPI_Irecv(into, (int)recv_bytes, MPI_BYTE, from, tag, comm->host, &p[0].request));
+    int rc = MPI_Isend(out, (int)send_bytes, MPI_BYTE, to, tag, comm->host, &p[1].request);
+    if (rc != MPI_SUCCESS) {
+        MPI_Cancel(&p[0].request);
+        MPI_Request_free(&p[0].request);
+        zs__error_breadcrumb(__FILE__, __LINE__);
+        return zs__mpi_fail(comm, call, "MPI_Isend", rc);
     }
+    ZS_CHECK(zs__comm_wait(comm, call, p, 2));
+    return ZS_OK;
+}
+
+/* Bruck's all-gather of one piece: `len` bytes at offset `off` of every
+ * rank's contribution. tmp holds size * len bytes; after round k it holds
+ * the pieces of ranks rank, rank+1, ..., rank+2^(k+1)-1 (mod size). */
+static zs_status exchange_piece(zs__comm *comm, const zs__comm_call *call, int tag,
+                                const unsigned char *mine, unsigned char *all, size_t bytes,
+                                size_t off, size_t len, unsigned char *tmp) {
+    const int n = comm->size, r = comm->rank;
+    memcpy(tmp, mine + off, len);
+    for (int dist = 1; dist < n; dist *= 2) {
+        const int blocks = dist < n - dist ? dist : n - dist;
+        ZS_CHECK(swap(comm, call, tag, tmp, (size_t)blocks * len, (r - dist + n) % n,
+                      tmp + (size_t)dist * len, (size_t)blocks * len, (r + dist) % n));
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(all + (size_t)((r + i) % n) * bytes + off, tmp + (size_t)i * len, len);
+    return ZS_OK;
+}
+
+static zs_status exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_kind kind,
+                          const void *mine, size_t bytes, void *all) {
+    const size_t n = (size_t)comm->size;
+    size_t piece = comm->segment_bytes / n;
+    if (piece == 0) piece = 1;
+    if (piece > bytes) piece = bytes;
+    size_t tmp_bytes = piece * n;
+    unsigned char *tmp = NULL;
+    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, tmp_bytes, (void **)&tmp));
+    const int tag = zs__comm_tag(comm, kind, call->seq);
+    zs_status st = ZS_OK;
+    for (size_t off = 0; off < bytes && st == ZS_OK; off += piece) {
+        size_t len = bytes - off < piece ? bytes - off : piece;
+        st = exchange_piece(comm, call, tag, mine, all, bytes, off, len, tmp);
+    }
+    zs__mem_host_free(comm->mem, ZS_MEM_COMM, tmp, tmp_bytes);
+    return st;
+}
+
+zs_status zs__mpi_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                   const zs__comm_call *call) {
+    return exchange(comm, call, ZS_TAG_EXCHANGE, mine, bytes, all);
+}
+
+zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
+                                     const zs__comm_call *call) {
+    const size_t bytes = (size_t)n * sizeof(double);
+    double *all = NULL;
+    const size_t all_bytes = bytes * (size_t)comm->size;
+    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
+    zs_status st = exchange(comm, call, ZS_TAG_EXCHANGE, values, bytes, all);
+    if (st == ZS_OK) {
+        /* Rank order, the same on every rank: the result is identical
+         * everywhere, and a sum does not depend on the exchange's shape. */
+        for (int i = 0; i < n; i++) {
+            double v = all[i];
+            for (int r = 1; r < comm->size; r++) {
+                double x = all[(size_t)r * (size_t)n + (size_t)i];
+                if (op == ZS_REDUCE_SUM) v += x;
+                else if (x > v || x != x) v = x; /* max; a NaN wins, as in a sum */
+            }
+            values[i] = v;
+        }
+    }
+    zs__mem_host_free(comm->mem, ZS_MEM_COMM, all, all_bytes);
+    return st;
+}
+
+zs_status zs__mpi_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
+                            const zs__comm_call *call) {
+    const int n = comm->size;
+    const int vr = (comm->rank - root + n) % n;        /* rank relative to the root */
+    const int low = vr == 0 ? 1 << 30 : vr & -vr;      /* lowest set bit: the subtree size */
+    const int parent = vr == 0 ? -1 : ((vr - low) + root) % n;
+    const int tag = zs__comm_tag(comm, ZS_TAG_BROADCAST, call->seq);
+    zs__pending p[32];
+    for (size_t off = 0; off < bytes; off += comm->segment_bytes) {
+        const size_t len = bytes - off < comm->segment_bytes ? bytes - off : comm->segment_bytes;
+        unsigned char *at = (unsigned char *)buf + off;
+        if (parent >= 0) {
+            MPI_Request request = MPI_REQUEST_NULL;
+            HOST_CHECK(comm, call, "MPI_Irecv",
+                       MPI_Irecv(at, (int)len, MPI_BYTE, parent, tag, comm->host, &request));
+            ZS_CHECK(zs__comm_wait_one(comm, call, &request, parent, 1));
+        }
+        int children = 0;
+        for (int step = 1; step < low && vr + step < n; step *= 2) {
+            const int child = (vr + step + root) % n;
+            p[children] = (zs__pending){MPI_REQUEST_NULL, child, 0};
+            int rc = MPI_Isend(at, (int)len, MPI_BYTE, child, tag, comm->host,
+                               &p[children].request);
+            if (rc != MPI_SUCCESS) {
+                for (int i = 0; i < children; i++) MPI_Request_free(&p[i].request);
+                zs__error_breadcrumb(__FILE__, __LINE__);
+                return zs__mpi_fail(comm, call, "MPI_Isend", rc);
+            }
+            children++;
+        }
+        ZS_CHECK(zs__comm_wait(comm, call, p, children));
+    }
+    return ZS_OK;
+}
+
+zs_status zs__mpi_barrier(zs__comm *comm, const zs__comm_call *call) {
+    unsigned char mine = 1, *all = NULL;
+    const size_t all_bytes = (size_t)comm->size;
+    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
+    zs_status st = exchange(comm, call, ZS_TAG_EXCHANGE, &mine, 1, all);
+    zs__mem_host_free(comm->mem, ZS_MEM_COMM, all, all_bytes);
+    return st;
+}
+
+zs_status zs__mpi_all_gather_native(zs__comm *comm, unsigned char *all, size_t chunk_bytes,
+                                    size_t piece, const zs__comm_call *call) {
     for (size_t off = 0; off < chunk_bytes; off += piece) {
         size_t len = chunk_bytes - off < piece ? chunk_bytes - off : piece;
         MPI_Datatype contiguous, strided;
@@ -45,34 +168,14 @@ zs_status zs__mpi_all_gather_pieces(const zs__comm *comm, MPI_Comm mpi, const un
         MPI_Type_free(&contiguous);
         if (rc != MPI_SUCCESS) return zs__mpi_fail(comm, call, "MPI_Type_create_resized", rc);
         rc = MPI_Type_commit(&strided);
+        MPI_Request request = MPI_REQUEST_NULL;
         if (rc == MPI_SUCCESS)
-            rc = MPI_Allgather(mine ? (const void *)(mine + off) : MPI_IN_PLACE,
-                               mine ? (int)len : 0, MPI_BYTE, all + off, 1, strided, mpi);
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, all + off, 1, strided, comm->host,
+                                &request);
+        /* The type may be freed while the operation runs (MPI keeps it). */
         MPI_Type_free(&strided);
-        if (rc != MPI_SUCCESS) return zs__mpi_fail(comm, call, "MPI_Allgather", rc);
+        if (rc != MPI_SUCCESS) return zs__mpi_fail(comm, call, "MPI_Iallgather", rc);
+        ZS_CHECK(zs__comm_wait_one(comm, call, &request, -1, 1));
     }
-    return ZS_OK;
-}
-
-zs_status zs__mpi_all_reduce_scalars(const zs__comm *comm, MPI_Comm mpi, double *values, int n,
-                                     zs__reduce_op op, const zs__comm_call *call) {
-    HOST_CHECK(comm, call, "MPI_Allreduce",
-               MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE,
-                             op == ZS_REDUCE_MAX ? MPI_MAX : MPI_SUM, mpi));
-    return ZS_OK;
-}
-
-zs_status zs__mpi_broadcast(const zs__comm *comm, MPI_Comm mpi, void *buf, size_t bytes, int root,
-                            size_t piece, const zs__comm_call *call) {
-    for (size_t off = 0; off < bytes; off += piece) {
-        size_t len = bytes - off < piece ? bytes - off : piece;
-        HOST_CHECK(comm, call, "MPI_Bcast",
-                   MPI_Bcast((unsigned char *)buf + off, (int)len, MPI_BYTE, root, mpi));
-    }
-    return ZS_OK;
-}
-
-zs_status zs__mpi_barrier(const zs__comm *comm, MPI_Comm mpi, const zs__comm_call *call) {
-    HOST_CHECK(comm, call, "MPI_Barrier", MPI_Barrier(mpi));
     return ZS_OK;
 }

@@ -1,7 +1,14 @@
 /* MPI operations on host memory, shared by the communicators: the MPI one
  * (src/comm/mpi.c) uses them for everything that is not a ring, and the
- * device one (src/comm/nccl/) for its host-side agreements. Each reports a
- * failure with the collective's name, sequence number, label and rank. */
+ * device one (src/comm/nccl/) for its host-side agreements. They run on the
+ * communicator's host MPI communicator (comm->host, wait.h).
+ *
+ * The small host collectives (all-gather of bytes, all-reduce of scalars,
+ * broadcast, barrier) are built on point-to-point messages rather than on
+ * MPI's blocking collectives, for one reason: every wait then has a deadline
+ * and knows the rank it waits for, so a stopped or departed peer becomes a
+ * report that names it instead of a hang. Each reports a failure with the
+ * collective's name, sequence number, label and rank. */
 #ifndef ZS_COMM_MPI_HOST_H
 #define ZS_COMM_MPI_HOST_H
 
@@ -14,19 +21,29 @@
 zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
                        int rc);
 
-/* All-gather of `chunk_bytes` from every rank into `all` (rank order), in
- * pieces of at most `piece` bytes so counts fit an int: piece [off, off+len)
- * of every chunk is one MPI_Allgather whose receive type is `len` bytes with
- * an extent of one chunk, so pieces land in place without packing. `mine`
- * NULL means in place (this rank's chunk already in `all`). */
-zs_status zs__mpi_all_gather_pieces(const zs__comm *comm, MPI_Comm mpi, const unsigned char *mine,
-                                    unsigned char *all, size_t chunk_bytes, size_t piece,
-                                    const zs__comm_call *call);
-zs_status zs__mpi_all_reduce_scalars(const zs__comm *comm, MPI_Comm mpi, double *values, int n,
-                                     zs__reduce_op op, const zs__comm_call *call);
-/* Broadcast in pieces of at most `piece` bytes. */
-zs_status zs__mpi_broadcast(const zs__comm *comm, MPI_Comm mpi, void *buf, size_t bytes, int root,
-                            size_t piece, const zs__comm_call *call);
-zs_status zs__mpi_barrier(const zs__comm *comm, MPI_Comm mpi, const zs__comm_call *call);
+/* All-gather of `bytes` from every rank into `all` (rank order), by
+ * dissemination (Bruck): ceil(log2 size) rounds, in round k each rank sends
+ * what it has gathered to rank - 2^k and receives from rank + 2^k. Large
+ * payloads go in pieces of about comm.segment_bytes / size per rank, so the
+ * scratch buffer (charged to ZS_MEM_COMM while the call runs) stays near
+ * comm.segment_bytes. `mine` and `all` must not overlap. */
+zs_status zs__mpi_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                   const zs__comm_call *call);
+/* All-reduce of n doubles: every rank gathers all values and combines them
+ * in rank order, so every rank gets the same bits, whatever the algorithm. */
+zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
+                                     const zs__comm_call *call);
+/* Binomial-tree broadcast from root in pieces of at most comm.segment_bytes. */
+zs_status zs__mpi_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
+                            const zs__comm_call *call);
+/* A dissemination barrier (an all-gather of one byte). */
+zs_status zs__mpi_barrier(zs__comm *comm, const zs__comm_call *call);
+
+/* In-place all-gather with MPI's own algorithm (MPI_Iallgather, polled with
+ * the deadline), in pieces of at most `piece` bytes so counts fit an int:
+ * piece [off, off+len) of every chunk is one call whose receive type is `len`
+ * bytes with an extent of one chunk, so pieces land in place. */
+zs_status zs__mpi_all_gather_native(zs__comm *comm, unsigned char *all, size_t chunk_bytes,
+                                    size_t piece, const zs__comm_call *call);
 
 #endif

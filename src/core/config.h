@@ -27,6 +27,12 @@ typedef enum zs__schedule_kind {
  * MPI library's own collective (MPI_Reduce_scatter_block, MPI_Allgather). */
 typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__comm_impl;
 
+/* comm.on_timeout: what a collective past comm.timeout_s does after logging. */
+typedef enum zs__timeout_policy {
+    ZS_TIMEOUT_ABORT = 0,  /* MPI_Abort with ZS_TIMEOUT_EXIT_CODE: mpirun ends the whole job */
+    ZS_TIMEOUT_RETURN = 1  /* return ZS_ERR_TIMEOUT; the communicator refuses every later call */
+} zs__timeout_policy;
+
 /* What happens when the dynamic loss scale would go below min_loss_scale. */
 typedef enum zs__min_scale_policy {
     ZS_MIN_SCALE_ABORT = 0,     /* zs_step fails with ZS_ERR_NUMERIC, naming the step */
@@ -97,9 +103,12 @@ typedef struct zs__settings {
         zs__comm_impl reduce_scatter; /* comm.reduce_scatter = "ring" | "mpi"; default "ring" */
         zs__comm_impl all_gather;     /* comm.all_gather = "ring" | "mpi"; default "ring" */
         int64_t segment_bytes;        /* comm.segment_bytes; 4096..1 GiB; default 4 MiB */
-        int64_t timeout_s;            /* comm.timeout_s; 1..86400; default 600: the longest a
-                                         device communicator may take to create, connect or
-                                         finalize before it is aborted with an error */
+        int64_t timeout_s;            /* comm.timeout_s; 1..86400; default 600: the longest any
+                                         collective (MPI or NCCL, creation included) may wait
+                                         for its peers */
+        zs__timeout_policy on_timeout; /* comm.on_timeout = "abort" | "return"; default "abort" */
+        int check_collectives;        /* comm.check_collectives; bool; default false: agree on a
+                                         fingerprint of every collective before running it */
     } comm;
 
     struct {

@@ -19,6 +19,7 @@ _Static_assert(sizeof(zs_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__reduce_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__accumulate_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__min_scale_policy) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__timeout_policy) == sizeof(int), "enum size");
 
 #define FIELD(f) .offset = offsetof(zs__settings, f), .size = sizeof(((zs__settings *)0)->f)
 
@@ -45,6 +46,7 @@ static const char *const dtype_values[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const reduce_dtype_values[] = {"compute", "fp32", NULL};
 static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
 static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
+static const char *const timeout_policy_values[] = {"abort", "return", NULL};
 
 _Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
                    ZS_COMM_IMPL_MPI == 1 && ZS_LOG_DEBUG == 3,
@@ -52,7 +54,8 @@ _Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WA
 _Static_assert(ZS_DTYPE_FP32 == 0 && ZS_DTYPE_FP16 == 1 && ZS_DTYPE_BF16 == 2 &&
                    ZS_REDUCE_DTYPE_COMPUTE == 0 && ZS_REDUCE_DTYPE_FP32 == 1 &&
                    ZS_ACCUMULATE_DTYPE_FP32 == 0 && ZS_ACCUMULATE_DTYPE_COMPUTE == 1 &&
-                   ZS_MIN_SCALE_ABORT == 0 && ZS_MIN_SCALE_CONTINUE == 1,
+                   ZS_MIN_SCALE_ABORT == 0 && ZS_MIN_SCALE_CONTINUE == 1 &&
+                   ZS_TIMEOUT_ABORT == 0 && ZS_TIMEOUT_RETURN == 1,
                "the precision value lists above must follow the C enums");
 
 /* 2^64: the largest loss scale, static or reached by initial_scale_power. */
@@ -156,8 +159,17 @@ const zs__key zs__config_keys[] = {
     INT_KEY("comm.segment_bytes", comm.segment_bytes, 4194304, 4096, 1073741824,
             "Size of one collective staging buffer in bytes (default 4 MiB, at most 1 GiB)."),
     INT_KEY("comm.timeout_s", comm.timeout_s, 600, 1, 86400,
-            "cuda backend: seconds NCCL may take to create, connect or finalize its "
-            "communicator before it is aborted with an error (instead of a hang)."),
+            "Seconds a collective may wait for its peers without progress (MPI and NCCL, "
+            "creation and checkpoint agreements included) before it fails naming the op, its "
+            "sequence number, the unit and the silent peer; then comm.on_timeout applies."),
+    ENUM_KEY("comm.on_timeout", comm.on_timeout, "abort", timeout_policy_values,
+             "After a collective timed out and was reported: abort the whole job with "
+             "MPI_Abort (exit code 75) or return ZS_ERR_TIMEOUT to the program (the context "
+             "is then unusable: destroy it and end the job without MPI_Finalize)."),
+    BOOL_KEY("comm.check_collectives", comm.check_collectives, 0,
+             "Debug: before every collective, ranks agree on its fingerprint (op, sequence "
+             "number, unit, count, dtype) and fail together, printing both sides, when they "
+             "differ; costs one small exchange per collective."),
 
     /* The logger owns the names of its levels, so its parser decides. */
     {.path = "log.level", .type = ZS__KEY_ENUM, FIELD(log.level), .string_default = "info",

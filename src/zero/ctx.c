@@ -36,6 +36,27 @@ zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char
     return ZS_OK;
 }
 
+/* This rank's index among the ranks on its host, learned by exchanging host
+ * names through the runtime's communicator (whose waits have deadlines)
+ * rather than with MPI_Comm_split_type, which would wait forever for a rank
+ * that never arrives. */
+static zs_status node_rank(zs_ctx *zs, int *out) {
+    typedef struct { char name[MPI_MAX_PROCESSOR_NAME + 1]; } host_name;
+    host_name mine;
+    memset(&mine, 0, sizeof mine);
+    int length = 0;
+    if (MPI_Get_processor_name(mine.name, &length) != MPI_SUCCESS) mine.name[0] = '\0';
+    host_name *all = calloc((size_t)zs->world_size, sizeof *all);
+    if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (host names)");
+    zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "host names");
+    int local = 0;
+    for (int r = 0; st == ZS_OK && r < zs->rank; r++)
+        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) local++;
+    free(all);
+    *out = local;
+    return st;
+}
+
 static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs_ctx **out) {
     zs_status st = ZS_OK;
     zs_ctx *zs = calloc(1, sizeof *zs);
@@ -62,12 +83,7 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
     /* The device of a GPU rank is picked by its rank among the ranks of its node. */
     int local_rank = 0;
-    MPI_Comm node = MPI_COMM_NULL;
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, zs->rank, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-        MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_free(&node);
-    }
+    ZS_CHECK_GOTO(node_rank(zs, &local_rank), st, fail);
     ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, local_rank, &zs->backend), st, fail);
     if (zs->backend->ops->host_accessible) {
         zs__comm_use_backend(zs->comm, zs->backend);
@@ -123,6 +139,7 @@ void zs_destroy(zs_ctx *zs) {
      * communicator (its stream is ordered against the backend's, which must
      * still exist), then free the buffers and the backend. */
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
+    const int comm_failed = zs->comm && zs__comm_failed(zs->comm) != ZS_OK;
     zs__comm_destroy(zs->comm);
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
@@ -143,9 +160,12 @@ void zs_destroy(zs_ctx *zs) {
     zs__plan_destroy(zs->plan);
     zs__backend_destroy(zs->backend);
     if (zs->owns_mpi && --g_contexts_owning_mpi == 0) {
+        /* MPI_Finalize waits for every rank: after a collective timed out
+         * (comm.on_timeout = "return") the rank it waited for may never come,
+         * so the process ends without it and mpirun reports the job failed. */
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Finalize();
+        if (!finalized && !comm_failed) MPI_Finalize();
     }
     free(zs);
 }

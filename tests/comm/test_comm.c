@@ -493,6 +493,7 @@ static zs__comm *create(zs__comm_impl impl, int64_t segment, zs__mem *mem) {
     settings.comm.reduce_scatter = impl;
     settings.comm.all_gather = impl;
     settings.comm.segment_bytes = segment;
+    settings.comm.timeout_s = 600;
     zs__comm *comm = NULL;
     ZT_OK(zs__comm_create_mpi(MPI_COMM_WORLD, &settings, mem, &comm));
     ZT_REQUIRE(comm != NULL);
@@ -600,6 +601,7 @@ int main(int argc, char **argv) {
     memset(&bad, 0, sizeof bad);
     bad.comm.reduce_scatter = impl;
     bad.comm.segment_bytes = 16;
+    bad.comm.timeout_s = 600;
     zs__comm *never = NULL;
     ZT_FAILS_WITH(zs__comm_create_mpi(MPI_COMM_WORLD, &bad, &mem, &never), ZS_ERR_CONFIG,
                   "comm.segment_bytes");

@@ -50,15 +50,13 @@
 #include "backend/backend.h"
 #include "comm/comm_impl.h"
 #include "comm/mpi_host.h"
+#include "comm/wait.h"
 #include "core/error.h"
 #include "core/log.h"
 
-/* How long creation, the first collective (NCCL connects lazily) and the
- * final flush may wait for peers before the communicator is aborted. Large
- * jobs can take minutes to connect, so the default is generous; the
- * environment variable exists because the runtime has no configuration key
- * for it yet. */
-/* The key that sets how long NCCL may take to create, connect or finalize. */
+/* The key that bounds every wait: creation, the first collective (NCCL
+ * connects lazily), each collective's completion on the device (the
+ * watchdog in health_check) and the final flush. */
 #define NCCL_TIMEOUT_KEY "comm.timeout_s"
 
 /* The hint every NCCL failure carries. */
@@ -74,6 +72,8 @@ typedef struct nccl_state {
     int rank;
     int size;
     double timeout_s;             /* comm.timeout_s */
+    const zs__settings *settings; /* during creation only */
+    zs__comm *comm;               /* the communicator that owns this state, once created */
     cudaStream_t stream;          /* the communication stream */
     cudaEvent_t compute_ready;    /* recorded on the compute stream before a collective */
     cudaEvent_t comm_done;        /* recorded on the comm stream after it */
@@ -83,10 +83,12 @@ typedef struct nccl_state {
     char last_op[32];
     char last_label[128];
     uint64_t last_seq;
+    uint64_t last_bytes;
+    double last_enqueued_at;      /* now_s() when it was enqueued: the watchdog's clock */
     /* Set when the communicator was aborted: the message every later call
      * repeats. */
     int failed;
-    char failure[1024];
+    char failure[2048];
 } nccl_state;
 
 /* ------------------------------------------------------------- utilities */
@@ -207,7 +209,28 @@ static zs_status health_check(void *ctx) {
     if (!st->nccl) return ZS_OK;
     ncclResult_t state = ncclSuccess;
     ncclResult_t rc = ncclCommGetAsyncError(st->nccl, &state);
-    if (rc == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return ZS_OK;
+    if (rc == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) {
+        /* The watchdog: NCCL reports no error when a peer merely stops (a
+         * stopped process, a rank that left the loop); its kernels wait
+         * forever. The last collective enqueued must complete on the device
+         * within comm.timeout_s of its enqueue, as MPI waits must. */
+        if (st->last_seq == 0 || !st->comm || cudaEventQuery(st->comm_done) != cudaErrorNotReady)
+            return ZS_OK;
+        const double waited = now_s() - st->last_enqueued_at;
+        if (waited <= st->timeout_s) return ZS_OK;
+        const zs__comm_call call = {st->last_op, st->last_label, st->last_seq, st->last_bytes};
+        char what[160];
+        snprintf(what, sizeof what, "the NCCL kernel on CUDA device %d has not completed",
+                 st->device);
+        /* Abort first, so this rank's kernels end and the device drains
+         * whether the policy returns or ends the job. */
+        (void)ncclCommAbort(st->nccl);
+        st->nccl = NULL;
+        zs_status timed_out = zs__comm_timed_out(st->comm, &call, -1, 1, waited, what);
+        st->failed = 1;
+        snprintf(st->failure, sizeof st->failure, "%s", st->comm->failure);
+        return timed_out;
+    }
     const ncclResult_t error = rc != ncclSuccess ? rc : state;
     char message[sizeof st->failure];
     if (st->last_seq > 0)
@@ -259,6 +282,8 @@ static zs_status enqueue(zs__comm *comm, int gather, void *buf, size_t count, zs
     snprintf(st->last_op, sizeof st->last_op, "%s", call->op);
     snprintf(st->last_label, sizeof st->last_label, "%s", call->label);
     st->last_seq = call->seq;
+    st->last_bytes = call->bytes;
+    st->last_enqueued_at = now_s();
 
     /* NCCL requires its device to be current; a program that switched
      * devices between calls gets its own device back afterwards. */
@@ -349,37 +374,33 @@ static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype
 
 /* ------------------------------------------------- host-side collectives */
 
-/* These move host memory with MPI on our duplicate, in segments of
- * comm.segment_bytes so every MPI count fits in an int, as mpi.c does. They
- * do not touch the device, so they need no stream ordering; they refuse to
+/* These move host memory with point-to-point MPI on our duplicate
+ * (mpi_host.c: deadlines and named peers, as on the MPI path). They do not
+ * touch the device, so they need no stream ordering; they refuse to
  * run after an abort so that a failed rank does not answer its peers as if
  * nothing had happened. */
 
 static zs_status op_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
                                        const zs__comm_call *call) {
-    nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    return zs__mpi_all_reduce_scalars(comm, st->mpi, values, n, op, call);
+    return zs__mpi_all_reduce_scalars(comm, values, n, op, call);
 }
 
 static zs_status op_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                      const zs__comm_call *call) {
-    nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    return zs__mpi_all_gather_pieces(comm, st->mpi, mine, all, bytes, comm->segment_bytes, call);
+    return zs__mpi_all_gather_bytes(comm, mine, bytes, all, call);
 }
 
 static zs_status op_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                               const zs__comm_call *call) {
-    nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    return zs__mpi_broadcast(comm, st->mpi, buf, bytes, root, comm->segment_bytes, call);
+    return zs__mpi_broadcast(comm, buf, bytes, root, call);
 }
 
 static zs_status op_barrier(zs__comm *comm, const zs__comm_call *call) {
-    nccl_state *st = comm->state;
     ZS_CHECK(check_alive(comm, call));
-    return zs__mpi_barrier(comm, st->mpi, call);
+    return zs__mpi_barrier(comm, call);
 }
 
 /* ------------------------------------------------------------ destroy */
@@ -458,7 +479,13 @@ static zs_status create_cuda_fail(int rank, const char *function, cudaError_t rc
  * its own message, the others name the first rank that failed. */
 static zs_status agree(nccl_state *st, zs_status local, const char *stage) {
     int failed_rank = local == ZS_OK ? INT_MAX : st->rank;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &failed_rank, 1, MPI_INT, MPI_MIN, st->mpi);
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, &failed_rank, 1, MPI_INT, MPI_MIN, st->mpi, &request);
+    if (rc == MPI_SUCCESS) {
+        zs_status waited = zs__comm_wait_startup(&request, st->settings, st->mpi,
+                                                 "agreeing on the NCCL set-up in zs_create");
+        if (waited != ZS_OK) return waited;
+    }
     if (rc != MPI_SUCCESS) {
         if (local != ZS_OK) return local;
         return create_mpi_fail(st->rank, "MPI_Allreduce", rc);
@@ -510,8 +537,11 @@ static zs_status create_nccl(nccl_state *st) {
         msg.ok = rc == ncclSuccess;
         msg.code = (int)rc;
     }
-    int mrc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, st->mpi);
-    if (mrc != MPI_SUCCESS) return create_mpi_fail(st->rank, "MPI_Bcast(NCCL unique id)", mrc);
+    MPI_Request request = MPI_REQUEST_NULL;
+    int mrc = MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, 0, st->mpi, &request);
+    if (mrc != MPI_SUCCESS) return create_mpi_fail(st->rank, "MPI_Ibcast(NCCL unique id)", mrc);
+    ZS_CHECK(zs__comm_wait_startup(&request, st->settings, st->mpi,
+                                   "broadcasting the NCCL unique id in zs_create"));
     if (!msg.ok)
         return zs__fail(ZS_ERR_COMM,
                         "creating the NCCL communicator failed: ncclGetUniqueId on rank 0: %s; "
@@ -576,12 +606,17 @@ zs_status zs__comm_create_nccl(MPI_Comm comm, const zs__settings *settings, zs__
     st->mpi = MPI_COMM_NULL;
     st->device = -1;
     st->timeout_s = (double)settings->comm.timeout_s;
-    int rc = MPI_Comm_dup(comm, &st->mpi);
+    st->settings = settings;
+    MPI_Request dup_request = MPI_REQUEST_NULL;
+    int rc = MPI_Comm_idup(comm, &st->mpi, &dup_request);
     if (rc != MPI_SUCCESS) {
         st->mpi = MPI_COMM_NULL;
-        status = create_mpi_fail(-1, "MPI_Comm_dup", rc);
+        status = create_mpi_fail(-1, "MPI_Comm_idup", rc);
         goto fail;
     }
+    ZS_CHECK_GOTO(zs__comm_wait_startup(&dup_request, settings, comm,
+                                        "duplicating the communicator for NCCL in zs_create"),
+                  status, fail);
     rc = MPI_Comm_set_errhandler(st->mpi, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         status = create_mpi_fail(-1, "MPI_Comm_set_errhandler", rc);
@@ -596,6 +631,9 @@ zs_status zs__comm_create_nccl(MPI_Comm comm, const zs__settings *settings, zs__
 
     ZS_CHECK_GOTO(zs__comm_new(&nccl_ops, st, st->rank, st->size, settings, mem, out), status,
                   fail);
+    zs__comm_set_host(*out, st->mpi);
+    st->comm = *out;
+    st->settings = NULL;
     /* Registered last: from here on the communicator owns st, and the
      * backend's waits can report NCCL's errors. */
     st->backend = backend;

@@ -1,0 +1,303 @@
+/* Waits with deadlines, timeout reports and comm.on_timeout (see wait.h). */
+#include "comm/wait.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/mpi_host.h"
+#include "core/error.h"
+#include "core/log.h"
+
+/* The most requests one wait handles: a ring step has two, a dissemination
+ * round two, a broadcast a parent and log2(size) children. */
+enum { WAIT_MAX = 64 };
+
+/* What a timed-out rank tells every other rank. Sent as bytes: every rank
+ * runs the same build, so the layout is the same. */
+typedef struct timeout_report {
+    int32_t rank;
+    int32_t peer;      /* the rank it waited for; -1 when unknown */
+    int32_t receiving;
+    int32_t pad;
+    uint64_t seq;
+    double waited_s;
+    char op[24];
+    char label[64];
+} timeout_report;
+
+/* Reports stay in flight after the timed-out call returns (a send buffer
+ * must outlive its request), so they live here, not on the stack: a process
+ * times out once (the communicator refuses every call afterwards). */
+static timeout_report g_outgoing;
+
+double zs__comm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void zs__comm_backoff(double start) {
+    const double waited = zs__comm_now() - start;
+    /* A message between ranks of one node lands within microseconds: spin.
+     * Then yield, which costs nothing when the core has nothing else to do
+     * and lets an oversubscribed peer run when it does. Past that the wait
+     * is for a peer that is busy or gone: sleep for a sixteenth of the time
+     * waited so far, so the latency added is at most ~6% of the wait, and
+     * never more than 1 ms, which keeps a long wait near 0% CPU. */
+    if (waited < 50e-6) return;
+    if (waited < 500e-6) {
+        sched_yield();
+        return;
+    }
+    double pause = waited / 16;
+    if (pause < 10e-6) pause = 10e-6;
+    if (pause > 1e-3) pause = 1e-3;
+    struct timespec ts = {0, (long)(pause * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, uint64_t seq) {
+    if (kind == ZS_TAG_REPORT) return (int)kind;
+    return (int)kind + 8 * (int)(seq % (uint64_t)comm->tag_period);
+}
+
+void zs__comm_set_host(zs__comm *comm, MPI_Comm host) {
+    comm->host = host;
+    int *ub = NULL, found = 0;
+    if (host != MPI_COMM_NULL && MPI_Comm_get_attr(host, MPI_TAG_UB, &ub, &found) == MPI_SUCCESS &&
+        found && ub && *ub / 8 > comm->tag_period)
+        comm->tag_period = *ub / 8 - 1;
+}
+
+static void copy_text(char *out, size_t capacity, const char *text) {
+    snprintf(out, capacity, "%s", text ? text : "");
+}
+
+/* What one rank was waiting for, as a sentence fragment. */
+static void describe_wait(char *out, size_t capacity, int peer, int receiving) {
+    if (peer < 0)
+        snprintf(out, capacity, "for the other ranks (MPI's own collective does not say which; "
+                                "comm.reduce_scatter/all_gather = \"ring\" name the peer)");
+    else if (receiving)
+        snprintf(out, capacity, "for rank %d to send its data", peer);
+    else
+        snprintf(out, capacity, "for rank %d to take this rank's data", peer);
+}
+
+/* Tells every other rank what this one waited for, then listens for the
+ * same from the others for a grace period, so that every rank that timed
+ * out can name the ranks that gave no sign: those are stopped, dead, or
+ * somewhere else in the program. Writes the findings to `out`. */
+static void exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
+                             double waited_s, char *out, size_t capacity) {
+    out[0] = '\0';
+    if (comm->host == MPI_COMM_NULL || comm->size < 2) return;
+    const int n = comm->size;
+    g_outgoing = (timeout_report){.rank = comm->rank, .peer = peer, .receiving = receiving,
+                                  .seq = call->seq, .waited_s = waited_s};
+    copy_text(g_outgoing.op, sizeof g_outgoing.op, call->op);
+    copy_text(g_outgoing.label, sizeof g_outgoing.label, call->label);
+    for (int r = 0; r < n; r++) {
+        if (r == comm->rank) continue;
+        MPI_Request request;
+        if (MPI_Isend(&g_outgoing, (int)sizeof g_outgoing, MPI_BYTE, r, ZS_TAG_REPORT, comm->host,
+                      &request) == MPI_SUCCESS)
+            MPI_Request_free(&request);
+    }
+    /* Ranks stuck in the same collective time out within milliseconds of
+     * each other (they entered it together); the grace covers that and
+     * message latency, and stays short next to the deadline. */
+    double grace = comm->timeout_s / 4;
+    if (grace < 0.5) grace = 0.5;
+    if (grace > 2.0) grace = 2.0;
+    unsigned char heard[4096] = {0};
+    timeout_report listed[8];
+    int listed_count = 0, heard_count = 0;
+    const double start = zs__comm_now();
+    while (zs__comm_now() - start < grace && heard_count < n - 1) {
+        int flag = 0;
+        MPI_Status status;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, ZS_TAG_REPORT, comm->host, &flag, &status) != MPI_SUCCESS)
+            break;
+        if (!flag) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        timeout_report in;
+        if (MPI_Recv(&in, (int)sizeof in, MPI_BYTE, status.MPI_SOURCE, ZS_TAG_REPORT, comm->host,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            break;
+        const int from = status.MPI_SOURCE;
+        if (from < (int)sizeof heard * 8 && !(heard[from / 8] & (1u << (from % 8)))) {
+            heard[from / 8] |= (unsigned char)(1u << (from % 8));
+            heard_count++;
+            in.op[sizeof in.op - 1] = in.label[sizeof in.label - 1] = '\0';
+            if (listed_count < (int)(sizeof listed / sizeof listed[0])) listed[listed_count++] = in;
+        }
+    }
+    size_t used = 0;
+#define APPEND(...)                                                                     \
+    do {                                                                                \
+        if (used < capacity) {                                                          \
+            int appended_ = snprintf(out + used, capacity - used, __VA_ARGS__);         \
+            if (appended_ > 0) used += (size_t)appended_;                               \
+        }                                                                               \
+    } while (0)
+    for (int i = 0; i < listed_count; i++) {
+        char wait[160];
+        describe_wait(wait, sizeof wait, listed[i].peer, listed[i].receiving);
+        APPEND("; rank %d timed out too, in %s #%" PRIu64 " of '%s', waiting %s", listed[i].rank,
+               listed[i].op, listed[i].seq, listed[i].label, wait);
+    }
+    if (n <= (int)sizeof heard * 8) {
+        int silent = 0, first_silent = -1;
+        char names[256] = "";
+        size_t names_used = 0;
+        for (int r = 0; r < n; r++) {
+            if (r == comm->rank || (heard[r / 8] & (1u << (r % 8)))) continue;
+            if (silent == 0) first_silent = r;
+            if (silent < 16 && names_used < sizeof names) {
+                int w = snprintf(names + names_used, sizeof names - names_used, "%s%d",
+                                 silent ? ", " : "", r);
+                if (w > 0) names_used += (size_t)w;
+            }
+            silent++;
+        }
+        if (silent > 0)
+            APPEND("; no report from rank%s %s%s within %.1f s: %s stopped, dead, or not in this "
+                   "collective (a rank that left the training loop early, or called zs_save or "
+                   "zs_destroy alone); look at rank %d first",
+                   silent == 1 ? "" : "s", names, silent > 16 ? " and more" : "", grace,
+                   silent == 1 ? "it is" : "they are", first_silent);
+        else
+            APPEND("; every other rank timed out too: look for a rank waiting in a different "
+                   "collective above (ranks out of step: comm.check_collectives = true finds "
+                   "the first difference)");
+    }
+#undef APPEND
+}
+
+zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
+                             double waited_s, const char *what) {
+    char wait[160];
+    describe_wait(wait, sizeof wait, peer, receiving);
+    char reports[1200];
+    exchange_reports(comm, call, peer, receiving, waited_s, reports, sizeof reports);
+    const int abort_job = comm->on_timeout == ZS_TIMEOUT_ABORT;
+    snprintf(comm->failure, sizeof comm->failure,
+             "%s #%" PRIu64 " of '%s' (%" PRIu64 " bytes) on rank %d timed out: %s%sno progress "
+             "for %.1f s (comm.timeout_s = %.0f) waiting %s%s; %s",
+             call->op, call->seq, call->label, call->bytes, comm->rank, what ? what : "",
+             what && *what ? ", " : "", waited_s, comm->timeout_s, wait, reports,
+             abort_job ? "aborting the job (comm.on_timeout = \"abort\"; exit code 75)"
+                       : "the context is unusable: destroy it and end the job without "
+                         "MPI_Finalize, which waits for every rank (comm.on_timeout = \"return\")");
+    comm->failed = ZS_ERR_TIMEOUT;
+    ZS_LOG_ERROR_("%s", comm->failure);
+    if (abort_job) {
+        fflush(NULL);
+        MPI_Abort(MPI_COMM_WORLD, ZS_TIMEOUT_EXIT_CODE);
+    }
+    return zs__fail(ZS_ERR_TIMEOUT, "%s", comm->failure);
+}
+
+/* Gives up on requests that will not complete: receives are cancelled, all
+ * are freed (MPI finishes or drops them in the background). */
+static void abandon(zs__pending *p, int n) {
+    for (int i = 0; i < n; i++) {
+        if (p[i].request == MPI_REQUEST_NULL) continue;
+        if (p[i].receiving) MPI_Cancel(&p[i].request);
+        MPI_Request_free(&p[i].request);
+    }
+}
+
+zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *p, int n) {
+    ZS_ASSERT(n >= 0 && n <= WAIT_MAX);
+    MPI_Request requests[WAIT_MAX];
+    int done[WAIT_MAX], left = 0;
+    for (int i = 0; i < n; i++) {
+        requests[i] = p[i].request;
+        if (requests[i] != MPI_REQUEST_NULL) left++;
+    }
+    double start = zs__comm_now();
+    while (left > 0) {
+        int completed = 0;
+        int rc = MPI_Testsome(n, requests, &completed, done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            for (int i = 0; i < n; i++) p[i].request = requests[i];
+            zs__error_breadcrumb(__FILE__, __LINE__);
+            return zs__mpi_fail(comm, call, "MPI_Testsome", rc);
+        }
+        if (completed == MPI_UNDEFINED) break; /* all null */
+        if (completed > 0) {
+            left -= completed;
+            start = zs__comm_now(); /* progress restarts the deadline */
+            continue;
+        }
+        const double waited = zs__comm_now() - start;
+        if (waited > comm->timeout_s) {
+            /* Report the first request still pending: in every algorithm
+             * here it is the one the next step depends on. */
+            int first = 0;
+            for (int i = 0; i < n; i++)
+                if (requests[i] != MPI_REQUEST_NULL) {
+                    first = i;
+                    break;
+                }
+            for (int i = 0; i < n; i++) p[i].request = requests[i];
+            abandon(p, n);
+            return zs__comm_timed_out(comm, call, p[first].peer, p[first].receiving, waited, "");
+        }
+        zs__comm_backoff(start);
+    }
+    for (int i = 0; i < n; i++) p[i].request = MPI_REQUEST_NULL;
+    return ZS_OK;
+}
+
+zs_status zs__comm_wait_startup(MPI_Request *request, const zs__settings *settings,
+                                MPI_Comm parent, const char *what) {
+    const double timeout = (double)settings->comm.timeout_s;
+    double start = zs__comm_now();
+    for (;;) {
+        int flag = 0;
+        int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return zs__fail(ZS_ERR_COMM, "%s failed: MPI error code %d", what, rc);
+        if (flag) return ZS_OK;
+        const double waited = zs__comm_now() - start;
+        if (waited > timeout) break;
+        zs__comm_backoff(start);
+    }
+    int rank = -1, size = 0;
+    MPI_Comm_rank(parent, &rank);
+    MPI_Comm_size(parent, &size);
+    zs_status st = zs__fail(ZS_ERR_TIMEOUT,
+                            "%s on rank %d of %d timed out: no progress for %.0f s "
+                            "(comm.timeout_s): some rank has not called zs_create (it may have "
+                            "failed before it, be stopped, or be running another program); %s",
+                            what, rank, size, timeout,
+                            settings->comm.on_timeout == ZS_TIMEOUT_ABORT
+                                ? "aborting the job (comm.on_timeout = \"abort\"; exit code 75)"
+                                : "end the job without MPI_Finalize (comm.on_timeout = \"return\")");
+    ZS_LOG_ERROR_("%s", zs_last_error());
+    if (settings->comm.on_timeout == ZS_TIMEOUT_ABORT) {
+        fflush(NULL);
+        MPI_Abort(MPI_COMM_WORLD, ZS_TIMEOUT_EXIT_CODE);
+    }
+    return st;
+}
+
+zs_status zs__comm_wait_one(zs__comm *comm, const zs__comm_call *call, MPI_Request *request,
+                            int peer, int receiving) {
+    if (*request == MPI_REQUEST_NULL) return ZS_OK;
+    zs__pending p = {*request, peer, receiving};
+    zs_status st = zs__comm_wait(comm, call, &p, 1);
+    *request = p.request;
+    return st;
+}
