@@ -85,6 +85,9 @@ typedef struct zs_param zs_param;   /* one tensor; owned by its context */
 /* ------------------------------------------------------------------ config */
 
 /* Reads and validates a libconfig file. Errors read "file:line: message".
+ * The file and every file it includes must be a regular file of at most 1 MiB
+ * (4 MiB in all); NUL bytes and float literals that a double cannot hold are
+ * errors. Never exits or blocks on a bad path (a directory, a FIFO).
  * Not collective. The caller owns *out and frees it with zs_config_destroy. */
 zs_status zs_config_load(const char *path, zs_config **out);
 /* Applies "group.key=value" (e.g. "zero.stage=2") and validates again.

@@ -1,9 +1,10 @@
 /* Loading a configuration, overriding single keys, and the accessors.
  *
  * libconfig parses; we validate (config_validate.c) into zs__settings, which
- * is all the runtime ever reads. A load runs three passes: libconfig's parser
- * (syntax errors with its file and line), our scan of the raw text for integer
- * literals that libconfig 1.5 would silently wrap (config_scan.c), and the
+ * is all the runtime ever reads. A load runs three passes: our scan of the raw
+ * text (config_scan.c), which checks every file before libconfig opens it and
+ * rejects literals libconfig 1.5 would silently wrap, zero or make infinite;
+ * libconfig's parser (syntax errors with its file and line); and the
  * schema-driven validation.
  *
  * @include is supported: paths are resolved as libconfig 1.5 resolves them,
@@ -14,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #include "core/config_internal.h"
 #include "core/config_scan.h"
@@ -106,7 +106,7 @@ void zs_config_destroy(zs_config *cfg) {
     free(cfg);
 }
 
-/* Turns a failed config_read_file into our message and status. */
+/* Turns a failed config_read_string into our message and status. */
 static zs_status parse_failure(const zs_config *cfg, const config_t *lc) {
     const char *text = config_error_text(lc) ? config_error_text(lc) : "unknown error";
     if (config_error_type(lc) == CONFIG_ERR_FILE_IO)
@@ -130,15 +130,9 @@ static zs_status parse_failure(const zs_config *cfg, const config_t *lc) {
 zs_status zs_config_load(const char *path, zs_config **out) {
     if (!path || !out)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_config_load: path and out must not be NULL");
-    /* libconfig reports a missing file only as "file I/O error"; say why. */
-    FILE *probe = fopen(path, "r");
-    if (!probe) return zs__fail(ZS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    fclose(probe);
-    struct stat info;
-    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode))
-        return zs__fail(ZS_ERR_IO, "cannot open '%s': %s", path, strerror(EISDIR));
-
     zs_status status = ZS_OK;
+    char *text = NULL;
+    size_t length = 0;
     zs_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory loading '%s'", path);
     cfg->path = duplicate(path);
@@ -152,16 +146,25 @@ zs_status zs_config_load(const char *path, zs_config **out) {
     }
     config_init(cfg->lc);
     config_set_include_dir(cfg->lc, cfg->include_dir);
-    if (!config_read_file(cfg->lc, path)) {
+    /* The scan opens the file without blocking, checks it and every file it
+     * includes, and returns the text it checked. libconfig parses that text
+     * rather than opening the path again, so what it parses cannot have been
+     * swapped for a FIFO or a directory in between. Included files are still
+     * opened by libconfig itself (1.5 has no hook for that); the scan has
+     * checked each of them just before. */
+    ZS_CHECK_GOTO(zs__config_scan_file(path, cfg->include_dir, &text, &length), status, fail);
+    if (!config_read_string(cfg->lc, text)) {
         status = parse_failure(cfg, cfg->lc);
         goto fail;
     }
-    ZS_CHECK_GOTO(zs__config_scan_file(path, cfg->include_dir), status, fail);
+    free(text);
+    text = NULL;
     ZS_CHECK_GOTO(zs__config_validate(cfg, cfg->lc, &cfg->settings), status, fail);
     ZS_CHECK_GOTO(zs__config_compute_hash(&cfg->settings, cfg->lc, &cfg->hash), status, fail);
     *out = cfg;
     return ZS_OK;
 fail:
+    free(text);
     zs_config_destroy(cfg);
     return status;
 }

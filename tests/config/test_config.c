@@ -3,10 +3,16 @@
  * ones fill zs__settings exactly; overrides, app keys and the hash behave as
  * zeroshard.h promises. Files are written to a fresh temporary directory. */
 #include <dirent.h>
+#include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -260,7 +266,7 @@ static void test_precision_keys(void) {
     LOAD_FAILS("pscale2.cfg", LR "precision: { loss_scale = 1e20; };\n", ZS_ERR_CONFIG,
                "precision.loss_scale = 1e20 is out of range");
     LOAD_FAILS("pscale3.cfg", LR "precision: { loss_scale = 1e999; };\n", ZS_ERR_CONFIG,
-               "precision.loss_scale = inf is out of range");
+               "pscale3.cfg:2: precision.loss_scale = 1e999 is too large for a double");
     LOAD_FAILS("ppower.cfg", LR "precision: { initial_scale_power = 65; };\n", ZS_ERR_CONFIG,
                "precision.initial_scale_power = 65 is out of range; it must be from 0 to 64");
     LOAD_FAILS("ppower2.cfg", LR "precision: { initial_scale_power = -1; };\n", ZS_ERR_CONFIG,
@@ -389,7 +395,8 @@ static void test_bad_configs(void) {
     LOAD_FAILS("range6.cfg", LR "seed = -1;\n", ZS_ERR_CONFIG,
                "seed = -1 is out of range; it must be at least 0");
     LOAD_FAILS("inf.cfg", "optimizer: { lr = 1e400; };\n", ZS_ERR_CONFIG,
-               "optimizer.lr = inf is out of range");
+               "inf.cfg:1: optimizer.lr = 1e400 is too large for a double (the largest is "
+               "1.7976931348623157e308); libconfig would silently read it as inf");
     /* Wrapped integers: libconfig 1.5 would read these as -2147483648, 0 and
      * -2147483648 without a word. */
     LOAD_FAILS("wrap1.cfg", LR "seed = 2147483648;\n", ZS_ERR_CONFIG,
@@ -535,7 +542,296 @@ static void test_includes(void) {
     LOAD_FAILS("main_inc3.cfg", LR "@include \"inc_bad.cfg\"\n", ZS_ERR_CONFIG,
                "inc_bad.cfg:2: unknown key 'zero.stag'; did you mean 'zero.stage'?");
     LOAD_FAILS("main_inc4.cfg", LR "@include \"inc_missing.cfg\"\n", ZS_ERR_IO,
-               "main_inc4.cfg:2: cannot open include file");
+               "main_inc4.cfg:2: @include \"inc_missing.cfg\" (included files are found "
+               "relative to");
+    ZT_CHECK_MSG(strstr(zs_last_error(), "inc_missing.cfg': No such file or directory") != NULL,
+                 "%s", zs_last_error());
+}
+
+/* Files that are not plain small text files: directories, FIFOs, huge files,
+ * NUL bytes. They live in their own directory under g_dir, which an atexit
+ * handler removes even when a check fails and the test exits early. */
+static char g_hostile[128];
+
+static void remove_tree(const char *path) {
+    struct stat info;
+    if (lstat(path, &info) != 0) return;
+    if (S_ISDIR(info.st_mode)) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char child[512];
+            snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+            remove_tree(child);
+        }
+        if (d) closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static pid_t g_hostile_owner;
+
+/* Runs at exit. A child that libconfig ends with exit() runs it too, so only
+ * the process that made the directory removes it. */
+static void remove_hostile(void) {
+    if (g_hostile[0] && getpid() == g_hostile_owner) remove_tree(g_hostile);
+}
+
+/* The path of `name` inside the hostile directory (static storage, 8 slots). */
+static const char *hostile_path(const char *name) {
+    static char paths[8][512];
+    static int next;
+    char *out = paths[next++ % 8];
+    snprintf(out, sizeof paths[0], "%s/%s", g_hostile, name);
+    return out;
+}
+
+/* Writes `length` bytes (which may include NULs) as `name` in the hostile
+ * directory and returns its path. */
+static const char *write_bytes(const char *name, const char *bytes, size_t length) {
+    const char *path = hostile_path(name);
+    FILE *f = fopen(path, "wb");
+    ZT_REQUIRE(f != NULL);
+    ZT_REQUIRE(fwrite(bytes, 1, length, f) == length);
+    ZT_REQUIRE(fclose(f) == 0);
+    return path;
+}
+#define WRITE_TEXT(name, text) write_bytes(name, text, strlen(text))
+
+/* Loads `path` in a child process, so that a load that exits the process
+ * (libconfig's scanner calls exit(2) on a failed read) or hangs (a FIFO)
+ * fails this check instead of ending or blocking the whole test. The child
+ * reports the status and message through a pipe and leaves with _exit, so
+ * it never runs the parent's atexit cleanup. */
+static void load_in_child(const char *path, zs_status expected, const char *text, int line) {
+    int fds[2];
+    ZT_REQUIRE(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ZT_REQUIRE(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(5); /* a hang is a failure: SIGALRM ends the child */
+        zs_config *cfg = NULL;
+        zs_status st = zs_config_load(path, &cfg);
+        if (st == ZS_OK) zs_config_destroy(cfg);
+        char message[4096];
+        int n = snprintf(message, sizeof message, "%d %s", (int)st, st == ZS_OK ? "" : zs_last_error());
+        size_t size = n < 0 ? 0 : (size_t)n >= sizeof message ? sizeof message - 1 : (size_t)n;
+        ssize_t written = write(fds[1], message, size);
+        _exit(written == (ssize_t)size ? 0 : 3);
+    }
+    close(fds[1]);
+    char message[4096];
+    size_t used = 0;
+    for (;;) {
+        ssize_t n = read(fds[0], message + used, sizeof message - 1 - used);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        used += (size_t)n;
+    }
+    message[used] = '\0';
+    close(fds[0]);
+    int wstatus = 0;
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    int normal = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && used > 0;
+    ZT_CHECK_MSG(normal, "line %d: loading %s: the child %s %d (libconfig exited or the load hung)",
+                 line, path, WIFEXITED(wstatus) ? "exited with status" : "was killed by signal",
+                 WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
+    if (!normal) return;
+    int got = atoi(message);
+    const char *got_text = strchr(message, ' ');
+    got_text = got_text ? got_text + 1 : "";
+    ZT_CHECK_MSG(got == (int)expected && strstr(got_text, text) != NULL,
+                 "line %d: loading %s\n  expected status %s with a message containing \"%s\"\n"
+                 "  got      status %s with message \"%s\"",
+                 line, path, zs_status_name(expected), text, zs_status_name((zs_status)got),
+                 got_text);
+}
+#define LOAD_IN_CHILD(path, status, text) load_in_child(path, status, text, __LINE__)
+
+/* Issue 9, defect 8: @include of "" or of a directory made libconfig's flex
+ * scanner call exit(2) inside zs_config_load; a FIFO as the file or as an
+ * include blocked forever. Each must fail fast with a message instead. */
+static void test_include_targets(void) {
+    ZT_REQUIRE(mkdir(hostile_path("subdir"), 0700) == 0);
+    ZT_REQUIRE(mkfifo(hostile_path("pipe.cfg"), 0600) == 0);
+    WRITE_TEXT("empty.cfg", "");
+
+    LOAD_IN_CHILD(WRITE_TEXT("inc_empty.cfg", LR "@include \"\"\n"), ZS_ERR_CONFIG,
+                  "inc_empty.cfg:2: @include \"\" names no file");
+    LOAD_IN_CHILD(WRITE_TEXT("inc_dir.cfg", LR "seed = 1;\n@include \"subdir\"\n"), ZS_ERR_IO,
+                  "inc_dir.cfg:3: @include \"subdir\" (included files are found relative to");
+    LOAD_IN_CHILD(hostile_path("inc_dir.cfg"), ZS_ERR_IO, "subdir': Is a directory");
+    /* "." names the include directory itself. */
+    LOAD_IN_CHILD(WRITE_TEXT("inc_dot.cfg", LR "@include \".\"\n"), ZS_ERR_IO, "Is a directory");
+    /* A FIFO with no writer, as the top file and as an include. */
+    LOAD_IN_CHILD(hostile_path("pipe.cfg"), ZS_ERR_CONFIG,
+                  "pipe.cfg' is a FIFO (named pipe); a configuration must be a regular file");
+    LOAD_IN_CHILD(WRITE_TEXT("inc_pipe.cfg", LR "@include \"pipe.cfg\"\n"), ZS_ERR_CONFIG,
+                  "inc_pipe.cfg:2: @include \"pipe.cfg\": '");
+    LOAD_IN_CHILD(hostile_path("inc_pipe.cfg"), ZS_ERR_CONFIG, "is a FIFO (named pipe)");
+    /* A character device. */
+    LOAD_IN_CHILD("/dev/null", ZS_ERR_CONFIG, "'/dev/null' is a character device");
+    /* Nested: the bad include is inside an included file, indented (which
+     * libconfig still treats as an include), and the message names that file. */
+    WRITE_TEXT("level1.cfg", "seed = 3;\n\t @include \"subdir\"\n");
+    LOAD_IN_CHILD(WRITE_TEXT("nested.cfg", LR "@include \"level1.cfg\"\n"), ZS_ERR_IO,
+                  "level1.cfg:2: @include \"subdir\"");
+    WRITE_TEXT("level1b.cfg", "seed = 3;\n@include \"\"\n");
+    LOAD_IN_CHILD(WRITE_TEXT("nested2.cfg", LR "@include \"level1b.cfg\"\n"), ZS_ERR_CONFIG,
+                  "level1b.cfg:2: @include \"\" names no file");
+    /* Names are read with libconfig's escapes: it drops the backslash of
+     * "sub\dir" and opens the directory "subdir", even when a regular file
+     * literally named sub\dir exists. */
+    WRITE_TEXT("sub\\dir", "seed = 4;\n");
+    LOAD_IN_CHILD(WRITE_TEXT("escaped.cfg", LR "@include \"sub\\dir\"\n"), ZS_ERR_IO,
+                  "subdir': Is a directory");
+    /* ...and `\\` is one backslash, so this one is the regular file. */
+    LOAD_IN_CHILD(WRITE_TEXT("escaped2.cfg", LR "@include \"sub\\\\dir\"\n"), ZS_OK, "");
+    /* Not at the start of a line, @include is a syntax error for libconfig,
+     * which opens nothing: the directory is never looked at. */
+    LOAD_IN_CHILD(WRITE_TEXT("midline.cfg", LR "seed = 1; @include \"subdir\"\n"), ZS_ERR_CONFIG,
+                  "midline.cfg:2: syntax error");
+    /* Cycles, found whatever the spelling of the path. */
+    WRITE_TEXT("cycle_a.cfg", "@include \"cycle_b.cfg\"\n");
+    WRITE_TEXT("cycle_b.cfg", "\n@include \"./cycle_a.cfg\"\n");
+    LOAD_IN_CHILD(WRITE_TEXT("cycle.cfg", LR "@include \"cycle_a.cfg\"\n"), ZS_ERR_CONFIG,
+                  "cycle_b.cfg:2: @include \"./cycle_a.cfg\" includes '");
+    LOAD_IN_CHILD(hostile_path("cycle.cfg"), ZS_ERR_CONFIG, "an include cycle");
+    LOAD_IN_CHILD(WRITE_TEXT("self.cfg", LR "@include \"self.cfg\"\n"), ZS_ERR_CONFIG,
+                  "self.cfg:2: @include \"self.cfg\" includes '");
+    /* Depth: libconfig allows 10 nested includes; the 11th is refused. */
+    for (int i = 1; i <= 11; i++) {
+        char name[32], text[64];
+        snprintf(name, sizeof name, "chain%d.cfg", i);
+        snprintf(text, sizeof text, "@include \"chain%d.cfg\"\n", i + 1);
+        WRITE_TEXT(name, text);
+    }
+    WRITE_TEXT("chain11.cfg", "seed = 11;\n");
+    LOAD_IN_CHILD(WRITE_TEXT("chain_ok.cfg", LR "@include \"chain2.cfg\"\n"), ZS_OK, "");
+    LOAD_IN_CHILD(WRITE_TEXT("chain_deep.cfg", LR "@include \"chain1.cfg\"\n"), ZS_ERR_CONFIG,
+                  "chain10.cfg:1: @include \"chain11.cfg\" is nested more than 10 deep");
+    /* The number of includes, counting repeats. */
+    char *many = malloc(300 * 32 + 64);
+    ZT_REQUIRE(many != NULL);
+    size_t used = (size_t)sprintf(many, LR);
+    for (int i = 0; i < 300; i++) used += (size_t)sprintf(many + used, "@include \"empty.cfg\"\n");
+    LOAD_IN_CHILD(write_bytes("many.cfg", many, used), ZS_ERR_CONFIG,
+                  "many.cfg:258: @include \"empty.cfg\" is the include number 257 of this "
+                  "configuration, more than the limit of 256");
+    used = (size_t)sprintf(many, LR);
+    for (int i = 0; i < 256; i++) used += (size_t)sprintf(many + used, "@include \"empty.cfg\"\n");
+    LOAD_IN_CHILD(write_bytes("many_ok.cfg", many, used), ZS_OK, "");
+    free(many);
+}
+
+/* Issue 9, defect 9: float literals that underflow to 0 or overflow to inf,
+ * NUL bytes, and files too large for libconfig's quadratic string parsing. */
+static void test_hostile_text(void) {
+    /* Underflow: 1e-400 read as 0 turned clipping, decay or a static loss
+     * scale off. The message names file, line and key. */
+    LOAD_FAILS("under1.cfg", LR "gradient_clipping = 1e-400;\n", ZS_ERR_CONFIG,
+               "under1.cfg:2: gradient_clipping = 1e-400 is too small for a double (the smallest "
+               "normal magnitude is 2.2250738585072014e-308); libconfig would silently read it "
+               "as 0");
+    LOAD_FAILS("under2.cfg", "optimizer: {\n  lr = 3e-4;\n  weight_decay = 1e-400;\n};\n",
+               ZS_ERR_CONFIG, "under2.cfg:3: optimizer.weight_decay = 1e-400 is too small");
+    LOAD_FAILS("under3.cfg", LR "precision: { dtype = \"fp16\";\n  loss_scale = 1e-400; };\n",
+               ZS_ERR_CONFIG, "under3.cfg:3: precision.loss_scale = 1e-400 is too small");
+    LOAD_FAILS("under4.cfg", LR "gradient_clipping = -0.0001e-330;\n", ZS_ERR_CONFIG,
+               "gradient_clipping = -0.0001e-330 is too small");
+    LOAD_FAILS("under5.cfg", LR "app: { x = 1e-310; };\n", ZS_ERR_CONFIG,
+               "under5.cfg:2: app.x = 1e-310 is too small for a double"); /* subnormal */
+    LOAD_FAILS("under6.cfg", LR "app: {\n  xs = [1.0, 2.0,\n    .5e-999];\n};\n", ZS_ERR_CONFIG,
+               "under6.cfg:4: app.xs[2] = .5e-999 is too small");
+    LOAD_FAILS("under7.cfg", LR "app: { l = ( { a = 1.0; }, { b = 2.0; c = 1E-400; } ); };\n",
+               ZS_ERR_CONFIG, "app.l[1].c = 1E-400 is too small");
+    /* Overflow, also in an included file (named, with its line). */
+    LOAD_FAILS("over1.cfg", LR "app: { big = -1e400; };\n", ZS_ERR_CONFIG,
+               "over1.cfg:2: app.big = -1e400 is too large for a double (the largest is "
+               "1.7976931348623157e308); libconfig would silently read it as -inf");
+    write_file("over_inc.cfg", "\nscheduler: {\n  min_lr = 2e308;\n};\n");
+    LOAD_FAILS("over2.cfg", LR "@include \"over_inc.cfg\"\n", ZS_ERR_CONFIG,
+               "over_inc.cfg:3: scheduler.min_lr = 2e308 is too large for a double");
+    /* A group opened before an include continues in the included file. */
+    write_file("inner_inc.cfg", "  min_lr = 1e-999;\n");
+    LOAD_FAILS("over3.cfg", LR "scheduler: {\n@include \"inner_inc.cfg\"\n};\n", ZS_ERR_CONFIG,
+               "inner_inc.cfg:1: scheduler.min_lr = 1e-999 is too small");
+    /* Zero written any way, and the extremes a double holds, still load. */
+    zs_status st;
+    zs_config *cfg = load_text("zeros.cfg",
+                               LR "gradient_clipping = 0e-400;\napp: { a = 0.0e999; "
+                                  "b = 2.2250738585072014e-308; c = 1.7976931348623157e308; "
+                                  "d = -0.000; };\n",
+                               &st);
+    ZT_OK(st);
+    if (cfg) {
+        double d = 1;
+        ZT_CHECK(zs__config_settings(cfg)->gradient_clipping == 0.0);
+        ZT_OK(zs_config_app_float(cfg, "a", 1, -1, 1, &d));
+        ZT_CHECK(d == 0.0);
+        ZT_OK(zs_config_app_float(cfg, "b", 1, 0, 1, &d));
+        ZT_CHECK(d == 2.2250738585072014e-308);
+        ZT_OK(zs_config_app_float(cfg, "c", 1, 0, DBL_MAX, &d));
+        ZT_CHECK(d == DBL_MAX);
+        ZT_OK(zs_config_app_float(cfg, "d", 1, -1, 1, &d));
+        zs_config_destroy(cfg);
+    }
+
+    /* NUL bytes: libconfig read "x\0y" as "x" without a word. */
+    static const char nul_string[] = LR "app: {\n  s = \"x\0y\";\n};\n";
+    load_in_child(write_bytes("nul.cfg", nul_string, sizeof nul_string - 1), ZS_ERR_CONFIG,
+                  "nul.cfg:3: a NUL byte (at byte offset 42)", __LINE__);
+    static const char nul_comment[] = "# \0\n" LR;
+    LOAD_IN_CHILD(write_bytes("nul2.cfg", nul_comment, sizeof nul_comment - 1), ZS_ERR_CONFIG,
+                  "nul2.cfg:1: a NUL byte");
+    write_bytes("nul_inc.cfg", "\n\n\0", 3);
+    LOAD_IN_CHILD(WRITE_TEXT("nul3.cfg", LR "@include \"nul_inc.cfg\"\n"), ZS_ERR_CONFIG,
+                  "nul_inc.cfg:3: a NUL byte");
+
+    /* Size: a 50 MB string took libconfig over 12 minutes. The sparse file is
+     * refused by its size before anything is read. */
+    const char *huge = hostile_path("huge.cfg");
+    FILE *f = fopen(huge, "wb");
+    ZT_REQUIRE(f != NULL);
+    ZT_REQUIRE(fputs(LR "app: { s = \"", f) >= 0);
+    ZT_REQUIRE(fseek(f, 50L * 1000 * 1000, SEEK_SET) == 0);
+    ZT_REQUIRE(fputs("\"; };\n", f) >= 0);
+    ZT_REQUIRE(fclose(f) == 0);
+    LOAD_IN_CHILD(huge, ZS_ERR_CONFIG,
+                  "huge.cfg' is 50000006 bytes, more than the limit of 1048576 bytes for a "
+                  "configuration file");
+    /* Exactly 1 MiB loads; one byte more does not, also as an include. */
+    size_t limit = (size_t)1 << 20;
+    char *big = malloc(limit + 2);
+    ZT_REQUIRE(big != NULL);
+    size_t head = (size_t)sprintf(big, LR "app: { s = \"");
+    memset(big + head, 'x', limit - head - 6);
+    memcpy(big + limit - 6, "\"; };\n", 6);
+    LOAD_IN_CHILD(write_bytes("mib.cfg", big, limit), ZS_OK, "");
+    big[limit - 1] = ' ';
+    big[limit] = '\n';
+    LOAD_IN_CHILD(write_bytes("mib_plus.cfg", big, limit + 1), ZS_ERR_CONFIG,
+                  "mib_plus.cfg' is 1048577 bytes, more than the limit of 1048576 bytes");
+    LOAD_IN_CHILD(WRITE_TEXT("inc_big.cfg", "@include \"mib_plus.cfg\"\n"), ZS_ERR_CONFIG,
+                  "inc_big.cfg:1: @include \"mib_plus.cfg\": '");
+    /* The total over includes: five files just under 1 MiB each (comments,
+     * so nothing is slow to parse) exceed 4 MiB together. */
+    memset(big, '#', limit - 1);
+    big[limit - 1] = '\n';
+    write_bytes("part.cfg", big, limit);
+    LOAD_IN_CHILD(WRITE_TEXT("parts.cfg", LR "@include \"part.cfg\"\n@include \"part.cfg\"\n"
+                                             "@include \"part.cfg\"\n@include \"part.cfg\"\n"),
+                  ZS_ERR_CONFIG,
+                  "parts.cfg:5: @include \"part.cfg\": '");
+    LOAD_IN_CHILD(hostile_path("parts.cfg"), ZS_ERR_CONFIG,
+                  "past the limit of 4194304 bytes in all");
+    free(big);
 }
 
 static void test_overrides(void) {
@@ -902,12 +1198,20 @@ int main(void) {
     /* ZT_REQUIRE evaluates its condition twice, so no side effects inside. */
     char *made = mkdtemp(g_dir);
     ZT_REQUIRE(made != NULL);
+    /* The whole test must finish in seconds; a load that hangs fails it. */
+    alarm(120);
+    snprintf(g_hostile, sizeof g_hostile, "%.63s/hostile", g_dir);
+    ZT_REQUIRE(mkdir(g_hostile, 0700) == 0);
+    g_hostile_owner = getpid();
+    atexit(remove_hostile);
     test_defaults();
     test_every_key();
     test_precision_keys();
     test_bad_configs();
     test_good_literals();
     test_includes();
+    test_include_targets();
+    test_hostile_text();
     test_overrides();
     test_warmup_override();
     test_hash();
@@ -919,6 +1223,8 @@ int main(void) {
         snprintf(path, sizeof path, "%.63s/%.127s", g_dir, g_written[i]);
         unlink(path);
     }
+    remove_hostile();
+    g_hostile[0] = '\0';
     rmdir(g_dir);
     return zt_finish("test_config");
 }
