@@ -36,7 +36,7 @@
  * re-parsing headers; the number open is bounded by the process's
  * descriptor limit, and the least recently used file is closed beyond it. */
 typedef struct shard_cache {
-    const char *dir;
+    const zs__ckpt_step *step;
     const zs__manifest *m;
     zs__st_file **files; /* by manifest file index; NULL when closed */
     uint64_t *last_use;
@@ -44,9 +44,10 @@ typedef struct shard_cache {
     int open, capacity;
 } shard_cache;
 
-static zs_status cache_init(shard_cache *c, const char *dir, const zs__manifest *m) {
+static zs_status cache_init(shard_cache *c, const zs__ckpt_step *step) {
+    const zs__manifest *m = step->m;
     memset(c, 0, sizeof *c);
-    c->dir = dir;
+    c->step = step;
     c->m = m;
     size_t n = (size_t)(m->file_count > 0 ? m->file_count : 1);
     c->files = calloc(n, sizeof *c->files);
@@ -84,9 +85,8 @@ static zs_status cache_get(shard_cache *c, int file, zs__st_file **out) {
         c->files[victim] = NULL;
         c->open--;
     }
-    char path[PATH_MAX];
-    ZS_CHECK(zs__tool_join(path, sizeof path, c->dir, c->m->files[file].name));
-    ZS_CHECK(zs__st_open(path, &c->files[file]));
+    /* The shared checks (openat, no symlinks, regular file, size, metadata). */
+    ZS_CHECK(zs__ckpt_open_shard(c->step, file, &c->files[file]));
     c->open++;
     *out = c->files[file];
     return ZS_OK;
@@ -107,8 +107,9 @@ static zs__st_dtype st_dtype_of(zs_dtype d) {
     return d == ZS_DTYPE_FP16 ? ZS_ST_F16 : d == ZS_DTYPE_BF16 ? ZS_ST_BF16 : ZS_ST_F32;
 }
 
-zs_status zs__tool_export(const char *dir, const zs__manifest *m, zs_dtype dtype,
-                          uint64_t buffer_bytes, const char *out_path, uint64_t *out_bytes) {
+zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
+                          const char *out_path, uint64_t *out_bytes) {
+    const zs__manifest *m = step->m;
     if (buffer_bytes < ZS_TOOL_MIN_BUFFER_BYTES)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--buffer-bytes %llu is below the minimum %u",
                         (unsigned long long)buffer_bytes, ZS_TOOL_MIN_BUFFER_BYTES);
@@ -118,8 +119,7 @@ zs_status zs__tool_export(const char *dir, const zs__manifest *m, zs_dtype dtype
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", out_path);
 
     /* Verify every master file before any of its values is read. */
-    zs__tool_verify_options vo = {.whole_file_hash = 0, .master_only = 1};
-    ZS_CHECK(zs__tool_verify_files(dir, m, &vo, NULL));
+    ZS_CHECK(zs__ckpt_verify_files(step, 0, 1, 1, NULL));
 
     zs_status s = ZS_OK;
     int *order = NULL, *first = NULL;
@@ -128,7 +128,7 @@ zs_status zs__tool_export(const char *dir, const zs__manifest *m, zs_dtype dtype
     void *narrow = NULL;
     zs__st_stream *stream = NULL;
     shard_cache cache;
-    ZS_CHECK_GOTO(cache_init(&cache, dir, m), s, done);
+    ZS_CHECK_GOTO(cache_init(&cache, step), s, done);
 
     /* Index the master tensors by parameter. */
     order = malloc(sizeof *order * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));

@@ -10,17 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/fs.h"
+#include "checkpoint/fs_read.h"
+#include "checkpoint/select.h"
+#include "checkpoint/verify.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/log.h"
 
-#define PATH_CAPACITY 4096
 #define MESSAGE_CAPACITY 1024
-#define CANDIDATES_MAX (1 << 20) /* bytes of the candidate list shared by rank 0 */
 
 /* The lowest failing rank's status and message, on every rank. */
 static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
@@ -40,8 +41,9 @@ static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
 /* ------------------------------------------------------------ one step dir */
 
 typedef struct load_state {
-    char dir[PATH_CAPACITY];
-    zs__manifest *m;
+    zs__ckpt_step step;         /* the open step directory and its verified manifest */
+    const char *dir;            /* step.path */
+    zs__manifest *m;            /* step.m */
     zs__st_file **files;        /* [m->file_count], opened on demand */
     int *first_of_param;        /* tensors grouped by parameter: [param_count + 1] */
     int *by_param;              /* tensor indices, ordered by parameter */
@@ -53,36 +55,22 @@ static void load_state_free(load_state *ls) {
     free(ls->files);
     free(ls->first_of_param);
     free(ls->by_param);
-    zs__manifest_free(ls->m);
+    zs__ckpt_step_close(&ls->step);
     memset(ls, 0, sizeof *ls);
+    ls->step.fd = -1;
 }
 
-/* manifest.json, checked against manifest.json.xxh3, then parsed. */
-static zs_status read_manifest(load_state *ls) {
-    char path[PATH_CAPACITY], *text = NULL, *hash_text = NULL;
-    size_t bytes = 0, hash_bytes = 0;
-    ZS_CHECK(zs__checkpoint_join(path, sizeof path, ls->dir, ZS_CKPT_MANIFEST_HASH));
-    ZS_CHECK(zs__fs_read_file(path, 64, &hash_text, &hash_bytes));
-    char *end = NULL;
-    unsigned long long expected = strtoull(hash_text, &end, 16);
-    int hash_ok = end == hash_text + 16 && (*end == '\n' || *end == '\0') &&
-                  (*end == '\0' || end[1] == '\0');
-    free(hash_text);
-    if (!hash_ok)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not 16 hex digits and a newline", path);
-    ZS_CHECK(zs__checkpoint_join(path, sizeof path, ls->dir, ZS_CKPT_MANIFEST));
-    ZS_CHECK(zs__fs_read_file(path, ZS_CKPT_MANIFEST_MAX, &text, &bytes));
-    uint64_t actual = XXH3_64bits(text, bytes);
-    if (actual != expected) {
-        free(text);
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: content hash %016" PRIx64 " differs from %s (%016llx): the manifest "
-                        "is corrupted or was changed",
-                        path, actual, ZS_CKPT_MANIFEST_HASH, expected);
-    }
-    zs_status st = zs__manifest_from_json(text, bytes, path, &ls->m);
-    free(text);
-    return st;
+/* The step directory and its manifest, checked by the verification zs-ckpt
+ * shares (verify.h). name is NULL for an explicit step directory. */
+static zs_status open_step(load_state *ls, const char *dir, const char *name) {
+    int root_fd = -1;
+    if (name) ZS_CHECK(zs__fsr_open_root(dir, &root_fd));
+    zs_status st = zs__ckpt_step_open(root_fd, dir, name, &ls->step);
+    if (root_fd >= 0) close(root_fd);
+    ZS_CHECK(st);
+    ls->dir = ls->step.path;
+    ls->m = ls->step.m;
+    return ZS_OK;
 }
 
 static int64_t numel_of(const zs_param *p) { return p->numel; }
@@ -155,50 +143,11 @@ static zs_status index_tensors(load_state *ls) {
     return ZS_OK;
 }
 
-/* Opens shard file f once and checks that it is the file the manifest means:
- * its own metadata (format, step, rank, kind), then its size. */
+/* Opens shard file f once, with the shared checks of its kind, size and
+ * metadata (verify.h). */
 static zs_status open_file(load_state *ls, int f, zs__st_file **out) {
-    if (ls->files[f]) {
-        *out = ls->files[f];
-        return ZS_OK;
-    }
-    const zs__manifest *m = ls->m;
-    const zs__ckpt_file *cf = &m->files[f];
-    char path[PATH_CAPACITY];
-    ZS_CHECK(zs__checkpoint_join(path, sizeof path, ls->dir, cf->name));
-    zs__st_file *file = NULL;
-    ZS_CHECK(zs__st_open(path, &file));
-    zs_status st = ZS_OK;
-    const char *format = zs__st_meta_get(file, "format");
-    const char *step = zs__st_meta_get(file, "step");
-    const char *rank = zs__st_meta_get(file, "rank");
-    const char *kind = zs__st_meta_get(file, "kind");
-    char expect[32];
-    /* The file's own metadata first: it tells a file from another step or
-     * another rank apart from plain damage, which the size and hashes catch. */
-    if (!format || strcmp(format, "zeroshard-shard") != 0)
-        st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a zeroshard shard (metadata format is "
-                      "'%s')", path, format ? format : "missing");
-    else if (snprintf(expect, sizeof expect, "%" PRId64, m->step), !step || strcmp(step, expect) != 0)
-        st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: holds step %s but the manifest is of step %s "
-                      "(a file from another checkpoint)", path, step ? step : "?", expect);
-    else if (snprintf(expect, sizeof expect, "%d", cf->rank), !rank || strcmp(rank, expect) != 0)
-        st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: holds rank %s's data but the manifest lists "
-                      "it as rank %s's (were files renamed or swapped?)",
-                      path, rank ? rank : "?", expect);
-    else if (!kind || strcmp(kind, zs__ckpt_file_kind_name(cf->kind)) != 0)
-        st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: holds '%s' data but the manifest expects '%s'",
-                      path, kind ? kind : "?", zs__ckpt_file_kind_name(cf->kind));
-    else if (zs__st_file_bytes(file) != cf->bytes)
-        st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %llu bytes, but the manifest says %llu (the "
-                      "file was truncated or changed)",
-                      path, (unsigned long long)zs__st_file_bytes(file), (unsigned long long)cf->bytes);
-    if (st != ZS_OK) {
-        zs__st_close(file);
-        return st;
-    }
-    ls->files[f] = file;
-    *out = file;
+    if (!ls->files[f]) ZS_CHECK(zs__ckpt_open_shard(&ls->step, f, &ls->files[f]));
+    *out = ls->files[f];
     return ZS_OK;
 }
 
@@ -236,20 +185,15 @@ static int tensor_needed(const zs_ctx *zs, const load_state *ls, int t, const in
     return ct->offset < e && b < ct->offset + ct->count;
 }
 
-/* Verification: whole files (each by one rank, round robin) and every tensor
+/* Verification: every file (each by one rank, round robin) and every tensor
  * this rank will read. Reads only; nothing in the model changes. */
 static zs_status verify(zs_ctx *zs, load_state *ls, const int *keeps) {
     const zs__manifest *m = ls->m;
-    for (int f = zs->rank; f < m->file_count; f += zs->world_size) {
-        zs__st_file *file = NULL;
-        uint64_t hash = 0;
-        ZS_CHECK(open_file(ls, f, &file));
-        ZS_CHECK(zs__st_hash_file(file, &hash));
-        if (hash != m->files[f].xxh3)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: content hash %016" PRIx64 " differs from "
-                            "the manifest's %016" PRIx64 " (corrupted, or from another checkpoint)",
-                            zs__st_path(file), hash, m->files[f].xxh3);
-    }
+    /* The shared verification, its files spread over the ranks (the union
+     * is what zs-ckpt verify checks); then the tensors this rank reads are
+     * hashed again from the files it has open, so what it copies is what
+     * was verified even if a file changed in between. */
+    ZS_CHECK(zs__ckpt_verify_files(&ls->step, zs->rank, zs->world_size, 0, NULL));
     for (int t = 0; t < m->tensor_count; t++) {
         if (!tensor_needed(zs, ls, t, keeps)) continue;
         zs__st_file *file = NULL;
@@ -388,16 +332,16 @@ static zs_status finish(zs_ctx *zs, const zs__manifest *m) {
 }
 
 /* Loads one step directory; collective; the same status on every rank. */
-static zs_status load_step(zs_ctx *zs, const char *dir) {
+static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     load_state ls;
     memset(&ls, 0, sizeof ls);
-    snprintf(ls.dir, sizeof ls.dir, "%s", dir);
+    ls.step.fd = -1;
     zs__ckpt_state states[4];
     const int nstates = zs__checkpoint_states(zs, states);
     int keeps[ZS_CKPT_STATE_USER_RANK + 1] = {0};
     for (int s = 0; s < nstates; s++) keeps[states[s]] = 1;
 
-    zs_status local = read_manifest(&ls);
+    zs_status local = open_step(&ls, dir, name);
     if (local == ZS_OK) local = check_layout(zs, &ls);
     if (local == ZS_OK) local = index_tensors(&ls);
     zs_status st = agree(zs, local, "checkpoint manifest");
@@ -411,8 +355,8 @@ static zs_status load_step(zs_ctx *zs, const char *dir) {
     if (st == ZS_OK) {
         if (ls.m->config_hash != zs->config_hash)
             ZS_INFO("%s was saved with another configuration (hash %016" PRIx64 ", now %016" PRIx64
-                    "); loading it anyway", dir, ls.m->config_hash, zs->config_hash);
-        ZS_INFO("loaded %s: step %lld, saved by %d rank(s) in stage %d", dir,
+                    "); loading it anyway", ls.dir, ls.m->config_hash, zs->config_hash);
+        ZS_INFO("loaded %s: step %lld, saved by %d rank(s) in stage %d", ls.dir,
                 (long long)ls.m->step, ls.m->world_size, ls.m->stage);
     }
     load_state_free(&ls);
@@ -421,93 +365,50 @@ static zs_status load_step(zs_ctx *zs, const char *dir) {
 
 /* ------------------------------------------------------------ choosing */
 
-/* Rank 0 lists what to try, best first: a step directory alone, or for a
- * root every step directory, newest step first. `latest` is written last in
- * the commit protocol and names the newest committed step, but a crash
- * between the step's rename and latest's update leaves a newer complete step
- * behind, so the order comes from the directory names and `latest` is only
- * checked (it must name a step directory, never a path). Temporary and
- * replaced directories never count. */
-static zs_status list_candidates(const char *dir, char *out, size_t cap, int *explicit_dir) {
-    char path[PATH_CAPACITY];
-    out[0] = '\0';
-    ZS_CHECK(zs__checkpoint_join(path, sizeof path, dir, ZS_CKPT_MANIFEST));
-    *explicit_dir = zs__fs_is_file(path) || !zs__fs_is_dir(dir);
-    if (*explicit_dir) {
-        if (!zs__fs_is_dir(dir))
-            return zs__fail(ZS_ERR_IO, "checkpoint '%s' does not exist or is not a directory", dir);
-        snprintf(out, cap, "%s\n", dir);
-        return ZS_OK;
+static zs_status try_step(void *ctx, const char *dir, const char *name) {
+    return load_step((zs_ctx *)ctx, dir, name);
+}
+
+/* Rank 0 lists the candidates (select.h: the rule zs-ckpt uses too) and
+ * every rank receives them, so all ranks try the same directories in the
+ * same order; each try ends in an agreement, so they also stop together. */
+static zs_status share_candidates(zs_ctx *zs, const char *dir, int missing_ok,
+                                  zs__ckpt_candidates *c) {
+    memset(c, 0, sizeof *c);
+    zs_status local = ZS_OK;
+    if (zs->rank == 0 && !(missing_ok && zs__fs_is_dir(dir) == 0))
+        local = zs__ckpt_candidates_list(dir, c);
+    ZS_CHECK(agree(zs, local, "checkpoint candidates"));
+    int64_t head[2] = {c->explicit_dir, c->count};
+    ZS_CHECK(zs__comm_broadcast(zs->comm, head, sizeof head, 0, "checkpoint candidates"));
+    if (head[1] < 0 || head[1] > ZS_CKPT_ROOT_ENTRIES_MAX)
+        return zs__fail(ZS_ERR_INTERNAL, "checkpoint candidates: count %lld out of range",
+                        (long long)head[1]);
+    if (zs->rank != 0) {
+        c->explicit_dir = (int)head[0];
+        c->count = (int)head[1];
+        c->names = calloc((size_t)(c->count ? c->count : 1), sizeof *c->names);
+        if (!c->names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
     }
-    char *latest = NULL;
-    size_t bytes = 0;
-    ZS_CHECK(zs__checkpoint_join(path, sizeof path, dir, ZS_CKPT_LATEST));
-    if (zs__fs_is_file(path) && zs__fs_read_file(path, 64, &latest, &bytes) == ZS_OK) {
-        if (bytes > 0 && latest[bytes - 1] == '\n') latest[bytes - 1] = '\0';
-        if (!zs__checkpoint_is_step_name(latest))
-            ZS_WARN("%s does not name a step directory (step_NNNNNNNN); ignoring it", path);
-    }
-    free(latest);
-    zs__clear_error();
-    char **names = NULL;
-    int count = 0;
-    ZS_CHECK(zs__fs_list(dir, &names, &count));
-    size_t used = 0;
-    /* zs__fs_list sorts by name, and step names are zero-padded: newest last. */
-    for (int i = count - 1; i >= 0; i--) {
-        if (!zs__checkpoint_is_step_name(names[i])) continue;
-        if (zs__checkpoint_join(path, sizeof path, dir, names[i]) != ZS_OK) continue;
-        int n = snprintf(out + used, cap - used, "%s\n", path);
-        if (n < 0 || (size_t)n >= cap - used) break;
-        used += (size_t)n;
-    }
-    zs__fs_list_free(names, count);
+    if (c->count > 0)
+        ZS_CHECK(zs__comm_broadcast(zs->comm, c->names, (size_t)c->count * sizeof *c->names, 0,
+                                    "checkpoint candidates"));
     return ZS_OK;
 }
 
-/* missing_ok: a root without any step directory is not an error (resume =
- * "auto" on a first run); *loaded says whether anything was loaded. */
+/* missing_ok: a root that does not exist or holds no step directory is not
+ * an error (resume = "auto" on a first run); *loaded says whether anything
+ * was loaded. */
 static zs_status load_any(zs_ctx *zs, const char *dir, int missing_ok, int *loaded) {
     *loaded = 0;
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_load: call zs_build first");
-    char *list = calloc(CANDIDATES_MAX, 1);
-    if (!list) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
-    int explicit_dir = 0;
-    zs_status local = ZS_OK;
-    if (zs->rank == 0) {
-        if (missing_ok && !zs__fs_is_dir(dir)) list[0] = '\0';
-        else local = list_candidates(dir, list, CANDIDATES_MAX, &explicit_dir);
-    }
-    zs_status st = agree(zs, local, "checkpoint candidates");
-    if (st == ZS_OK) st = zs__comm_broadcast(zs->comm, list, CANDIDATES_MAX, 0, "checkpoint candidates");
-    int64_t flag = explicit_dir;
-    if (st == ZS_OK) st = zs__comm_broadcast(zs->comm, &flag, sizeof flag, 0, "checkpoint candidates");
-    explicit_dir = (int)flag;
-    int tried = 0;
-    char last_error[MESSAGE_CAPACITY] = "";
-    for (char *line = list; st == ZS_OK && *line;) {
-        char *end = strchr(line, '\n');
-        if (!end) break;
-        *end = '\0';
-        tried++;
-        zs_status one = load_step(zs, line);
-        if (one == ZS_OK) {
-            *loaded = 1;
-            break;
-        }
-        if (explicit_dir) {
-            st = one;
-            break;
-        }
-        snprintf(last_error, sizeof last_error, "%s", zs_last_error());
-        ZS_WARN("skipping checkpoint %s: %s", line, last_error);
-        line = end + 1;
-    }
-    free(list);
-    if (st != ZS_OK) return st;
-    if (!*loaded && tried > 0)
-        return zs__fail(ZS_ERR_IO, "no checkpoint in '%s' verifies (%d tried); the last error was: %s",
-                        dir, tried, last_error);
+    zs__ckpt_candidates c;
+    zs_status st = share_candidates(zs, dir, missing_ok, &c);
+    int chosen = -1;
+    if (st == ZS_OK) st = zs__ckpt_select(dir, &c, try_step, zs, &chosen);
+    zs__ckpt_candidates_free(&c);
+    ZS_CHECK(st);
+    *loaded = chosen >= 0;
     if (!*loaded && !missing_ok)
         return zs__fail(ZS_ERR_IO, "'%s' holds no checkpoint (no step_NNNNNNNN directory)", dir);
     return ZS_OK;

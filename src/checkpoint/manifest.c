@@ -197,8 +197,8 @@ static zs_status check_unique(named *items, int count, const char *where, const 
     for (int k = 1; k < count; k++) {
         if (items[k].a == items[k - 1].a && strcmp(items[k].name, items[k - 1].name) == 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: duplicate %s name \"%s\" (entries %d and %d)",
-                            where, what, items[k].name, items[k - 1].index, items[k].index);
+                            "%s: %s entries %d and %d have the same name", where, what,
+                            items[k - 1].index, items[k].index);
     }
     return ZS_OK;
 }
@@ -250,17 +250,17 @@ static zs_status check_coverage(const zs__manifest *m, const char *where) {
             if (r->count == 0) continue;
             if (r->offset < covered) {
                 status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                                  "%s: parameter \"%s\" %s: tensors %d (\"%s\") and %d (\"%s\") "
-                                  "overlap at element %lld",
-                                  where, p->name, state, last, m->tensors[last].key, r->index,
-                                  m->tensors[r->index].key, (long long)r->offset);
+                                  "%s: params[%d] %s: tensors[%d] and tensors[%d] overlap at "
+                                  "element %lld",
+                                  where, ranges[k].param, state, last, r->index,
+                                  (long long)r->offset);
                 goto done;
             }
             if (r->offset > covered) {
                 status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                                  "%s: parameter \"%s\" %s: elements [%lld, %lld) are missing "
+                                  "%s: params[%d] %s: elements [%lld, %lld) are missing "
                                   "(in no tensor)",
-                                  where, p->name, state, (long long)covered, (long long)r->offset);
+                                  where, ranges[k].param, state, (long long)covered, (long long)r->offset);
                 goto done;
             }
             covered = r->offset + r->count; /* bounds-checked: no overflow */
@@ -268,9 +268,9 @@ static zs_status check_coverage(const zs__manifest *m, const char *where) {
         }
         if (covered != numel) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                              "%s: parameter \"%s\" %s: elements [%lld, %lld) are missing (in no "
+                              "%s: params[%d] %s: elements [%lld, %lld) are missing (in no "
                               "tensor)",
-                              where, p->name, state, (long long)covered, (long long)numel);
+                              where, ranges[k].param, state, (long long)covered, (long long)numel);
             goto done;
         }
         k = g;
@@ -278,9 +278,9 @@ static zs_status check_coverage(const zs__manifest *m, const char *where) {
     for (int p = 0; p < m->param_count; p++) {
         if (!has_master[p]) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                              "%s: parameter \"%s\" has no master tensor (the checkpoint cannot "
+                              "%s: params[%d] has no master tensor (the checkpoint cannot "
                               "restore its weights)",
-                              where, m->params[p].name);
+                              where, p);
             goto done;
         }
     }
@@ -353,96 +353,96 @@ zs_status zs__manifest_validate(const zs__manifest *m, const char *where) {
     for (int u = 0; u < m->unit_count; u++) {
         const char *why = name_problem(m->units[u].name, sizeof m->units[u].name);
         if (why)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: units[%d] name \"%.64s\" %s", where, u,
-                            m->units[u].name, why);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: units[%d]: the name %s", where, u,
+                            why);
     }
     for (int i = 0; i < m->param_count; i++) {
         const zs__ckpt_param *p = &m->params[i];
         const char *why = name_problem(p->name, sizeof p->name);
         if (why)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: params[%d] name \"%.64s\" %s", where, i,
-                            p->name, why);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: params[%d]: the name %s", where, i,
+                            why);
         if (p->unit < 0 || p->unit >= m->unit_count)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: parameter \"%s\" unit index %d is out of range [0, %d)", where,
-                            p->name, p->unit, m->unit_count);
+                            "%s: params[%d] unit index %d is out of range [0, %d)", where,
+                            i, p->unit, m->unit_count);
         if (p->ndim < 1 || p->ndim > ZS_CKPT_MAX_DIMS)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: parameter \"%s\" has %d dimensions (want 1..%d)", where, p->name,
+                            "%s: params[%d] has %d dimensions (want 1..%d)", where, i,
                             p->ndim, ZS_CKPT_MAX_DIMS);
         for (int d = 0; d < p->ndim; d++)
             if (p->shape[d] < 1)
                 return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                                "%s: parameter \"%s\" shape[%d] = %lld must be >= 1", where,
-                                p->name, d, (long long)p->shape[d]);
+                                "%s: params[%d] shape[%d] must be >= 1", where,
+                                i, d);
         if (zs__ckpt_param_numel(p) < 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: parameter \"%s\" shape product overflows 64 bits", where, p->name);
+                            "%s: params[%d] shape product overflows 64 bits", where, i);
         if (p->flags & ~(unsigned)KNOWN_PARAM_FLAGS)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: parameter \"%s\" has unknown flags 0x%x",
-                            where, p->name, p->flags);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: params[%d] has unknown flags 0x%x",
+                            where, i, p->flags);
     }
     for (int i = 0; i < m->file_count; i++) {
         const zs__ckpt_file *f = &m->files[i];
         const char *why = file_name_problem(f->name);
         if (why)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: files[%d] file name \"%.64s\" %s", where,
-                            i, f->name, why);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: files[%d]: the file name %s", where,
+                            i, why);
         if (f->rank < 0 || f->rank >= m->world_size)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: file \"%s\" rank %d is out of range [0, world_size %d)", where,
-                            f->name, f->rank, m->world_size);
+                            "%s: files[%d] rank %d is out of range [0, world_size %d)", where,
+                            i, f->rank, m->world_size);
         if ((int)f->kind < 0 || (int)f->kind >= KIND_COUNT)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: file \"%s\" has unknown kind %d", where,
-                            f->name, (int)f->kind);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: files[%d] has unknown kind %d", where,
+                            i, (int)f->kind);
         if (f->bytes > (uint64_t)INT64_MAX)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: file \"%s\" size is out of range", where,
-                            f->name);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: files[%d] size is out of range", where,
+                            i);
     }
     for (int i = 0; i < m->tensor_count; i++) {
         const zs__ckpt_tensor *t = &m->tensors[i];
         const char *why = name_problem(t->key, sizeof t->key);
         if (why)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensors[%d] key \"%.64s\" %s", where, i,
-                            t->key, why);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensors[%d]: the key %s", where, i,
+                            why);
         if (t->file < 0 || t->file >= m->file_count)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" file index %d is out of range [0, %d)", where,
-                            t->key, t->file, m->file_count);
+                            "%s: tensors[%d] file index %d is out of range [0, %d)", where,
+                            i, t->file, m->file_count);
         if ((int)t->state < 0 || (int)t->state >= STATE_COUNT)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" has unknown state %d",
-                            where, t->key, (int)t->state);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensors[%d] has unknown state %d",
+                            where, i, (int)t->state);
         const zs__ckpt_file *f = &m->files[t->file];
         if (f->kind != state_file_kind(t->state))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" (state %s) is in file \"%s\" of kind %s; that "
+                            "%s: tensors[%d] (state %s) is in files[%d] of kind %s; that "
                             "state belongs in %s files",
-                            where, t->key, zs__ckpt_state_name(t->state), f->name,
+                            where, i, zs__ckpt_state_name(t->state), t->file,
                             zs__ckpt_file_kind_name(f->kind),
                             zs__ckpt_file_kind_name(state_file_kind(t->state)));
         if (t->offset < 0 || t->count < 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" offset %lld and count %lld must be >= 0", where,
-                            t->key, (long long)t->offset, (long long)t->count);
+                            "%s: tensors[%d] offset %lld and count %lld must be >= 0", where,
+                            i, (long long)t->offset, (long long)t->count);
         if (state_is_user(t->state)) {
             if (t->param != -1 || t->offset != 0)
                 return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                                "%s: user tensor \"%s\" must have param -1 and offset 0 (has %d "
+                                "%s: user tensor tensors[%d] must have param -1 and offset 0 (has %d "
                                 "and %lld)",
-                                where, t->key, t->param, (long long)t->offset);
+                                where, i, t->param, (long long)t->offset);
             continue;
         }
         if (t->param < 0 || t->param >= m->param_count)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" param index %d is out of range [0, %d)", where,
-                            t->key, t->param, m->param_count);
+                            "%s: tensors[%d] param index %d is out of range [0, %d)", where,
+                            i, t->param, m->param_count);
         int64_t numel = zs__ckpt_param_numel(&m->params[t->param]);
         if (t->offset > numel || t->count > numel - t->offset)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" elements [%lld, %lld + %lld) exceed parameter "
-                            "\"%s\" (%lld elements; offset + count may overflow)",
-                            where, t->key, (long long)t->offset, (long long)t->offset,
-                            (long long)t->count, m->params[t->param].name, (long long)numel);
+                            "%s: tensors[%d] elements [%lld, %lld + %lld) exceed params[%d] "
+                            "(%lld elements; offset + count may overflow)",
+                            where, i, (long long)t->offset, (long long)t->offset,
+                            (long long)t->count, t->param, (long long)numel);
     }
     ZS_CHECK(check_names(m, where));
     ZS_CHECK(check_coverage(m, where));
@@ -591,14 +591,18 @@ static struct json_object *member(struct json_object *obj, const char *key) {
 static zs_status p_fields(parser *ps, struct json_object *obj, const char *const *fields, int n) {
     if (!json_object_is_type(obj, json_type_object))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s must be an object", ps->where, ps->ctx);
+    /* Fields are named by position, never by their text (see json_strict.h). */
+    int index = -1;
     json_object_object_foreach(obj, key, value) {
         (void)value;
+        index++;
         int known = 0;
         for (int k = 0; k < n && !known; k++) known = strcmp(key, fields[k]) == 0;
         if (!known)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: unknown field \"%.64s\" in %s (written by a newer zeroshard?)",
-                            ps->where, key, ps->ctx);
+                            "%s: %s has an unknown field (member %d; expected only %d known "
+                            "fields; written by a newer zeroshard?)",
+                            ps->where, ps->ctx, index, n);
     }
     for (int k = 0; k < n; k++)
         if (!member(obj, fields[k]))
@@ -615,8 +619,8 @@ static zs_status p_int(parser *ps, struct json_object *obj, const char *key, int
                         ps->ctx, key);
     int64_t x = json_object_get_int64(v);
     if (x < lo || x > hi)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s.%s = %lld is out of range [%lld, %lld]",
-                        ps->where, ps->ctx, key, (long long)x, (long long)lo, (long long)hi);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s.%s is out of range [%lld, %lld]",
+                        ps->where, ps->ctx, key, (long long)lo, (long long)hi);
     *out = x;
     return ZS_OK;
 }
@@ -658,8 +662,8 @@ static zs_status p_enum(parser *ps, struct json_object *obj, const char *key,
             return ZS_OK;
         }
     }
-    return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s.%s = \"%s\" is not a known value", ps->where,
-                    ps->ctx, key, text);
+    return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s.%s is not a known value", ps->where, ps->ctx,
+                    key);
 }
 
 /* Exactly 16 lowercase hex digits, as written. */

@@ -13,6 +13,7 @@
  * tensors must tile the data section exactly, so that no byte of a valid file
  * is unaccounted for and no read can leave the file. */
 #include "checkpoint/fs.h"
+#include "checkpoint/fs_read.h"
 #include "checkpoint/json_strict.h"
 #include "checkpoint/safetensors.h"
 
@@ -585,85 +586,92 @@ static zs_status st_parse_metadata(zs__st_file *f, struct json_object *m) {
     if (n == 0) return ZS_OK;
     f->meta = calloc((size_t)n, sizeof *f->meta);
     if (!f->meta) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the metadata", path);
+    /* Messages name entries by position, never by their text: this file may
+     * not be a checkpoint at all, and its bytes are not ours to print. */
+    int index = 0;
     json_object_object_foreach(m, key, value) {
         const char *why = st_name_problem(key, strlen(key), 0);
         if (why)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: __metadata__ key \"%.64s\" %s", path,
-                            key, why);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: __metadata__ entry %d: the key %s",
+                            path, index, why);
         if (!json_object_is_type(value, json_type_string))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: __metadata__ value of \"%s\" is not a string", path, key);
+                            "%s: __metadata__ entry %d: the value is not a string", path, index);
         const char *text = json_object_get_string(value);
         size_t len = (size_t)json_object_get_string_len(value);
         if (len > ZS_ST_META_VALUE_MAX || strlen(text) != len)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: __metadata__ value of \"%s\" is longer than %d bytes or holds a "
-                            "NUL byte",
-                            path, key, ZS_ST_META_VALUE_MAX);
+                            "%s: __metadata__ entry %d: the value is longer than %d bytes or "
+                            "holds a NUL byte",
+                            path, index, ZS_ST_META_VALUE_MAX);
         st_meta_item *item = &f->meta[f->meta_count];
         item->key = strdup(key);
         item->value = strdup(text);
         f->meta_count++; /* counted before checking, so close frees a half-made item */
         if (!item->key || !item->value)
             return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the metadata", path);
+        index++;
     }
     qsort(f->meta, (size_t)f->meta_count, sizeof *f->meta, st_cmp_meta);
     return ZS_OK;
 }
 
-static zs_status st_parse_entry(const char *path, const char *name, struct json_object *v,
-                                zs__st_entry *e) {
+/* Messages name the entry by its position among the header's tensors
+ * (`index`, counting from 0 in file order), never by its text. */
+static zs_status st_parse_entry(const char *path, int index, const char *name,
+                                struct json_object *v, zs__st_entry *e) {
     const char *why = st_name_problem(name, strlen(name), 1);
     if (why)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor name \"%.64s\" %s", path, name, why);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: header tensor %d: the name %s", path, index,
+                        why);
     memcpy(e->name, name, strlen(name) + 1);
     if (!json_object_is_type(v, json_type_object))
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" is not an object", path, name);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: header tensor %d is not an object", path, index);
     struct json_object *dtype = NULL, *shape = NULL, *offsets = NULL;
     if (json_object_object_length(v) != 3 || !json_object_object_get_ex(v, "dtype", &dtype) ||
         !json_object_object_get_ex(v, "shape", &shape) ||
         !json_object_object_get_ex(v, "data_offsets", &offsets))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: tensor \"%s\" must have exactly the fields dtype, shape and "
+                        "%s: header tensor %d must have exactly the fields dtype, shape and "
                         "data_offsets",
-                        path, name);
+                        path, index);
     if (!json_object_is_type(dtype, json_type_string) ||
         !st_parse_dtype(json_object_get_string(dtype), (size_t)json_object_get_string_len(dtype),
                         &e->dtype))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: tensor \"%s\" has a dtype outside the allowed F32, F16, BF16, U8",
-                        path, name);
+                        "%s: header tensor %d has a dtype outside the allowed F32, F16, BF16, U8",
+                        path, index);
     if (!json_object_is_type(shape, json_type_array) ||
         json_object_array_length(shape) > ZS_ST_MAX_DIMS)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: tensor \"%s\" shape must be an array of at most %d dimensions", path,
-                        name, ZS_ST_MAX_DIMS);
+                        "%s: header tensor %d shape must be an array of at most %d dimensions", path,
+                        index, ZS_ST_MAX_DIMS);
     e->ndim = (int)json_object_array_length(shape);
     for (int d = 0; d < e->ndim; d++) {
         if (!st_json_nonneg(json_object_array_get_idx(shape, (size_t)d), &e->shape[d]))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" shape[%d] is not a non-negative integer", path,
-                            name, d);
+                            "%s: header tensor %d shape[%d] is not a non-negative integer", path,
+                            index, d);
     }
     int64_t begin, end;
     if (!json_object_is_type(offsets, json_type_array) || json_object_array_length(offsets) != 2 ||
         !st_json_nonneg(json_object_array_get_idx(offsets, 0), &begin) ||
         !st_json_nonneg(json_object_array_get_idx(offsets, 1), &end) || begin > end)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: tensor \"%s\" data_offsets must be [begin, end] with 0 <= begin <= "
+                        "%s: header tensor %d data_offsets must be [begin, end] with 0 <= begin <= "
                         "end",
-                        path, name);
+                        path, index);
     e->begin = (uint64_t)begin;
     e->end = (uint64_t)end;
     int ok;
     uint64_t want = st_shape_bytes(e->shape, e->ndim, e->dtype, &ok);
     if (!ok)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" shape overflows 64 bits", path,
-                        name);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: header tensor %d shape overflows 64 bits", path,
+                        index);
     if (want != e->end - e->begin)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: tensor \"%s\" spans %llu bytes but its shape and dtype need %llu",
-                        path, name, (unsigned long long)(e->end - e->begin),
+                        "%s: header tensor %d spans %llu bytes but its shape and dtype need %llu",
+                        path, index, (unsigned long long)(e->end - e->begin),
                         (unsigned long long)want);
     return ZS_OK;
 }
@@ -676,9 +684,9 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
     for (int k = 0; k < f->count; k++) {
         if (f->entries[k].end > data_bytes)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: tensor \"%s\" ends at byte %llu, beyond the %llu-byte data "
-                            "section",
-                            path, f->entries[k].name, (unsigned long long)f->entries[k].end,
+                            "%s: header tensor %d ends at data byte %llu, beyond the %llu-byte "
+                            "data section",
+                            path, k, (unsigned long long)f->entries[k].end,
                             (unsigned long long)data_bytes);
     }
     if (f->count > 0) {
@@ -688,13 +696,13 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
         qsort(order, (size_t)f->count, sizeof *order, st_cmp_entry_begin);
     }
     uint64_t covered = 0;
-    const char *previous = NULL;
+    int previous = -1;
     for (int k = 0; k < f->count; k++) {
         const zs__st_entry *e = order[k];
         if (e->begin < covered) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                              "%s: tensors \"%s\" and \"%s\" overlap (bytes %llu..%llu)", path,
-                              previous ? previous : "?", e->name, (unsigned long long)e->begin,
+                              "%s: header tensors %d and %d overlap (data bytes %llu..%llu)",
+                              path, previous, (int)(e - f->entries), (unsigned long long)e->begin,
                               (unsigned long long)covered);
             goto done;
         }
@@ -704,7 +712,7 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
                               path, (unsigned long long)covered, (unsigned long long)e->begin);
             goto done;
         }
-        if (e->end > e->begin) previous = e->name;
+        if (e->end > e->begin) previous = (int)(e - f->entries);
         covered = e->end;
     }
     if (covered != data_bytes)
@@ -745,7 +753,8 @@ static zs_status st_parse_header(zs__st_file *f, const char *text, size_t bytes)
     }
     json_object_object_foreach(root, name, value) {
         if (strcmp(name, ST_METADATA_KEY) == 0) continue;
-        ZS_CHECK_GOTO(st_parse_entry(path, name, value, &f->entries[f->count]), status, done);
+        ZS_CHECK_GOTO(st_parse_entry(path, f->count, name, value, &f->entries[f->count]), status,
+                      done);
         f->by_name[f->count] = &f->entries[f->count];
         f->count++;
     }
@@ -755,8 +764,10 @@ static zs_status st_parse_header(zs__st_file *f, const char *text, size_t bytes)
          * unambiguous even if that check changes. */
         for (int k = 1; k < f->count; k++) {
             if (strcmp(f->by_name[k - 1]->name, f->by_name[k]->name) == 0) {
-                status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: duplicate tensor name \"%s\"",
-                                  path, f->by_name[k]->name);
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: header tensors %d and %d have the same name", path,
+                                  (int)(f->by_name[k - 1] - f->entries),
+                                  (int)(f->by_name[k] - f->entries));
                 goto done;
             }
         }
@@ -766,11 +777,51 @@ done:
     return status;
 }
 
-zs_status zs__st_open(const char *path, zs__st_file **out) {
+/* Validates the file open at f->fd (regular, checked by the caller's open):
+ * everything after the open is shared by zs__st_open and zs__st_open_at. */
+static zs_status st_open_fd(zs__st_file *f) {
+    const char *path = f->path;
     zs_status status = ZS_OK;
     char *header = NULL;
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
+    f->file_bytes = (uint64_t)st.st_size;
+    if (f->file_bytes < 8)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: %llu bytes is too short for a safetensors file (its header length "
+                        "alone takes 8)",
+                        path, (unsigned long long)f->file_bytes);
+    unsigned char length_bytes[8];
+    ZS_CHECK(st_pread_all(f->fd, length_bytes, sizeof length_bytes, 0, path));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = (n << 8) | length_bytes[k];
+    /* Bounded and checked against the file size before anything is
+     * allocated. The length read is not printed: for a file that is not
+     * safetensors at all, those 8 bytes are its first 8 bytes of content. */
+    if (n < 2 || n > ZS_ST_HEADER_MAX || n > f->file_bytes - 8)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: bytes 0..7 do not hold a valid header length (expected a little-"
+                        "endian integer of at least 2, at most %u, and within the file's %llu "
+                        "bytes); the file is truncated or not safetensors",
+                        path, ZS_ST_HEADER_MAX, (unsigned long long)f->file_bytes);
+    header = malloc((size_t)n);
+    if (!header)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a %llu-byte header", path,
+                        (unsigned long long)n);
+    ZS_CHECK_GOTO(st_pread_all(f->fd, header, (size_t)n, 8, path), status, done);
+    f->data_start = 8 + n;
+    ZS_CHECK_GOTO(st_parse_header(f, header, (size_t)n), status, done);
+    ZS_CHECK_GOTO(st_check_layout(f, f->file_bytes - f->data_start), status, done);
+done:
+    free(header);
+    return status;
+}
+
+static zs_status st_new(const char *path, zs__st_file **out) {
     *out = NULL;
-    if (!path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors reader: NULL path");
     zs__st_file *f = calloc(1, sizeof *f);
     if (!f) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
     f->fd = -1;
@@ -779,59 +830,44 @@ zs_status zs__st_open(const char *path, zs__st_file **out) {
         free(f);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
     }
+    *out = f;
+    return ZS_OK;
+}
+
+zs_status zs__st_open(const char *path, zs__st_file **out) {
+    *out = NULL;
+    if (!path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors reader: NULL path");
+    zs__st_file *f = NULL;
+    ZS_CHECK(st_new(path, &f));
+    zs_status status = ZS_OK;
     /* O_NONBLOCK keeps a FIFO planted at the path from blocking the open; it
-     * does nothing to regular files, the only kind accepted below. */
-    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+     * does nothing to regular files, the only kind accepted. O_NOFOLLOW: a
+     * symlink as the last component is refused, never followed. */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (f->fd < 0) {
-        status = zs__fail(ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        status = errno == ELOOP
+                     ? zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: is a symlink (never followed)", path)
+                     : zs__fail(ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
-    struct stat st;
-    if (fstat(f->fd, &st) != 0) {
-        status = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
-        goto fail;
-    }
-    f->file_bytes = (uint64_t)st.st_size;
-    if (f->file_bytes < 8) {
-        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                          "%s: %llu bytes is too short for a safetensors file (its header length "
-                          "alone takes 8)",
-                          path, (unsigned long long)f->file_bytes);
-        goto fail;
-    }
-    unsigned char length_bytes[8];
-    ZS_CHECK_GOTO(st_pread_all(f->fd, length_bytes, sizeof length_bytes, 0, path), status, fail);
-    uint64_t n = 0;
-    for (int k = 7; k >= 0; k--) n = (n << 8) | length_bytes[k];
-    /* Bounded and checked against the file size before anything is allocated. */
-    if (n < 2 || n > ZS_ST_HEADER_MAX || n > f->file_bytes - 8) {
-        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                          "%s: header length %llu is invalid (it must be at least 2, at most %u, "
-                          "and within the file's %llu bytes); the file is truncated or not "
-                          "safetensors",
-                          path, (unsigned long long)n, ZS_ST_HEADER_MAX,
-                          (unsigned long long)f->file_bytes);
-        goto fail;
-    }
-    header = malloc((size_t)n);
-    if (!header) {
-        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a %llu-byte header", path,
-                          (unsigned long long)n);
-        goto fail;
-    }
-    ZS_CHECK_GOTO(st_pread_all(f->fd, header, (size_t)n, 8, path), status, fail);
-    f->data_start = 8 + n;
-    ZS_CHECK_GOTO(st_parse_header(f, header, (size_t)n), status, fail);
-    ZS_CHECK_GOTO(st_check_layout(f, f->file_bytes - f->data_start), status, fail);
-    free(header);
+    ZS_CHECK_GOTO(st_open_fd(f), status, fail);
     *out = f;
     return ZS_OK;
 fail:
-    free(header);
+    zs__st_close(f);
+    return status;
+}
+
+zs_status zs__st_open_at(int dir_fd, const char *name, const char *display, zs__st_file **out) {
+    *out = NULL;
+    zs__st_file *f = NULL;
+    ZS_CHECK(st_new(display, &f));
+    zs_status status = ZS_OK;
+    ZS_CHECK_GOTO(zs__fsr_open_file_at(dir_fd, name, display, &f->fd, NULL), status, fail);
+    ZS_CHECK_GOTO(st_open_fd(f), status, fail);
+    *out = f;
+    return ZS_OK;
+fail:
     zs__st_close(f);
     return status;
 }
@@ -841,8 +877,10 @@ zs_status zs__st_read(const zs__st_file *f, const zs__st_entry *e, uint64_t offs
     uint64_t size = e->end - e->begin;
     if (offset > size || bytes > size - offset)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: reading %llu bytes at %llu is outside tensor \"%s\" (%llu bytes)",
-                        f->path, (unsigned long long)bytes, (unsigned long long)offset, e->name,
+                        "%s: reading %llu bytes at %llu is outside header tensor %d (%llu "
+                        "bytes)",
+                        f->path, (unsigned long long)bytes, (unsigned long long)offset,
+                        (int)(e - f->entries),
                         (unsigned long long)size);
     ZS_CHECK(st_pread_all(f->fd, dst, (size_t)bytes, f->data_start + e->begin + offset, f->path));
     return ZS_OK;

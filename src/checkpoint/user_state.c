@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/verify.h"
 #include "core/error.h"
 
 static zs__user_entry *find(zs_ctx *zs, const char *name) {
@@ -26,6 +27,15 @@ zs_status zs_user_state_set(zs_ctx *zs, const char *name, const void *data, size
     if (bytes) memcpy(copy, data, bytes);
     zs__user_entry *e = find(zs, name);
     if (!e) {
+        /* The loader accepts at most this many entries per shard (a bound
+         * on hostile manifests), so a save must never write more. */
+        if (zs->user_count >= ZS_CKPT_USER_MAX) {
+            free(copy);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "zs_user_state_set('%s'): already %d entries, the most a checkpoint "
+                            "holds; keep related values in one entry",
+                            name, ZS_CKPT_USER_MAX);
+        }
         if (zs->user_count == zs->user_capacity) {
             int cap = zs->user_capacity ? 2 * zs->user_capacity : 8;
             zs__user_entry *grown = realloc(zs->user, sizeof *grown * (size_t)cap);

@@ -153,10 +153,25 @@ int main(int argc, char **argv) {
             cf->rank = r;
             cf->kind = f->kind;
             char meta_keys[FX_MAX_TENSORS_PER_FILE][80], meta_values[FX_MAX_TENSORS_PER_FILE][32];
-            zs__st_meta meta[FX_MAX_TENSORS_PER_FILE + 1];
+            zs__st_meta meta[FX_MAX_TENSORS_PER_FILE + 6];
             int nmeta = 0;
+            /* What the runtime's save writes, which every reader checks. */
+            char step_text[24], rank_text[24], world_text[24];
+            snprintf(step_text, sizeof step_text, "%d", FX_STEP);
+            snprintf(rank_text, sizeof rank_text, "%d", r);
+            snprintf(world_text, sizeof world_text, "%d", FX_RANKS);
             meta[nmeta].key = "format";
             meta[nmeta++].value = "zeroshard-shard";
+            meta[nmeta].key = "version";
+            meta[nmeta++].value = "1";
+            meta[nmeta].key = "step";
+            meta[nmeta++].value = step_text;
+            meta[nmeta].key = "rank";
+            meta[nmeta++].value = rank_text;
+            meta[nmeta].key = "world_size";
+            meta[nmeta++].value = world_text;
+            meta[nmeta].key = "kind";
+            meta[nmeta++].value = kind_names[k];
             for (int t = 0; t < f->count; t++) {
                 snprintf(meta_keys[t], sizeof meta_keys[t], "%s@offset", f->names[t]);
                 snprintf(meta_values[t], sizeof meta_values[t], "%" PRId64, f->offsets[t]);

@@ -1,0 +1,137 @@
+/* Choosing the step directory of a checkpoint root (see select.h). */
+#include "checkpoint/select.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/fs.h"
+#include "checkpoint/fs_read.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#define LATEST_MAX 64 /* bytes of `latest`: a step name and a newline, with room */
+#define MESSAGE_CAPACITY 1024
+
+void zs__ckpt_candidates_free(zs__ckpt_candidates *c) {
+    if (!c) return;
+    free(c->names);
+    c->names = NULL;
+    c->count = 0;
+}
+
+/* The step directory `latest` names, or "" (with a warning saying why) when
+ * it is missing, not a regular file, or does not hold exactly a step name.
+ * Its content is never printed: it may be anything. */
+static void read_latest(int root_fd, const char *root, char latest[ZS_CKPT_STEP_NAME_CAPACITY]) {
+    latest[0] = '\0';
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", root, ZS_CKPT_LATEST);
+    if (zs__fsr_kind_at(root_fd, ZS_CKPT_LATEST) == ZS_FSR_MISSING) {
+        ZS_WARN("%s is missing; choosing the newest step directory that verifies", path);
+        return;
+    }
+    char *text = NULL;
+    size_t bytes = 0;
+    if (zs__fsr_read_file_at(root_fd, ZS_CKPT_LATEST, path, LATEST_MAX, &text, &bytes) != ZS_OK) {
+        ZS_WARN("ignoring %s: %s; choosing the newest step directory that verifies", path,
+                zs_last_error());
+        zs__clear_error();
+        return;
+    }
+    size_t n = bytes;
+    if (n > 0 && text[n - 1] == '\n') n--;
+    text[n] = '\0';
+    if (memchr(text, '\0', n) || !zs__checkpoint_is_step_name(text))
+        ZS_WARN("ignoring %s: it does not hold exactly a step directory name (step_ and 8 "
+                "digits, one newline allowed); choosing the newest step directory that verifies",
+                path);
+    else
+        snprintf(latest, ZS_CKPT_STEP_NAME_CAPACITY, "%s", text);
+    free(text);
+}
+
+zs_status zs__ckpt_candidates_list(const char *dir, zs__ckpt_candidates *out) {
+    memset(out, 0, sizeof *out);
+    int root_fd = -1;
+    ZS_CHECK(zs__fsr_open_root(dir, &root_fd));
+    if (zs__fsr_kind_at(root_fd, ZS_CKPT_MANIFEST) != ZS_FSR_MISSING) {
+        close(root_fd);
+        out->explicit_dir = 1;
+        return ZS_OK;
+    }
+    char **names = NULL;
+    int count = 0;
+    zs_status status = zs__fsr_list_at(root_fd, dir, ZS_CKPT_ROOT_ENTRIES_MAX, &names, &count);
+    if (status != ZS_OK) {
+        close(root_fd);
+        return status;
+    }
+    int steps = 0;
+    for (int i = 0; i < count; i++) steps += zs__checkpoint_is_step_name(names[i]);
+    if (steps == 0) goto done; /* a root with no checkpoint yet: nothing to say */
+    out->names = calloc((size_t)steps, sizeof *out->names);
+    if (!out->names) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list %d step directories", dir, steps);
+        goto done;
+    }
+    char latest[ZS_CKPT_STEP_NAME_CAPACITY];
+    read_latest(root_fd, dir, latest);
+    if (latest[0]) {
+        const zs__fsr_kind kind = zs__fsr_kind_at(root_fd, latest);
+        if (kind == ZS_FSR_DIR)
+            snprintf(out->names[out->count++], ZS_CKPT_STEP_NAME_CAPACITY, "%s", latest);
+        else
+            ZS_WARN("%s/%s names %s, which %s; choosing the newest step directory that verifies",
+                    dir, ZS_CKPT_LATEST, latest,
+                    kind == ZS_FSR_MISSING ? "does not exist" : "is not a directory");
+    }
+    /* Names sort by step (zero-padded): newest last. */
+    for (int i = count - 1; i >= 0; i--) {
+        if (!zs__checkpoint_is_step_name(names[i])) continue;
+        if (latest[0] && strcmp(names[i], latest) == 0) continue;
+        if (zs__fsr_kind_at(root_fd, names[i]) != ZS_FSR_DIR) {
+            ZS_WARN("%s/%s is not a directory (a regular file, symlink or special file); "
+                    "skipping it (remove it if it is not yours)",
+                    dir, names[i]);
+            continue;
+        }
+        if (out->count > 0 && strcmp(out->names[0], latest) == 0 && strcmp(names[i], latest) > 0)
+            ZS_WARN("%s/%s is newer than %s/%s (%s): it belongs to an abandoned timeline (a run "
+                    "resumed from an earlier step and saved again) or to a save that never "
+                    "committed; it is used only if %s does not verify",
+                    dir, names[i], dir, ZS_CKPT_LATEST, latest, latest);
+        snprintf(out->names[out->count++], ZS_CKPT_STEP_NAME_CAPACITY, "%s", names[i]);
+    }
+done:
+    zs__fs_list_free(names, count);
+    close(root_fd);
+    if (status != ZS_OK) zs__ckpt_candidates_free(out);
+    return status;
+}
+
+zs_status zs__ckpt_select(const char *dir, const zs__ckpt_candidates *c, zs__ckpt_try_fn try_fn,
+                          void *ctx, int *chosen) {
+    *chosen = -1;
+    if (c->explicit_dir) {
+        ZS_CHECK(try_fn(ctx, dir, NULL));
+        *chosen = 0;
+        return ZS_OK;
+    }
+    char last_error[MESSAGE_CAPACITY] = "";
+    for (int i = 0; i < c->count; i++) {
+        if (try_fn(ctx, dir, c->names[i]) == ZS_OK) {
+            if (i > 0) ZS_WARN("using %s/%s (the first %d candidate(s) did not verify)", dir,
+                               c->names[i], i);
+            *chosen = i;
+            return ZS_OK;
+        }
+        snprintf(last_error, sizeof last_error, "%s", zs_last_error());
+        ZS_WARN("skipping checkpoint %s/%s: %s", dir, c->names[i], last_error);
+    }
+    if (c->count == 0) return ZS_OK;
+    return zs__fail(ZS_ERR_IO, "no checkpoint in '%s' verifies (%d tried); the last error was: %s",
+                    dir, c->count, last_error);
+}

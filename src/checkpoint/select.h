@@ -1,0 +1,53 @@
+/* Which step directory of a checkpoint root to load: the one rule shared by
+ * zs_load / checkpoint.resume and zs-ckpt (info, verify, export of a root).
+ *
+ * `latest` names the last committed step. Candidates, in order:
+ *   1. the step directory `latest` names, if `latest` is a regular file
+ *      holding exactly step_NNNNNNNN (one newline allowed) and that entry is
+ *      a directory;
+ *   2. every other step_NNNNNNNN directory, newest first.
+ * Step directories newer than `latest` belong to an abandoned timeline (a
+ * run resumed from an earlier step and saved again) or to a save that never
+ * committed: they are named in a warning and tried only after `latest`
+ * failed. Entries named step_NNNNNNNN that are not directories (a regular
+ * file, a symlink, a FIFO) are skipped with a warning, never followed.
+ * The first candidate that passes the caller's check (verify.h, plus for
+ * zs_load the model's layout) is the one loaded. */
+#ifndef ZS_CHECKPOINT_SELECT_H
+#define ZS_CHECKPOINT_SELECT_H
+
+#include "zeroshard.h"
+
+#define ZS_CKPT_STEP_NAME_CAPACITY 16 /* "step_" + 8 digits + NUL, with room */
+#define ZS_CKPT_ROOT_ENTRIES_MAX (1 << 20) /* entries of a root we list */
+
+typedef struct zs__ckpt_candidates {
+    int explicit_dir;  /* 1: the directory is itself a step directory (it holds
+                          manifest.json, or it is not a root); it is the only
+                          candidate and names is empty */
+    int count;         /* step directories, best first */
+    char (*names)[ZS_CKPT_STEP_NAME_CAPACITY];
+} zs__ckpt_candidates;
+
+/* Lists the candidates of `dir` (a root or a step directory). Reads only
+ * names, kinds and `latest`; verifies nothing. Warnings go to the log.
+ * Free with zs__ckpt_candidates_free. */
+zs_status zs__ckpt_candidates_list(const char *dir, zs__ckpt_candidates *out);
+void zs__ckpt_candidates_free(zs__ckpt_candidates *c);
+
+/* The caller's check of one candidate: name is NULL for an explicit step
+ * directory, else a step directory inside root `dir`. ZS_OK accepts it. */
+typedef zs_status (*zs__ckpt_try_fn)(void *ctx, const char *dir, const char *name);
+
+/* Tries the candidates in order and stops at the first accepted
+ * (*chosen = its index, or 0 for an explicit directory). An explicit
+ * directory's failure is returned as it is. A root with no candidate gives
+ * ZS_OK and *chosen = -1 (the caller decides whether that is an error); a
+ * root whose candidates all fail gives ZS_ERR_IO naming how many were tried
+ * and the last error, each failure also logged as a warning. Collective
+ * callers pass the same candidates on every rank and a try_fn that returns
+ * the same status on every rank, so all ranks take the same path. */
+zs_status zs__ckpt_select(const char *dir, const zs__ckpt_candidates *c, zs__ckpt_try_fn try_fn,
+                          void *ctx, int *chosen);
+
+#endif

@@ -1,0 +1,451 @@
+/* The shared verification of a step directory (see verify.h): zs_load and
+ * zs-ckpt call these same functions, so a directory one of them accepts the
+ * other accepts too. */
+#include "checkpoint/verify.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/fs_read.h"
+#include "core/config.h"
+#include "core/error.h"
+
+#define HASH_FILE_MAX 64 /* bytes of manifest.json.xxh3: 16 digits and a newline, with room */
+#define STATES 4         /* master, exp_avg, exp_avg_sq, momentum */
+
+static zs_status join(char *out, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "path %s/%s is longer than %zu bytes", dir, name,
+                        cap - 1);
+    return ZS_OK;
+}
+
+/* ------------------------------------------------------------ the manifest */
+
+static int state_fits_file(zs__ckpt_state state, zs__ckpt_file_kind kind) {
+    switch (kind) {
+    case ZS_CKPT_FILE_MASTER: return state == ZS_CKPT_STATE_MASTER;
+    case ZS_CKPT_FILE_OPTIM:
+        return state == ZS_CKPT_STATE_EXP_AVG || state == ZS_CKPT_STATE_EXP_AVG_SQ ||
+               state == ZS_CKPT_STATE_MOMENTUM;
+    case ZS_CKPT_FILE_USER:
+        return state == ZS_CKPT_STATE_USER_GLOBAL || state == ZS_CKPT_STATE_USER_RANK;
+    }
+    return 0;
+}
+
+/* Sorting (file, param, state) triples finds a repeated one in n log n. */
+typedef struct triple {
+    int file, param, state, index;
+} triple;
+
+static int cmp_triple(const void *x, const void *y) {
+    const triple *a = x, *b = y;
+    if (a->file != b->file) return a->file < b->file ? -1 : 1;
+    if (a->param != b->param) return a->param < b->param ? -1 : 1;
+    if (a->state != b->state) return a->state < b->state ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
+    /* Files: exactly one per (rank, kind), named as the save names them. */
+    const int kinds = 3;
+    if (m->world_size > ZS_CKPT_MAX_ENTRIES / kinds || m->file_count != m->world_size * kinds)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: %d files listed, but a save by %d rank(s) writes exactly %d "
+                        "(master, optim and user per rank)",
+                        where, m->file_count, m->world_size,
+                        m->world_size <= ZS_CKPT_MAX_ENTRIES / kinds ? m->world_size * kinds : -1);
+    for (int f = 0; f < m->file_count; f++) {
+        const zs__ckpt_file *cf = &m->files[f];
+        char expect[ZS_CKPT_FILE_NAME_MAX + 1];
+        snprintf(expect, sizeof expect, "rank%05d.%s.safetensors", cf->rank,
+                 zs__ckpt_file_kind_name(cf->kind));
+        if (strcmp(cf->name, expect) != 0)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s: files[%d] is rank %d's %s file but is not named %s", where, f,
+                            cf->rank, zs__ckpt_file_kind_name(cf->kind), expect);
+    }
+    /* With the names fixed by (rank, kind), the manifest's unique-name check
+     * makes every (rank, kind) appear once, and the count makes all appear. */
+
+    /* States: the optimizer's, for every parameter. */
+    int need[STATES] = {1, 0, 0, 0};
+    int optional_momentum = 0;
+    if (m->optimizer == ZS_OPTIMIZER_SGD) optional_momentum = 1;
+    else need[ZS_CKPT_STATE_EXP_AVG] = need[ZS_CKPT_STATE_EXP_AVG_SQ] = 1;
+
+    zs_status status = ZS_OK;
+    triple *items = malloc(sizeof *items * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
+    int *user_per_file = calloc((size_t)(m->file_count > 0 ? m->file_count : 1), sizeof(int));
+    unsigned char *has = calloc((size_t)(m->param_count > 0 ? m->param_count : 1), STATES);
+    if (!items || !user_per_file || !has) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: no memory to check %d tensors", where,
+                          m->tensor_count);
+        goto done;
+    }
+    int n = 0;
+    for (int t = 0; t < m->tensor_count; t++) {
+        const zs__ckpt_tensor *ct = &m->tensors[t];
+        const zs__ckpt_file *cf = &m->files[ct->file];
+        if (ct->state == ZS_CKPT_STATE_USER_GLOBAL || ct->state == ZS_CKPT_STATE_USER_RANK) {
+            const int global = ct->state == ZS_CKPT_STATE_USER_GLOBAL;
+            const char *prefix = global ? "global:" : "rank:";
+            if (strncmp(ct->key, prefix, strlen(prefix)) != 0 || ct->key[strlen(prefix)] == '\0') {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: tensors[%d] is %s user state but its key does not start "
+                                  "with \"%s\" and a name",
+                                  where, t, global ? "global" : "per-rank", prefix);
+                goto done;
+            }
+            if (global && cf->rank != 0) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: tensors[%d] is global user state in rank %d's file; a "
+                                  "save keeps global state in rank 0's file only",
+                                  where, t, cf->rank);
+                goto done;
+            }
+            if (++user_per_file[ct->file] > ZS_CKPT_USER_MAX) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: files[%d] has more than %d user-state entries (the most "
+                                  "zs_user_state_set allows)",
+                                  where, ct->file, ZS_CKPT_USER_MAX);
+                goto done;
+            }
+            continue;
+        }
+        if ((int)ct->state >= STATES || (!need[ct->state] &&
+                                         !(optional_momentum && ct->state == ZS_CKPT_STATE_MOMENTUM))) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensors[%d] holds '%s', which the manifest's optimizer does "
+                              "not keep",
+                              where, t, zs__ckpt_state_name(ct->state));
+            goto done;
+        }
+        if (ct->count == 0) {
+            /* Save writes only owned ranges, which are never empty; an
+             * empty tensor covers nothing and would let a manifest list
+             * any number of them. */
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensors[%d] is empty; a save writes only non-empty ranges",
+                              where, t);
+            goto done;
+        }
+        has[(size_t)ct->param * STATES + (size_t)ct->state] = 1;
+        items[n++] = (triple){ct->file, ct->param, (int)ct->state, t};
+    }
+    if (n > 1) qsort(items, (size_t)n, sizeof *items, cmp_triple);
+    for (int k = 1; k < n; k++)
+        if (items[k].file == items[k - 1].file && items[k].param == items[k - 1].param &&
+            items[k].state == items[k - 1].state) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensors[%d] and tensors[%d] are both params[%d] '%s' in "
+                              "files[%d]; a rank saves one range per parameter and state",
+                              where, items[k - 1].index, items[k].index, items[k].param,
+                              zs__ckpt_state_name((zs__ckpt_state)items[k].state), items[k].file);
+            goto done;
+        }
+    int momentum_params = 0;
+    for (int p = 0; p < m->param_count; p++) {
+        for (int s = 0; s < STATES; s++)
+            if (need[s] && !has[(size_t)p * STATES + (size_t)s]) {
+                status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                  "%s: params[%d] has no '%s' tensor, which its optimizer keeps",
+                                  where, p, zs__ckpt_state_name((zs__ckpt_state)s));
+                goto done;
+            }
+        momentum_params += has[(size_t)p * STATES + ZS_CKPT_STATE_MOMENTUM];
+    }
+    if (momentum_params != 0 && momentum_params != m->param_count)
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: %d of %d parameters have a momentum tensor; SGD keeps it for all "
+                          "of them or none",
+                          where, momentum_params, m->param_count);
+done:
+    free(items);
+    free(user_per_file);
+    free(has);
+    return status;
+}
+
+/* 16 hex digits, optionally followed by one newline. */
+static int parse_hash_file(const char *text, size_t bytes, uint64_t *out) {
+    if (bytes == 17 && text[16] == '\n') bytes = 16;
+    if (bytes != 16) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < 16; i++) {
+        const char c = text[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* "step_" and 8 digits: the step it names, else -1. */
+static int64_t step_of_name(const char *name) {
+    if (!zs__checkpoint_is_step_name(name)) return -1;
+    return strtoll(name + strlen(ZS_CKPT_STEP_PREFIX), NULL, 10);
+}
+
+void zs__ckpt_step_close(zs__ckpt_step *s) {
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    zs__manifest_free(s->m);
+    s->fd = -1;
+    s->m = NULL;
+}
+
+zs_status zs__ckpt_step_open(int root_fd, const char *root_path, const char *name,
+                             zs__ckpt_step *out) {
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    zs_status status = ZS_OK;
+    char path[ZS_CKPT_PATH_MAX], hash_path[ZS_CKPT_PATH_MAX];
+    char *text = NULL, *hash_text = NULL;
+    size_t bytes = 0, hash_bytes = 0;
+    const char *base = name;
+    if (name) {
+        ZS_CHECK(join(out->path, sizeof out->path, root_path, name));
+        ZS_CHECK(zs__fsr_open_dir_at(root_fd, name, out->path, &out->fd));
+    } else {
+        int n = snprintf(out->path, sizeof out->path, "%s", root_path);
+        if (n < 0 || (size_t)n >= sizeof out->path)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", root_path);
+        ZS_CHECK(zs__fsr_open_root(root_path, &out->fd));
+        base = strrchr(root_path, '/') ? strrchr(root_path, '/') + 1 : root_path;
+    }
+    ZS_CHECK_GOTO(join(path, sizeof path, out->path, ZS_CKPT_MANIFEST), status, fail);
+    ZS_CHECK_GOTO(join(hash_path, sizeof hash_path, out->path, ZS_CKPT_MANIFEST_HASH), status,
+                  fail);
+    ZS_CHECK_GOTO(zs__fsr_read_file_at(out->fd, ZS_CKPT_MANIFEST_HASH, hash_path, HASH_FILE_MAX,
+                                       &hash_text, &hash_bytes),
+                  status, fail);
+    uint64_t expected = 0;
+    if (!parse_hash_file(hash_text, hash_bytes, &expected)) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: expected 16 lowercase hex digits and a newline; the step was not "
+                          "committed completely or the file is damaged",
+                          hash_path);
+        goto fail;
+    }
+    ZS_CHECK_GOTO(zs__fsr_read_file_at(out->fd, ZS_CKPT_MANIFEST, path, ZS_CKPT_MANIFEST_MAX,
+                                       &text, &bytes),
+                  status, fail);
+    const uint64_t actual = XXH3_64bits(text, bytes);
+    if (actual != expected) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: content hash %016" PRIx64 " differs from %s (%016" PRIx64
+                          "): the manifest is corrupted or was changed after the save",
+                          path, actual, ZS_CKPT_MANIFEST_HASH, expected);
+        goto fail;
+    }
+    ZS_CHECK_GOTO(zs__manifest_from_json(text, bytes, path, &out->m), status, fail);
+    ZS_CHECK_GOTO(zs__ckpt_check_manifest(out->m, path), status, fail);
+    const int64_t named = step_of_name(base);
+    if (named >= 0 && named != out->m->step) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: the directory is named for step %lld but its manifest is of step "
+                          "%lld (a directory renamed or copied over another)",
+                          out->path, (long long)named, (long long)out->m->step);
+        goto fail;
+    }
+    free(text);
+    free(hash_text);
+    return ZS_OK;
+fail:
+    free(text);
+    free(hash_text);
+    zs__ckpt_step_close(out);
+    return status;
+}
+
+/* ------------------------------------------------------------ the shards */
+
+/* Metadata `key` must be exactly `expect`; the file's value is never
+ * printed (it is file content), only what was expected. */
+static zs_status check_meta(const zs__st_file *f, const char *key, const char *expect,
+                            const char *why) {
+    const char *value = zs__st_meta_get(f, key);
+    if (!value)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: the shard metadata has no \"%s\" (expected \"%s\"); not a zeroshard "
+                        "shard of this checkpoint",
+                        zs__st_path(f), key, expect);
+    if (strcmp(value, expect) != 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: shard metadata \"%s\" is not \"%s\" as the "
+                        "manifest says (%s)",
+                        zs__st_path(f), key, expect, why);
+    return ZS_OK;
+}
+
+zs_status zs__ckpt_open_shard(const zs__ckpt_step *s, int file, zs__st_file **out) {
+    *out = NULL;
+    const zs__manifest *m = s->m;
+    const zs__ckpt_file *cf = &m->files[file];
+    char path[ZS_CKPT_PATH_MAX];
+    ZS_CHECK(join(path, sizeof path, s->path, cf->name));
+    zs__st_file *f = NULL;
+    ZS_CHECK(zs__st_open_at(s->fd, cf->name, path, &f));
+    zs_status status = ZS_OK;
+    char text[32];
+    /* The file's own metadata before its size and hashes: it tells a file
+     * from another step, rank or run apart from plain damage. */
+    ZS_CHECK_GOTO(check_meta(f, "format", "zeroshard-shard", "not a zeroshard shard"), status,
+                  fail);
+    snprintf(text, sizeof text, "%d", ZS_CKPT_VERSION);
+    ZS_CHECK_GOTO(check_meta(f, "version", text, "written by another format version"), status,
+                  fail);
+    snprintf(text, sizeof text, "%" PRId64, m->step);
+    ZS_CHECK_GOTO(check_meta(f, "step", text, "a file from another checkpoint"), status, fail);
+    snprintf(text, sizeof text, "%d", cf->rank);
+    ZS_CHECK_GOTO(check_meta(f, "rank", text, "were files renamed or swapped?"), status, fail);
+    snprintf(text, sizeof text, "%d", m->world_size);
+    ZS_CHECK_GOTO(check_meta(f, "world_size", text, "a file from a run of another world size"),
+                  status, fail);
+    ZS_CHECK_GOTO(check_meta(f, "kind", zs__ckpt_file_kind_name(cf->kind),
+                             "a file of another kind under this name"),
+                  status, fail);
+    if (zs__st_file_bytes(f) != cf->bytes) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: %llu bytes, but the manifest says %llu (the file was truncated "
+                          "or changed)",
+                          path, (unsigned long long)zs__st_file_bytes(f),
+                          (unsigned long long)cf->bytes);
+        goto fail;
+    }
+    *out = f;
+    return ZS_OK;
+fail:
+    zs__st_close(f);
+    return status;
+}
+
+static zs__st_dtype state_dtype(zs__ckpt_state state) {
+    return state == ZS_CKPT_STATE_USER_GLOBAL || state == ZS_CKPT_STATE_USER_RANK ? ZS_ST_U8
+                                                                                   : ZS_ST_F32;
+}
+
+/* One file: whole hash, then the exact tensor set, then each tensor. */
+static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors, int count) {
+    const zs__manifest *m = s->m;
+    zs__st_file *sf = NULL;
+    ZS_CHECK(zs__ckpt_open_shard(s, fi, &sf));
+    const char *path = zs__st_path(sf);
+    zs_status status = ZS_OK;
+    uint64_t h = 0;
+    ZS_CHECK_GOTO(zs__st_hash_file(sf, &h), status, done);
+    if (h != m->files[fi].xxh3) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: content hash %016" PRIx64 " differs from the manifest's %016" PRIx64
+                          " (corrupted, or from another checkpoint)",
+                          path, h, m->files[fi].xxh3);
+        goto done;
+    }
+    /* Exactly the manifest's tensors: the counts equal and every listed one
+     * present means no entry of the header is unlisted (keys are unique
+     * within a file, in the manifest and in the header). */
+    if (zs__st_count(sf) != count) {
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: the header holds %d tensors but the manifest lists %d for this "
+                          "file",
+                          path, zs__st_count(sf), count);
+        goto done;
+    }
+    for (int i = 0; i < count; i++) {
+        const int t = tensors[i];
+        const zs__ckpt_tensor *ct = &m->tensors[t];
+        if (!state_fits_file(ct->state, m->files[fi].kind)) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: the manifest puts tensors[%d] (%s) in "
+                              "a %s file", path, t, zs__ckpt_state_name(ct->state),
+                              zs__ckpt_file_kind_name(m->files[fi].kind));
+            goto done;
+        }
+        const zs__st_entry *e = zs__st_find(sf, ct->key);
+        if (!e) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensor '%s' (manifest tensors[%d]) is missing from the file",
+                              path, ct->key, t);
+            goto done;
+        }
+        const zs__st_dtype want = state_dtype(ct->state);
+        /* zs__st_open checked that shape x dtype size is the byte range. */
+        const uint64_t want_bytes = (uint64_t)ct->count * zs__st_dtype_size(want);
+        if (e->dtype != want || e->end - e->begin != want_bytes) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensor '%s' is %s with %llu bytes, but the manifest expects %s "
+                              "with %llu",
+                              path, ct->key, zs__st_dtype_name(e->dtype),
+                              (unsigned long long)(e->end - e->begin), zs__st_dtype_name(want),
+                              (unsigned long long)want_bytes);
+            goto done;
+        }
+        char meta_key[sizeof ct->key + 16], expect[32];
+        snprintf(meta_key, sizeof meta_key, "%s@offset", ct->key);
+        if (zs__st_meta_get(sf, meta_key)) {
+            snprintf(expect, sizeof expect, "%" PRId64, ct->offset);
+            ZS_CHECK_GOTO(check_meta(sf, meta_key, expect, "the element offset differs"), status,
+                          done);
+        }
+        uint64_t th = 0;
+        ZS_CHECK_GOTO(zs__st_hash_entry(sf, e, &th), status, done);
+        if (th != ct->xxh3) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: tensor '%s' has content hash %016" PRIx64
+                              " but the manifest says %016" PRIx64,
+                              path, ct->key, th, ct->xxh3);
+            goto done;
+        }
+    }
+done:
+    zs__st_close(sf);
+    return status;
+}
+
+zs_status zs__ckpt_verify_files(const zs__ckpt_step *s, int part, int parts, int master_only,
+                                zs__ckpt_verify_totals *totals) {
+    const zs__manifest *m = s->m;
+    if (parts < 1 || part < 0 || part >= parts)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs__ckpt_verify_files: part %d of %d", part,
+                        parts);
+    /* Tensors grouped by file with a counting sort: a pass over all tensors
+     * per file would be quadratic in the world size. */
+    int *start = calloc((size_t)m->file_count + 1, sizeof *start);
+    int *fill = calloc((size_t)m->file_count + 1, sizeof *fill);
+    int *order = malloc(sizeof *order * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
+    zs_status status = ZS_OK;
+    if (!start || !fill || !order) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: no memory to index %d tensors", s->path,
+                          m->tensor_count);
+        goto done;
+    }
+    for (int i = 0; i < m->tensor_count; i++) start[m->tensors[i].file + 1]++;
+    for (int f = 0; f < m->file_count; f++) start[f + 1] += start[f];
+    for (int i = 0; i < m->tensor_count; i++) {
+        const int f = m->tensors[i].file;
+        order[start[f] + fill[f]++] = i;
+    }
+    zs__ckpt_verify_totals sum = {0, 0, 0};
+    for (int f = part; f < m->file_count; f += parts) {
+        if (master_only && m->files[f].kind != ZS_CKPT_FILE_MASTER) continue;
+        const int count = start[f + 1] - start[f];
+        ZS_CHECK_GOTO(verify_file(s, f, order + start[f], count), status, done);
+        sum.files++;
+        sum.tensors += count;
+        sum.bytes += m->files[f].bytes;
+    }
+    if (totals) *totals = sum;
+done:
+    free(start);
+    free(fill);
+    free(order);
+    return status;
+}
