@@ -93,10 +93,11 @@ static void describe_wait(char *out, size_t capacity, int peer, int receiving) {
  * same from the others for a grace period, so that every rank that timed
  * out can name the ranks that gave no sign: those are stopped, dead, or
  * somewhere else in the program. Writes the findings to `out`. */
-static void exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
-                             double waited_s, char *out, size_t capacity) {
+static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
+                            double waited_s, char *out, size_t capacity) {
     out[0] = '\0';
-    if (comm->host == MPI_COMM_NULL || comm->size < 2) return;
+    int lowest = comm->rank; /* the lowest rank known to have timed out */
+    if (comm->host == MPI_COMM_NULL || comm->size < 2) return lowest;
     const int n = comm->size;
     g_outgoing = (timeout_report){.rank = comm->rank, .peer = peer, .receiving = receiving,
                                   .seq = call->seq, .waited_s = waited_s};
@@ -134,6 +135,7 @@ static void exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer
                      MPI_STATUS_IGNORE) != MPI_SUCCESS)
             break;
         const int from = status.MPI_SOURCE;
+        if (from < lowest) lowest = from;
         if (from < (int)sizeof heard * 8 && !(heard[from / 8] & (1u << (from % 8)))) {
             heard[from / 8] |= (unsigned char)(1u << (from % 8));
             heard_count++;
@@ -149,12 +151,22 @@ static void exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer
             if (appended_ > 0) used += (size_t)appended_;                               \
         }                                                                               \
     } while (0)
+    int out_of_step = -1;
     for (int i = 0; i < listed_count; i++) {
         char wait[160];
         describe_wait(wait, sizeof wait, listed[i].peer, listed[i].receiving);
-        APPEND("; rank %d timed out too, in %s #%" PRIu64 " of '%s', waiting %s", listed[i].rank,
-               listed[i].op, listed[i].seq, listed[i].label, wait);
+        const int same = listed[i].seq == call->seq && strcmp(listed[i].op, g_outgoing.op) == 0 &&
+                         strcmp(listed[i].label, g_outgoing.label) == 0;
+        if (!same && out_of_step < 0) out_of_step = listed[i].rank;
+        APPEND("; rank %d timed out too, in %s%s #%" PRIu64 " of '%s', waiting %s", listed[i].rank,
+               same ? "the same collective, " : "a DIFFERENT collective, ", listed[i].op,
+               listed[i].seq, listed[i].label, wait);
     }
+    if (out_of_step >= 0)
+        APPEND("; the ranks are out of step: rank %d is in another collective than this one "
+               "(every rank must make the same collective calls in the same order; "
+               "comm.check_collectives = true finds the first difference)",
+               out_of_step);
     if (n <= (int)sizeof heard * 8) {
         int silent = 0, first_silent = -1;
         char names[256] = "";
@@ -175,20 +187,24 @@ static void exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer
                    "zs_destroy alone); look at rank %d first",
                    silent == 1 ? "" : "s", names, silent > 16 ? " and more" : "", grace,
                    silent == 1 ? "it is" : "they are", first_silent);
-        else
-            APPEND("; every other rank timed out too: look for a rank waiting in a different "
-                   "collective above (ranks out of step: comm.check_collectives = true finds "
-                   "the first difference)");
+        else if (out_of_step < 0)
+            APPEND("; every other rank timed out too, in this collective");
     }
 #undef APPEND
+    return lowest;
 }
 
 zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
                              double waited_s, const char *what) {
     char wait[160];
     describe_wait(wait, sizeof wait, peer, receiving);
+    /* Said at once, in case the reports below never come (a rank killed
+     * meanwhile); the full diagnosis follows as an error. */
+    ZS_WARN("%s #%" PRIu64 " of '%s' timed out after %.1f s waiting %s; asking the other ranks "
+            "what they wait for", call->op, call->seq, call->label, waited_s, wait);
     char reports[1200];
-    exchange_reports(comm, call, peer, receiving, waited_s, reports, sizeof reports);
+    const int aborter = exchange_reports(comm, call, peer, receiving, waited_s, reports,
+                                         sizeof reports);
     const int abort_job = comm->on_timeout == ZS_TIMEOUT_ABORT;
     snprintf(comm->failure, sizeof comm->failure,
              "%s #%" PRIu64 " of '%s' (%" PRIu64 " bytes) on rank %d timed out: %s%sno progress "
@@ -201,7 +217,20 @@ zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer
     comm->failed = ZS_ERR_TIMEOUT;
     ZS_LOG_ERROR_("%s", comm->failure);
     if (abort_job) {
+        /* One rank ends the job: the lowest that timed out. Open MPI 4.1's
+         * mpirun was seen to crash or hang when several ranks call MPI_Abort
+         * at once, or when one aborts after another finalized (which is why
+         * zs_destroy is collective). The others stay quiet while it does,
+         * and abort themselves only if nothing happened within seconds (the
+         * chosen rank may have been killed meanwhile). Before aborting, the
+         * chosen rank lingers briefly: the other stuck ranks finish their
+         * reports within moments of this one (their deadlines expired
+         * together), and MPI_Abort would cut them off. */
         fflush(NULL);
+        struct timespec linger = {aborter == comm->rank ? 0 : 5,
+                                  aborter == comm->rank ? 500000000 : 0};
+        while (nanosleep(&linger, &linger) != 0 && errno == EINTR) {
+        }
         MPI_Abort(MPI_COMM_WORLD, ZS_TIMEOUT_EXIT_CODE);
     }
     return zs__fail(ZS_ERR_TIMEOUT, "%s", comm->failure);

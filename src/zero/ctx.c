@@ -139,6 +139,15 @@ void zs_destroy(zs_ctx *zs) {
      * communicator (its stream is ordered against the backend's, which must
      * still exist), then free the buffers and the backend. */
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
+    /* Destroy is collective: every rank agrees that every rank is leaving.
+     * A rank that leaves the training loop early (or destroys its context in
+     * the middle of a step) then waits here, with the deadline, while the
+     * others wait in the collective it skipped; all of them time out
+     * together and the reports name the rank that is somewhere else, instead
+     * of the early rank finishing MPI while the others hang. */
+    if (zs->comm && zs->world_size > 1 && zs__comm_failed(zs->comm) == ZS_OK &&
+        zs__comm_barrier(zs->comm, "zs_destroy") != ZS_OK)
+        ZS_WARN("zs_destroy: the ranks did not leave together: %s", zs_last_error());
     const int comm_failed = zs->comm && zs__comm_failed(zs->comm) != ZS_OK;
     zs__comm_destroy(zs->comm);
     zs->comm = NULL;

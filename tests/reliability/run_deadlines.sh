@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Collective deadlines through real processes (issue 9): one rank of np 2 or
+# np 3 misbehaves at step 3 (misbehave.c says how) while comm.timeout_s = 3.
+# For each case the job must end with a nonzero code within 10 s of the
+# deadline (measured from launch, start-up included), and every rank that was
+# left waiting must log the stuck collective (op, sequence number, unit) and
+# name the misbehaving rank. Also: a clean run exits 0; comm.on_timeout =
+# "return" hands ZS_ERR_TIMEOUT to the program on every waiting rank; and
+# comm.check_collectives reports both fingerprints when one rank fetches
+# units in another order.
+# Usage: run_deadlines.sh MPIRUN MISBEHAVE_BINARY   (ZS_DEADLINE_REPEAT=N repeats every case)
+set -u
+mpirun=$1
+binary=$2
+repeat=${ZS_DEADLINE_REPEAT:-1}
+timeout_s=3
+limit=$((timeout_s + 10))
+work=$(mktemp -d /tmp/zs_deadlines.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+check() { # name, condition result (0 = ok), detail
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL $1: $3"; failed=$((failed + 1)); fi
+}
+
+# run NP SCENARIO BAD_RANK STAGE POLICY -> sets rc, elapsed_ms, log
+run() {
+  local np=$1 scenario=$2 bad=$3 stage=$4 policy=$5
+  log="$work/$scenario-np$np.log"
+  rm -rf "$work/ckpt"
+  local start end
+  start=$(date +%s%N)
+  # The outer timeout only keeps a regression from hanging the suite.
+  timeout -s KILL 60 "$mpirun" --oversubscribe --bind-to none -np "$np" \
+    "$binary" "$scenario" "$bad" "$stage" "$timeout_s" "$policy" "$work" > "$log" 2>&1
+  rc=$?
+  end=$(date +%s%N)
+  elapsed_ms=$(((end - start) / 1000000))
+}
+
+# Every rank but `bad` must have logged a timeout that names the stuck
+# collective and rank `bad` (as the peer it waited for, the rank that sent no
+# report, or a rank that timed out elsewhere).
+check_reports() {
+  local name=$1 np=$2 bad=$3
+  for ((r = 0; r < np; r++)); do
+    [ "$r" -eq "$bad" ] && continue
+    local line
+    line=$(grep -a "zeroshard: rank $r: ERROR .* timed out" "$log" | head -1)
+    [ -n "$line" ]
+    check "$name: rank $r reports a timeout" $? "$(tail -5 "$log")"
+    echo "$line" | grep -Eq "(reduce_scatter|all_gather|all_reduce|broadcast|barrier) #[0-9]+ of '[^']+'"
+    check "$name: rank $r names the op, its number and unit" $? "$line"
+    echo "$line" | grep -Eq "waiting for rank $bad |no report from rank $bad|rank $bad timed out too|ranks? [0-9, ]*\b$bad\b"
+    check "$name: rank $r names rank $bad" $? "$line"
+  done
+}
+
+for ((i = 0; i < repeat; i++)); do
+  run 2 none 1 3 abort
+  [ "$rc" -eq 0 ] && grep -q "finished 6 steps" "$log"
+  check "clean run exits 0" $? "exit $rc: $(tail -5 "$log")"
+
+  for np in 2 3; do
+    bad=$((np - 1))
+    for scenario in sigstop return destroy save; do
+      name="np $np, rank $bad: $scenario"
+      run "$np" "$scenario" "$bad" 3 abort
+      [ "$rc" -eq 75 ]
+      check "$name: the job exits with ZS_TIMEOUT_EXIT_CODE (75)" $? "exit $rc: $(tail -5 "$log")"
+      [ "$elapsed_ms" -le $((limit * 1000)) ]
+      check "$name: ends within 10 s of the deadline" $? "took $elapsed_ms ms"
+      check_reports "$name" "$np" "$bad"
+    done
+  done
+
+  # comm.on_timeout = "return": the program gets ZS_ERR_TIMEOUT on every
+  # waiting rank (and exits 3 itself).
+  run 3 sigstop 1 2 return
+  [ "$rc" -ne 0 ]
+  check "return policy: the job fails" $? "exit $rc"
+  [ "$elapsed_ms" -le $((limit * 1000)) ]
+  check "return policy: ends within 10 s of the deadline" $? "took $elapsed_ms ms"
+  for r in 0 2; do
+    grep -aq "rank $r: FAILED ZS_ERR_TIMEOUT in zs_grads_ready\|rank $r: FAILED ZS_ERR_TIMEOUT in zs_fetch\|rank $r: FAILED ZS_ERR_TIMEOUT in zs_step" "$log"
+    check "return policy: rank $r's program gets ZS_ERR_TIMEOUT" $? "$(tail -6 "$log")"
+  done
+  check_reports "return policy" 3 1
+
+  # comm.check_collectives: one rank fetches units in another order.
+  run 2 desync 1 3 abort
+  [ "$rc" -ne 0 ]
+  check "desync: the job fails" $? "exit $rc"
+  for r in 0 1; do
+    line=$(grep -a "rank $r: FAILED ZS_ERR_MISMATCH" "$log" | head -1)
+    echo "$line" | grep -q "out of step" && echo "$line" | grep -q "'block.0'" &&
+      echo "$line" | grep -q "'block.3'"
+    check "desync: rank $r fails with both fingerprints" $? "${line:-$(tail -5 "$log")}"
+  done
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
