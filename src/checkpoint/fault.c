@@ -1,6 +1,8 @@
 /* ZS_FAULT: a test hook that kills the process at a named point of the save
  * protocol, so tests can prove that a crash anywhere leaves the previous
- * checkpoint loadable. It never runs unless the variable is set. */
+ * checkpoint loadable. It never runs unless the variable is set. (Its
+ * companion ZS_FAULT_ERRNO, which fails a file-system call, is in
+ * fs_fault.c, next to the file-system steps that call it.) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,3 +25,4 @@ void zs__checkpoint_fault(const char *point, int rank, int64_t step) {
     fflush(stderr);
     raise(SIGKILL);
 }
+

@@ -2,19 +2,47 @@
  * checked system call (or a short loop of them), and every failure names the
  * path and the errno text, because a checkpoint that silently half-writes is
  * worse than none. */
+#define _GNU_SOURCE /* getrlimit with RLIM_INFINITY for the file-size message */
 #include "checkpoint/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
+
+/* What a failed write means for the user: EFBIG is a file-size limit, not a
+ * full disk, and says which limit so the user knows what to raise. */
+static zs_status write_failed(const char *path, uint64_t at, int err) {
+    if (err == EFBIG) {
+        struct rlimit limit;
+        char text[64] = "unknown";
+        if (getrlimit(RLIMIT_FSIZE, &limit) == 0) {
+            if (limit.rlim_cur == RLIM_INFINITY) snprintf(text, sizeof text, "unlimited");
+            else snprintf(text, sizeof text, "%llu bytes", (unsigned long long)limit.rlim_cur);
+        }
+        return zs__fail(ZS_ERR_IO,
+                        "%s: write failed at byte %llu: %s: the file would exceed the process "
+                        "file-size limit (RLIMIT_FSIZE, `ulimit -f`; now %s) or the largest file "
+                        "this file system allows; raise the limit or save to another file system",
+                        path, (unsigned long long)at, strerror(err), text);
+    }
+    if (err == ENOSPC || err == EDQUOT)
+        return zs__fail(ZS_ERR_IO,
+                        "%s: write failed at byte %llu: %s (the disk or quota is full: free space, "
+                        "or keep fewer checkpoints with checkpoint.keep)",
+                        path, (unsigned long long)at, strerror(err));
+    return zs__fail(ZS_ERR_IO, "%s: write failed at byte %llu: %s", path,
+                    (unsigned long long)at, strerror(err));
+}
 
 zs_status zs__fs_mkdir(const char *path) {
     if (mkdir(path, 0755) == 0) return ZS_OK;
@@ -44,23 +72,38 @@ zs_status zs__fs_fsync_dir(const char *path) {
 
 zs_status zs__fs_write_all(int fd, const void *data, size_t bytes, const char *path,
                            uint64_t at) {
+    /* A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the
+     * process; ignored, the write fails with EFBIG and the caller gets a
+     * message instead. The previous disposition is restored afterwards (the
+     * runtime writes from one thread; see zs_save). */
+    struct sigaction ignore, previous;
+    memset(&ignore, 0, sizeof ignore);
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    int restore = sigaction(SIGXFSZ, &ignore, &previous) == 0;
     const unsigned char *p = data;
     size_t done = 0;
+    zs_status status = ZS_OK;
     while (done < bytes) {
         size_t want = bytes - done;
         if (want > (size_t)SSIZE_MAX) want = (size_t)SSIZE_MAX;
-        ssize_t n = write(fd, p + done, want);
+        int injected = zs__fs_fault("write");
+        ssize_t n = injected ? -1 : write(fd, p + done, want);
+        if (injected) errno = injected;
         if (n < 0) {
             if (errno == EINTR) continue;
-            return zs__fail(ZS_ERR_IO, "%s: write failed at byte %llu: %s (is the disk full?)",
-                            path, (unsigned long long)(at + done), strerror(errno));
+            status = write_failed(path, at + done, errno);
+            break;
         }
-        if (n == 0)
-            return zs__fail(ZS_ERR_IO, "%s: write made no progress at byte %llu", path,
-                            (unsigned long long)(at + done));
+        if (n == 0) {
+            status = zs__fail(ZS_ERR_IO, "%s: write made no progress at byte %llu", path,
+                              (unsigned long long)(at + done));
+            break;
+        }
         done += (size_t)n;
     }
-    return ZS_OK;
+    if (restore) sigaction(SIGXFSZ, &previous, NULL);
+    return status;
 }
 
 zs_status zs__fs_write_atomic(const char *dir, const char *name, const void *data, size_t bytes) {

@@ -1,25 +1,38 @@
 /* zs_save: the commit protocol (DESIGN §6).
- *   1. rank 0 creates a unique temporary directory root/.tmp_step_N_<nonce>;
- *   2. every rank writes its master, optim and user shards there (name.partial,
- *      every write checked, fsync, rename), hashing as it writes;
- *   3. the ranks agree: a failure on any rank fails every rank;
- *   4. rank 0 gathers the hashes, writes manifest.json and its hash file
- *      (temporary, fsync, rename), fsyncs the directory, renames it to
- *      root/step_N, fsyncs the root, then updates root/latest the same way;
- *   5. rank 0 deletes step directories beyond checkpoint.keep and leftovers of
- *      interrupted saves, and every rank learns the outcome.
+ *   1. rank 0 opens the root (once; every later name is resolved from that
+ *      descriptor, never followed through a symlink, and created new), checks
+ *      that `latest` and step_N are things it may replace, and creates a
+ *      temporary directory root/.tmp_step_N_<random> that must not exist;
+ *   2. every rank writes its master, optim and user shards there (name.partial
+ *      created new, every write checked, fsync, rename), hashing as it writes;
+ *   3. the ranks agree: a failure on any rank fails every rank, and then every
+ *      rank removes its files and rank 0 the temporary directory, so a failed
+ *      save (a full disk) leaves nothing behind;
+ *   4. rank 0 gathers the hashes, writes the commit record (commit_order.h),
+ *      manifest.json and its hash file (temporary, fsync, rename), fsyncs the
+ *      directory and renames it to root/step_N: that rename is the commit.
+ *      Then it fsyncs the root and updates root/latest the same way;
+ *   5. rank 0 runs retention (retention.c): leftovers of failed or killed
+ *      saves, and step directories beyond checkpoint.keep by commit order.
  * A crash before the step rename leaves only a temporary directory, which
- * loading ignores; a crash after it leaves a complete step. */
+ * loading ignores and the next save removes; a crash after it leaves a
+ * complete step with the newest commit record. Steps after the commit
+ * (fsync of the root, latest, retention) only warn when they fail: the
+ * checkpoint is committed and loadable, and the next save repeats them. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/commit_order.h"
 #include "checkpoint/fs.h"
+#include "checkpoint/retention.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -183,30 +196,81 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
     return ZS_OK;
 }
 
-/* Writes this rank's files into tmp; fills summary and the records' hashes. */
-static zs_status write_shards(zs_ctx *zs, const char *tmp, file_plan files[FILES_PER_RANK],
+/* The path zs__st_write opens for dirfd/name. The safetensors writer takes a
+ * path, so on Linux the path goes through the open directory descriptor
+ * (/proc/self/fd/N/name): a rename of the temporary directory, or a symlink
+ * put in its place, cannot redirect it. Elsewhere the plain path is used; the
+ * name was still created new in a directory no one else can write. */
+static zs_status writer_path(char *out, size_t cap, int dirfd, const char *dir_path,
+                             const char *name) {
+    char via_fd[64];
+    snprintf(via_fd, sizeof via_fd, "/proc/self/fd/%d", dirfd);
+    struct stat st;
+    if (stat(via_fd, &st) == 0 && S_ISDIR(st.st_mode))
+        return zs__checkpoint_join(out, cap, via_fd, name);
+    return zs__checkpoint_join(out, cap, dir_path, name);
+}
+
+/* Writes one shard as dirfd/final: the partial name is created new
+ * (O_EXCL|O_NOFOLLOW) before the writer opens it, and afterwards must still
+ * be that same file, so nothing planted at the name receives the data. */
+static zs_status write_one(int dirfd, const char *dir_path, const char *final, const file_plan *f,
+                           zs__st_progress_fn progress, void *progress_ctx, uint64_t *hashes,
+                           uint64_t *file_hash, uint64_t *file_bytes) {
+    char partial[128], path[PATH_CAPACITY], shown[PATH_CAPACITY];
+    snprintf(partial, sizeof partial, "%s.partial", final);
+    ZS_CHECK(zs__checkpoint_join(shown, sizeof shown, dir_path, partial));
+    ZS_CHECK(writer_path(path, sizeof path, dirfd, dir_path, partial));
+    int claim = -1;
+    ZS_CHECK(zs__fs_create_at(dirfd, dir_path, partial, &claim));
+    struct stat mine, now;
+    zs_status st = ZS_OK;
+    if (fstat(claim, &mine) != 0)
+        st = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", shown, strerror(errno));
+    close(claim);
+    if (st == ZS_OK)
+        st = zs__st_write(path, f->specs, f->count, f->meta, f->meta_count, progress, progress_ctx,
+                          hashes, file_hash, file_bytes);
+    if (st == ZS_OK && (fstatat(dirfd, partial, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+                        now.st_ino != mine.st_ino || now.st_dev != mine.st_dev))
+        st = zs__fail(ZS_ERR_IO, "%s: replaced by another file while it was written; is another "
+                      "process writing into this checkpoint directory?", shown);
+    if (st == ZS_OK) st = zs__fs_rename_at(dirfd, dir_path, partial, dirfd, dir_path, final);
+    if (st != ZS_OK) unlinkat(dirfd, partial, 0);
+    return st;
+}
+
+/* Writes this rank's files into the temporary directory tmpfd; fills
+ * summary and the records' hashes. */
+static zs_status write_shards(zs_ctx *zs, int tmpfd, const char *tmp, file_plan files[FILES_PER_RANK],
                               rank_summary *summary) {
     fault_ctx fault = {zs->rank, zs->step};
-    char name[64], partial[PATH_CAPACITY], final[PATH_CAPACITY];
+    char name[64];
     for (int k = 0; k < FILES_PER_RANK; k++) {
         file_plan *f = &files[k];
         uint64_t *hashes = calloc((size_t)(f->count ? f->count : 1), sizeof *hashes);
         if (!hashes) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
         file_name(name, sizeof name, zs->rank, file_kinds[k]);
-        zs_status st = zs__checkpoint_join(final, sizeof final, tmp, name);
-        if (st == ZS_OK && snprintf(partial, sizeof partial, "%s.partial", final) >= (int)sizeof partial)
-            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "path '%s.partial' is too long", final);
-        if (st == ZS_OK) st = zs__st_write(partial, f->specs, f->count, f->meta, f->meta_count,
-                                    k == 0 ? fault_progress : NULL, &fault, hashes,
-                                    &summary->hash[k], &summary->bytes[k]);
-        if (st == ZS_OK) st = zs__fs_rename(partial, final);
+        zs_status st = write_one(tmpfd, tmp, name, f, k == 0 ? fault_progress : NULL, &fault,
+                                 hashes, &summary->hash[k], &summary->bytes[k]);
         for (int t = 0; st == ZS_OK && t < f->count; t++) f->records[t].hash = hashes[t];
         free(hashes);
         if (st != ZS_OK) return st;
     }
-    ZS_CHECK(zs__fs_fsync_dir(tmp));
+    ZS_CHECK(zs__fs_fsync_fd(tmpfd, tmp));
     zs__checkpoint_fault("shard", zs->rank, zs->step);
     return ZS_OK;
+}
+
+/* This rank's files in the temporary directory, after a failed save. */
+static void remove_own_files(int tmpfd, int rank) {
+    char name[64], partial[80];
+    for (int k = 0; k < FILES_PER_RANK; k++) {
+        file_name(name, sizeof name, rank, file_kinds[k]);
+        snprintf(partial, sizeof partial, "%s.partial", name);
+        unlinkat(tmpfd, name, 0);
+        unlinkat(tmpfd, partial, 0);
+    }
 }
 
 /* Rank 0: the manifest from the model and every rank's report. */
@@ -274,71 +338,93 @@ static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
     return ZS_OK;
 }
 
-/* Rank 0: manifest files, renames, latest, retention. */
-static zs_status commit(zs_ctx *zs, const char *root, const char *tmp, const zs__manifest *m) {
+/* Rank 0: commit record, manifest files, the rename that commits, the fsync
+ * of the root and latest. *committed says whether the step directory was
+ * renamed into place; after that, failures are warnings (see the top). */
+static zs_status commit(zs_ctx *zs, int rootfd, const char *root, int tmpfd, const char *tmp_name,
+                        const char *tmp, const zs__manifest *m, int *committed) {
+    *committed = 0;
+    zs__ckpt_commit *order = NULL;
+    int steps = 0;
+    ZS_CHECK(zs__checkpoint_commit_order_at(rootfd, root, &order, &steps));
+    const uint64_t seq = zs__checkpoint_next_seq(order, steps);
+    free(order);
+    ZS_CHECK(zs__checkpoint_commit_record_write(tmpfd, tmp, zs->step, seq));
     char *json = NULL;
     size_t bytes = 0;
     ZS_CHECK(zs__manifest_to_json(m, &json, &bytes));
-    zs_status st = zs__fs_write_atomic(tmp, ZS_CKPT_MANIFEST, json, bytes);
+    zs_status st = zs__fs_write_atomic_at(tmpfd, tmp, ZS_CKPT_MANIFEST, json, bytes);
     char hash_text[32];
     snprintf(hash_text, sizeof hash_text, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(json, bytes));
     free(json);
-    if (st == ZS_OK) st = zs__fs_write_atomic(tmp, ZS_CKPT_MANIFEST_HASH, hash_text, strlen(hash_text));
-    if (st == ZS_OK) st = zs__fs_fsync_dir(tmp);
+    if (st == ZS_OK)
+        st = zs__fs_write_atomic_at(tmpfd, tmp, ZS_CKPT_MANIFEST_HASH, hash_text, strlen(hash_text));
+    if (st == ZS_OK) st = zs__fs_fsync_fd(tmpfd, tmp);
     if (st != ZS_OK) return st;
     zs__checkpoint_fault("manifest", zs->rank, zs->step);
 
-    char step_name[64], step_dir[PATH_CAPACITY], old_dir[PATH_CAPACITY];
+    char step_name[64], old_name[96] = "";
     snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
-    ZS_CHECK(zs__checkpoint_join(step_dir, sizeof step_dir, root, step_name));
     /* Saving a step that was saved before replaces it: the old directory is
-     * moved aside first (loading ignores names starting with '.'), so a crash
-     * never leaves the step missing once the new one is complete. */
-    old_dir[0] = '\0';
-    if (zs__fs_is_dir(step_dir)) {
-        char old_name[96];
-        snprintf(old_name, sizeof old_name, ZS_CKPT_OLD_PREFIX "%08" PRId64 "_%ld", zs->step,
-                 (long)getpid());
-        ZS_CHECK(zs__checkpoint_join(old_dir, sizeof old_dir, root, old_name));
-        ZS_CHECK(zs__fs_rename(step_dir, old_dir));
+     * moved aside first (loading ignores names starting with '.', retention
+     * removes it), so a crash never leaves the step missing once the new one
+     * is complete. */
+    if (zs__fs_kind_at(rootfd, step_name) == ZS_FS_KIND_DIR) {
+        snprintf(old_name, sizeof old_name, ZS_CKPT_OLD_PREFIX "%08" PRId64 "_%016llx", zs->step,
+                 (unsigned long long)zs__fs_random());
+        ZS_CHECK(zs__fs_rename_at(rootfd, root, step_name, rootfd, root, old_name));
     }
-    ZS_CHECK(zs__fs_rename(tmp, step_dir));
-    ZS_CHECK(zs__fs_fsync_dir(root));
+    st = zs__fs_rename_at(rootfd, root, tmp_name, rootfd, root, step_name);
+    if (st != ZS_OK) {
+        /* Not committed: the replaced step goes back to its name. */
+        if (old_name[0] && renameat(rootfd, old_name, rootfd, step_name) != 0)
+            ZS_WARN("%s/%s could not be moved back to %s/%s (%s); it is a complete checkpoint: "
+                    "rename it by hand", root, old_name, root, step_name, strerror(errno));
+        return st;
+    }
+    *committed = 1;
+    if (zs__fs_fsync_fd(rootfd, root) != ZS_OK)
+        ZS_WARN("%s/%s is committed, but %s; it may not survive a power failure",
+                root, step_name, zs_last_error());
     zs__checkpoint_fault("rename", zs->rank, zs->step);
     char latest[80];
     snprintf(latest, sizeof latest, "%s\n", step_name);
-    ZS_CHECK(zs__fs_write_atomic(root, ZS_CKPT_LATEST, latest, strlen(latest)));
+    if (zs__fs_write_atomic_at(rootfd, root, ZS_CKPT_LATEST, latest, strlen(latest)) != ZS_OK)
+        ZS_WARN("%s/%s is committed, but updating %s/%s failed: %s; loading goes by the commit "
+                "records, and the next save writes %s again",
+                root, step_name, root, ZS_CKPT_LATEST, zs_last_error(), ZS_CKPT_LATEST);
     zs__checkpoint_fault("latest", zs->rank, zs->step);
-    if (old_dir[0]) ZS_CHECK(zs__fs_remove_dir(old_dir));
+    zs__clear_error();
     return ZS_OK;
 }
 
-/* Rank 0, after a commit: step directories beyond checkpoint.keep (oldest
- * first, never the one just written) and leftovers of interrupted saves. A
- * failure here is reported but the new checkpoint stays committed. */
-static zs_status retain(zs_ctx *zs, const char *root) {
-    char **names = NULL;
-    int count = 0;
-    ZS_CHECK(zs__fs_list(root, &names, &count));
-    int steps = 0;
-    for (int i = 0; i < count; i++) steps += zs__checkpoint_is_step_name(names[i]);
-    const int64_t keep = zs->settings.checkpoint.keep;
-    int to_delete = keep > 0 && steps > keep ? steps - (int)keep : 0;
-    zs_status st = ZS_OK;
-    char path[PATH_CAPACITY];
-    /* Names sort by step (zero-padded), so the oldest come first. */
-    for (int i = 0; i < count && st == ZS_OK; i++) {
-        int stale = strncmp(names[i], ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) == 0 ||
-                    strncmp(names[i], ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) == 0;
-        int old_step = zs__checkpoint_is_step_name(names[i]) && to_delete > 0;
-        if (!stale && !old_step) continue;
-        if (old_step) to_delete--;
-        st = zs__checkpoint_join(path, sizeof path, root, names[i]);
-        if (st == ZS_OK && zs__fs_is_dir(path)) st = zs__fs_remove_dir(path);
-    }
-    zs__fs_list_free(names, count);
-    if (st == ZS_OK) st = zs__fs_fsync_dir(root);
-    return st;
+/* Rank 0, before anything is written: the root (created if missing) and
+ * the names this save will replace must be ones the runtime may replace;
+ * then the temporary directory, under a name no one can predict. */
+static zs_status prepare_root(const zs_ctx *zs, const char *root, int *rootfd, char *tmp_name,
+                              size_t cap) {
+    ZS_CHECK(zs__fs_open_root(root, 1, rootfd));
+    zs__fs_kind kind = zs__fs_kind_at(*rootfd, ZS_CKPT_LATEST);
+    if (kind == ZS_FS_KIND_DIR || kind == ZS_FS_KIND_OTHER)
+        return zs__fail(ZS_ERR_IO,
+                        "%s/%s is %s, but the runtime keeps a file there naming the newest "
+                        "checkpoint; nothing was saved. Move it away (mv '%s/%s' '%s/%s.bak') "
+                        "and save again",
+                        root, ZS_CKPT_LATEST,
+                        kind == ZS_FS_KIND_DIR ? "a directory" : "not a regular file",
+                        root, ZS_CKPT_LATEST, root, ZS_CKPT_LATEST);
+    char step_name[64];
+    snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
+    kind = zs__fs_kind_at(*rootfd, step_name);
+    if (kind != ZS_FS_KIND_MISSING && kind != ZS_FS_KIND_DIR)
+        return zs__fail(ZS_ERR_IO,
+                        "%s/%s exists and is %s, not a checkpoint directory; the runtime does not "
+                        "replace what it did not write, and nothing was saved. Move it away and "
+                        "save again",
+                        root, step_name, kind == ZS_FS_KIND_SYMLINK ? "a symlink" : "a file");
+    snprintf(tmp_name, cap, ZS_CKPT_TMP_PREFIX "%08" PRId64 "_%016llx", zs->step,
+             (unsigned long long)zs__fs_random());
+    return zs__fs_mkdir_new_at(*rootfd, root, tmp_name);
 }
 
 /* Every rank learns rank `from`'s status and message. */
@@ -379,32 +465,34 @@ zs_status zs_save(zs_ctx *zs, const char *dir) {
                              "zs_step and the next zs_fetch", zs->units[u]->name);
     ZS_CHECK(agree(zs, local, "checkpoint preconditions"));
 
-    /* 1. Rank 0 makes the temporary directory and tells everyone its name. */
-    char tmp[PATH_CAPACITY];
-    memset(tmp, 0, sizeof tmp);
-    if (zs->rank == 0) {
-        local = zs__fs_mkdir(root);
-        unsigned long long nonce = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 20);
-        char tmp_name[96];
-        snprintf(tmp_name, sizeof tmp_name, ZS_CKPT_TMP_PREFIX "%08" PRId64 "_%llx", zs->step, nonce);
-        if (local == ZS_OK) local = zs__checkpoint_join(tmp, sizeof tmp, root, tmp_name);
-        if (local == ZS_OK) local = zs__fs_mkdir(tmp);
+    /* 1. Rank 0 makes the temporary directory and tells everyone its name;
+     *    every rank opens it and works from that descriptor. */
+    char tmp_name[96], tmp[PATH_CAPACITY];
+    memset(tmp_name, 0, sizeof tmp_name);
+    int rootfd = -1, tmpfd = -1;
+    if (zs->rank == 0) local = prepare_root(zs, root, &rootfd, tmp_name, sizeof tmp_name);
+    zs_status st = share_outcome(zs, local, 0, "checkpoint directory");
+    if (st != ZS_OK) {
+        if (rootfd >= 0) close(rootfd);
+        return zs__fail_context(st, "zs_save(step %lld into '%s')", (long long)zs->step, root);
     }
-    ZS_CHECK(share_outcome(zs, local, 0, "checkpoint directory"));
-    ZS_CHECK(zs__comm_broadcast(zs->comm, tmp, sizeof tmp, 0, "checkpoint directory"));
+    ZS_CHECK(zs__comm_broadcast(zs->comm, tmp_name, sizeof tmp_name, 0, "checkpoint directory"));
+    local = zs__checkpoint_join(tmp, sizeof tmp, root, tmp_name);
+    if (local == ZS_OK && zs->rank != 0) local = zs__fs_open_root(root, 0, &rootfd);
+    if (local == ZS_OK) local = zs__fs_open_dir_at(rootfd, root, tmp_name, &tmpfd);
 
     /* 2. Every rank writes its shards. */
     file_plan files[FILES_PER_RANK];
     memset(files, 0, sizeof files);
     rank_summary summary;
     memset(&summary, 0, sizeof summary);
-    local = plan_files(zs, files);
-    if (local == ZS_OK) local = write_shards(zs, tmp, files, &summary);
+    if (local == ZS_OK) local = plan_files(zs, files);
+    if (local == ZS_OK) local = write_shards(zs, tmpfd, tmp, files, &summary);
     summary.failed = local != ZS_OK;
     for (int k = 0; k < FILES_PER_RANK; k++) summary.tensors += files[k].count;
 
     /* 3. Agreement, and the reports for the manifest. */
-    zs_status st = agree(zs, local, "checkpoint shards");
+    st = agree(zs, local, "checkpoint shards");
     rank_summary *summaries = NULL;
     tensor_record *records = NULL, *mine = NULL;
     int64_t per_rank = 0;
@@ -433,23 +521,48 @@ zs_status zs_save(zs_ctx *zs, const char *dir) {
     free(mine);
 
     /* 4-5. Rank 0 commits and cleans up; everyone learns the outcome. */
+    int committed = 0;
     if (st == ZS_OK) {
         if (zs->rank == 0) {
             zs__manifest *m = NULL;
             local = build_manifest(zs, summaries, records, per_rank ? per_rank : 1, &m);
-            if (local == ZS_OK) local = commit(zs, root, tmp, m);
+            if (local == ZS_OK) local = commit(zs, rootfd, root, tmpfd, tmp_name, tmp, m, &committed);
             zs__manifest_free(m);
-            if (local == ZS_OK) {
-                zs_status kept = retain(zs, root);
-                if (kept != ZS_OK)
+            if (committed) {
+                char step_name[64];
+                snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
+                if (zs__checkpoint_retain(rootfd, root, step_name, zs->settings.checkpoint.keep,
+                                          &zs->ckpt_warned) != ZS_OK)
                     ZS_WARN("checkpoint of step %lld is committed, but cleaning up '%s' failed: %s",
                             (long long)zs->step, root, zs_last_error());
+                zs__clear_error();
             }
         }
         st = share_outcome(zs, local, 0, "checkpoint commit");
+    } else if (tmpfd >= 0) {
+        /* A failed save leaves nothing behind: every rank removes its own
+         * files (each knows them, whatever another rank managed to write). */
+        remove_own_files(tmpfd, zs->rank);
     }
     free(summaries);
     free(records);
+    if (st != ZS_OK && !committed) {
+        /* Rank 0 removes the temporary directory once every rank is done
+         * with it; the first error stays the one reported. */
+        char message[MESSAGE_CAPACITY];
+        snprintf(message, sizeof message, "%s", zs_last_error());
+        zs__comm_barrier(zs->comm, "checkpoint clean-up");
+        int foreign = 0;
+        char first[256];
+        if (zs->rank == 0 && tmp_name[0] &&
+            (zs__checkpoint_purge_dir(rootfd, root, tmp_name, &foreign, first, sizeof first) != ZS_OK ||
+             foreign > 0))
+            ZS_WARN("zs_save failed, and its temporary directory %s could not be removed%s%s; the "
+                    "next save retries", tmp, foreign ? ": it holds " : "", foreign ? first : "");
+        zs__fail(st, "%s", message);
+    }
+    if (tmpfd >= 0) close(tmpfd);
+    if (rootfd >= 0) close(rootfd);
     if (st == ZS_OK)
         ZS_INFO("saved checkpoint of step %lld to %s/" ZS_CKPT_STEP_PREFIX "%08lld",
                 (long long)zs->step, root, (long long)zs->step);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/commit_order.h"
 #include "checkpoint/fs.h"
 #include "checkpoint/fs_read.h"
 #include "core/error.h"
@@ -30,13 +31,13 @@ static void read_latest(int root_fd, const char *root, char latest[ZS_CKPT_STEP_
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", root, ZS_CKPT_LATEST);
     if (zs__fsr_kind_at(root_fd, ZS_CKPT_LATEST) == ZS_FSR_MISSING) {
-        ZS_WARN("%s is missing; choosing the newest step directory that verifies", path);
+        ZS_WARN("%s is missing; choosing the newest committed step that verifies", path);
         return;
     }
     char *text = NULL;
     size_t bytes = 0;
     if (zs__fsr_read_file_at(root_fd, ZS_CKPT_LATEST, path, LATEST_MAX, &text, &bytes) != ZS_OK) {
-        ZS_WARN("ignoring %s: %s; choosing the newest step directory that verifies", path,
+        ZS_WARN("ignoring %s: %s; choosing the newest committed step that verifies", path,
                 zs_last_error());
         zs__clear_error();
         return;
@@ -46,7 +47,7 @@ static void read_latest(int root_fd, const char *root, char latest[ZS_CKPT_STEP_
     text[n] = '\0';
     if (memchr(text, '\0', n) || !zs__checkpoint_is_step_name(text))
         ZS_WARN("ignoring %s: it does not hold exactly a step directory name (step_ and 8 "
-                "digits, one newline allowed); choosing the newest step directory that verifies",
+                "digits, one newline allowed); choosing the newest committed step that verifies",
                 path);
     else
         snprintf(latest, ZS_CKPT_STEP_NAME_CAPACITY, "%s", text);
@@ -63,49 +64,46 @@ zs_status zs__ckpt_candidates_list(const char *dir, zs__ckpt_candidates *out) {
         return ZS_OK;
     }
     char **names = NULL;
-    int count = 0;
+    int count = 0, committed = 0;
+    zs__ckpt_commit *order = NULL;
     zs_status status = zs__fsr_list_at(root_fd, dir, ZS_CKPT_ROOT_ENTRIES_MAX, &names, &count);
-    if (status != ZS_OK) {
-        close(root_fd);
-        return status;
-    }
-    int steps = 0;
-    for (int i = 0; i < count; i++) steps += zs__checkpoint_is_step_name(names[i]);
-    if (steps == 0) goto done; /* a root with no checkpoint yet: nothing to say */
-    out->names = calloc((size_t)steps, sizeof *out->names);
-    if (!out->names) {
-        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list %d step directories", dir, steps);
-        goto done;
-    }
-    char latest[ZS_CKPT_STEP_NAME_CAPACITY];
-    read_latest(root_fd, dir, latest);
-    if (latest[0]) {
-        const zs__fsr_kind kind = zs__fsr_kind_at(root_fd, latest);
-        if (kind == ZS_FSR_DIR)
-            snprintf(out->names[out->count++], ZS_CKPT_STEP_NAME_CAPACITY, "%s", latest);
-        else
-            ZS_WARN("%s/%s names %s, which %s; choosing the newest step directory that verifies",
-                    dir, ZS_CKPT_LATEST, latest,
-                    kind == ZS_FSR_MISSING ? "does not exist" : "is not a directory");
-    }
-    /* Names sort by step (zero-padded): newest last. */
-    for (int i = count - 1; i >= 0; i--) {
-        if (!zs__checkpoint_is_step_name(names[i])) continue;
-        if (latest[0] && strcmp(names[i], latest) == 0) continue;
-        if (zs__fsr_kind_at(root_fd, names[i]) != ZS_FSR_DIR) {
+    if (status != ZS_OK) goto done;
+    /* Entries with a step's name that are not directories are not
+     * checkpoints (commit_order leaves them out): say so once here. */
+    for (int i = 0; i < count; i++)
+        if (zs__checkpoint_is_step_name(names[i]) &&
+            zs__fsr_kind_at(root_fd, names[i]) != ZS_FSR_DIR)
             ZS_WARN("%s/%s is not a directory (a regular file, symlink or special file); "
                     "skipping it (remove it if it is not yours)",
                     dir, names[i]);
+    status = zs__checkpoint_commit_order_at(root_fd, dir, &order, &committed);
+    if (status != ZS_OK || committed == 0) goto done; /* no checkpoint yet: nothing to say */
+    out->names = calloc((size_t)committed, sizeof *out->names);
+    if (!out->names) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list %d step directories", dir,
+                          committed);
+        goto done;
+    }
+    for (int i = 0; i < committed; i++) {
+        if (order[i].abandoned) {
+            ZS_WARN("%s/%s belongs to an abandoned timeline (a later commit has a lower step: "
+                    "a run resumed from an earlier step and saved again); it is never chosen "
+                    "automatically; load it by its path if you need it",
+                    dir, order[i].name);
             continue;
         }
-        if (out->count > 0 && strcmp(out->names[0], latest) == 0 && strcmp(names[i], latest) > 0)
-            ZS_WARN("%s/%s is newer than %s/%s (%s): it belongs to an abandoned timeline (a run "
-                    "resumed from an earlier step and saved again) or to a save that never "
-                    "committed; it is used only if %s does not verify",
-                    dir, names[i], dir, ZS_CKPT_LATEST, latest, latest);
-        snprintf(out->names[out->count++], ZS_CKPT_STEP_NAME_CAPACITY, "%s", names[i]);
+        snprintf(out->names[out->count++], ZS_CKPT_STEP_NAME_CAPACITY, "%s", order[i].name);
     }
+    /* `latest` is written right after a commit, so it names the newest one
+     * except after a crash between the two: the commit records decide. */
+    char latest[ZS_CKPT_STEP_NAME_CAPACITY];
+    read_latest(root_fd, dir, latest);
+    if (latest[0] && out->count > 0 && strcmp(latest, out->names[0]) != 0)
+        ZS_WARN("%s/%s names %s, but %s was committed after it (a save interrupted between its "
+                "commit and the update of %s?); following the commit records",
+                dir, ZS_CKPT_LATEST, latest, out->names[0], ZS_CKPT_LATEST);
 done:
+    free(order);
     zs__fs_list_free(names, count);
     close(root_fd);
     if (status != ZS_OK) zs__ckpt_candidates_free(out);

@@ -1,18 +1,17 @@
 /* Which step directory of a checkpoint root to load: the one rule shared by
  * zs_load / checkpoint.resume and zs-ckpt (info, verify, export of a root).
  *
- * `latest` names the last committed step. Candidates, in order:
- *   1. the step directory `latest` names, if `latest` is a regular file
- *      holding exactly step_NNNNNNNN (one newline allowed) and that entry is
- *      a directory;
- *   2. every other step_NNNNNNNN directory, newest first.
- * Step directories newer than `latest` belong to an abandoned timeline (a
- * run resumed from an earlier step and saved again) or to a save that never
- * committed: they are named in a warning and tried only after `latest`
- * failed. Entries named step_NNNNNNNN that are not directories (a regular
- * file, a symlink, a FIFO) are skipped with a warning, never followed.
- * The first candidate that passes the caller's check (verify.h, plus for
- * zs_load the model's layout) is the one loaded. */
+ * Candidates are the root's step directories in commit order, newest commit
+ * first (commit_order.h: each commit writes a record with a sequence number,
+ * and the rename that publishes the step is the commit). Step directories of
+ * an abandoned timeline (a later commit has a lower step: a run resumed from
+ * an earlier step and saved again) are named in a warning and never chosen
+ * automatically. `latest` is a cross-check: it names the newest commit except
+ * after a crash between a commit and its update, when the records win (with
+ * a warning). Entries named step_NNNNNNNN that are not directories (a
+ * regular file, a symlink, a FIFO) are skipped with a warning, never
+ * followed. The first candidate that passes the caller's check (verify.h,
+ * plus for zs_load the model's layout) is the one loaded. */
 #ifndef ZS_CHECKPOINT_SELECT_H
 #define ZS_CHECKPOINT_SELECT_H
 

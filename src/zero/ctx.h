@@ -118,6 +118,7 @@ struct zs_ctx {
     /* Checkpoints (src/checkpoint): user state to save, or as restored. */
     zs__user_entry *user;
     int user_count, user_capacity;
+    uint64_t ckpt_warned; /* retention: digest of the entries it last warned about leaving */
 };
 
 /* Collective helpers shared by the zero/ files. */

@@ -147,8 +147,13 @@ zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **out_
     char path[256];
     if (write_config(opt, path, sizeof path) != 0) return ZS_ERR_IO;
     zs_config *cfg = NULL;
-    ZS_CHECK_LOCAL(zs_config_load(path, &cfg));
+    zs_status loaded = zs_config_load(path, &cfg);
+    /* The file and its temporary directory both go, whatever the outcome. */
     unlink(path);
+    char *slash = strrchr(path, '/');
+    if (slash) *slash = '\0';
+    rmdir(path);
+    ZS_CHECK_LOCAL(loaded);
     zs_ctx *zs = NULL;
     zs_status st = zs_create_with_comm(cfg, comm, &zs);
     zs_config_destroy(cfg);

@@ -18,10 +18,9 @@ check() { # name, condition result (0 = ok), detail
 }
 
 # point:rank_killed:expected_resume_step
-# rename: the step directory is in place but `latest` still names step 5, the
-# last committed step (select.h): step 10 is an uncommitted save and is only
-# used if step 5 does not verify.
-for spec in write:1:5 shard:1:5 manifest:0:5 rename:0:5 latest:0:10; do
+# rename: the step directory (with its commit record) is in place, which is
+# the commit; `latest` still names step 5, and the records win (select.h).
+for spec in write:1:5 shard:1:5 manifest:0:5 rename:0:10 latest:0:10; do
   IFS=: read -r point rank expect <<< "$spec"
   dir="$work/$point"
   "${mpirun[@]}" "$binary" "$dir" 5 5 0 > /dev/null 2>&1

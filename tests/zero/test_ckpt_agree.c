@@ -9,8 +9,8 @@
  *   - a shard that is a symlink (to an identical copy outside the step
  *     directory), a FIFO, a directory; a shard whose header holds a secret,
  *     which no message may echo;
- * and for a root, both choose the same step: `latest` over a newer
- * (abandoned) step, the newer one when `latest`'s step is damaged, never a
+ * and for a root, both choose the same step: the newest commit (over a stale
+ * `latest`), never an abandoned step, the one before when the newest is damaged, never a
  * symlinked step directory; resume = "auto" skips a regular file named
  * step_N with a warning and starts fresh when nothing else is there.
  * Usage: test_ckpt_agree <zs-ckpt>  (one rank). Everything it creates lives
@@ -325,21 +325,59 @@ static void expect_choice(const char *what, int want) {
     free(out);
 }
 
+/* Rewrites the commit record of step_NNNNNNNN (commit_order.h). */
+static void set_commit(int step, int seq) {
+    char dir[128], path[256], text[96];
+    snprintf(dir, sizeof dir, "%s/step_%08d", g_root, step);
+    path_in(path, sizeof path, dir, "commit");
+    int n = snprintf(text, sizeof text, "zeroshard-commit seq=%d step=%d\n", seq, step);
+    spit(path, text, (size_t)n);
+}
+
+/* Neither the runtime nor the tool may load anything from the root. */
+static void expect_no_choice(const char *what) {
+    zs_status st = zs_load(g_zs, g_root);
+    ZT_CHECK_MSG(st != ZS_OK, "%s: zs_load chose step %lld, expected a failure", what,
+                 (long long)zs_step_count(g_zs));
+    int rc = tool("verify", g_root);
+    ZT_CHECK_MSG(rc != 0, "%s: zs-ckpt verify of the root passed, expected a failure", what);
+}
+
 static void root_cases(void) {
     char path[256];
     path_in(path, sizeof path, g_root, "latest");
+    set_commit(3, 1);
+    set_commit(4, 2);
     spit(path, "step_00000004\n", 14);
-    expect_choice("latest names the newest step", 4);
-    /* A run resumed from step 3 and committed it again: step 4 belongs to
-     * the abandoned timeline and must not be chosen over a verifying latest. */
+    expect_choice("latest names the newest commit", 4);
+    /* A crash between step 4's commit and the update of latest: the commit
+     * records decide. */
     spit(path, "step_00000003\n", 14);
-    expect_choice("latest names step 3, step 4 is newer (abandoned timeline)", 3);
-    /* latest's step damaged: fall back to the newest that verifies. */
+    expect_choice("latest is stale (names step 3, step 4 committed after it)", 4);
+    /* A run resumed from step 3 and committed it again after step 4: step 4
+     * belongs to the abandoned timeline and is never chosen. */
+    set_commit(3, 3);
+    expect_choice("step 3 committed after step 4 (abandoned timeline)", 3);
+    /* ... not even when the current timeline's step does not verify. */
     char shard[256];
     path_in(shard, sizeof shard, g_step, "rank00000.optim.safetensors");
     ZT_REQUIRE(truncate(shard, 100) == 0);
-    expect_choice("latest's step is damaged", 4);
+    expect_no_choice("the only current step is damaged, the other is abandoned");
+    /* The newest commit damaged: fall back to the one before. */
+    set_commit(3, 1);
+    set_commit(4, 2);
     snapshot(1);
+    char shard4[256], dir4[128];
+    snprintf(dir4, sizeof dir4, "%s/step_00000004", g_root);
+    path_in(shard4, sizeof shard4, dir4, "rank00000.optim.safetensors");
+    char *saved = NULL;
+    size_t saved_bytes = 0;
+    saved = (char *)slurp(shard4, &saved_bytes);
+    ZT_REQUIRE(saved != NULL && truncate(shard4, 100) == 0);
+    expect_choice("the newest commit is damaged", 3);
+    spit(shard4, saved, saved_bytes);
+    free(saved);
+    expect_choice("restored", 4);
     /* A symlinked step directory, even one named by latest, is never used;
      * a regular file named step_N is skipped. */
     char link[256];
@@ -349,8 +387,8 @@ static void root_cases(void) {
     expect_choice("latest names a symlinked step directory", 4);
     unlink(link);
     spit(link, "not a directory", 15);
-    spit(path, "step_00000003\n", 14);
-    expect_choice("a regular file named step_00000009", 3);
+    spit(path, "step_00000004\n", 14);
+    expect_choice("a regular file named step_00000009", 4);
 }
 
 /* resume = "auto" with a regular file named step_N in the root. */
@@ -410,7 +448,7 @@ int main(int argc, char **argv) {
     snprintf(file, sizeof file, "%s/step_00000007", fresh);
     spit(file, "x", 1);
     resume_case(fresh, 0);
-    resume_case(root, 3); /* latest names step 3; step_00000009 is a file */
+    resume_case(root, 4); /* step 4 is the newest commit; step_00000009 is a file */
 
     int rc = zt_finish("test_ckpt_agree");
     MPI_Finalize();
