@@ -127,6 +127,12 @@ zs_status zs_config_app_finish(zs_config *cfg);
  * fails together if not. The context copies what it needs from cfg.
  * See zeroshard_mpi.h to run on another communicator. */
 zs_status zs_create(const zs_config *cfg, zs_ctx **out);
+/* Collective: the ranks agree that all of them are leaving (a barrier with
+ * the comm.timeout_s deadline), so a rank that leaves the training loop early
+ * is reported instead of finalizing MPI while the others hang. Skipped after
+ * a communication failure (ZS_ERR_TIMEOUT with comm.on_timeout = "return",
+ * or ZS_ERR_MISMATCH from comm.check_collectives); MPI is then not finalized
+ * either, since MPI_Finalize waits for every rank. destroy(NULL) is a no-op. */
 void zs_destroy(zs_ctx *zs);
 
 /* "cpu" or "cuda": where parameters and gradients live (zeroshard_cuda.h). */
