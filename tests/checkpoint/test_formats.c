@@ -282,7 +282,7 @@ static void test_st_writer_rejects(void) {
                   ZS_ERR_IO, "/nonexistent-dir/x.safetensors: cannot create");
 }
 
-/* ================================================================ safetensors: fd-relative writer */
+/* ================================================================ safetensors: write_at */
 
 /* The content of a small file, or "" when it cannot be read. */
 static void slurp(const char *path, char *out, size_t cap) {
