@@ -356,8 +356,8 @@ static zs_status st_stream_put(zs__st_stream *s, const void *data, uint64_t byte
 static void st_stream_free(zs__st_stream *s, int unlink_file) {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
-    /* Only a file this stream opened is unlinked (s->fd was set once): an
-     * entry that made an exclusive create fail belongs to someone else. */
+    /* Only a file this stream created is unlinked: an entry that made an
+     * exclusive create fail belongs to someone else and stays. */
     if (unlink_file && s->name && s->opened) unlinkat(s->dir_fd, s->name, 0);
     if (s->dir_fd >= 0) close(s->dir_fd);
     XXH3_freeState(s->hash);
