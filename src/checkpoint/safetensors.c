@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -127,8 +128,14 @@ static zs_status st_pread_all(int fd, void *dst, size_t bytes, uint64_t offset, 
 /* ================================================================ writer */
 
 struct zs__st_stream {
-    char *path;
+    char *path;             /* shown in messages */
     int fd;
+    /* The file is dir_fd/name, which is what a failed stream unlinks: for
+     * zs__st_stream_open, AT_FDCWD and the path itself; for
+     * zs__st_stream_open_at, a duplicate of the caller's directory
+     * descriptor (owned by the stream, so the caller may close its own). */
+    int dir_fd;
+    char *name;
     XXH3_state_t *hash;     /* of every byte of the file, in order */
     uint64_t written;       /* bytes handed to the file so far (header included) */
     uint64_t data_declared; /* bytes of the data section the header announces */
@@ -136,6 +143,7 @@ struct zs__st_stream {
     unsigned char *buffer;  /* small appends are gathered here */
     size_t buffered;
     int failed;
+    int opened;             /* the file exists because this stream created it */
 };
 
 /* Adds value under key, taking ownership of it in every case (json-c leaves
@@ -348,21 +356,35 @@ static zs_status st_stream_put(zs__st_stream *s, const void *data, uint64_t byte
 static void st_stream_free(zs__st_stream *s, int unlink_file) {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
-    if (unlink_file && s->path) unlink(s->path);
+    /* Only a file this stream created is unlinked: an entry that made an
+     * exclusive create fail belongs to someone else and stays. */
+    if (unlink_file && s->name && s->opened) unlinkat(s->dir_fd, s->name, 0);
+    if (s->dir_fd >= 0) close(s->dir_fd);
     XXH3_freeState(s->hash);
     free(s->buffer);
+    free(s->name);
     free(s->path);
     free(s);
 }
 
-zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
-                             const zs__st_meta *meta, int meta_count, zs__st_stream **out) {
+/* The one implementation behind zs__st_stream_open and zs__st_stream_open_at.
+ * The file is dir_fd/name; `path` is what messages show. With `exclusive`
+ * (dir_path set) it is created new through zs__fs_create_at
+ * (O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode 0644), so nothing already at the
+ * name (a planted symlink or file) is followed, truncated or reused; without
+ * it (dir_fd AT_FDCWD, name the path) it is created or truncated, as the
+ * path-based callers that write a temporary name of their own expect. The
+ * specs are checked before anything is created. */
+static zs_status st_stream_open_impl(int dir_fd, const char *dir_path, const char *name,
+                                     const char *path, int exclusive,
+                                     const zs__st_tensor_spec *tensors, int tensor_count,
+                                     const zs__st_meta *meta, int meta_count,
+                                     zs__st_stream **out) {
     zs_status status;
     char *header = NULL;
     size_t header_bytes = 0;
     uint64_t data_bytes = 0;
     *out = NULL;
-    if (!path || !*path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors writer: empty path");
     ZS_CHECK(st_build_header(path, tensors, tensor_count, meta, meta_count, &header,
                              &header_bytes, &data_bytes));
 
@@ -372,22 +394,39 @@ zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a writer", path);
     }
     s->fd = -1;
+    s->dir_fd = AT_FDCWD;
     s->path = strdup(path);
+    s->name = strdup(name);
     s->hash = XXH3_createState();
     s->buffer = malloc(ST_IO_CHUNK);
-    if (!s->path || !s->hash || !s->buffer || XXH3_64bits_reset(s->hash) != XXH_OK) {
+    if (!s->path || !s->name || !s->hash || !s->buffer || XXH3_64bits_reset(s->hash) != XXH_OK) {
         free(header);
         st_stream_free(s, 0);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a writer", path);
     }
     s->data_declared = data_bytes;
-    s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (s->fd < 0) {
-        status = zs__fail(ZS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (exclusive) {
+        s->dir_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+        if (s->dir_fd < 0) {
+            status = zs__fail(ZS_ERR_IO, "%s: cannot duplicate the descriptor of %s: %s", path,
+                              dir_path, strerror(errno));
+            free(header);
+            st_stream_free(s, 0);
+            return status;
+        }
+        status = zs__fs_create_at(dir_fd, dir_path, name, &s->fd);
+    } else {
+        s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        status = s->fd < 0 ? zs__fail(ZS_ERR_IO, "%s: cannot create: %s", path, strerror(errno))
+                           : ZS_OK;
+    }
+    if (status != ZS_OK) {
         free(header);
         st_stream_free(s, 0);
+        zs__error_breadcrumb(__FILE__, __LINE__);
         return status;
     }
+    s->opened = 1;
     unsigned char length[8];
     for (int k = 0; k < 8; k++) length[k] = (unsigned char)((uint64_t)header_bytes >> (8 * k));
     status = st_stream_put(s, length, sizeof length);
@@ -399,6 +438,41 @@ zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors
     }
     *out = s;
     return ZS_OK;
+}
+
+zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
+                             const zs__st_meta *meta, int meta_count, zs__st_stream **out) {
+    *out = NULL;
+    if (!path || !*path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors writer: empty path");
+    ZS_CHECK(st_stream_open_impl(AT_FDCWD, NULL, path, path, 0, tensors, tensor_count, meta,
+                                 meta_count, out));
+    return ZS_OK;
+}
+
+/* "dir_path/name" in a new string for messages, or NULL when out of memory. */
+static char *st_join(const char *dir_path, const char *name) {
+    size_t bytes = strlen(dir_path) + 1 + strlen(name) + 1;
+    char *out = malloc(bytes);
+    if (out) snprintf(out, bytes, "%s/%s", dir_path, name);
+    return out;
+}
+
+zs_status zs__st_stream_open_at(int dir_fd, const char *dir_path, const char *name,
+                                const zs__st_tensor_spec *tensors, int tensor_count,
+                                const zs__st_meta *meta, int meta_count, zs__st_stream **out) {
+    *out = NULL;
+    if (!dir_path) dir_path = "(directory)";
+    /* The name is checked again by zs__fs_create_at; here it only has to
+     * make a message. */
+    if (!name)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: safetensors writer: NULL name", dir_path);
+    char *path = st_join(dir_path, name);
+    if (!path)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s/%s: cannot allocate a writer", dir_path, name);
+    zs_status status = st_stream_open_impl(dir_fd, dir_path, name, path, 1, tensors, tensor_count,
+                                           meta, meta_count, out);
+    free(path);
+    return status;
 }
 
 zs_status zs__st_stream_append(zs__st_stream *s, const void *data, uint64_t bytes) {
@@ -465,12 +539,12 @@ fail:
 
 void zs__st_stream_abort(zs__st_stream *s) { st_stream_free(s, 1); }
 
-zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
-                       const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
-                       void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
-                       uint64_t *file_bytes) {
-    zs__st_stream *s = NULL;
-    ZS_CHECK(zs__st_stream_open(path, tensors, tensor_count, meta, meta_count, &s));
+/* Appends every tensor of an open stream and closes it: the one write loop
+ * behind zs__st_write and zs__st_write_at. The stream is consumed. */
+static zs_status st_write_tensors(zs__st_stream *s, const zs__st_tensor_spec *tensors,
+                                  int tensor_count, zs__st_progress_fn progress,
+                                  void *progress_ctx, uint64_t *tensor_hashes,
+                                  uint64_t *file_hash, uint64_t *file_bytes) {
     for (int t = 0; t < tensor_count; t++) {
         zs_status status = zs__st_stream_append(s, tensors[t].data, tensors[t].bytes);
         if (status == ZS_OK && progress) {
@@ -489,6 +563,30 @@ zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int 
         if (progress) progress(progress_ctx, t);
     }
     ZS_CHECK(zs__st_stream_close(s, file_hash, file_bytes));
+    return ZS_OK;
+}
+
+zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
+                       const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
+                       void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
+                       uint64_t *file_bytes) {
+    zs__st_stream *s = NULL;
+    ZS_CHECK(zs__st_stream_open(path, tensors, tensor_count, meta, meta_count, &s));
+    ZS_CHECK(st_write_tensors(s, tensors, tensor_count, progress, progress_ctx, tensor_hashes,
+                              file_hash, file_bytes));
+    return ZS_OK;
+}
+
+zs_status zs__st_write_at(int dir_fd, const char *dir_path, const char *name,
+                          const zs__st_tensor_spec *tensors, int tensor_count,
+                          const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
+                          void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
+                          uint64_t *file_bytes) {
+    zs__st_stream *s = NULL;
+    ZS_CHECK(zs__st_stream_open_at(dir_fd, dir_path, name, tensors, tensor_count, meta,
+                                   meta_count, &s));
+    ZS_CHECK(st_write_tensors(s, tensors, tensor_count, progress, progress_ctx, tensor_hashes,
+                              file_hash, file_bytes));
     return ZS_OK;
 }
 

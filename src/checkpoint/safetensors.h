@@ -56,13 +56,29 @@ typedef void (*zs__st_progress_fn)(void *ctx, int index);
 /* Writes a safetensors file at `path` (created or truncated; the caller
  * writes to a temporary name and renames). Tensors are laid out in the given
  * order. Every write is checked (short writes retried, errors reported with
- * the path and errno text), and the file is fsynced before returning.
+ * the path and errno text), and the file is fsynced before returning; on
+ * failure the file is unlinked. Synchronous.
  * Outputs (any may be NULL): tensor_hashes[i] = XXH3_64bits of tensor i's
  * bytes; file_hash = XXH3_64bits of the whole file; file_bytes = its size. */
 zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
                        const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
                        void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
                        uint64_t *file_bytes);
+/* The same, for a file that must be new: `name` (one path component) is
+ * created inside the directory dir_fd with openat and
+ * O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode 0644 (zs__fs_create_at), so an
+ * existing entry at the name (a file, or a symlink planted to redirect the
+ * data) makes the call fail with ZS_ERR_IO naming "dir_path/name" and EEXIST,
+ * and is left untouched. Nothing is resolved through a path string, so a
+ * rename of the directory or a symlink put in its place cannot redirect the
+ * write. `dir_path` is the path dir_fd was opened from, used only in
+ * messages. dir_fd stays the caller's. On failure after the file was
+ * created, it is unlinked (dir_fd/name). */
+zs_status zs__st_write_at(int dir_fd, const char *dir_path, const char *name,
+                          const zs__st_tensor_spec *tensors, int tensor_count,
+                          const zs__st_meta *meta, int meta_count, zs__st_progress_fn progress,
+                          void *progress_ctx, uint64_t *tensor_hashes, uint64_t *file_hash,
+                          uint64_t *file_bytes);
 
 /* Streaming writer for files too large to hold (zs-ckpt export): the header
  * is written first from the specs (their `data` is ignored), then the caller
@@ -70,6 +86,13 @@ zs_status zs__st_write(const char *path, const zs__st_tensor_spec *tensors, int 
 typedef struct zs__st_stream zs__st_stream;
 zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors, int tensor_count,
                              const zs__st_meta *meta, int meta_count, zs__st_stream **out);
+/* The streaming writer for a file that must be new, created as by
+ * zs__st_write_at (dir_fd/name, O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC). The
+ * stream keeps its own duplicate of dir_fd, so the caller may close dir_fd
+ * at any time; a failed close or an abort unlinks dir_fd/name. */
+zs_status zs__st_stream_open_at(int dir_fd, const char *dir_path, const char *name,
+                                const zs__st_tensor_spec *tensors, int tensor_count,
+                                const zs__st_meta *meta, int meta_count, zs__st_stream **out);
 zs_status zs__st_stream_append(zs__st_stream *s, const void *data, uint64_t bytes);
 /* Checks that exactly the declared bytes were appended, fsyncs, closes. The
  * stream is freed whether or not this succeeds; on failure the file is

@@ -20,12 +20,10 @@
  * (fsync of the root, latest, retention) only warn when they fail: the
  * checkpoint is committed and loadable, and the next save repeats them. */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -196,46 +194,20 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
     return ZS_OK;
 }
 
-/* The path zs__st_write opens for dirfd/name. The safetensors writer takes a
- * path, so on Linux the path goes through the open directory descriptor
- * (/proc/self/fd/N/name): a rename of the temporary directory, or a symlink
- * put in its place, cannot redirect it. Elsewhere the plain path is used; the
- * name was still created new in a directory no one else can write. */
-static zs_status writer_path(char *out, size_t cap, int dirfd, const char *dir_path,
-                             const char *name) {
-    char via_fd[64];
-    snprintf(via_fd, sizeof via_fd, "/proc/self/fd/%d", dirfd);
-    struct stat st;
-    if (stat(via_fd, &st) == 0 && S_ISDIR(st.st_mode))
-        return zs__checkpoint_join(out, cap, via_fd, name);
-    return zs__checkpoint_join(out, cap, dir_path, name);
-}
-
-/* Writes one shard as dirfd/final: the partial name is created new
- * (O_EXCL|O_NOFOLLOW) before the writer opens it, and afterwards must still
- * be that same file, so nothing planted at the name receives the data. */
+/* Writes one shard as dirfd/final: zs__st_write_at creates final.partial
+ * new relative to the directory descriptor (O_EXCL|O_NOFOLLOW), so nothing
+ * planted at the name receives the data and no path string is resolved
+ * again; the rename then publishes it under its final name. */
 static zs_status write_one(int dirfd, const char *dir_path, const char *final, const file_plan *f,
                            zs__st_progress_fn progress, void *progress_ctx, uint64_t *hashes,
                            uint64_t *file_hash, uint64_t *file_bytes) {
-    char partial[128], path[PATH_CAPACITY], shown[PATH_CAPACITY];
+    char partial[128];
     snprintf(partial, sizeof partial, "%s.partial", final);
-    ZS_CHECK(zs__checkpoint_join(shown, sizeof shown, dir_path, partial));
-    ZS_CHECK(writer_path(path, sizeof path, dirfd, dir_path, partial));
-    int claim = -1;
-    ZS_CHECK(zs__fs_create_at(dirfd, dir_path, partial, &claim));
-    struct stat mine, now;
-    zs_status st = ZS_OK;
-    if (fstat(claim, &mine) != 0)
-        st = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", shown, strerror(errno));
-    close(claim);
-    if (st == ZS_OK)
-        st = zs__st_write(path, f->specs, f->count, f->meta, f->meta_count, progress, progress_ctx,
-                          hashes, file_hash, file_bytes);
-    if (st == ZS_OK && (fstatat(dirfd, partial, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
-                        now.st_ino != mine.st_ino || now.st_dev != mine.st_dev))
-        st = zs__fail(ZS_ERR_IO, "%s: replaced by another file while it was written; is another "
-                      "process writing into this checkpoint directory?", shown);
-    if (st == ZS_OK) st = zs__fs_rename_at(dirfd, dir_path, partial, dirfd, dir_path, final);
+    /* A failed write unlinks the partial file itself; a failed create leaves
+     * whatever held the name alone (it is not ours). */
+    ZS_CHECK(zs__st_write_at(dirfd, dir_path, partial, f->specs, f->count, f->meta, f->meta_count,
+                             progress, progress_ctx, hashes, file_hash, file_bytes));
+    zs_status st = zs__fs_rename_at(dirfd, dir_path, partial, dirfd, dir_path, final);
     if (st != ZS_OK) unlinkat(dirfd, partial, 0);
     return st;
 }

@@ -282,6 +282,150 @@ static void test_st_writer_rejects(void) {
                   ZS_ERR_IO, "/nonexistent-dir/x.safetensors: cannot create");
 }
 
+/* ================================================================ safetensors: write_at */
+
+/* The content of a small file, or "" when it cannot be read. */
+static void slurp(const char *path, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+/* zs__st_write_at / zs__st_stream_open_at create the file new relative to a
+ * directory descriptor: an entry already at the name (a regular file, a
+ * symlink to a file outside, a dangling symlink) makes the create fail with
+ * EEXIST and is left exactly as it was, and nothing outside the directory is
+ * written or created. These checks fail if O_EXCL is dropped from the create
+ * (the file is reused, or the symlink followed or refused with ELOOP instead
+ * of EEXIST); with O_EXCL, O_NOFOLLOW adds nothing Linux can show here, as
+ * O_CREAT|O_EXCL already refuses a symlink at the last component. */
+static void test_st_write_at(void) {
+    zs__st_tensor_spec specs[8];
+    int n = fixture_specs(specs);
+    char dir[2048], outside[2048], outside_new[2048], moved[2048], text[64];
+    snprintf(dir, sizeof dir, "%s", path_of("atdir"));
+    snprintf(outside, sizeof outside, "%s", path_of("at_outside.txt"));
+    snprintf(outside_new, sizeof outside_new, "%s", path_of("at_outside_new"));
+    snprintf(moved, sizeof moved, "%s", path_of("atdir_moved"));
+    ZT_REQUIRE(mkdir(dir, 0755) == 0);
+    write_bytes(outside, "precious\n", 9);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ZT_REQUIRE(dfd >= 0);
+
+    /* A new name: the same bytes as the path-based writer, the same hashes. */
+    const char *ref = path_of("at_ref.safetensors");
+    uint64_t ref_hashes[8] = {0}, ref_hash = 0, ref_bytes = 0;
+    uint64_t hashes[8] = {0}, file_hash = 0, file_bytes = 0;
+    ZT_OK(zs__st_write(ref, specs, n, g_meta, 3, NULL, NULL, ref_hashes, &ref_hash, &ref_bytes));
+    g_progress_count = 0;
+    ZT_OK(zs__st_write_at(dfd, dir, "new.safetensors", specs, n, g_meta, 3, record_progress, NULL,
+                          hashes, &file_hash, &file_bytes));
+    ZT_EQ_INT(g_progress_count, n);
+    ZT_EQ_U64(file_hash, ref_hash);
+    ZT_EQ_U64(file_bytes, ref_bytes);
+    for (int k = 0; k < n; k++) ZT_EQ_U64(hashes[k], ref_hashes[k]);
+    char made[2300];
+    snprintf(made, sizeof made, "%s/new.safetensors", dir);
+    size_t a_size = 0, b_size = 0;
+    unsigned char *a = read_bytes(ref, &a_size), *b = read_bytes(made, &b_size);
+    ZT_CHECK_MSG(a_size == b_size && memcmp(a, b, a_size) == 0,
+                 "zs__st_write_at wrote %zu bytes that differ from zs__st_write's %zu", b_size,
+                 a_size);
+    free(a);
+    free(b);
+    ZT_CHECK(unlink(ref) == 0);
+
+    /* Writing the same name again: it exists (created by the writer itself). */
+    ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "new.safetensors", specs, n, NULL, 0, NULL, NULL, NULL,
+                                  NULL, NULL),
+                  ZS_ERR_IO, "new.safetensors: cannot create: File exists");
+    ZT_CHECK_MSG(zs__fs_is_file(made), "a refused create removed the existing %s", made);
+
+    /* A regular file planted at the name keeps its content. */
+    char planted[2300];
+    snprintf(planted, sizeof planted, "%s/file.partial", dir);
+    write_bytes(planted, "mine\n", 5);
+    ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "file.partial", specs, n, NULL, 0, NULL, NULL, NULL,
+                                  NULL, NULL),
+                  ZS_ERR_IO, "/atdir/file.partial: cannot create: File exists");
+    slurp(planted, text, sizeof text);
+    ZT_CHECK_MSG(strcmp(text, "mine\n") == 0, "the planted file was written: '%s'", text);
+
+    /* A symlink to a file outside: not followed, not removed, target untouched. */
+    char link_path[2300];
+    snprintf(link_path, sizeof link_path, "%s/link.partial", dir);
+    ZT_REQUIRE(symlink(outside, link_path) == 0);
+    ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "link.partial", specs, n, NULL, 0, NULL, NULL, NULL,
+                                  NULL, NULL),
+                  ZS_ERR_IO, "/atdir/link.partial: cannot create: File exists");
+    slurp(outside, text, sizeof text);
+    ZT_CHECK_MSG(strcmp(text, "precious\n") == 0, "a write followed the symlink to %s: '%s'",
+                 outside, text);
+    struct stat st;
+    ZT_CHECK_MSG(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode), "the symlink %s was removed",
+                 link_path);
+    zs__st_stream *s = NULL;
+    ZT_FAILS_WITH(zs__st_stream_open_at(dfd, dir, "link.partial", specs, n, NULL, 0, &s),
+                  ZS_ERR_IO, "File exists");
+    ZT_CHECK(s == NULL);
+    slurp(outside, text, sizeof text);
+    ZT_CHECK_MSG(strcmp(text, "precious\n") == 0, "the stream followed the symlink: '%s'", text);
+
+    /* A dangling symlink: plain O_CREAT would create its target outside. */
+    char dangling[2300];
+    snprintf(dangling, sizeof dangling, "%s/dangling.partial", dir);
+    ZT_REQUIRE(symlink(outside_new, dangling) == 0);
+    ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "dangling.partial", specs, n, NULL, 0, NULL, NULL,
+                                  NULL, NULL, NULL),
+                  ZS_ERR_IO, "/atdir/dangling.partial: cannot create: File exists");
+    ZT_CHECK_MSG(lstat(outside_new, &st) != 0 && errno == ENOENT,
+                 "a write through the dangling symlink created %s", outside_new);
+
+    /* Names are one component. */
+    ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "../escape", specs, n, NULL, 0, NULL, NULL, NULL, NULL,
+                                  NULL),
+                  ZS_ERR_INVALID_ARGUMENT, "invalid file name");
+    /* Invalid specs are refused before anything is created. */
+    zs__st_tensor_spec bad = {"a/b", ZS_ST_F32, 1, {2}, g_w, 8};
+    ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "bad.partial", &bad, 1, NULL, 0, NULL, NULL, NULL,
+                                  NULL, NULL),
+                  ZS_ERR_INVALID_ARGUMENT, "'/'");
+    ZT_CHECK(zs__fs_kind_at(dfd, "bad.partial") == ZS_FS_KIND_MISSING);
+
+    /* The directory renamed away and a symlink to elsewhere put in its
+     * place: the writer follows the descriptor, not the path. */
+    ZT_REQUIRE(rename(dir, moved) == 0);
+    ZT_REQUIRE(symlink(g_dir, dir) == 0);
+    ZT_OK(zs__st_stream_open_at(dfd, dir, "swapped.partial", specs, n, NULL, 0, &s));
+    ZT_CHECK(zs__fs_kind_at(dfd, "swapped.partial") == ZS_FS_KIND_FILE);
+    ZT_CHECK_MSG(!zs__fs_is_file(path_of("swapped.partial")),
+                 "the writer resolved the swapped path into %s", g_dir);
+    /* The stream owns a duplicate of the descriptor: after the caller closes
+     * its own, a failure still unlinks the file in the right directory. */
+    ZT_CHECK(close(dfd) == 0);
+    ZT_OK(zs__st_stream_append(s, g_w, 8));
+    ZT_FAILS_WITH(zs__st_stream_close(s, NULL, NULL), ZS_ERR_INVALID_ARGUMENT, "removed");
+    char swapped[2300];
+    snprintf(swapped, sizeof swapped, "%s/swapped.partial", moved);
+    ZT_CHECK_MSG(lstat(swapped, &st) != 0, "a failed stream left %s", swapped);
+
+    ZT_CHECK(unlink(dir) == 0);
+    snprintf(made, sizeof made, "%s/new.safetensors", moved);
+    ZT_CHECK(unlink(made) == 0);
+    snprintf(planted, sizeof planted, "%s/file.partial", moved);
+    ZT_CHECK(unlink(planted) == 0);
+    snprintf(link_path, sizeof link_path, "%s/link.partial", moved);
+    ZT_CHECK(unlink(link_path) == 0);
+    snprintf(dangling, sizeof dangling, "%s/dangling.partial", moved);
+    ZT_CHECK(unlink(dangling) == 0);
+    ZT_CHECK_MSG(rmdir(moved) == 0, "%s: %s (an unexpected entry was left)", moved,
+                 strerror(errno));
+    ZT_CHECK(unlink(outside) == 0);
+}
+
 /* ================================================================ safetensors: hostile files */
 
 typedef struct st_snapshot {
@@ -1105,6 +1249,7 @@ int main(void) {
 
     test_st_roundtrip();
     test_st_writer_rejects();
+    test_st_write_at();
     test_st_flips_and_truncations();
     test_st_crafted();
     test_manifest_roundtrip();
