@@ -128,7 +128,7 @@ static zs_status check_fingerprints(zs__comm *comm, const zs__comm_call *call, u
     ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
     zs__comm_call exchange = *call;
     exchange.bytes = sizeof mine;
-    zs_status st = zs__mpi_all_gather_bytes(comm, &mine, sizeof mine, all, &exchange);
+    zs_status st = zs__mpi_exchange(comm, &exchange, ZS_TAG_FINGERPRINT, &mine, sizeof mine, all);
     int differing = -1;
     for (int r = 0; st == ZS_OK && r < comm->size && differing < 0; r++) {
         fingerprint *f = &all[r];

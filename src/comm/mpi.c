@@ -175,7 +175,7 @@ static zs_status ring_reduce_scatter(zs__comm *comm, mpi_state *st, void *buf, s
         .shift = 1,
         .reduce = 1,
         .dtype = dtype,
-        .tag = zs__comm_tag(comm, ZS_TAG_REDUCE_SCATTER, call->seq),
+        .tag = zs__comm_tag(comm, ZS_TAG_REDUCE_SCATTER, call),
         .depth = RING_DEPTH,
     };
     size_t part = st->staging_bytes / (size_t)p.depth;
@@ -193,7 +193,7 @@ static zs_status ring_all_gather(zs__comm *comm, mpi_state *st, void *buf, size_
         .segment_bytes = comm->segment_bytes - comm->segment_bytes % esize,
         .shift = 0,
         .reduce = 0,
-        .tag = zs__comm_tag(comm, ZS_TAG_ALL_GATHER, call->seq),
+        .tag = zs__comm_tag(comm, ZS_TAG_ALL_GATHER, call),
         .depth = RING_DEPTH,
     };
     return ring_run(comm, st, &p, call);

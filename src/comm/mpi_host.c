@@ -65,8 +65,8 @@ static zs_status exchange_piece(zs__comm *comm, const zs__comm_call *call, int t
     return ZS_OK;
 }
 
-static zs_status exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_kind kind,
-                          const void *mine, size_t bytes, void *all) {
+zs_status zs__mpi_exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_kind kind,
+                           const void *mine, size_t bytes, void *all) {
     const size_t n = (size_t)comm->size;
     size_t piece = comm->segment_bytes / n;
     if (piece == 0) piece = 1;
@@ -74,7 +74,7 @@ static zs_status exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_kin
     size_t tmp_bytes = piece * n;
     unsigned char *tmp = NULL;
     ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, tmp_bytes, (void **)&tmp));
-    const int tag = zs__comm_tag(comm, kind, call->seq);
+    const int tag = zs__comm_tag(comm, kind, call);
     zs_status st = ZS_OK;
     for (size_t off = 0; off < bytes && st == ZS_OK; off += piece) {
         size_t len = bytes - off < piece ? bytes - off : piece;
@@ -86,7 +86,7 @@ static zs_status exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_kin
 
 zs_status zs__mpi_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                    const zs__comm_call *call) {
-    return exchange(comm, call, ZS_TAG_EXCHANGE, mine, bytes, all);
+    return zs__mpi_exchange(comm, call, ZS_TAG_EXCHANGE, mine, bytes, all);
 }
 
 zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,
@@ -95,7 +95,7 @@ zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__
     double *all = NULL;
     const size_t all_bytes = bytes * (size_t)comm->size;
     ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
-    zs_status st = exchange(comm, call, ZS_TAG_EXCHANGE, values, bytes, all);
+    zs_status st = zs__mpi_exchange(comm, call, ZS_TAG_SCALARS, values, bytes, all);
     if (st == ZS_OK) {
         /* Rank order, the same on every rank: the result is identical
          * everywhere, and a sum does not depend on the exchange's shape. */
@@ -119,7 +119,7 @@ zs_status zs__mpi_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
     const int vr = (comm->rank - root + n) % n;        /* rank relative to the root */
     const int low = vr == 0 ? 1 << 30 : vr & -vr;      /* lowest set bit: the subtree size */
     const int parent = vr == 0 ? -1 : ((vr - low) + root) % n;
-    const int tag = zs__comm_tag(comm, ZS_TAG_BROADCAST, call->seq);
+    const int tag = zs__comm_tag(comm, ZS_TAG_BROADCAST, call);
     zs__pending p[32];
     for (size_t off = 0; off < bytes; off += comm->segment_bytes) {
         const size_t len = bytes - off < comm->segment_bytes ? bytes - off : comm->segment_bytes;
@@ -152,7 +152,7 @@ zs_status zs__mpi_barrier(zs__comm *comm, const zs__comm_call *call) {
     unsigned char mine = 1, *all = NULL;
     const size_t all_bytes = (size_t)comm->size;
     ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
-    zs_status st = exchange(comm, call, ZS_TAG_EXCHANGE, &mine, 1, all);
+    zs_status st = zs__mpi_exchange(comm, call, ZS_TAG_BARRIER, &mine, 1, all);
     zs__mem_host_free(comm->mem, ZS_MEM_COMM, all, all_bytes);
     return st;
 }

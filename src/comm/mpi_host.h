@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "comm/comm_impl.h"
+#include "comm/wait.h"
 
 /* The failure message of a collective whose MPI call returned rc. */
 zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
@@ -29,6 +30,10 @@ zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const ch
  * comm.segment_bytes. `mine` and `all` must not overlap. */
 zs_status zs__mpi_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                    const zs__comm_call *call);
+/* The same under message tags of `kind` (every other host collective is
+ * built on it, each with its own kind). */
+zs_status zs__mpi_exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_kind kind,
+                           const void *mine, size_t bytes, void *all);
 /* All-reduce of n doubles: every rank gathers all values and combines them
  * in rank order, so every rank gets the same bits, whatever the algorithm. */
 zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__reduce_op op,

@@ -61,9 +61,14 @@ void zs__comm_backoff(double start) {
     }
 }
 
-int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, uint64_t seq) {
+int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, const zs__comm_call *call) {
     if (kind == ZS_TAG_REPORT) return (int)kind;
-    return (int)kind + 8 * (int)(seq % (uint64_t)comm->tag_period);
+    /* FNV-1a of the label, mixed with the number: equal on every rank for
+     * the same collective, different (modulo collisions) for another one. */
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = call->label; c && *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= call->seq * 0x9E3779B97F4A7C15ull;
+    return (int)kind + 8 * (int)(h % (uint64_t)comm->tag_period);
 }
 
 void zs__comm_set_host(zs__comm *comm, MPI_Comm host) {
@@ -257,11 +262,21 @@ zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *
     double start = zs__comm_now();
     while (left > 0) {
         int completed = 0;
-        int rc = MPI_Testsome(n, requests, &completed, done, MPI_STATUSES_IGNORE);
+        MPI_Status statuses[WAIT_MAX];
+        int rc = MPI_Testsome(n, requests, &completed, done, statuses);
         if (rc != MPI_SUCCESS) {
             for (int i = 0; i < n; i++) p[i].request = requests[i];
+            /* The request's own error says more than MPI_ERR_IN_STATUS. */
+            const char *function = "MPI_Testsome";
+            if (rc == MPI_ERR_IN_STATUS)
+                for (int k = 0; k < completed && k < n; k++)
+                    if (statuses[k].MPI_ERROR != MPI_SUCCESS) {
+                        rc = statuses[k].MPI_ERROR;
+                        function = p[done[k]].receiving ? "a receive" : "a send";
+                        break;
+                    }
             zs__error_breadcrumb(__FILE__, __LINE__);
-            return zs__mpi_fail(comm, call, "MPI_Testsome", rc);
+            return zs__mpi_fail(comm, call, function, rc);
         }
         if (completed == MPI_UNDEFINED) break; /* all null */
         if (completed > 0) {

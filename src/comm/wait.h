@@ -31,20 +31,24 @@ typedef struct zs__pending {
     int receiving; /* 1: waiting for data from peer; 0: waiting for peer to take ours */
 } zs__pending;
 
-/* Message tags: each algorithm has its own kind, and the collective's
- * sequence number is folded into the tag, so a rank that skipped or added a
- * collective never matches another collective's messages: it times out
+/* Message tags: each kind of collective has its own, and the collective's
+ * sequence number and label are folded into the tag, so a rank that skipped
+ * or added a collective, or runs another one under the same number (a
+ * different unit, a barrier against an all-gather), never matches the
+ * others' messages: it times out and the reports show the difference,
  * instead of reading the wrong data. */
 typedef enum zs__tag_kind {
+    ZS_TAG_BARRIER = 0,
     ZS_TAG_REDUCE_SCATTER = 1,
     ZS_TAG_ALL_GATHER = 2,
-    ZS_TAG_EXCHANGE = 3,    /* the dissemination all-gather of host values */
+    ZS_TAG_EXCHANGE = 3,    /* all-gather of bytes (agreements) */
     ZS_TAG_BROADCAST = 4,
     ZS_TAG_FINGERPRINT = 5, /* comm.check_collectives */
-    ZS_TAG_REPORT = 7       /* timeout reports; never combined with a sequence number */
+    ZS_TAG_SCALARS = 6,     /* all-reduce of scalars */
+    ZS_TAG_REPORT = 7       /* timeout reports: one fixed tag */
 } zs__tag_kind;
 
-int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, uint64_t seq);
+int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, const zs__comm_call *call);
 
 /* Sets the MPI communicator of host traffic (timeout reports, fingerprints)
  * and reads its tag limit. Called by an implementation after zs__comm_new. */
