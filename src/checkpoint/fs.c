@@ -4,6 +4,7 @@
  * worse than none. */
 #define _GNU_SOURCE /* getrlimit with RLIM_INFINITY for the file-size message */
 #include "checkpoint/fs.h"
+#include "checkpoint/fs_read.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -198,58 +199,14 @@ done:
     return status;
 }
 
-static int cmp_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 zs_status zs__fs_list(const char *dir, char ***names, int *count) {
     *names = NULL;
     *count = 0;
-    DIR *d = opendir(dir);
-    if (!d) return zs__fail(ZS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
-    char **list = NULL;
-    int n = 0, capacity = 0;
-    zs_status status = ZS_OK;
-    for (;;) {
-        errno = 0;
-        struct dirent *e = readdir(d);
-        if (!e) {
-            if (errno != 0)
-                status = zs__fail(ZS_ERR_IO, "%s: cannot read directory: %s", dir,
-                                  strerror(errno));
-            break;
-        }
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (n == capacity) {
-            if (capacity > INT_MAX / 2) {
-                status = zs__fail(ZS_ERR_IO, "%s: too many entries", dir);
-                break;
-            }
-            int grown = capacity ? 2 * capacity : 16;
-            char **bigger = realloc(list, (size_t)grown * sizeof *bigger);
-            if (!bigger) {
-                status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list", dir);
-                break;
-            }
-            list = bigger;
-            capacity = grown;
-        }
-        list[n] = strdup(e->d_name);
-        if (!list[n]) {
-            status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list", dir);
-            break;
-        }
-        n++;
-    }
-    closedir(d);
-    if (status != ZS_OK) {
-        zs__fs_list_free(list, n);
-        return status;
-    }
-    if (n > 1) qsort(list, (size_t)n, sizeof *list, cmp_names);
-    *names = list;
-    *count = n;
-    return ZS_OK;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return zs__fail(ZS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    zs_status status = zs__fsr_list_at(fd, dir, INT_MAX, names, count);
+    close(fd);
+    return status;
 }
 
 void zs__fs_list_free(char **names, int count) {

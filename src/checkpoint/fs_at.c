@@ -17,9 +17,11 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <limits.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "checkpoint/fs_read.h"
 #include "core/error.h"
 
 /* A name for messages: "dir/name". Truncation only shortens a message. */
@@ -164,64 +166,8 @@ zs__fs_kind zs__fs_kind_at(int dirfd, const char *name) {
     return ZS_FS_KIND_OTHER;
 }
 
-static int cmp_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 zs_status zs__fs_list_at(int dirfd, const char *dir_path, char ***names, int *count) {
-    *names = NULL;
-    *count = 0;
-    /* fdopendir takes ownership of its descriptor, so it gets a duplicate
-     * (which shares the read position: rewind it, the caller may list twice). */
-    int copy = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0)
-        return zs__fail(ZS_ERR_IO, "%s: cannot list directory: %s", dir_path, strerror(errno));
-    DIR *d = fdopendir(copy);
-    if (!d) {
-        int saved = errno;
-        close(copy);
-        return zs__fail(ZS_ERR_IO, "%s: cannot list directory: %s", dir_path, strerror(saved));
-    }
-    rewinddir(d);
-    char **list = NULL;
-    int n = 0, capacity = 0;
-    zs_status status = ZS_OK;
-    for (;;) {
-        errno = 0;
-        struct dirent *e = readdir(d);
-        if (!e) {
-            if (errno != 0)
-                status = zs__fail(ZS_ERR_IO, "%s: cannot read directory: %s", dir_path,
-                                  strerror(errno));
-            break;
-        }
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (n == capacity) {
-            int grown = capacity ? 2 * capacity : 16;
-            char **bigger = grown > capacity ? realloc(list, (size_t)grown * sizeof *bigger) : NULL;
-            if (!bigger) {
-                status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list", dir_path);
-                break;
-            }
-            list = bigger;
-            capacity = grown;
-        }
-        list[n] = strdup(e->d_name);
-        if (!list[n]) {
-            status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list", dir_path);
-            break;
-        }
-        n++;
-    }
-    closedir(d);
-    if (status != ZS_OK) {
-        zs__fs_list_free(list, n);
-        return status;
-    }
-    if (n > 1) qsort(list, (size_t)n, sizeof *list, cmp_names);
-    *names = list;
-    *count = n;
-    return ZS_OK;
+    return zs__fsr_list_at(dirfd, dir_path, INT_MAX, names, count);
 }
 
 uint64_t zs__fs_random(void) {
