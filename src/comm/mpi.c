@@ -345,10 +345,13 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
         status = create_fail("MPI_Comm_idup", rc);
         goto fail;
     }
-    ZS_CHECK_GOTO(zs__comm_wait_startup(&dup_request, settings, comm,
-                                        "duplicating the communicator (MPI_Comm_idup) in "
-                                        "zs_create"),
-                  status, fail);
+    status = zs__comm_wait_startup(&dup_request, settings, comm,
+                                   "duplicating the communicator (MPI_Comm_idup) in zs_create");
+    if (status != ZS_OK) {
+        /* The duplicate never came into being: nothing to free. */
+        st->comm = MPI_COMM_NULL;
+        goto fail;
+    }
     rc = MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         status = create_fail("MPI_Comm_set_errhandler", rc);

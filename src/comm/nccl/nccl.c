@@ -614,9 +614,12 @@ zs_status zs__comm_create_nccl(MPI_Comm comm, const zs__settings *settings, zs__
         status = create_mpi_fail(-1, "MPI_Comm_idup", rc);
         goto fail;
     }
-    ZS_CHECK_GOTO(zs__comm_wait_startup(&dup_request, settings, comm,
-                                        "duplicating the communicator for NCCL in zs_create"),
-                  status, fail);
+    status = zs__comm_wait_startup(&dup_request, settings, comm,
+                                   "duplicating the communicator for NCCL in zs_create");
+    if (status != ZS_OK) {
+        st->mpi = MPI_COMM_NULL; /* never came into being: nothing to free */
+        goto fail;
+    }
     rc = MPI_Comm_set_errhandler(st->mpi, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         status = create_mpi_fail(-1, "MPI_Comm_set_errhandler", rc);
