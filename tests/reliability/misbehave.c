@@ -15,6 +15,8 @@
  *   save      calls zs_save alone, then goes on training
  *   desync    fetches the units in another order in its forward pass (with
  *             comm.check_collectives = true: both fingerprints are reported)
+ *   nocreate  stops itself (SIGSTOP) before zs_create, so the others wait in
+ *             the creation of the communicator
  * A rank whose zeroshard call fails prints "rank R: FAILED <status>: <message>"
  * and exits 3 without MPI_Finalize (which would wait for the missing rank);
  * with comm.on_timeout = "abort" the runtime itself ends the job. */
@@ -72,6 +74,7 @@ int main(int argc, char **argv) {
     zs_config *cfg = NULL;
     check(zs_config_load(path, &cfg), "zs_config_load");
     zs_ctx *zs = NULL;
+    if (bad && strcmp(scenario, "nocreate") == 0) raise(SIGSTOP);
     check(zs_create_with_comm(cfg, MPI_COMM_WORLD, &zs), "zs_create");
     zs_config_destroy(cfg);
 

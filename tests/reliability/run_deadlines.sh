@@ -73,6 +73,16 @@ for ((i = 0; i < repeat; i++)); do
     done
   done
 
+  # A rank that never reaches zs_create: the other waits in the creation of
+  # the communicator, with the deadline.
+  run 2 nocreate 1 3 abort
+  [ "$rc" -eq 75 ]
+  check "nocreate: the job exits with 75" $? "exit $rc: $(tail -5 "$log")"
+  [ "$elapsed_ms" -le $((limit * 1000)) ]
+  check "nocreate: ends within 10 s of the deadline" $? "took $elapsed_ms ms"
+  grep -aq "zeroshard: .*ERROR .*in zs_create on rank 0 of 2 timed out.*has not called zs_create" "$log"
+  check "nocreate: rank 0 says a rank has not called zs_create" $? "$(tail -5 "$log")"
+
   # comm.on_timeout = "return": the program gets ZS_ERR_TIMEOUT on every
   # waiting rank (and exits 3 itself).
   run 3 sigstop 1 2 return
