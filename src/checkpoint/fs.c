@@ -148,53 +148,20 @@ zs_status zs__fs_rename(const char *from, const char *to) {
 zs_status zs__fs_read_file(const char *path, size_t max_bytes, char **data, size_t *bytes) {
     *data = NULL;
     *bytes = 0;
-    /* O_NONBLOCK: a FIFO at the path must not block the open (it is refused below). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    /* The descriptor-relative reader does the work (regular files only,
+     * never through a symlink, size cap): split the path into its directory
+     * and the name in it. */
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - path) < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    else return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return zs__fail(ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    zs_status status = ZS_OK;
-    char *buffer = NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        status = zs__fail(ZS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        status = zs__fail(ZS_ERR_IO, "%s: not a regular file", path);
-        goto done;
-    }
-    if (st.st_size < 0 || (uint64_t)st.st_size > (uint64_t)max_bytes ||
-        (uint64_t)st.st_size >= (uint64_t)SIZE_MAX) {
-        status = zs__fail(ZS_ERR_IO, "%s: %lld bytes is larger than the limit of %zu", path,
-                          (long long)st.st_size, max_bytes);
-        goto done;
-    }
-    size_t size = (size_t)st.st_size;
-    buffer = malloc(size + 1);
-    if (!buffer) {
-        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", path, size + 1);
-        goto done;
-    }
-    size_t done = 0;
-    while (done < size) {
-        ssize_t n = read(fd, buffer + done, size - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            status = zs__fail(ZS_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-            goto done;
-        }
-        if (n == 0) {
-            status = zs__fail(ZS_ERR_IO, "%s: file shrank while being read (%zu of %zu bytes)",
-                              path, done, size);
-            goto done;
-        }
-        done += (size_t)n;
-    }
-    buffer[size] = '\0';
-    *data = buffer;
-    *bytes = size;
-    buffer = NULL;
-done:
-    free(buffer);
+    zs_status status =
+        zs__fsr_read_file_at(fd, slash ? slash + 1 : path, path, max_bytes, data, bytes);
     close(fd);
     return status;
 }

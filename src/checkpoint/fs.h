@@ -21,7 +21,8 @@ zs_status zs__fs_write_all(int fd, const void *data, size_t bytes, const char *p
 /* rename(2), checked. */
 zs_status zs__fs_rename(const char *from, const char *to);
 /* Reads a whole regular file of at most max_bytes (error if larger) into a
- * new NUL-terminated buffer the caller frees. */
+ * new NUL-terminated buffer the caller frees; the file itself must not be a
+ * symlink (zs__fsr_read_file_at on its directory). */
 zs_status zs__fs_read_file(const char *path, size_t max_bytes, char **data, size_t *bytes);
 /* Removes a directory that holds only regular files (a step or temporary
  * directory); refuses anything else (subdirectories, symlinks) with an error. */
