@@ -80,8 +80,8 @@ zs_status zs__comm_wait_startup(MPI_Request *request, const zs__settings *settin
 double zs__comm_now(void);
 
 /* The pause between two polls of a wait that started at `start`: none for
- * the first microseconds, then a sleep of about 1/16 of the time waited so
- * far, between 10 us and 1 ms. */
+ * the first 50 us, a yield until 2 ms, then a sleep of about 1/16 of the time
+ * waited so far, between 10 us and 1 ms. */
 void zs__comm_backoff(double start);
 
 #endif
