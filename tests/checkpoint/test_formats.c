@@ -284,16 +284,6 @@ static void test_st_writer_rejects(void) {
 
 /* ================================================================ safetensors: write_at */
 
-/* The content of a small file, or "" when it cannot be read. */
-static void slurp(const char *path, char *out, size_t cap) {
-    out[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    fclose(f);
-}
-
 /* zs__st_write_at / zs__st_stream_open_at create the file new relative to a
  * directory descriptor: an entry already at the name (a regular file, a
  * symlink to a file outside, a dangling symlink) makes the create fail with
@@ -351,7 +341,7 @@ static void test_st_write_at(void) {
     ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "file.partial", specs, n, NULL, 0, NULL, NULL, NULL,
                                   NULL, NULL),
                   ZS_ERR_IO, "/atdir/file.partial: cannot create: File exists");
-    slurp(planted, text, sizeof text);
+    zt_read_text(planted, text, sizeof text);
     ZT_CHECK_MSG(strcmp(text, "mine\n") == 0, "the planted file was written: '%s'", text);
 
     /* A symlink to a file outside: not followed, not removed, target untouched. */
@@ -361,7 +351,7 @@ static void test_st_write_at(void) {
     ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "link.partial", specs, n, NULL, 0, NULL, NULL, NULL,
                                   NULL, NULL),
                   ZS_ERR_IO, "/atdir/link.partial: cannot create: File exists");
-    slurp(outside, text, sizeof text);
+    zt_read_text(outside, text, sizeof text);
     ZT_CHECK_MSG(strcmp(text, "precious\n") == 0, "a write followed the symlink to %s: '%s'",
                  outside, text);
     struct stat st;
@@ -371,7 +361,7 @@ static void test_st_write_at(void) {
     ZT_FAILS_WITH(zs__st_stream_open_at(dfd, dir, "link.partial", specs, n, NULL, 0, &s),
                   ZS_ERR_IO, "File exists");
     ZT_CHECK(s == NULL);
-    slurp(outside, text, sizeof text);
+    zt_read_text(outside, text, sizeof text);
     ZT_CHECK_MSG(strcmp(text, "precious\n") == 0, "the stream followed the symlink: '%s'", text);
 
     /* A dangling symlink: plain O_CREAT would create its target outside. */

@@ -40,15 +40,6 @@ typedef struct run_result {
     char err[1 << 16];
 } run_result;
 
-static void slurp(const char *path, char *buf, size_t cap) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* Runs argv (NULL-terminated) with stdout and stderr captured. */
 static void run(run_result *r, const char *const *argv) {
     char out_path[4200], err_path[4200];
@@ -68,8 +59,8 @@ static void run(run_result *r, const char *const *argv) {
     int st = 0;
     waitpid(pid, &st, 0);
     r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out_path, r->out, sizeof r->out);
-    slurp(err_path, r->err, sizeof r->err);
+    zt_read_text(out_path, r->out, sizeof r->out);
+    zt_read_text(err_path, r->err, sizeof r->err);
 }
 
 #define RUN(r, ...)                                                   \

@@ -40,3 +40,12 @@ int zt_finish(const char *test_name) {
     }
     return zt_failures ? 1 : 0;
 }
+
+void zt_read_text(const char *path, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}

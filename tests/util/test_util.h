@@ -80,6 +80,10 @@ int zt_finish(const char *test_name);
 void zt_fails_with_(zs_status got, zs_status expected, const char *text, const char *expr,
                     const char *file, int line);
 
+/* Reads up to cap - 1 bytes of a small file into out, NUL-terminated; out is
+ * "" when the file cannot be opened. */
+void zt_read_text(const char *path, char *out, size_t cap);
+
 /* Abort the test right away (after printing) when continuing makes no sense. */
 #define ZT_REQUIRE(cond)                                                            \
     do {                                                                            \

@@ -440,3 +440,16 @@ double harness_max_relative_diff(const float *a, const float *b, const char **wo
     }
     return worst;
 }
+
+int harness_save_steps_3_and_4(MPI_Comm comm, const char *root) {
+    harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 3, .mode = TINY_GRAD_TRUE,
+                           .max_live_units = 2, .scheduler = "constant", .save_dir = root,
+                           .save_after = 3};
+    harness_result r;
+    if (harness_run(comm, &opt, &r) != 0) return -1;
+    harness_result_free(&r);
+    opt.steps = opt.save_after = 4;
+    if (harness_run(comm, &opt, &r) != 0) return -1;
+    harness_result_free(&r);
+    return 0;
+}

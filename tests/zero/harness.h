@@ -87,6 +87,12 @@ void harness_reference(const harness_options *opt, const float *initial, harness
 
 void harness_result_free(harness_result *r);
 
+/* The checkpoint fixture of the corruption tests: trains the tiny model
+ * (fp32, stage 2, AdamW) on `comm` and saves root/step_00000003, then again
+ * up to root/step_00000004 (a second checkpoint to borrow files from).
+ * Returns 0 on success. */
+int harness_save_steps_3_and_4(MPI_Comm comm, const char *root);
+
 /* max |a - b| / max |b| over each parameter tensor; returns the worst tensor's value. */
 double harness_max_relative_diff(const float *a, const float *b, const char **worst_name);
 

@@ -422,19 +422,12 @@ int main(int argc, char **argv) {
     snprintf(g_other, sizeof g_other, "%s/step_00000004", root);
     snprintf(g_out, sizeof g_out, "%s/tool.out", root);
 
-    harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 3, .mode = TINY_GRAD_TRUE,
-                           .max_live_units = 2, .scheduler = "constant", .save_dir = root,
-                           .save_after = 3};
-    harness_result r;
-    ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &r) == 0);
-    harness_result_free(&r);
-    opt.steps = opt.save_after = 4;
-    ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &r) == 0);
-    harness_result_free(&r);
+    ZT_REQUIRE(harness_save_steps_3_and_4(MPI_COMM_WORLD, root) == 0);
     snapshot(0);
 
     zs_param *params[2 * TINY_LAYERS];
-    opt.save_dir = NULL;
+    harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 4, .mode = TINY_GRAD_TRUE,
+                           .max_live_units = 2, .scheduler = "constant"};
     ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &g_zs, params) == ZS_OK);
     step_cases();
     root_cases();

@@ -200,19 +200,12 @@ int main(int argc, char **argv) {
     snprintf(g_other, sizeof g_other, "%s/step_00000004", root);
 
     /* A small checkpoint at step 3, and another at step 4 to borrow from. */
-    harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 3, .mode = TINY_GRAD_TRUE,
-                           .max_live_units = 2, .scheduler = "constant", .save_dir = root,
-                           .save_after = 3};
-    harness_result r;
-    ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &r) == 0);
-    harness_result_free(&r);
-    opt.steps = opt.save_after = 4;
-    ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &r) == 0);
-    harness_result_free(&r);
+    ZT_REQUIRE(harness_save_steps_3_and_4(MPI_COMM_WORLD, root) == 0);
 
     zs_ctx *zs = NULL;
     zs_param *params[2 * TINY_LAYERS];
-    opt.save_dir = NULL;
+    harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 4, .mode = TINY_GRAD_TRUE,
+                           .max_live_units = 2, .scheduler = "constant"};
     ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &zs, params) == ZS_OK);
     ZT_OK(try_load(zs, g_step));
     ZT_EQ_INT(zs_step_count(zs), 3);

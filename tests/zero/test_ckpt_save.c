@@ -82,15 +82,6 @@ static int is_real_dir(const char *root, const char *name) {
     return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static void read_text(const char *path, char *out, size_t cap) {
-    out[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    fclose(f);
-}
-
 /* No entry of a failed or interrupted save may remain. */
 static void check_no_temp(const char *root, const char *when) {
     char all[4096];
@@ -115,7 +106,7 @@ static void case_rollback(int keep) {
                      keep, all, want);
         char path[600];
         snprintf(path, sizeof path, "%s/latest", root);
-        read_text(path, latest, sizeof latest);
+        zt_read_text(path, latest, sizeof latest);
         ZT_CHECK_MSG(strcmp(latest, "step_00000050\n") == 0, "latest holds '%s'", latest);
     }
     zs_destroy(zs);
@@ -214,7 +205,7 @@ static void case_foreign_entries(void) {
         ZT_CHECK_MSG(lstat(path, &st) != 0, "the re-saved step 9 is not fresh: %s exists", path);
         snprintf(path, sizeof path, "%s/keep_me", victim);
         char text[64];
-        read_text(path, text, sizeof text);
+        zt_read_text(path, text, sizeof text);
         ZT_CHECK_MSG(strcmp(text, "precious\n") == 0, "the symlink's target was touched: '%s'", text);
         snprintf(path, sizeof path, "%s/step_00000000", root);
         ZT_CHECK_MSG(lstat(path, &st) == 0 && S_ISLNK(st.st_mode), "the symlink was removed");
@@ -327,7 +318,7 @@ static void case_symlinks(void) {
     MPI_Barrier(MPI_COMM_WORLD);
     ZT_OK(save_at(zs, 7));
     if (zt_rank == 0) {
-        read_text(victim, text, sizeof text);
+        zt_read_text(victim, text, sizeof text);
         ZT_CHECK_MSG(strcmp(text, "precious\n") == 0, "a write followed the symlink at "
                      ".latest.tmp.<pid>: the target now holds '%s'", text);
         char all[4096];
