@@ -191,12 +191,46 @@ const char *zs_param_name(const zs_param *p);
 int64_t zs_param_numel(const zs_param *p);
 zs_dtype zs_param_dtype(const zs_param *p); /* the compute dtype of data and grad */
 
+/* Initial values from elsewhere (pretrained weights): `source` is called for
+ * the element ranges this rank keeps master weights for (stage 0: every
+ * element; stages 1-3: the rank's owned slice of each parameter), in bounded
+ * chunks, and writes `count` fp32 values of elements [first, first + count)
+ * of `p` (flat, row-major) into the host buffer `dst`. It returns 0, or
+ * nonzero after writing a one-line reason into err (err_cap bytes); a reader
+ * can thus read only what this rank owns, never the whole file. The values
+ * become the fp32 master weights and, rounded, the compute-dtype parameters;
+ * stages 1-2 then gather the full parameters. Optimizer moments and the step
+ * count are left as they are. Collective: call between optimizer steps,
+ * with no unit fetched; every rank fails (naming the rank, the parameter and
+ * the reason) if the source fails on any. */
+typedef int (*zs_param_source)(void *user, const zs_param *p, int64_t first, int64_t count,
+                               float *dst, char *err, size_t err_cap);
+zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user);
+
+/* Element-wise operations on the context's backend memory (host memory on
+ * the cpu backend; device memory on cuda, ordered on the compute stream),
+ * for programs that compute in fp32 on fp16/bf16 parameters and gradients:
+ * the same kernels, rounding and SIMD/CUDA code as the runtime's.
+ * zs_backend_convert: dst[i] = src[i] converted (round to nearest even).
+ * zs_backend_accumulate: dst[i] += src[i], added in fp32 and rounded once to
+ * dst_dtype (adds an fp32 gradient contribution into a bf16 gradient).
+ * Not collective. Sizes in elements. */
+zs_status zs_backend_convert(zs_ctx *zs, void *dst, zs_dtype dst_dtype, const void *src,
+                             zs_dtype src_dtype, int64_t count);
+zs_status zs_backend_accumulate(zs_ctx *zs, void *dst, zs_dtype dst_dtype, const void *src,
+                                zs_dtype src_dtype, int64_t count);
+
 /* ------------------------------------------------------------------- steps */
 
 /* zs_fetch makes a unit's full parameters readable through zs_param_data
- * until zs_release. In stage 3 it all-gathers the unit (collective) and at most
- * zero.max_live_units units may be fetched at once; in stages 0-2 it only
- * checks the call order. */
+ * until zs_release. In stage 3 it all-gathers the unit (collective) into
+ * bytes carved from zero.live_bytes at the unit's exact size; at most
+ * zero.max_live_units units may be fetched at once, and a fetch that does not
+ * fit the budget fails (ZS_ERR_OUT_OF_MEMORY) naming every unit holding it
+ * and its bytes. In stages 0-2 it only checks the call order.
+ * A unit may be fetched again after its release in the same micro-step (a
+ * tied weight used first and last): its gradient stays open across the
+ * release (see zs_param_grad). */
 zs_status zs_fetch(zs_ctx *zs, zs_unit *unit);
 zs_status zs_release(zs_ctx *zs, zs_unit *unit);
 
@@ -205,15 +239,19 @@ zs_status zs_release(zs_ctx *zs, zs_unit *unit);
 void *zs_param_data(const zs_param *p);
 
 /* The unit's full gradient (compute dtype) for this micro-step. Backward passes
- * ADD into it (it starts at zero). Valid from a call made while the unit is
- * fetched until zs_grads_ready. In stages 2 and 3 the first call for a unit
- * takes one of zero.max_live_units transient gradient buffers; NULL (with
- * zs_last_error set) if the unit is not fetched or none is free. */
+ * ADD into it (it starts at zero). Callable while the unit is fetched; the
+ * pointer stays valid until zs_grads_ready, across zs_release and a later
+ * zs_fetch of the unit (a tied weight's two uses add into the same buffer,
+ * which is reduced once). In stages 2 and 3 the first call for a unit in a
+ * micro-step carves the gradient from zero.live_bytes (at most
+ * zero.max_live_units are open at once); NULL (with zs_last_error set) if the
+ * unit is not fetched or the gradient does not fit. */
 void *zs_param_grad(zs_param *p);
 
-/* Declares the unit's gradient complete for this micro-step. Stages 2-3
+/* Declares the unit's gradient complete for this micro-step (after its last
+ * use: the unit need not be fetched). Stages 2-3
  * reduce-scatter it now (into the shard, accumulating across micro-steps) and
- * free the transient buffer; stages 0-1 keep accumulating in the full buffer
+ * return its bytes to the budget; stages 0-1 keep accumulating in the full buffer
  * and reduce it at the accumulation boundary (all-reduce in stage 0,
  * reduce-scatter in stage 1). Collective. Every unit must be declared once
  * per micro-step before zs_step. */
@@ -303,8 +341,9 @@ int64_t zs_step_count(const zs_ctx *zs);
     X(ZS_MEM_GRADS, "grads", "persistent gradients (full in stages 0-1, shard in 2-3)") \
     X(ZS_MEM_MASTER, "master", "fp32 master weights when the compute dtype is not fp32") \
     X(ZS_MEM_OPTIM, "optim", "optimizer state (moments, momentum)")                  \
-    X(ZS_MEM_LIVE_PARAMS, "live_params", "stage-3 gathered units (max_live_units of them)") \
-    X(ZS_MEM_LIVE_GRADS, "live_grads", "stage-2/3 transient full gradients of units")       \
+    X(ZS_MEM_LIVE_PARAMS, "live_params", "stage-3 gathered units, carved from zero.live_bytes") \
+    X(ZS_MEM_LIVE_GRADS, "live_grads", "stage-2/3 transient full gradients of units, carved from zero.live_bytes") \
+    X(ZS_MEM_LIVE_FREE, "live_free", "the part of zero.live_bytes not carved for a unit now")   \
     X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction)") \
     X(ZS_MEM_SCRATCH, "scratch", "working buffers: initialization (freed after zs_build); on CUDA also the bounded host-transfer and norm staging buffers")
 
@@ -324,6 +363,11 @@ typedef struct zs_memory_stats {
     uint64_t total_peak;                /* peak of the sum (not the sum of peaks) */
     int live_units_current;             /* units fetched now (stage 3 gathers) */
     int live_units_peak;
+    /* Stages 2-3: zero.live_bytes as allocated (live_params + live_grads +
+     * live_free), and the most bytes ever carved from it for units at once
+     * (the peak of live_params + live_grads together). */
+    uint64_t live_bytes_budget;
+    uint64_t live_bytes_peak;
 } zs_memory_stats;
 
 /* This rank's figures. Not collective. */

@@ -62,6 +62,8 @@ typedef struct zs__settings {
     struct {
         int stage;                 /* zero.stage; 0..3; default 0 */
         int max_live_units;        /* zero.max_live_units; 1..65536; default 2 */
+        int64_t live_bytes;        /* zero.live_bytes; bytes; >= 0; default 0 = room for
+                                      max_live_units of the largest unit (src/zero/live.h) */
         int64_t align;             /* zero.align; elements; power of two 1..4096; default 16 */
     } zero;
 

@@ -79,8 +79,13 @@ const zs__key zs__config_keys[] = {
             "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, "
             "3 also parameters."),
     INT_KEY("zero.max_live_units", zero.max_live_units, 2, 1, 65536,
-            "Stage 3: units whose parameters may be gathered at once; stages 2-3: transient "
-            "full gradient buffers."),
+            "Stage 3: most units whose parameters are gathered at once; stages 2-3: most unit "
+            "gradients open at once (both also bounded by zero.live_bytes)."),
+    INT_KEY("zero.live_bytes", zero.live_bytes, 0, 0, INT64_MAX,
+            "Stages 2-3: bytes of the one buffer, allocated at zs_build, from which gathered "
+            "unit parameters (stage 3) and open unit gradients are carved at their exact sizes; "
+            "0 = max_live_units times the largest unit for each (stage 3: parameters and "
+            "gradients); at least the largest unit's parameters plus its gradient."),
     {.path = "zero.align", .type = ZS__KEY_INT, FIELD(zero.align), .int_default = 16, .int_min = 1,
      .int_max = 4096, .power_of_two = 1,
      .doc = "Shard boundaries and flat-buffer offsets are padded to this many elements."},

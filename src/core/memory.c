@@ -24,6 +24,11 @@ void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
     if (mem->current[tag] > mem->peak[tag]) mem->peak[tag] = mem->current[tag];
     mem->total_current += bytes;
     if (mem->total_current > mem->total_peak) mem->total_peak = mem->total_current;
+    /* Carved live memory is bookkeeping inside one buffer: going past the
+     * budget would mean two units share bytes, a bug, never bad input. */
+    if (tag == ZS_MEM_LIVE_PARAMS || tag == ZS_MEM_LIVE_GRADS)
+        ZS_ASSERT(mem->current[ZS_MEM_LIVE_PARAMS] + mem->current[ZS_MEM_LIVE_GRADS] <=
+                  mem->live_budget);
 }
 
 void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {

@@ -15,6 +15,9 @@ typedef struct zs__mem {
     uint64_t peak[ZS_MEM_TAG_COUNT];
     uint64_t total_current;
     uint64_t total_peak;
+    /* zero.live_bytes as allocated (src/zero/live.c): live_params plus
+     * live_grads may never exceed it, which every charge checks. */
+    uint64_t live_budget;
 } zs__mem;
 
 /* Host allocations are aligned to this many bytes (a cache line, and enough

@@ -153,12 +153,10 @@ void zs_destroy(zs_ctx *zs) {
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
-                       &zs->reduce_staging,
-                       &zs->live_params.storage, &zs->live_grads.storage};
+                       &zs->reduce_staging};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
-    free(zs->live_params.owner);
-    free(zs->live_grads.owner);
+    zs__live_destroy(&zs->live);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);
     for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
     free(zs->params);
@@ -218,6 +216,8 @@ zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {
     out->total_peak = zs->mem.total_peak;
     out->live_units_current = zs->live_units;
     out->live_units_peak = zs->live_units_peak;
+    out->live_bytes_budget = zs->live.capacity;
+    out->live_bytes_peak = zs->live.carved_peak;
     return ZS_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/memory.h"
 #include "mixed_precision/loss_scaler.h"
+#include "zero/live.h"
 #include "zero/plan.h"
 #include "zeroshard.h"
 
@@ -39,8 +40,11 @@ struct zs_unit {
     /* Per-step state. */
     int fetched;                 /* between zs_fetch and zs_release */
     int grads_declared;          /* zs_grads_ready called since the last zs_step */
-    int live_slot;               /* stage 3: the gathered-parameter slot, or -1 */
-    int grad_slot;               /* stages 2-3: the transient gradient slot, or -1 */
+    void *live_params;           /* stage 3: the gathered parameters, carved from the live
+                                    budget between fetch and release; NULL otherwise */
+    void *live_grad;             /* stages 2-3: the open full gradient, carved from the live
+                                    budget at first use and kept across release and refetch
+                                    (tied weights) until zs_grads_ready; NULL otherwise */
 };
 
 /* One named blob of user state (zs_user_state_set, or restored by zs_load). */
@@ -50,17 +54,6 @@ typedef struct zs__user_entry {
     void *data;
     size_t bytes;
 } zs__user_entry;
-
-/* Residency of a unit's full tensors in stage 3 (parameters) and stages 2-3
- * (gradients): a fixed pool of max_live_units slots, each sized for the
- * largest unit, allocated once at build. `owner[i]` is the unit index in slot
- * i, or -1 when free. */
-typedef struct zs__slot_pool {
-    zs__buf storage;             /* slots * slot_numel elements */
-    int64_t slot_numel;
-    int slots;
-    int *owner;
-} zs__slot_pool;
 
 struct zs_ctx {
     zs__settings settings;
@@ -104,10 +97,10 @@ struct zs_ctx {
      * back). */
     zs_dtype reduce_dtype;
     zs__buf reduce_staging;
-    zs__slot_pool live_params;   /* stage 3 */
-    zs__slot_pool live_grads;    /* stages 2-3 */
-    int live_units;              /* stage-3 units gathered now */
+    zs__live live;               /* stages 2-3: zero.live_bytes (zero/live.h) */
+    int live_units;              /* stage-3 units gathered now (<= max_live_units) */
     int live_units_peak;
+    int open_grads;              /* stages 2-3: unit gradients open now (<= max_live_units) */
 
     int64_t step;                /* optimizer steps applied */
     int64_t skipped_total;
@@ -130,6 +123,11 @@ zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char
  * shard), master weights, optimizer moments and the step counters. Tests use
  * it to prove that a skipped step changed nothing. */
 uint64_t zs__state_digest(const zs_ctx *zs);
+
+/* Stages 1-2 keep full parameters that each rank updates only in its owned
+ * slices: every rank gathers the others' slices of every unit (after an
+ * optimizer step, or an import). A no-op in stages 0 and 3. Collective. */
+zs_status zs__gather_full_params(zs_ctx *zs);
 
 /* Learning rate of optimizer step t (1-based) under the configured schedule. */
 double zs__schedule_lr(const zs__settings *settings, int64_t t);

@@ -59,7 +59,6 @@ zs_status zs_unit_begin(zs_ctx *zs, const char *name, zs_unit **out) {
     u->index = zs->unit_count;
     snprintf(u->name, sizeof u->name, "%s", name);
     u->first_param = zs->param_count;
-    u->live_slot = u->grad_slot = -1;
     zs->units[zs->unit_count++] = u;
     zs->open_unit = u;
     if (out) *out = u;
@@ -159,16 +158,44 @@ static uint64_t layout_digest(const zs_ctx *zs) {
     return digest;
 }
 
-static zs_status pool_create(zs_ctx *zs, zs__slot_pool *pool, zs_mem_tag tag) {
-    pool->slots = zs->settings.zero.max_live_units;
-    pool->slot_numel = zs->plan->max_unit_padded_numel;
-    int64_t total;
-    if (__builtin_mul_overflow(pool->slot_numel, (int64_t)pool->slots, &total))
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "live-unit pool size overflows");
-    pool->owner = malloc(sizeof(int) * (size_t)pool->slots);
-    if (!pool->owner) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "live-unit pool: out of host memory");
-    for (int i = 0; i < pool->slots; i++) pool->owner[i] = -1;
-    return zs__buf_alloc(zs->backend, &pool->storage, tag, zs->compute_dtype, total);
+/* Sizes the live budget of stages 2-3 (zero/live.h) and allocates it. The
+ * largest unit must fit with its gradient (and, in stage 3, its gathered
+ * parameters) or no micro-step could run: that fails here, at build, with
+ * the number needed, instead of at the first fetch. */
+static zs_status create_live_budget(zs_ctx *zs) {
+    const int stage = zs->settings.zero.stage;
+    const int max_units = zs->settings.zero.max_live_units;
+    if (stage < 2) return zs__live_create(&zs->live, zs->backend, 0, 0);
+    int largest = 0;
+    for (int u = 1; u < zs->unit_count; u++)
+        if (zs->plan->units[u].padded_numel > zs->plan->units[largest].padded_numel) largest = u;
+    size_t unit_bytes, span, needed, automatic;
+    const int kinds = stage == 3 ? 2 : 1; /* parameters and gradient, or the gradient alone */
+    if (!zs__mul_size((size_t)zs->plan->units[largest].padded_numel,
+                      zs_dtype_size(zs->compute_dtype), &unit_bytes) ||
+        (span = zs__live_span(unit_bytes)) == 0 || !zs__mul_size(span, (size_t)kinds, &needed) ||
+        !zs__mul_size(needed, (size_t)max_units, &automatic))
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "the live budget for unit '%s' overflows",
+                        zs->units[largest]->name);
+    size_t budget = zs->settings.zero.live_bytes > 0 ? (size_t)zs->settings.zero.live_bytes
+                                                     : automatic;
+    if (budget < needed) {
+        if (stage == 3)
+            return zs__fail(ZS_ERR_CONFIG,
+                            "zero.live_bytes = %zu cannot hold the largest unit, '%s': its "
+                            "gathered parameters and its gradient (%zu bytes each) need %zu "
+                            "bytes together; set zero.live_bytes to at least %zu (0 sizes it "
+                            "for zero.max_live_units = %d such units: %zu)",
+                            budget, zs->units[largest]->name, unit_bytes, needed, needed,
+                            max_units, automatic);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "zero.live_bytes = %zu cannot hold the gradient of the largest unit, "
+                        "'%s' (%zu bytes); set zero.live_bytes to at least %zu (0 sizes it for "
+                        "zero.max_live_units = %d such units: %zu)",
+                        budget, zs->units[largest]->name, unit_bytes, needed, max_units,
+                        automatic);
+    }
+    return zs__live_create(&zs->live, zs->backend, budget, kinds * max_units);
 }
 
 /* Elements generated per round when initializing a non-fp32 tensor: values
@@ -228,8 +255,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs) {
     if (moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
     if (moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
 
-    if (stage == 3) ZS_CHECK(pool_create(zs, &zs->live_params, ZS_MEM_LIVE_PARAMS));
-    if (stage >= 2) ZS_CHECK(pool_create(zs, &zs->live_grads, ZS_MEM_LIVE_GRADS));
+    ZS_CHECK(create_live_budget(zs));
     if (zs->reduce_dtype != dt && zs->world_size > 1)
         ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
                                plan->max_unit_padded_numel));

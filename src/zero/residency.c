@@ -1,6 +1,12 @@
 /* Where a unit's full parameters and gradients live during a step, and the
- * collectives that move them: fetch/release (stage-3 all-gather into a live
- * slot), the gradient accessors, and grads_ready (the per-unit reduction).
+ * collectives that move them: fetch/release (stage-3 all-gather into bytes
+ * carved from the live budget, zero/live.h), the gradient accessors, and
+ * grads_ready (the per-unit reduction).
+ *
+ * A unit may be fetched several times in one micro-step (tied weights: GPT-2
+ * reads its token embedding first and last). Its gradient, once opened,
+ * stays open across release and refetch, and is reduced once, at
+ * zs_grads_ready after the last use.
  *
  * The same call sequence is valid in every stage; calls that a stage does not
  * need still check the order, so a loop that works in stage 0 also works in
@@ -22,30 +28,63 @@ static zs_status check_unit(zs_ctx *zs, zs_unit *unit, const char *call) {
     return ZS_OK;
 }
 
-static int pool_take(zs__slot_pool *pool, int unit_index) {
-    for (int i = 0; i < pool->slots; i++)
-        if (pool->owner[i] < 0) {
-            pool->owner[i] = unit_index;
-            return i;
-        }
-    return -1;
+/* "call('unit'): <why the budget refused>; <advice>" */
+static zs_status budget_refused(zs_status st, const char *call, const zs_unit *unit,
+                                const char *advice) {
+    char why[1536];
+    snprintf(why, sizeof why, "%s", zs_last_error());
+    return zs__fail(st, "%s('%s'): %s; %s", call, unit->name, why, advice);
 }
 
-static void *pool_slot(const zs__slot_pool *pool, int slot) {
-    return zs__buf_at(&pool->storage, (int64_t)slot * pool->slot_numel);
-}
-
-/* "'a', 'b'" — the units holding a pool's slots, for error messages. */
-static void pool_owners(const zs_ctx *zs, const zs__slot_pool *pool, char *out, size_t cap) {
+/* "'a', 'b'": the units holding gathered parameters (params = 1) or an open
+ * gradient (params = 0), for the messages of the count bounds. */
+static void holders(const zs_ctx *zs, int params, char *out, size_t cap) {
     size_t used = 0;
     out[0] = '\0';
-    for (int i = 0; i < pool->slots && used < cap; i++) {
-        if (pool->owner[i] < 0) continue;
-        int n = snprintf(out + used, cap - used, "%s'%s'", used ? ", " : "",
-                         zs->units[pool->owner[i]]->name);
+    for (int u = 0; u < zs->unit_count && used < cap; u++) {
+        const zs_unit *unit = zs->units[u];
+        if (!(params ? unit->live_params : unit->live_grad)) continue;
+        int n = snprintf(out + used, cap - used, "%s'%s'", used ? ", " : "", unit->name);
         if (n < 0) break;
         used += (size_t)n;
     }
+}
+
+static size_t unit_bytes(const zs_ctx *zs, const zs_unit *unit) {
+    return (size_t)zs->plan->units[unit->index].padded_numel * zs_dtype_size(zs->compute_dtype);
+}
+
+/* Opens the unit's full gradient (stages 2-3): carved from the live budget
+ * and zeroed, because backward adds into it. */
+static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
+    if (zs->open_grads >= zs->settings.zero.max_live_units) {
+        char open[512];
+        holders(zs, 0, open, sizeof open);
+        return zs__fail(ZS_ERR_STATE,
+                        "%s('%s'): zero.max_live_units = %d unit gradients are open already "
+                        "(%s); call zs_grads_ready on one of them first or raise "
+                        "zero.max_live_units",
+                        call, unit->name, zs->settings.zero.max_live_units, open);
+    }
+    void *grad = NULL;
+    zs_status st = zs__live_take(&zs->live, unit->name, ZS__LIVE_GRAD, unit_bytes(zs, unit), &grad);
+    if (st != ZS_OK)
+        return budget_refused(st, call, unit, "call zs_grads_ready or zs_release on a unit "
+                              "first, or raise zero.live_bytes");
+    st = zs->backend->ops->zero(zs->backend, grad, unit_bytes(zs, unit));
+    if (st != ZS_OK) {
+        zs__live_give(&zs->live, grad);
+        return st;
+    }
+    unit->live_grad = grad;
+    zs->open_grads++;
+    return ZS_OK;
+}
+
+static void close_grad(zs_ctx *zs, zs_unit *unit) {
+    zs__live_give(&zs->live, unit->live_grad);
+    unit->live_grad = NULL;
+    zs->open_grads--;
 }
 
 zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
@@ -54,30 +93,34 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         return zs__fail(ZS_ERR_STATE, "zs_fetch('%s'): the unit is already fetched; release it "
                         "first", unit->name);
     if (zs->settings.zero.stage == 3) {
-        int slot = pool_take(&zs->live_params, unit->index);
-        if (slot < 0) {
-            char owners[512];
-            pool_owners(zs, &zs->live_params, owners, sizeof owners);
+        if (zs->live_units >= zs->settings.zero.max_live_units) {
+            char fetched[512];
+            holders(zs, 1, fetched, sizeof fetched);
             return zs__fail(ZS_ERR_STATE,
                             "zs_fetch('%s'): zero.max_live_units = %d units are fetched already "
                             "(%s); release one first or raise zero.max_live_units",
-                            unit->name, zs->live_params.slots, owners);
+                            unit->name, zs->settings.zero.max_live_units, fetched);
         }
+        void *full = NULL;
+        zs_status st = zs__live_take(&zs->live, unit->name, ZS__LIVE_PARAMS, unit_bytes(zs, unit),
+                                     &full);
+        if (st != ZS_OK)
+            return budget_refused(st, "zs_fetch", unit, "release a unit or call zs_grads_ready "
+                                  "first, or raise zero.live_bytes");
         const zs__plan_unit *pu = &zs->plan->units[unit->index];
-        void *full = pool_slot(&zs->live_params, slot);
         size_t elem = zs_dtype_size(zs->compute_dtype);
         void *mine = (char *)full + (size_t)(zs->rank * pu->shard_numel) * elem;
-        zs_status st = zs->backend->ops->copy(zs->backend, mine,
-                                              zs__buf_at(&zs->params_shard, pu->shard_offset),
-                                              (size_t)pu->shard_numel * elem);
+        st = zs->backend->ops->copy(zs->backend, mine,
+                                    zs__buf_at(&zs->params_shard, pu->shard_offset),
+                                    (size_t)pu->shard_numel * elem);
         if (st == ZS_OK)
             st = zs__comm_all_gather(zs->comm, full, (size_t)pu->shard_numel, zs->compute_dtype,
                                      unit->name);
         if (st != ZS_OK) {
-            zs->live_params.owner[slot] = -1;
+            zs__live_give(&zs->live, full);
             return zs__fail_context(st, "zs_fetch('%s')", unit->name);
         }
-        unit->live_slot = slot;
+        unit->live_params = full;
         zs->live_units++;
         if (zs->live_units > zs->live_units_peak) zs->live_units_peak = zs->live_units;
     }
@@ -89,14 +132,13 @@ zs_status zs_release(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_release"));
     if (!unit->fetched)
         return zs__fail(ZS_ERR_STATE, "zs_release('%s'): the unit is not fetched", unit->name);
-    if (unit->grad_slot >= 0)
-        return zs__fail(ZS_ERR_STATE, "zs_release('%s'): its gradient is still open; call "
-                        "zs_grads_ready before zs_release", unit->name);
-    if (unit->live_slot >= 0) {
-        /* Parameters do not change while fetched, so there is nothing to write
-         * back: the slot is simply free again. */
-        zs->live_params.owner[unit->live_slot] = -1;
-        unit->live_slot = -1;
+    /* An open gradient stays open (tied weights: the unit is fetched again
+     * later in the micro-step and adds to it); only parameters go. */
+    if (unit->live_params) {
+        /* Parameters do not change while fetched, so there is nothing to
+         * write back: the bytes simply return to the budget. */
+        zs__live_give(&zs->live, unit->live_params);
+        unit->live_params = NULL;
         zs->live_units--;
     }
     unit->fetched = 0;
@@ -116,9 +158,8 @@ void *zs_param_data(const zs_param *p) {
         return NULL;
     }
     const zs__plan_param *pp = &zs->plan->params[p->index];
-    if (unit->live_slot >= 0)
-        return (char *)pool_slot(&zs->live_params, unit->live_slot) +
-               (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
+    if (unit->live_params)
+        return (char *)unit->live_params + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
     return zs__buf_at(&zs->params_full, zs->plan->units[unit->index].full_offset + pp->offset);
 }
 
@@ -135,41 +176,15 @@ void *zs_param_grad(zs_param *p) {
                  "ready in this micro-step", p->name, unit->name);
         return NULL;
     }
-    if (zs->settings.zero.stage < 2) {
-        if (!unit->fetched) {
-            zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' is not fetched; call "
-                     "zs_fetch first", p->name, unit->name);
-            return NULL;
-        }
+    if (!unit->fetched) {
+        zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' is not fetched; call zs_fetch "
+                 "first", p->name, unit->name);
+        return NULL;
+    }
+    if (zs->settings.zero.stage < 2)
         return zs__buf_at(&zs->grads_full, zs->plan->units[unit->index].full_offset + pp->offset);
-    }
-    if (unit->grad_slot < 0) {
-        if (!unit->fetched) {
-            zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' is not fetched; call "
-                     "zs_fetch first", p->name, unit->name);
-            return NULL;
-        }
-        int slot = pool_take(&zs->live_grads, unit->index);
-        if (slot < 0) {
-            char owners[512];
-            pool_owners(zs, &zs->live_grads, owners, sizeof owners);
-            zs__fail(ZS_ERR_STATE,
-                     "zs_param_grad('%s'): all zero.max_live_units = %d gradient buffers are in "
-                     "use (%s); call zs_grads_ready on one of them first",
-                     p->name, zs->live_grads.slots, owners);
-            return NULL;
-        }
-        /* Backward adds into the gradient, so a fresh slot starts at zero. */
-        size_t bytes = (size_t)zs->plan->units[unit->index].padded_numel *
-                       zs_dtype_size(zs->compute_dtype);
-        if (zs->backend->ops->zero(zs->backend, pool_slot(&zs->live_grads, slot), bytes) != ZS_OK) {
-            zs->live_grads.owner[slot] = -1;
-            return NULL;
-        }
-        unit->grad_slot = slot;
-    }
-    return (char *)pool_slot(&zs->live_grads, unit->grad_slot) +
-           (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
+    if (!unit->live_grad && open_grad(zs, unit, "zs_param_grad") != ZS_OK) return NULL;
+    return (char *)unit->live_grad + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
 }
 
 /* Sums a unit's full gradient (`full`, compute dtype) over ranks, in the
@@ -238,17 +253,8 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     } else {
         /* A unit whose backward produced no gradient on this rank still takes
          * part in the reduction, with zeros. */
-        if (unit->grad_slot < 0) {
-            int slot = pool_take(&zs->live_grads, unit->index);
-            if (slot < 0)
-                return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): no free gradient buffer; "
-                                "raise zero.max_live_units", unit->name);
-            unit->grad_slot = slot;
-            ZS_CHECK(be->ops->zero(be, pool_slot(&zs->live_grads, slot),
-                                   (size_t)pu->padded_numel * zs_dtype_size(dt)));
-        }
-        void *full = pool_slot(&zs->live_grads, unit->grad_slot);
-        st = reduce_unit_grad(zs, unit, full, 0, 1, &chunk, &chunk_dtype);
+        if (!unit->live_grad) ZS_CHECK(open_grad(zs, unit, "zs_grads_ready"));
+        st = reduce_unit_grad(zs, unit, unit->live_grad, 0, 1, &chunk, &chunk_dtype);
         if (st == ZS_OK) {
             /* Into the shard: a copy when each step has one micro-step, else a
              * sum across micro-steps (the shard is zeroed after every step). */
@@ -260,8 +266,7 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
                 st = be->ops->accumulate(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype,
                                          pu->shard_numel);
         }
-        zs->live_grads.owner[unit->grad_slot] = -1;
-        unit->grad_slot = -1;
+        close_grad(zs, unit);
     }
     if (st != ZS_OK) return zs__fail_context(st, "zs_grads_ready('%s')", unit->name);
     unit->grads_declared = 1;

@@ -110,6 +110,18 @@ static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, doubl
     return ZS_OK;
 }
 
+zs_status zs__gather_full_params(zs_ctx *zs) {
+    const int stage = zs->settings.zero.stage;
+    if (stage != 1 && stage != 2) return ZS_OK;
+    for (int u = 0; u < zs->unit_count; u++) {
+        const zs__plan_unit *pu = &zs->plan->units[u];
+        ZS_CHECK(zs__comm_all_gather(zs->comm, zs__buf_at(&zs->params_full, pu->full_offset),
+                                     (size_t)pu->shard_numel, zs->compute_dtype,
+                                     zs->units[u]->name));
+    }
+    return ZS_OK;
+}
+
 /* Gradients start from zero in the next micro-step (backward adds). */
 static zs_status reset_gradients(zs_ctx *zs) {
     zs__buf *grads = zs->settings.zero.stage < 2 ? &zs->grads_full : &zs->grads_shard;
@@ -186,7 +198,6 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     zs->micro = 0;
 
     const zs__settings *s = &zs->settings;
-    const int stage = s->zero.stage;
     const double scale = zs__loss_scaler_scale(&zs->scaler);
     /* The summed gradient is divided by ranks x micro-steps x loss scale. */
     const double grad_div = (double)zs->world_size * (double)s->gradient_accumulation_steps * scale;
@@ -208,16 +219,7 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
         if (s->gradient_clipping > 0 && norm > s->gradient_clipping)
             clip = s->gradient_clipping / (norm + ZS_CLIP_EPSILON);
         ZS_CHECK(update_parameters(zs, lr, grad_div, clip));
-        /* Stages 1-2 keep full parameters: every rank gathers the updated slices. */
-        if (stage == 1 || stage == 2) {
-            for (int u = 0; u < zs->unit_count; u++) {
-                const zs__plan_unit *pu = &zs->plan->units[u];
-                ZS_CHECK(zs__comm_all_gather(zs->comm,
-                                             zs__buf_at(&zs->params_full, pu->full_offset),
-                                             (size_t)pu->shard_numel, zs->compute_dtype,
-                                             zs->units[u]->name));
-            }
-        }
+        ZS_CHECK(zs__gather_full_params(zs));
         zs->step++;
     }
     ZS_CHECK(reset_gradients(zs));

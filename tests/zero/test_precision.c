@@ -54,7 +54,15 @@ static void check_memory(const char *dtype, int stage, int world, const zs_memor
                                   : 16 * shard;
     ZT_CHECK_MSG(model == formula, "%s stage %d: model state %llu bytes, formula %llu", dtype, stage,
                  (unsigned long long)model, (unsigned long long)formula);
-    ZT_EQ_U64(m->current[ZS_MEM_LIVE_PARAMS], stage == 3 ? (uint64_t)MAX_LIVE * max_unit * 2 : 0);
+    /* The live budget (zero.live_bytes = 0): max_live_units carves of the
+     * largest unit (2 bytes per element, in 256-byte blocks) for parameters
+     * in stage 3 and for gradients in stages 2-3; nothing carved between
+     * steps, and the whole budget charged as live_free. */
+    uint64_t span = ((uint64_t)max_unit * 2 + 255) / 256 * 256;
+    uint64_t budget = stage < 2 ? 0 : (uint64_t)MAX_LIVE * span * (stage == 3 ? 2 : 1);
+    ZT_EQ_U64(m->live_bytes_budget, budget);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_FREE], budget);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_PARAMS] + m->current[ZS_MEM_LIVE_GRADS], 0);
     ZT_EQ_U64(m->current[ZS_MEM_SCRATCH], 0);
 }
 

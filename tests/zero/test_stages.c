@@ -16,12 +16,15 @@
 #define STEPS 20
 #define MAX_LIVE 2
 
+/* Bytes a carve of the live budget occupies (src/zero/live.h: 256-byte blocks). */
+static uint64_t live_span(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 static void check_memory(int stage, int world, const zs_memory_stats *m) {
-    int64_t padded = 0, max_unit = 0;
+    int64_t padded = 0, max_unit = 0, unit[TINY_LAYERS];
     for (int l = 0; l < TINY_LAYERS; l++) {
-        int64_t u = harness_unit_padded(l, world);
-        padded += u;
-        if (u > max_unit) max_unit = u;
+        unit[l] = harness_unit_padded(l, world);
+        padded += unit[l];
+        if (unit[l] > max_unit) max_unit = unit[l];
     }
     const uint64_t full = (uint64_t)padded * 4, shard = (uint64_t)padded / world * 4;
     /* fp32 AdamW: params and grads 4 bytes each, two fp32 moments, and the
@@ -29,14 +32,35 @@ static void check_memory(int stage, int world, const zs_memory_stats *m) {
     uint64_t want_params = stage == 3 ? shard : full;
     uint64_t want_grads = stage >= 2 ? shard : full;
     uint64_t want_optim = 2 * (stage == 0 ? full : shard);
-    uint64_t live = (uint64_t)MAX_LIVE * (uint64_t)max_unit * 4;
     ZT_EQ_U64(m->current[ZS_MEM_PARAMS], want_params);
     ZT_EQ_U64(m->current[ZS_MEM_GRADS], want_grads);
     ZT_EQ_U64(m->current[ZS_MEM_OPTIM], want_optim);
     ZT_EQ_U64(m->current[ZS_MEM_MASTER], 0);
     ZT_EQ_U64(m->peak[ZS_MEM_PARAMS], want_params);
-    ZT_EQ_U64(m->current[ZS_MEM_LIVE_PARAMS], stage == 3 ? live : 0);
-    ZT_EQ_U64(m->current[ZS_MEM_LIVE_GRADS], stage >= 2 ? live : 0);
+    /* The live budget (zero.live_bytes = 0): max_live_units carves of the
+     * largest unit for gathered parameters (stage 3) and as many for
+     * gradients (stages 2-3). Between steps nothing is carved. */
+    uint64_t budget = (uint64_t)MAX_LIVE * live_span((uint64_t)max_unit * 4) * (stage == 3 ? 2 : 1);
+    if (stage < 2) budget = 0;
+    ZT_EQ_U64(m->live_bytes_budget, budget);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_FREE], budget);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_PARAMS], 0);
+    ZT_EQ_U64(m->current[ZS_MEM_LIVE_GRADS], 0);
+    /* Peaks from the unit sizes and the harness's loop: forward holds two
+     * consecutive units (it fetches the next before releasing the current),
+     * backward one unit's parameters and its gradient. */
+    uint64_t pair = 0, single = 0;
+    for (int l = 0; l < TINY_LAYERS; l++) {
+        if (l + 1 < TINY_LAYERS && (uint64_t)(unit[l] + unit[l + 1]) * 4 > pair)
+            pair = (uint64_t)(unit[l] + unit[l + 1]) * 4;
+        if ((uint64_t)unit[l] * 4 > single) single = (uint64_t)unit[l] * 4;
+    }
+    uint64_t want_live_params = stage == 3 ? (pair > single ? pair : single) : 0;
+    uint64_t want_live_grads = stage >= 2 ? single : 0;
+    uint64_t want_live_peak = stage == 3 ? (pair > 2 * single ? pair : 2 * single) : want_live_grads;
+    ZT_EQ_U64(m->peak[ZS_MEM_LIVE_PARAMS], want_live_params);
+    ZT_EQ_U64(m->peak[ZS_MEM_LIVE_GRADS], want_live_grads);
+    ZT_EQ_U64(m->live_bytes_peak, want_live_peak);
     /* The ring's staging buffer is bounded by comm.segment_bytes (4096 here). */
     ZT_CHECK_MSG(m->peak[ZS_MEM_COMM] <= 2 * 4096, "comm staging %llu bytes",
                  (unsigned long long)m->peak[ZS_MEM_COMM]);

@@ -1,0 +1,86 @@
+/* zs_params_import: initial values from the program (pretrained weights),
+ * written where this rank keeps master weights, then gathered where the
+ * stage keeps full parameters. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "zero/ctx.h"
+
+/* fp32 values per call of the source: bounded host memory whatever the model. */
+#define ZS_IMPORT_CHUNK (1 << 20)
+
+/* Writes the rank's range of every parameter. On a source failure the
+ * reason is left in `why`. */
+static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, float *host,
+                              char *why, size_t why_cap) {
+    const zs__plan *plan = zs->plan;
+    const int stage = zs->settings.zero.stage;
+    const int mixed = zs->compute_dtype != ZS_DTYPE_FP32;
+    zs__backend *be = zs->backend;
+    for (int i = 0; i < zs->param_count; i++) {
+        const zs_param *p = zs->params[i];
+        const zs__plan_param *pp = &plan->params[i];
+        const zs__plan_unit *pu = &plan->units[pp->unit];
+        int64_t b = 0, e = p->numel;
+        if (stage > 0 && !zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
+        for (int64_t first = b; first < e; first += ZS_IMPORT_CHUNK) {
+            const int64_t n = e - first < ZS_IMPORT_CHUNK ? e - first : ZS_IMPORT_CHUNK;
+            why[0] = '\0';
+            if (source(user, p, first, n, host, why, why_cap) != 0) {
+                if (!why[0]) snprintf(why, why_cap, "the source reported a failure");
+                return zs__fail(ZS_ERR_IO, "zs_params_import: rank %d, parameter '%s', elements "
+                                "[%lld, %lld): %s", zs->rank, p->name, (long long)first,
+                                (long long)(first + n), why);
+            }
+            /* Element `first` in the stage's buffers (zs_build's layout). */
+            int64_t full_index = pu->full_offset + pp->offset + first;
+            int64_t shard_index =
+                pu->shard_offset + pp->offset + first - (int64_t)zs->rank * pu->shard_numel;
+            void *param = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
+                                    : zs__buf_at(&zs->params_shard, shard_index);
+            void *master = !mixed ? param
+                                  : zs__buf_at(&zs->master, stage == 0 ? full_index : shard_index);
+            ZS_CHECK(be->ops->upload(be, master, host, (size_t)n * sizeof(float)));
+            if (mixed)
+                ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, master, ZS_DTYPE_FP32, n));
+        }
+    }
+    return ZS_OK;
+}
+
+zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
+    if (!zs || !source)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_params_import: context and source are required");
+    if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_params_import: call zs_build first");
+    zs_status local = ZS_OK;
+    for (int u = 0; u < zs->unit_count && local == ZS_OK; u++)
+        if (zs->units[u]->fetched || zs->units[u]->grads_declared || zs->units[u]->live_grad)
+            local = zs__fail(ZS_ERR_STATE, "zs_params_import: unit '%s' is in the middle of a "
+                             "micro-step; import between optimizer steps", zs->units[u]->name);
+    if (local == ZS_OK && zs->micro != 0)
+        local = zs__fail(ZS_ERR_STATE, "zs_params_import: inside an accumulation window; import "
+                         "between optimizer steps");
+    zs__buf host = {0};
+    if (local == ZS_OK)
+        local = zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, ZS_IMPORT_CHUNK * sizeof(float),
+                                   &host.ptr);
+    char why[512];
+    if (local == ZS_OK) local = import_local(zs, source, user, host.ptr, why, sizeof why);
+    zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host.ptr, ZS_IMPORT_CHUNK * sizeof(float));
+    char message[1024];
+    snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
+
+    /* All ranks succeed or fail together: a rank that could not read its
+     * ranges would otherwise train from other weights than the rest. */
+    double failed = local == ZS_OK ? 0.0 : 1.0;
+    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &failed, 1, ZS_REDUCE_SUM, "import agreement"));
+    if (local != ZS_OK) return zs__fail(local, "%s", message);
+    if (failed > 0)
+        return zs__fail(ZS_ERR_IO, "zs_params_import: %d rank(s) could not import their "
+                        "parameters (this rank could); see their messages", (int)failed);
+    ZS_CHECK(zs__gather_full_params(zs));
+    ZS_INFO("imported %lld parameters", (long long)zs->plan->numel);
+    return ZS_OK;
+}
