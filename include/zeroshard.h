@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -398,6 +399,12 @@ typedef struct zs_comm_stats {
 } zs_comm_stats;
 
 zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out);
+
+/* Prints both reports of every rank as tables with one column per rank
+ * (memory per tag in MiB, current / peak; the live budget and its peak;
+ * MiB sent and calls per collective) to `out` on rank 0; other ranks print
+ * nothing and may pass NULL. Collective. */
+zs_status zs_report_print(zs_ctx *zs, FILE *out);
 
 #ifdef __cplusplus
 }

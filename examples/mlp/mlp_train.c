@@ -47,7 +47,6 @@
 #include "mlp_model.h"
 #include "zeroshard.h"
 
-#define MIB (1024.0 * 1024.0)
 
 typedef struct app_settings {
     int64_t steps;
@@ -381,88 +380,6 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
     return ZS_OK;
 }
 
-static void print_rank_header(int world) {
-    for (int r = 0; r < world; r++) {
-        char cell[32];
-        snprintf(cell, sizeof(cell), "rank %d", r);
-        printf(" %25s", cell);
-    }
-}
-
-/* Gathers every rank's memory and communication figures to rank 0, which
- * prints them in rank order (one column per rank). */
-static zs_status print_reports(zs_ctx *zs) {
-    const int rank = zs_rank(zs);
-    const int world = zs_world_size(zs);
-    zs_memory_stats mem;
-    zs_comm_stats comm;
-    // Both reports are local queries: a failure here is this rank's alone.
-    zs_status st = zs_memory_report(zs, &mem);
-    if (st == ZS_OK) {
-        st = zs_comm_report(zs, &comm);
-    }
-    if (st != ZS_OK) {
-        report_status(st);
-        abort_job("could not read this rank's reports; aborting the job");
-    }
-    zs_memory_stats *all_mem = NULL;
-    zs_comm_stats *all_comm = NULL;
-    if (rank == 0) {
-        all_mem = calloc((size_t)world, sizeof(*all_mem));
-        all_comm = calloc((size_t)world, sizeof(*all_comm));
-        if (all_mem == NULL || all_comm == NULL) {
-            abort_job("out of memory for the report tables");
-        }
-    }
-    // The structs hold only fixed-width integers and every rank runs the same
-    // binary, so they travel as bytes.
-    MPI_Gather(&mem, (int)sizeof(mem), MPI_BYTE, all_mem, (int)sizeof(mem), MPI_BYTE, 0,
-               MPI_COMM_WORLD);
-    MPI_Gather(&comm, (int)sizeof(comm), MPI_BYTE, all_comm, (int)sizeof(comm), MPI_BYTE, 0,
-               MPI_COMM_WORLD);
-    if (rank == 0) {
-        printf("\nmemory per rank, MiB (current / peak):\n");
-        printf("  %-14s", "tag");
-        print_rank_header(world);
-        printf("\n");
-        for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
-            printf("  %-14s", zs_mem_tag_name((zs_mem_tag)t));
-            for (int r = 0; r < world; r++) {
-                printf(" %11.4f / %11.4f", (double)all_mem[r].current[t] / MIB,
-                       (double)all_mem[r].peak[t] / MIB);
-            }
-            printf("\n");
-        }
-        printf("  %-14s", "total");
-        for (int r = 0; r < world; r++) {
-            printf(" %11.4f / %11.4f", (double)all_mem[r].total_current / MIB,
-                   (double)all_mem[r].total_peak / MIB);
-        }
-        printf("\n  %-14s", "live units");
-        for (int r = 0; r < world; r++) {
-            printf(" %11d / %11d", all_mem[r].live_units_current, all_mem[r].live_units_peak);
-        }
-        printf("\n\ncommunication per rank, MiB sent (calls):\n");
-        printf("  %-14s", "op");
-        print_rank_header(world);
-        printf("\n");
-        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
-            printf("  %-14s", zs_comm_op_name((zs_comm_op)op));
-            for (int r = 0; r < world; r++) {
-                char cell[64];
-                snprintf(cell, sizeof(cell), "%.4f (%" PRIu64 ")",
-                         (double)all_comm[r].bytes[op] / MIB, all_comm[r].calls[op]);
-                printf(" %25s", cell);
-            }
-            printf("\n");
-        }
-        fflush(stdout);
-    }
-    free(all_mem);
-    free(all_comm);
-    return ZS_OK;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         fprintf(stderr, "usage: %s <config.cfg> [group.key=value ...]\n",
@@ -660,7 +577,8 @@ int main(int argc, char **argv) {
     double eval_loss = 0.0, eval_accuracy = 0.0;
     TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &bridge, gpu,
                  (uint64_t)micro_batches * (uint64_t)app.global_batch, &eval_loss, &eval_accuracy));
-    TRY(print_reports(zs));
+    printf("\n");
+    TRY(zs_report_print(zs, stdout));
     const int reached = eval_loss <= app.target_loss;
     if (rank == 0) {
         printf("\nfinal: held-out loss %.4f, accuracy %.4f on %" PRId64 " samples; target loss "

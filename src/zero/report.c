@@ -1,0 +1,78 @@
+/* zs_report_print: every rank's memory and communication figures, gathered
+ * to rank 0 and printed as one table with a column per rank, so a training
+ * program can show where its bytes went without writing the table itself. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "zero/ctx.h"
+
+#define MIB (1024.0 * 1024.0)
+
+typedef struct rank_figures {
+    zs_memory_stats memory;
+    zs_comm_stats comm;
+} rank_figures;
+
+static void print_header(FILE *out, const char *first, int world) {
+    fprintf(out, "  %-12s", first);
+    for (int r = 0; r < world; r++) {
+        char cell[32];
+        snprintf(cell, sizeof cell, "rank %d", r);
+        fprintf(out, " %25s", cell);
+    }
+    fprintf(out, "\n");
+}
+
+static void print_tables(FILE *out, const rank_figures *all, int world) {
+    fprintf(out, "memory per rank, MiB (current / peak):\n");
+    print_header(out, "tag", world);
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
+        fprintf(out, "  %-12s", zs_mem_tag_name((zs_mem_tag)t));
+        for (int r = 0; r < world; r++)
+            fprintf(out, " %11.4f / %11.4f", (double)all[r].memory.current[t] / MIB,
+                    (double)all[r].memory.peak[t] / MIB);
+        fprintf(out, "\n");
+    }
+    fprintf(out, "  %-12s", "total");
+    for (int r = 0; r < world; r++)
+        fprintf(out, " %11.4f / %11.4f", (double)all[r].memory.total_current / MIB,
+                (double)all[r].memory.total_peak / MIB);
+    fprintf(out, "\n  %-12s", "live units");
+    for (int r = 0; r < world; r++)
+        fprintf(out, " %11d / %11d", all[r].memory.live_units_current,
+                all[r].memory.live_units_peak);
+    fprintf(out, "\n  %-12s", "live bytes");
+    for (int r = 0; r < world; r++)
+        fprintf(out, " %11.4f / %11.4f", (double)all[r].memory.live_bytes_budget / MIB,
+                (double)all[r].memory.live_bytes_peak / MIB);
+    fprintf(out, "   (budget / peak carved)\n\ncommunication per rank, MiB sent (calls):\n");
+    print_header(out, "op", world);
+    for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+        fprintf(out, "  %-12s", zs_comm_op_name((zs_comm_op)op));
+        for (int r = 0; r < world; r++) {
+            char cell[64];
+            snprintf(cell, sizeof cell, "%.4f (%" PRIu64 ")",
+                     (double)all[r].comm.bytes[op] / MIB, all[r].comm.calls[op]);
+            fprintf(out, " %25s", cell);
+        }
+        fprintf(out, "\n");
+    }
+    fflush(out);
+}
+
+zs_status zs_report_print(zs_ctx *zs, FILE *out) {
+    if (!zs || (!out && zs->rank == 0))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_report_print: context and stream are required");
+    rank_figures mine;
+    ZS_CHECK(zs_memory_report(zs, &mine.memory));
+    ZS_CHECK(zs_comm_report(zs, &mine.comm));
+    rank_figures *all = calloc((size_t)zs->world_size, sizeof *all);
+    if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_report_print: out of host memory");
+    /* Every rank runs the same binary, so the structs travel as bytes. */
+    zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "report");
+    if (st == ZS_OK && zs->rank == 0) print_tables(out, all, zs->world_size);
+    free(all);
+    return st;
+}
