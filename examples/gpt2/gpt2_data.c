@@ -163,9 +163,10 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
             return fail(err, err_cap, "cannot map %s (%lld bytes): %s", f->path,
                         (long long)size, strerror(e));
         }
+        /* No access advice: sampling reads windows at random places while
+         * max_token and the baseline read whole files in order, so the
+         * kernel's default read-ahead is the compromise. */
         f->map = m;
-        /* Sampling jumps around the file. */
-        (void)posix_madvise(m, (size_t)size, POSIX_MADV_RANDOM);
     }
     close(fd); /* the mapping stays valid */
     f->data = f->map ? (const unsigned char *)f->map + header : NULL;

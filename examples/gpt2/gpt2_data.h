@@ -5,8 +5,9 @@
  * POSIX files; it knows nothing of zeroshard.
  *
  * A token stream is one of:
- *   - raw text: any path not ending in ".bin". Every byte is a token, so the
- *     vocabulary is the 256 byte values (the "byte tokenizer").
+ *   - raw text: any path not ending in ".bin", taken literally (one file, no
+ *     pattern). Every byte is a token, so the vocabulary is the 256 byte
+ *     values (the "byte tokenizer").
  *   - llm.c token shards: a path ending in ".bin", which may be a glob(3)
  *     pattern ("data/fineweb_train_*.bin"). The matching files, in sorted
  *     order, are read as one concatenated stream. Each file is a header of
@@ -38,8 +39,8 @@
  * Errors: fallible functions take `char *err, size_t err_cap` and return 0 on
  * success or -1 with a NUL-terminated message in err (truncated to err_cap;
  * err may be NULL to drop it). Messages name the file, what is wrong and,
- * for format errors, the byte offset. GPT2_ERR_CAP is a size that always
- * holds the whole message. Nothing here calls exit() or prints.
+ * for format errors, the byte offset. GPT2_ERR_CAP (below) is a size that
+ * holds them. Nothing here calls exit() or prints.
  *
  * Threads: a stream is read-only once opened, so any number of threads may
  * read it concurrently, except for the first call of gpt2_tokens_max_token,
@@ -55,9 +56,12 @@
 extern "C" {
 #endif
 
-/* Enough for any message of gpt2_data and gpt2_llmc (paths up to ~4000 bytes
- * included). */
+/* A size for err that holds any message of gpt2_data and gpt2_llmc whose
+ * file names fit in PATH_MAX (longer messages are truncated, never
+ * overflowed). gpt2_llmc.h defines the same value. */
+#ifndef GPT2_ERR_CAP
 #define GPT2_ERR_CAP 4608
+#endif
 
 /* ----------------------------------------------------------------- streams */
 

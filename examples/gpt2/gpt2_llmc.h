@@ -38,8 +38,9 @@
  * version 1 or 2, vocab_size, and for version 2 the end-of-text token id),
  * then per token one uint8 length (>= 1) and that many bytes.
  *
- * Errors as in gpt2_data.h: `char *err, size_t err_cap`, 0 or -1, messages
- * naming the file (GPT2_ERR_CAP holds any of them). Nothing calls exit().
+ * Errors as in gpt2_data.h: `char *err, size_t err_cap` (err may be NULL),
+ * 0 or -1, messages naming the file; GPT2_ERR_CAP below is a size that holds
+ * them. Nothing calls exit() or prints.
  * Handles are read-only once opened: several threads may read one.
  */
 #ifndef GPT2_LLMC_H
@@ -50,6 +51,11 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The same value as in gpt2_data.h (either header may come first). */
+#ifndef GPT2_ERR_CAP
+#define GPT2_ERR_CAP 4608
 #endif
 
 /* ------------------------------------------------------------------ model */

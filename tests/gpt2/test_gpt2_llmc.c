@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpt2_data.h" /* GPT2_ERR_CAP */
 #include "gpt2_llmc.h"
 #include "gpt2_test_files.h"
 
