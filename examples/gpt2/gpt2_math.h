@@ -119,6 +119,30 @@ GPT2_HD float gpt2_lanes_total(const float *acc) {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
+/* max(x[0], ..., x[n-1]), n >= 1, over GPT2_LANES lanes (max is exact, so
+ * the lanes change no result; they let the compiler use SIMD max). A NaN
+ * entry may be skipped here, but then poisons the sums that follow. */
+GPT2_HD float gpt2_max(const float *x, int n) {
+    float acc[GPT2_LANES];
+    for (int j = 0; j < GPT2_LANES; j++) {
+        acc[j] = x[0];
+    }
+    int i = 0;
+    for (; i + GPT2_LANES <= n; i += GPT2_LANES) {
+        for (int j = 0; j < GPT2_LANES; j++) {
+            acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+        }
+    }
+    for (int j = 0; i < n; i++, j++) {
+        acc[j] = x[i] > acc[j] ? x[i] : acc[j];
+    }
+    float m = acc[0];
+    for (int j = 1; j < GPT2_LANES; j++) {
+        m = acc[j] > m ? acc[j] : m;
+    }
+    return m;
+}
+
 /* x[0] + ... + x[n-1] in the fixed lane order. */
 GPT2_HD float gpt2_sum(const float *x, int n) {
     float acc[GPT2_LANES] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -219,10 +243,7 @@ GPT2_HD void gpt2_layernorm_backward_row(int C, const float *dout, const float *
  * largest scaled score is scale times the largest raw one.
  */
 GPT2_HD void gpt2_causal_softmax_row(int t, int T, float scale, float *row) {
-    float m = row[0];
-    for (int j = 1; j <= t; j++) {
-        m = row[j] > m ? row[j] : m;
-    }
+    const float m = gpt2_max(row, t + 1);
     float acc[GPT2_LANES] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     const int n = t + 1;
     int j = 0;
@@ -297,10 +318,7 @@ GPT2_HD float gpt2_xent_dlogit(float e, float inv_sum, int is_target, float dsca
  * e.g. loss_scale / rows for a scaled mean); otherwise z is left as it was.
  */
 GPT2_HD float gpt2_xent_row(int V, float *z, int target, float dscale, int want_grad) {
-    float m = z[0];
-    for (int i = 1; i < V; i++) {
-        m = z[i] > m ? z[i] : m;
-    }
+    const float m = gpt2_max(z, V);
     const float z_target = z[target];
     float acc[GPT2_LANES] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     int i = 0;

@@ -16,12 +16,19 @@ add_library(gpt2_model STATIC ${GPT2_MODEL_SOURCES})
 target_include_directories(gpt2_model PUBLIC ${GPT2_MODEL_DIR})
 target_link_libraries(gpt2_model PUBLIC BLAS::BLAS OpenMP::OpenMP_C m)
 # The CPU backend's loops between GEMMs (GELU, softmax, LayerNorm, column
-# sums) are written for the vectorizer: -O3 turns it on with a cost model
-# that accepts loops of unknown length (-O2's does not). Still no fast-math
-# and no -march: the results must not depend on the build machine, and C11
-# mode keeps a*b+c uncontracted (-ffp-contract=off stated for safety).
+# sums) are written for the vectorizer:
+#   -O3                 turns it on with a cost model that accepts loops of
+#                       unknown length (-O2's does not);
+#   -fno-trapping-math  lets it if-convert the clamps and sign selects of
+#                       gpt2_expf/gpt2_tanhf (GCC keeps branches when a
+#                       comparison might raise an FP exception). Nothing here
+#                       reads FP exception flags, and no value changes: GELU
+#                       and softmax loops went 4x faster, bit for bit equal;
+#   -ffp-contract=off   already C11's default: no a*b+c fused into an FMA.
+# Still no fast-math and no -march: results must not depend on the build
+# machine.
 set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_cpu.c PROPERTIES
-  COMPILE_OPTIONS "-O3;-ffp-contract=off")
+  COMPILE_OPTIONS "-O3;-fno-trapping-math;-ffp-contract=off")
 if(FALSE)
   target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cudart)
   # The library's rules for device code (root CMakeLists.txt): warnings are
