@@ -1,0 +1,162 @@
+/*
+ * gpt2_backend — GPT-2's math (gpt2_model.h) on one kind of memory: the CPU
+ * (gpt2_cpu.c: OpenBLAS sgemm and OpenMP loops) or a CUDA device
+ * (gpt2_cuda.cu: cuBLAS and kernels on a caller's stream). The trainer calls
+ * both through this one table of function pointers, with no #ifdef:
+ *
+ *     gpt2_backend *be = gpt2_cpu_backend_create();
+ *     if (be->ops->block_forward(be, &dims, B, T, &w, x, &acts, y) != 0)
+ *         fprintf(stderr, "%s\n", be->ops->last_error(be));
+ *
+ * Conventions:
+ *   - Every tensor pointer passed to an op is backend memory (host memory for
+ *     "cpu", device memory for "cuda"), allocated with ops->alloc or handed
+ *     over by someone who knows it is; only upload/download/head_logits take
+ *     a host pointer, and their parameters say so. Shapes are in gpt2_model.h;
+ *     B*T rows, fp32, row-major; tokens and targets are int32.
+ *   - Every fallible op returns 0 on success and nonzero on failure (a
+ *     gpt2_status value); then ops->last_error(be) tells what failed and what
+ *     to do, until the next failing op. Nothing exits or prints.
+ *   - Backward ops ADD into parameter gradients (g += ...), never overwrite:
+ *     the caller zeroes them once per step, micro-batches accumulate, and the
+ *     tied wte receives both its contributions (embedding and output layer).
+ *     Input gradients (dx) are written.
+ *   - Results are deterministic: the same inputs give the same bits on every
+ *     run, whatever OMP_NUM_THREADS (no float atomics; every sum has a fixed
+ *     order). CPU and CUDA agree to rounding, not bit for bit (their GEMMs
+ *     and reductions add in different orders).
+ *   - CUDA: every op is enqueued on the stream given at creation and returns
+ *     without waiting, except download and head_logits (which return host
+ *     data), upload (which returns when the host buffer may be reused),
+ *     synchronize, free and destroy. Launch failures are reported by the op
+ *     that launched; a failure during asynchronous execution is reported by
+ *     the next op that waits (synchronize, download) or by later launches.
+ *   - A backend is not thread-safe: one thread at a time per backend.
+ */
+#ifndef GPT2_BACKEND_H
+#define GPT2_BACKEND_H
+
+#include <stddef.h>
+
+#include "gpt2_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum gpt2_status {
+    GPT2_OK = 0,
+    GPT2_ERR_ARG = 1,         /* a bad argument: sizes, NULL, a token out of range */
+    GPT2_ERR_NOMEM = 2,       /* host or device memory ran out */
+    GPT2_ERR_DEVICE = 3,      /* a CUDA or cuBLAS call failed */
+    GPT2_ERR_UNAVAILABLE = 4  /* this build or machine lacks the backend */
+} gpt2_status;
+
+typedef struct gpt2_backend gpt2_backend;
+
+typedef struct gpt2_backend_ops {
+    const char *name; /* "cpu" or "cuda" */
+
+    /* --- memory (sizes in bytes) --- */
+    /* *out = bytes of zero-filled backend memory, aligned to at least 64
+     * bytes (bytes 0 gives a valid pointer to free). */
+    int (*alloc)(gpt2_backend *be, size_t bytes, void **out);
+    /* Frees memory from alloc; NULL is a no-op. CUDA: waits for the device. */
+    void (*free)(gpt2_backend *be, void *ptr);
+    int (*zero)(gpt2_backend *be, void *ptr, size_t bytes);
+    /* Host -> backend. Returns when host_src may be reused. */
+    int (*upload)(gpt2_backend *be, void *dst, const void *host_src, size_t bytes);
+    /* Backend -> host. Returns when host_dst holds the data (waits for the
+     * work queued before it). */
+    int (*download)(gpt2_backend *be, void *host_dst, const void *src, size_t bytes);
+    /* Backend -> backend; the ranges must not overlap. */
+    int (*copy)(gpt2_backend *be, void *dst, const void *src, size_t bytes);
+    /* Waits for everything queued; reports asynchronous failures. */
+    int (*synchronize)(gpt2_backend *be);
+    /* The message of the last failure ("" if none); valid until the next op. */
+    const char *(*last_error)(const gpt2_backend *be);
+
+    /* --- the model (B sequences of T tokens, 1 <= T <= block_size) --- */
+
+    /* x[b*T + t] = wte[tokens[b*T + t]] + wpe[t].
+     * tokens: [BT] in [0, V); x: [BT][C], written. */
+    int (*embed_forward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                         const gpt2_embed_w *w, const int *tokens, float *x);
+    /* g->wte[tokens[r]] += dx[r] and g->wpe[t] += dx[b*T + t]; lnfw and lnfb
+     * are not touched. Deterministic: each row of wte adds its rows of dx in
+     * ascending r. dx: [BT][C]. */
+    int (*embed_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                          gpt2_embed_w *g, const int *tokens, const float *dx);
+
+    /* y = block(x). Writes every activation in acts (carved with
+     * gpt2_block_acts_carve for this B, T) and y: [BT][C]; a pure function of
+     * (w, x), so calling it again (activation recomputation) gives the same
+     * bits. y must not alias x. */
+    int (*block_forward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                         const gpt2_block_w *w, const float *x, gpt2_block_acts *acts,
+                         float *y);
+    /* The block's backward from the activations block_forward left for this
+     * x: adds into every tensor of g, writes dx: [BT][C] (dx must not alias
+     * dy, x or acts). scratch: gpt2_block_scratch_numel(d, B, T) floats,
+     * contents on entry and return unspecified. */
+    int (*block_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                          const gpt2_block_w *w, gpt2_block_w *g, const float *x,
+                          const gpt2_block_acts *acts, const float *dy, float *dx,
+                          float *scratch);
+
+    /* The head for training, fused so that the logits never exist for more
+     * than chunk_rows rows: per chunk, ln_f, logits = ln_f(x) . wte^T,
+     * losses[r] = cross-entropy(logits[r], targets[r]), and the backward of
+     * sum_r dloss_scale * losses[r]: adds into g->wte, g->lnfw, g->lnfb (not
+     * wpe) and writes dx: [BT][C]. For the gradient of the mean loss times a
+     * loss scale, pass dloss_scale = loss_scale / (B*T).
+     * x: [BT][C]; targets: [BT] in [0, V); losses: [BT], written.
+     * scratch: gpt2_head_scratch_numel(d, chunk_rows) floats. The weight
+     * gradients' sums run chunk by chunk, so their last bits depend on
+     * chunk_rows (not on threads): keep it fixed within a run. */
+    int (*head_forward_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                                 const gpt2_embed_w *w, gpt2_embed_w *g, const float *x,
+                                 const int *targets, float dloss_scale, float *dx,
+                                 float *losses, int chunk_rows, float *scratch);
+    /* The head for evaluation: losses[r] as above, bit-identical to
+     * head_forward_backward's, and no gradients. */
+    int (*head_forward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                        const gpt2_embed_w *w, const float *x, const int *targets,
+                        float *losses, int chunk_rows, float *scratch);
+    /* The logits of one row (row = b*T + t; for sampling, the last position
+     * of a sequence) into host_logits: [V], HOST memory; returns when they are
+     * there. scratch as for the other head ops (any chunk_rows >= 1). */
+    int (*head_logits)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                       const gpt2_embed_w *w, const float *x, int row, float *host_logits,
+                       float *scratch);
+
+    /* Frees the backend (not memory from alloc: free that first). NULL is a
+     * no-op. CUDA: waits for the stream; the stream stays the caller's. */
+    void (*destroy)(gpt2_backend *be);
+} gpt2_backend_ops;
+
+struct gpt2_backend {
+    const gpt2_backend_ops *ops;
+    void *impl; /* the backend's own state */
+};
+
+/* The CPU backend: plain host memory (aligned_alloc), OpenBLAS sgemm and
+ * OpenMP loops over rows. NULL only when host memory runs out. */
+gpt2_backend *gpt2_cpu_backend_create(void);
+
+/* The CUDA backend on the current device, enqueuing everything on
+ * cuda_stream (a cudaStream_t; NULL means the legacy default stream). The
+ * trainer passes zeroshard's compute stream so that the runtime's fetches and
+ * reductions are ordered against the model's work without extra
+ * synchronization. Returns GPT2_OK and *out, or a status and a message in err
+ * (cap bytes): GPT2_ERR_UNAVAILABLE in builds without CUDA
+ * (gpt2_cuda_absent.c) or without a usable device. */
+int gpt2_cuda_backend_create(void *cuda_stream, gpt2_backend **out, char *err, size_t cap);
+
+/* "ok", "bad argument", ... for a gpt2_status. */
+const char *gpt2_status_name(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPT2_BACKEND_H */

@@ -1,0 +1,20 @@
+/* gpt2_cuda_backend_create in a build without CUDA (CMake found no nvcc, or
+ * -DZS_CUDA=OFF): the CPU backend still works; this says what to do to get
+ * the CUDA one. */
+#include <stdio.h>
+
+#include "gpt2_backend.h"
+
+int gpt2_cuda_backend_create(void *cuda_stream, gpt2_backend **out, char *err, size_t cap) {
+    (void)cuda_stream;
+    if (out != NULL) {
+        *out = NULL;
+    }
+    if (err != NULL && cap > 0) {
+        snprintf(err, cap,
+                 "gpt2: backend \"cuda\" requested, but this build has no CUDA; rebuild with the "
+                 "CUDA toolkit (nvcc on PATH, cmake -DZS_CUDA=ON; see docs/GPU.md) or use the "
+                 "cpu backend");
+    }
+    return GPT2_ERR_UNAVAILABLE;
+}

@@ -1,0 +1,205 @@
+/*
+ * gpt2_model — GPT-2's shapes, parameter table, FLOP count and the layout of
+ * its activations, on plain pointers: nothing here knows of zeroshard.
+ *
+ * The model is GPT-2 as in OpenAI's release (and nanoGPT, llm.c): token plus
+ * position embeddings; L pre-LayerNorm blocks
+ *     x = x + c_proj(causal multi-head self-attention(ln_1(x)))   (fused qkv)
+ *     x = x + mlp.c_proj(gelu_tanh(c_fc(ln_2(x))))                (4x MLP)
+ * a final LayerNorm, logits = ln_f(x) . wte^T (the token embedding is tied to
+ * the output projection), and softmax cross-entropy over the positions.
+ *
+ * The trainer runs it one "unit" at a time: unit 0 holds the embeddings and
+ * the final LayerNorm, unit 1 + l holds block l. The math lives behind
+ * gpt2_backend.h (CPU and CUDA); this header only describes sizes and layouts.
+ *
+ * Conventions:
+ *   - Everything is fp32 and row-major. Linear weights are [out][in], as in
+ *     PyTorch's state_dict (nanoGPT's names), so y = x . W^T + b.
+ *   - B sequences of T tokens make B*T rows; "BT" below means B*T.
+ *   - Sizes are element counts (floats), never bytes, unless a name says so.
+ *   - Functions here are pure and reentrant; none allocates.
+ */
+#ifndef GPT2_MODEL_H
+#define GPT2_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- dims */
+
+typedef struct gpt2_dims {
+    int n_layer;    /* L: transformer blocks */
+    int n_head;     /* NH: attention heads; n_embd % n_head == 0 */
+    int n_embd;     /* C: channels */
+    int vocab;      /* V: rows of wte (50257 for GPT-2's tokenizer) */
+    int block_size; /* rows of wpe = the longest sequence the model accepts */
+} gpt2_dims;
+
+/* 0 when the dims describe a model every function here and in gpt2_backend.h
+ * can handle; otherwise -1 and a message in err (cap bytes, may be NULL/0)
+ * naming the bad field. Checks: every field positive, n_embd % n_head == 0,
+ * and that the largest sizes (vocab * n_embd, 4 * n_embd * n_embd, the
+ * parameter count, block_size^2 * n_head) fit in int64 and that the GEMM
+ * dimensions handed to BLAS (vocab, 4 * n_embd) fit in an int. */
+int gpt2_dims_check(const gpt2_dims *d, char *err, size_t cap);
+
+/* GPT-2's released sizes by name: "124M" (12 layers, 12 heads, 768 channels),
+ * "350M" (24, 16, 1024), "774M" (36, 20, 1280), "1558M" (48, 25, 1600); all
+ * with vocab 50257 and block_size 1024. Returns 0, or -1 for an unknown name
+ * (out untouched). */
+int gpt2_dims_preset(const char *name, gpt2_dims *out);
+
+/* The head size C / NH. */
+int gpt2_head_size(const gpt2_dims *d);
+
+/* ------------------------------------------------------ parameter table */
+
+#define GPT2_EMBED_PARAMS 4  /* tensors in unit 0 */
+#define GPT2_BLOCK_PARAMS 12 /* tensors in each block unit */
+/* Longest name: "transformer.h.<int>.attn.c_attn.weight" and the like. */
+#define GPT2_NAME_MAX 64
+
+typedef enum gpt2_init {
+    GPT2_INIT_NORMAL = 0, /* normal(0, init_std) */
+    GPT2_INIT_ZEROS = 1,  /* biases */
+    GPT2_INIT_ONES = 2    /* LayerNorm weights */
+} gpt2_init;
+
+typedef struct gpt2_param_spec {
+    char name[GPT2_NAME_MAX]; /* nanoGPT's state_dict name */
+    int ndim;                 /* 1 or 2 */
+    int64_t shape[2];         /* shape[1] = 1 when ndim == 1 */
+    int64_t numel;
+    int64_t offset;           /* elements from the start of its unit (table order, no gaps) */
+    gpt2_init init;
+    double init_std;          /* for GPT2_INIT_NORMAL, else 0 */
+    int no_decay;             /* 1 for every 1-D tensor (biases, LayerNorm), 0 for matrices */
+} gpt2_param_spec;
+
+/* 1 + n_layer. */
+int gpt2_num_units(const gpt2_dims *d);
+/* GPT2_EMBED_PARAMS for unit 0, GPT2_BLOCK_PARAMS otherwise, -1 when unit is
+ * out of range. */
+int gpt2_unit_num_params(const gpt2_dims *d, int unit);
+/* "transformer.embed" or "transformer.h.<l>"; 0, or -1 when unit is out of
+ * range or the name does not fit in cap bytes. */
+int gpt2_unit_name(const gpt2_dims *d, int unit, char *buf, size_t cap);
+/* Tensor `index` of `unit`, in this order:
+ *   unit 0: transformer.wte.weight [V, C], transformer.wpe.weight [block_size, C],
+ *           transformer.ln_f.weight [C], transformer.ln_f.bias [C]
+ *   unit 1+l: transformer.h.<l>.ln_1.weight [C], .ln_1.bias [C],
+ *           .attn.c_attn.weight [3C, C], .attn.c_attn.bias [3C],
+ *           .attn.c_proj.weight [C, C], .attn.c_proj.bias [C],
+ *           .ln_2.weight [C], .ln_2.bias [C], .mlp.c_fc.weight [4C, C],
+ *           .mlp.c_fc.bias [4C], .mlp.c_proj.weight [C, 4C], .mlp.c_proj.bias [C]
+ * Initialization as GPT-2: weights and embeddings normal(0, 0.02), the two
+ * residual projections (attn.c_proj.weight, mlp.c_proj.weight) normal(0,
+ * 0.02 / sqrt(2 L)) so the residual stream's variance does not grow with
+ * depth; biases 0; LayerNorm weights 1. Returns 0, or -1 when unit or index
+ * is out of range (out untouched). */
+int gpt2_param_spec_get(const gpt2_dims *d, int unit, int index, gpt2_param_spec *out);
+/* Elements of one unit (the sum of its tensors), -1 when out of range. */
+int64_t gpt2_unit_numel(const gpt2_dims *d, int unit);
+/* Elements of all units: every parameter, wpe included, wte counted once. */
+int64_t gpt2_num_params(const gpt2_dims *d);
+
+/*
+ * Training FLOPs per token at sequence length T, nanoGPT's estimate (after
+ * the PaLM paper's appendix B): 6 N + 12 L C T, where N is every parameter
+ * except wpe. 6 N counts a multiply-add as 2 FLOPs, forward (2) plus
+ * backward (4) over every weight a token passes through (wte once: as the
+ * output projection; the embedding lookup is free); 12 L C T is attention's
+ * QK^T and att.V, forward and backward, over the full T x T (causal masking
+ * is not credited). LayerNorm, GELU and softmax are not counted. Use it for
+ * achieved FLOP/s = flops_per_token * tokens / seconds.
+ */
+double gpt2_flops_per_token(const gpt2_dims *d, int T);
+
+/* ------------------------------------------------- one unit's pointers */
+
+/* Used for parameters and, with the same shapes, for their gradients. */
+typedef struct gpt2_embed_w {
+    float *wte;  /* [V][C] */
+    float *wpe;  /* [block_size][C] */
+    float *lnfw; /* [C] */
+    float *lnfb; /* [C] */
+} gpt2_embed_w;
+
+typedef struct gpt2_block_w {
+    float *ln1w;     /* [C] */
+    float *ln1b;     /* [C] */
+    float *qkvw;     /* [3C][C]: rows 0..C-1 make q, C..2C-1 k, 2C..3C-1 v */
+    float *qkvb;     /* [3C] */
+    float *attprojw; /* [C][C] */
+    float *attprojb; /* [C] */
+    float *ln2w;     /* [C] */
+    float *ln2b;     /* [C] */
+    float *fcw;      /* [4C][C] */
+    float *fcb;      /* [4C] */
+    float *fcprojw;  /* [C][4C] */
+    float *fcprojb;  /* [C] */
+} gpt2_block_w;
+
+/* Point the struct's members into base, laid out in table order without gaps
+ * (gpt2_unit_numel(d, 0) or gpt2_unit_numel(d, 1) floats). base may be host
+ * or backend memory: this only does pointer arithmetic. */
+void gpt2_embed_w_carve(const gpt2_dims *d, float *base, gpt2_embed_w *out);
+void gpt2_block_w_carve(const gpt2_dims *d, float *base, gpt2_block_w *out);
+
+/* -------------------------------------------------------- activations */
+
+/*
+ * What a block's backward needs from its forward, for one (B, T). The
+ * block's input x and output y are not in here: they are the residual
+ * stream, which the caller keeps (y of block l is x of block l + 1).
+ */
+typedef struct gpt2_block_acts {
+    float *ln1;      /* [BT][C]  ln_1(x) */
+    float *ln1_mean; /* [BT] */
+    float *ln1_rstd; /* [BT]     1 / sqrt(var + eps) */
+    float *qkv;      /* [BT][3C] per row: q (C), k (C), v (C); head h at h*hs in each */
+    float *att;      /* [B][NH][T][T] softmax probabilities, 0 above the diagonal */
+    float *atty;     /* [BT][C]  attention output before c_proj, heads side by side */
+    float *res1;     /* [BT][C]  x + attention branch (the input of ln_2) */
+    float *ln2;      /* [BT][C]  ln_2(res1) */
+    float *ln2_mean; /* [BT] */
+    float *ln2_rstd; /* [BT] */
+    float *fch;      /* [BT][4C] c_fc output (GELU's input) */
+    float *fch_gelu; /* [BT][4C] GELU's output (mlp.c_proj's input) */
+} gpt2_block_acts;
+
+/* Floats of one block's activations: BT * (15 C + 4) + B * NH * T * T.
+ * -1 for B or T < 1. */
+int64_t gpt2_block_acts_numel(const gpt2_dims *d, int B, int T);
+/* Carves them from base (gpt2_block_acts_numel floats; host or backend). The
+ * [BT][k C] tensors come first and att after them, so with C a multiple of 16
+ * they all start a multiple of 16 floats from base (a 64-byte aligned base
+ * keeps them aligned); the four [BT] vectors come last. */
+void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, float *base,
+                           gpt2_block_acts *out);
+
+/* Scratch of block_backward: BT * 4C (c_fc's gradient, then qkv's) + BT * C
+ * + NH * T * T (one sequence's attention-score gradients). -1 for B or T < 1.
+ * One scratch serves every block in turn. */
+int64_t gpt2_block_scratch_numel(const gpt2_dims *d, int B, int T);
+
+/* The head (final LayerNorm, logits, cross-entropy) works on chunks of
+ * chunk_rows rows so that only chunk_rows * V logits exist at once (V is
+ * 50257: B*T rows at once would be 200 KB per row). Larger chunks give the
+ * logits GEMMs better shapes; 128 rows take 26 MB of logits at V = 50257. */
+#define GPT2_HEAD_CHUNK_ROWS_DEFAULT 128
+
+/* Scratch of the head ops for chunks of chunk_rows rows:
+ * chunk_rows * (V + 2 C + 2). -1 for chunk_rows < 1. It also serves
+ * head_logits (which needs V + C + 2) for any chunk_rows >= 1. */
+int64_t gpt2_head_scratch_numel(const gpt2_dims *d, int chunk_rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPT2_MODEL_H */

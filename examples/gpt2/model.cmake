@@ -1,0 +1,48 @@
+# examples/gpt2/model.cmake — GPT-2's math on plain pointers (gpt2_model.h,
+# gpt2_backend.h): a static library with no zeroshard in it, so that the
+# trainer, the tests and the benchmarks link the same code.
+#
+# The CUDA backend is built when CMake found CUDA (ZS_HAVE_CUDA, root
+# CMakeLists.txt); otherwise gpt2_cuda_absent.c stands in and says the build
+# has no CUDA, so callers need no #ifdef.
+set(GPT2_MODEL_DIR ${CMAKE_CURRENT_LIST_DIR})
+set(GPT2_MODEL_SOURCES
+  ${GPT2_MODEL_DIR}/gpt2_model.c
+  ${GPT2_MODEL_DIR}/gpt2_backend.c
+  ${GPT2_MODEL_DIR}/gpt2_cpu.c)
+# (The CUDA backend is not written yet: every build uses the stand-in.)
+list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda_absent.c)
+add_library(gpt2_model STATIC ${GPT2_MODEL_SOURCES})
+target_include_directories(gpt2_model PUBLIC ${GPT2_MODEL_DIR})
+target_link_libraries(gpt2_model PUBLIC BLAS::BLAS OpenMP::OpenMP_C m)
+# The CPU backend's loops between GEMMs (GELU, softmax, LayerNorm, column
+# sums) are written for the vectorizer:
+#   -O3                 turns it on with a cost model that accepts loops of
+#                       unknown length (-O2's does not);
+#   -fno-trapping-math  lets it if-convert the clamps and sign selects of
+#                       gpt2_expf/gpt2_tanhf (GCC keeps branches when a
+#                       comparison might raise an FP exception). Nothing here
+#                       reads FP exception flags, and no value changes: GELU
+#                       and softmax loops went 4x faster, bit for bit equal;
+#   -ffp-contract=off   already C11's default: no a*b+c fused into an FMA.
+# Still no fast-math and no -march: results must not depend on the build
+# machine.
+set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_cpu.c PROPERTIES
+  COMPILE_OPTIONS "-O3;-fno-trapping-math;-ffp-contract=off")
+if(FALSE)
+  target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cudart)
+  # The library's rules for device code (root CMakeLists.txt): warnings are
+  # errors and, unless ZS_CUDA_FMAD, no multiply-add contraction, so that the
+  # element math of gpt2_math.h gives the CPU's bits on the GPU.
+  set(GPT2_CUDA_FLAGS -Xcompiler=-Wall,-Wextra --Werror=all-warnings)
+  if(NOT ZS_CUDA_FMAD)
+    list(APPEND GPT2_CUDA_FLAGS --fmad=false)
+  endif()
+  target_compile_options(gpt2_model PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${GPT2_CUDA_FLAGS}>)
+  set_target_properties(gpt2_model PROPERTIES CUDA_SEPARABLE_COMPILATION OFF
+                                              POSITION_INDEPENDENT_CODE ON)
+endif()
+
+if(ZS_BUILD_TESTS)
+  include(${PROJECT_SOURCE_DIR}/tests/gpt2/model.cmake)
+endif()

@@ -1,0 +1,215 @@
+/* A whole GPT-2 on one backend for the tests; see gpt2_test_model.h. */
+#include "gpt2_test_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TM_TRY(call)                                                                          \
+    do {                                                                                      \
+        int tm_status_ = (call);                                                              \
+        if (tm_status_ != GPT2_OK) {                                                          \
+            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
+                    gpt2_status_name(tm_status_), m->be->ops->last_error(m->be));            \
+            return tm_status_;                                                                \
+        }                                                                                     \
+    } while (0)
+
+int64_t gpt2_tm_unit_offset(const gpt2_dims *d, int unit) {
+    return unit == 0 ? 0 : gpt2_unit_numel(d, 0) + (int64_t)(unit - 1) * gpt2_unit_numel(d, 1);
+}
+
+static int tm_alloc(gpt2_tm *m, size_t bytes, void **out) {
+    TM_TRY(m->be->ops->alloc(m->be, bytes, out));
+    return GPT2_OK;
+}
+
+int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                 int chunk_rows) {
+    memset(m, 0, sizeof(*m));
+    m->be = be;
+    m->d = *d;
+    m->B = B;
+    m->T = T;
+    m->chunk_rows = chunk_rows;
+    const int L = d->n_layer;
+    const size_t BT = (size_t)B * T, C = (size_t)d->n_embd;
+    m->n_params = gpt2_num_params(d);
+    m->w = calloc((size_t)L, sizeof(gpt2_block_w));
+    m->g = calloc((size_t)L, sizeof(gpt2_block_w));
+    m->acts = calloc((size_t)L, sizeof(gpt2_block_acts));
+    m->host_losses = calloc(BT, sizeof(float));
+    if (m->w == NULL || m->g == NULL || m->acts == NULL || m->host_losses == NULL) {
+        fprintf(stderr, "gpt2_tm_init: out of host memory\n");
+        return GPT2_ERR_NOMEM;
+    }
+    const size_t acts_numel = (size_t)gpt2_block_acts_numel(d, B, T);
+    int s = GPT2_OK;
+    if ((s = tm_alloc(m, sizeof(float) * (size_t)m->n_params, (void **)&m->params)) ||
+        (s = tm_alloc(m, sizeof(float) * (size_t)m->n_params, (void **)&m->grads)) ||
+        (s = tm_alloc(m, sizeof(float) * (size_t)(L + 1) * BT * C, (void **)&m->resid)) ||
+        (s = tm_alloc(m, sizeof(float) * (size_t)L * acts_numel, (void **)&m->acts_mem)) ||
+        (s = tm_alloc(m, sizeof(float) * BT * C, (void **)&m->dres[0])) ||
+        (s = tm_alloc(m, sizeof(float) * BT * C, (void **)&m->dres[1])) ||
+        (s = tm_alloc(m, sizeof(float) * (size_t)gpt2_block_scratch_numel(d, B, T),
+                      (void **)&m->bscratch)) ||
+        (s = tm_alloc(m, sizeof(float) * (size_t)gpt2_head_scratch_numel(d, chunk_rows),
+                      (void **)&m->hscratch)) ||
+        (s = tm_alloc(m, sizeof(float) * BT, (void **)&m->losses)) ||
+        (s = tm_alloc(m, sizeof(int) * BT, (void **)&m->tokens)) ||
+        (s = tm_alloc(m, sizeof(int) * BT, (void **)&m->targets))) {
+        return s;
+    }
+    gpt2_embed_w_carve(d, m->params, &m->w0);
+    gpt2_embed_w_carve(d, m->grads, &m->g0);
+    for (int l = 0; l < L; l++) {
+        gpt2_block_w_carve(d, m->params + gpt2_tm_unit_offset(d, 1 + l), &m->w[l]);
+        gpt2_block_w_carve(d, m->grads + gpt2_tm_unit_offset(d, 1 + l), &m->g[l]);
+        gpt2_block_acts_carve(d, B, T, m->acts_mem + (size_t)l * acts_numel, &m->acts[l]);
+    }
+    return GPT2_OK;
+}
+
+void gpt2_tm_free(gpt2_tm *m) {
+    if (m->be != NULL) {
+        const gpt2_backend_ops *ops = m->be->ops;
+        ops->free(m->be, m->params);
+        ops->free(m->be, m->grads);
+        ops->free(m->be, m->resid);
+        ops->free(m->be, m->acts_mem);
+        ops->free(m->be, m->dres[0]);
+        ops->free(m->be, m->dres[1]);
+        ops->free(m->be, m->bscratch);
+        ops->free(m->be, m->hscratch);
+        ops->free(m->be, m->losses);
+        ops->free(m->be, m->tokens);
+        ops->free(m->be, m->targets);
+    }
+    free(m->w);
+    free(m->g);
+    free(m->acts);
+    free(m->host_losses);
+    memset(m, 0, sizeof(*m));
+}
+
+int gpt2_tm_set_params(gpt2_tm *m, const float *host_params) {
+    TM_TRY(m->be->ops->upload(m->be, m->params, host_params,
+                              sizeof(float) * (size_t)m->n_params));
+    return GPT2_OK;
+}
+
+int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets) {
+    const size_t BT = (size_t)m->B * m->T;
+    TM_TRY(m->be->ops->upload(m->be, m->tokens, host_tokens, sizeof(int) * BT));
+    TM_TRY(m->be->ops->upload(m->be, m->targets, host_targets, sizeof(int) * BT));
+    return GPT2_OK;
+}
+
+static float *tm_resid(gpt2_tm *m, int l) {
+    return m->resid + (size_t)l * m->B * m->T * m->d.n_embd;
+}
+
+static int tm_forward_blocks(gpt2_tm *m) {
+    gpt2_backend *be = m->be;
+    TM_TRY(be->ops->embed_forward(be, &m->d, m->B, m->T, &m->w0, m->tokens, tm_resid(m, 0)));
+    for (int l = 0; l < m->d.n_layer; l++) {
+        TM_TRY(be->ops->block_forward(be, &m->d, m->B, m->T, &m->w[l], tm_resid(m, l),
+                                      &m->acts[l], tm_resid(m, l + 1)));
+    }
+    return GPT2_OK;
+}
+
+static int tm_mean_loss(gpt2_tm *m, double *mean_loss) {
+    const int BT = m->B * m->T;
+    TM_TRY(m->be->ops->download(m->be, m->host_losses, m->losses, sizeof(float) * (size_t)BT));
+    double sum = 0.0;
+    for (int r = 0; r < BT; r++) {
+        sum += m->host_losses[r];
+    }
+    *mean_loss = sum / BT;
+    return GPT2_OK;
+}
+
+int gpt2_tm_loss(gpt2_tm *m, double *mean_loss) {
+    gpt2_backend *be = m->be;
+    TM_TRY(tm_forward_blocks(m));
+    TM_TRY(be->ops->head_forward(be, &m->d, m->B, m->T, &m->w0, tm_resid(m, m->d.n_layer),
+                                 m->targets, m->losses, m->chunk_rows, m->hscratch));
+    return tm_mean_loss(m, mean_loss);
+}
+
+int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_loss) {
+    gpt2_backend *be = m->be;
+    const int L = m->d.n_layer;
+    if (zero_grads) {
+        TM_TRY(be->ops->zero(be, m->grads, sizeof(float) * (size_t)m->n_params));
+    }
+    TM_TRY(tm_forward_blocks(m));
+    TM_TRY(be->ops->head_forward_backward(be, &m->d, m->B, m->T, &m->w0, &m->g0,
+                                          tm_resid(m, L), m->targets, dloss_scale, m->dres[0],
+                                          m->losses, m->chunk_rows, m->hscratch));
+    // Block l reads d(its output) from dres[(L - 1 - l) % 2] and writes
+    // d(its input) into the other one.
+    for (int l = L - 1; l >= 0; l--) {
+        float *dy = m->dres[(L - 1 - l) % 2];
+        float *dx = m->dres[(L - l) % 2];
+        TM_TRY(be->ops->block_backward(be, &m->d, m->B, m->T, &m->w[l], &m->g[l],
+                                       tm_resid(m, l), &m->acts[l], dy, dx, m->bscratch));
+    }
+    TM_TRY(be->ops->embed_backward(be, &m->d, m->B, m->T, &m->g0, m->tokens, m->dres[L % 2]));
+    return tm_mean_loss(m, mean_loss);
+}
+
+/* ---------------------------------------------------------- test inputs */
+
+static uint64_t tm_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+double gpt2_tm_uniform(uint64_t *state) {
+    *state += UINT64_C(0x9e3779b97f4a7c15);
+    return (double)(tm_mix(*state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double gpt2_tm_normal(uint64_t *state) {
+    // Box-Muller; 1 - u keeps the logarithm's argument in (0, 1].
+    const double u1 = 1.0 - gpt2_tm_uniform(state);
+    const double u2 = gpt2_tm_uniform(state);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void gpt2_tm_init_params(const gpt2_dims *d, float *host_params, uint64_t seed, double gain,
+                         double jitter) {
+    uint64_t state = tm_mix(seed);
+    for (int u = 0; u < gpt2_num_units(d); u++) {
+        float *base = host_params + gpt2_tm_unit_offset(d, u);
+        for (int i = 0; i < gpt2_unit_num_params(d, u); i++) {
+            gpt2_param_spec s;
+            gpt2_param_spec_get(d, u, i, &s);
+            float *p = base + s.offset;
+            for (int64_t k = 0; k < s.numel; k++) {
+                const double z = gpt2_tm_normal(&state);
+                switch (s.init) {
+                case GPT2_INIT_NORMAL:
+                    p[k] = (float)(gain * s.init_std * z);
+                    break;
+                case GPT2_INIT_ZEROS:
+                    p[k] = (float)(jitter * z);
+                    break;
+                case GPT2_INIT_ONES:
+                    p[k] = (float)(1.0 + jitter * z);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed) {
+    uint64_t state = tm_mix(seed ^ UINT64_C(0x746f6b656e73)); /* "tokens" */
+    for (int i = 0; i < n; i++) {
+        out[i] = (int)(gpt2_tm_uniform(&state) * vocab);
+    }
+}

@@ -1,0 +1,70 @@
+/*
+ * A whole GPT-2 on one backend, for the tests: every unit's parameters and
+ * gradients in one flat backend array each (units in order, each in table
+ * order), activations for every block, and one call for a full training
+ * step (embed -> blocks -> head -> blocks backward -> embed backward). This
+ * is the order a trainer runs the units in; the trainer itself does not need
+ * this file.
+ */
+#ifndef GPT2_TEST_MODEL_H
+#define GPT2_TEST_MODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpt2_backend.h"
+
+typedef struct gpt2_tm {
+    gpt2_backend *be; /* not owned */
+    gpt2_dims d;
+    int B, T, chunk_rows;
+    int64_t n_params;
+    float *params;         /* backend [n_params] */
+    float *grads;          /* backend [n_params] */
+    gpt2_embed_w w0, g0;   /* unit 0, carved from params / grads */
+    gpt2_block_w *w, *g;   /* [L] host arrays of backend pointers */
+    float *resid;          /* backend [L + 1][BT][C]: input of block l at l; head input at L */
+    float *acts_mem;       /* backend [L][gpt2_block_acts_numel] */
+    gpt2_block_acts *acts; /* [L] */
+    float *dres[2];        /* backend [BT][C] each */
+    float *bscratch;       /* backend, block_backward scratch */
+    float *hscratch;       /* backend, head scratch */
+    float *losses;         /* backend [BT] */
+    int *tokens, *targets; /* backend [BT] */
+    float *host_losses;    /* host [BT] */
+} gpt2_tm;
+
+/* 0 or a gpt2_status (message printed to stderr). */
+int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
+                 int chunk_rows);
+void gpt2_tm_free(gpt2_tm *m);
+
+/* Offset of unit u in the flat arrays. */
+int64_t gpt2_tm_unit_offset(const gpt2_dims *d, int unit);
+
+/* Host -> backend. */
+int gpt2_tm_set_params(gpt2_tm *m, const float *host_params);
+int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets);
+
+/* Forward only (head_forward); *mean_loss = mean of the per-position losses,
+ * summed in double on the host. */
+int gpt2_tm_loss(gpt2_tm *m, double *mean_loss);
+/* A full step: with zero_grads, grads holds on return the gradient of
+ * dloss_scale * sum of the per-position losses (pass 1 / (B*T) for the mean
+ * loss); without, that gradient is added to what grads held. */
+int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_loss);
+
+/* Test inputs from a counter-based generator (splitmix64), the same on every
+ * machine. */
+double gpt2_tm_uniform(uint64_t *state);
+double gpt2_tm_normal(uint64_t *state);
+/* host_params: [gpt2_num_params]. GPT-2's initialization scaled by
+ * `gain` on every normal tensor, plus `jitter` * N(0, 1) on the LayerNorm
+ * weights (around 1) and every bias (around 0): gain 1, jitter 0 is GPT-2's
+ * init; the gradient check uses larger values so that attention is not
+ * uniform, GELU not linear, and every bias and gain matters. */
+void gpt2_tm_init_params(const gpt2_dims *d, float *host_params, uint64_t seed, double gain,
+                         double jitter);
+void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed);
+
+#endif /* GPT2_TEST_MODEL_H */
