@@ -31,6 +31,12 @@
  *     synchronize, free and destroy. Launch failures are reported by the op
  *     that launched; a failure during asynchronous execution is reported by
  *     the next op that waits (synchronize, download) or by later launches.
+ *   - CUDA: call the ops with the device that was current at creation
+ *     current (the stream and the cuBLAS handle belong to it).
+ *   - Tokens and targets must lie in [0, V). The CPU backend checks and
+ *     returns GPT2_ERR_ARG; the CUDA backend cannot without waiting for the
+ *     device, so there a bad token makes its row of x NaN and a bad target
+ *     its loss NaN (no memory outside the tensors is touched either way).
  *   - A backend is not thread-safe: one thread at a time per backend.
  */
 #ifndef GPT2_BACKEND_H

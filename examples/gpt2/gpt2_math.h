@@ -15,9 +15,11 @@
  *     B*T*4C elements was most of a block's non-GEMM time with them). The one
  *     libm call, logf, is made once per cross-entropy row;
  *   - reductions over a row use GPT2_LANES interleaved partial sums combined
- *     in a fixed tree: the order is part of the definition (deterministic,
- *     independent of threads), and the independent lanes let the compiler use
- *     SIMD without -ffast-math.
+ *     in a fixed tree: element i goes to lane i % GPT2_LANES, and the order is
+ *     part of the definition (deterministic, independent of threads); the
+ *     independent lanes let the compiler use SIMD without -ffast-math. Tails
+ *     index the lanes with constants so that a GPU thread keeps them in
+ *     registers.
  */
 #ifndef GPT2_MATH_H
 #define GPT2_MATH_H
@@ -133,8 +135,10 @@ GPT2_HD float gpt2_max(const float *x, int n) {
             acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
         }
     }
-    for (int j = 0; i < n; i++, j++) {
-        acc[j] = x[i] > acc[j] ? x[i] : acc[j];
+    for (int j = 0; j < GPT2_LANES; j++) {
+        if (i + j < n) {
+            acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+        }
     }
     float m = acc[0];
     for (int j = 1; j < GPT2_LANES; j++) {
@@ -152,8 +156,10 @@ GPT2_HD float gpt2_sum(const float *x, int n) {
             acc[j] += x[i + j];
         }
     }
-    for (int j = 0; i < n; i++, j++) {
-        acc[j] += x[i];
+    for (int j = 0; j < GPT2_LANES; j++) {
+        if (i + j < n) {
+            acc[j] += x[i + j];
+        }
     }
     return gpt2_lanes_total(acc);
 }
@@ -178,9 +184,11 @@ GPT2_HD void gpt2_layernorm_forward_row(int C, const float *x, const float *w, c
             acc[j] += dev * dev;
         }
     }
-    for (int j = 0; i < C; i++, j++) {
-        const float dev = x[i] - mean;
-        acc[j] += dev * dev;
+    for (int j = 0; j < GPT2_LANES; j++) {
+        if (i + j < C) {
+            const float dev = x[i + j] - mean;
+            acc[j] += dev * dev;
+        }
     }
     const float var = gpt2_lanes_total(acc) / (float)C;
     const float rstd = 1.0f / sqrtf(var + GPT2_LN_EPS);
@@ -218,10 +226,12 @@ GPT2_HD void gpt2_layernorm_backward_row(int C, const float *dout, const float *
             acc_gx[j] += g * gpt2_layernorm_xhat(x[i + j], mean, rstd);
         }
     }
-    for (int j = 0; i < C; i++, j++) {
-        const float g = dout[i] * w[i];
-        acc_g[j] += g;
-        acc_gx[j] += g * gpt2_layernorm_xhat(x[i], mean, rstd);
+    for (int j = 0; j < GPT2_LANES; j++) {
+        if (i + j < C) {
+            const float g = dout[i + j] * w[i + j];
+            acc_g[j] += g;
+            acc_gx[j] += g * gpt2_layernorm_xhat(x[i + j], mean, rstd);
+        }
     }
     const float mean_g = gpt2_lanes_total(acc_g) / (float)C;
     const float mean_gx = gpt2_lanes_total(acc_gx) / (float)C;
@@ -254,10 +264,12 @@ GPT2_HD void gpt2_causal_softmax_row(int t, int T, float scale, float *row) {
             acc[k] += e;
         }
     }
-    for (int k = 0; j < n; j++, k++) {
-        const float e = gpt2_expf(scale * (row[j] - m));
-        row[j] = e;
-        acc[k] += e;
+    for (int k = 0; k < GPT2_LANES; k++) {
+        if (j + k < n) {
+            const float e = gpt2_expf(scale * (row[j + k] - m));
+            row[j + k] = e;
+            acc[k] += e;
+        }
     }
     const float inv = 1.0f / gpt2_lanes_total(acc);
     for (int k = 0; k < n; k++) {
@@ -283,8 +295,10 @@ GPT2_HD void gpt2_causal_softmax_backward_row(int t, int T, float scale, const f
             acc[k] += p[j + k] * d[j + k];
         }
     }
-    for (int k = 0; j < n; j++, k++) {
-        acc[k] += p[j] * d[j];
+    for (int k = 0; k < GPT2_LANES; k++) {
+        if (j + k < n) {
+            acc[k] += p[j + k] * d[j + k];
+        }
     }
     const float dot = gpt2_lanes_total(acc);
     for (int k = 0; k < n; k++) {
@@ -331,10 +345,12 @@ GPT2_HD float gpt2_xent_row(int V, float *z, int target, float dscale, int want_
                 acc[j] += e;
             }
         }
-        for (int j = 0; i < V; i++, j++) {
-            const float e = gpt2_expf(z[i] - m);
-            z[i] = e;
-            acc[j] += e;
+        for (int j = 0; j < GPT2_LANES; j++) {
+            if (i + j < V) {
+                const float e = gpt2_expf(z[i + j] - m);
+                z[i + j] = e;
+                acc[j] += e;
+            }
         }
     } else {
         for (; i + GPT2_LANES <= V; i += GPT2_LANES) {
@@ -342,8 +358,10 @@ GPT2_HD float gpt2_xent_row(int V, float *z, int target, float dscale, int want_
                 acc[j] += gpt2_expf(z[i + j] - m);
             }
         }
-        for (int j = 0; i < V; i++, j++) {
-            acc[j] += gpt2_expf(z[i] - m);
+        for (int j = 0; j < GPT2_LANES; j++) {
+            if (i + j < V) {
+                acc[j] += gpt2_expf(z[i + j] - m);
+            }
         }
     }
     const float sum = gpt2_lanes_total(acc);

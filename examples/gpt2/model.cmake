@@ -10,8 +10,11 @@ set(GPT2_MODEL_SOURCES
   ${GPT2_MODEL_DIR}/gpt2_model.c
   ${GPT2_MODEL_DIR}/gpt2_backend.c
   ${GPT2_MODEL_DIR}/gpt2_cpu.c)
-# (The CUDA backend is not written yet: every build uses the stand-in.)
-list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda_absent.c)
+if(ZS_HAVE_CUDA)
+  list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda.cu)
+else()
+  list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda_absent.c)
+endif()
 add_library(gpt2_model STATIC ${GPT2_MODEL_SOURCES})
 target_include_directories(gpt2_model PUBLIC ${GPT2_MODEL_DIR})
 target_link_libraries(gpt2_model PUBLIC BLAS::BLAS OpenMP::OpenMP_C m)
@@ -29,7 +32,7 @@ target_link_libraries(gpt2_model PUBLIC BLAS::BLAS OpenMP::OpenMP_C m)
 # machine.
 set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_cpu.c PROPERTIES
   COMPILE_OPTIONS "-O3;-fno-trapping-math;-ffp-contract=off")
-if(FALSE)
+if(ZS_HAVE_CUDA)
   target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cudart)
   # The library's rules for device code (root CMakeLists.txt): warnings are
   # errors and, unless ZS_CUDA_FMAD, no multiply-add contraction, so that the

@@ -13,3 +13,26 @@ target_link_libraries(test_gpt2_model PRIVATE gpt2_test_model)
 add_test(NAME test_gpt2_model COMMAND test_gpt2_model)
 set_tests_properties(test_gpt2_model PROPERTIES LABELS unit TIMEOUT 120
                      ENVIRONMENT "${ZS_TEST_ENV}")
+
+# The CUDA backend against the CPU backend (losses, residual stream, every
+# gradient, logits) and its determinism. Built only with CUDA; exits 77
+# (skipped) where no device is usable.
+if(ZS_HAVE_CUDA)
+  add_executable(test_gpt2_cuda ${GPT2_TEST_DIR}/test_gpt2_cuda.c)
+  target_link_libraries(test_gpt2_cuda PRIVATE gpt2_test_model CUDA::cudart)
+  add_test(NAME test_gpt2_cuda COMMAND test_gpt2_cuda)
+  set_tests_properties(test_gpt2_cuda PROPERTIES LABELS "cuda;unit" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
+endif()
+
+# The loss against an independent forward pass in numpy (float64):
+# gpt2_dump_tiny writes the tiny model's parameters by name, its tokens and
+# its losses; gpt2_numpy_forward.py recomputes them. Skipped (exit 77), not
+# failed, where python3 or numpy is missing.
+add_executable(gpt2_dump_tiny ${GPT2_TEST_DIR}/gpt2_dump_tiny.c)
+target_link_libraries(gpt2_dump_tiny PRIVATE gpt2_test_model)
+add_test(NAME test_gpt2_numpy_forward
+         COMMAND ${GPT2_TEST_DIR}/run_numpy_forward.sh $<TARGET_FILE:gpt2_dump_tiny>
+                 ${GPT2_TEST_DIR}/gpt2_numpy_forward.py)
+set_tests_properties(test_gpt2_numpy_forward PROPERTIES LABELS unit TIMEOUT 60
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
