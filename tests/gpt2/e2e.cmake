@@ -8,3 +8,38 @@ add_test(NAME gpt2_stages_bitwise
                  $<TARGET_FILE:gpt2_train> $<TARGET_FILE:zs-ckpt>)
 set_tests_properties(gpt2_stages_bitwise PROPERTIES LABELS mpi TIMEOUT 300
                      ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# 6 steps straight = 3 + checkpoint + resume + 3, bit for bit (data position included).
+add_test(NAME gpt2_resume_bitwise
+         COMMAND bash ${GPT2_E2E}/run_gpt2_resume.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:gpt2_train> $<TARGET_FILE:zs-ckpt>)
+set_tests_properties(gpt2_resume_bitwise PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# The demo's configuration learns: held-out loss below the unigram baseline.
+add_test(NAME gpt2_learns
+         COMMAND bash ${GPT2_E2E}/run_gpt2_learns.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:gpt2_train> ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt2_learns PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# GPT-2 124M at np 2, stage 3: two steps, memory per rank = the ZeRO formula.
+add_test(NAME gpt2_124m_memory
+         COMMAND bash ${GPT2_E2E}/run_gpt2_124m.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gpt2_train>)
+set_tests_properties(gpt2_124m_memory PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# llm.c model files: import at np 2 (stages 0 and 3), exported bit for bit.
+add_test(NAME gpt2_import_llmc
+         COMMAND bash ${GPT2_E2E}/run_gpt2_import.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:gpt2_train> $<TARGET_FILE:zs-ckpt>)
+set_tests_properties(gpt2_import_llmc PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# The trainer on the CUDA backend against the CPU (skipped, with the reason, without a GPU).
+if(ZS_HAVE_CUDA)
+  add_test(NAME gpt2_cuda_matches_cpu
+           COMMAND bash ${GPT2_E2E}/run_gpt2_cuda.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gpt2_train>)
+  set_tests_properties(gpt2_cuda_matches_cpu PROPERTIES LABELS "cuda;mpi" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+endif()

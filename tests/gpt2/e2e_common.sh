@@ -23,8 +23,11 @@ run() {
   fi
 }
 
-# tiny_config FILE STAGE DTYPE — the runtime settings of the tiny runs.
+# tiny_config FILE STAGE DTYPE [DIMS] — the runtime settings of the tiny runs;
+# DIMS (default: the tiny model's sizes) replaces the model's sizes ("" when
+# they come from a model file).
 tiny_config() {
+  local dims=${4-n_layer = 2; n_head = 4; n_embd = 32; vocab = 256; block_size = 16;}
   cat > "$1" <<CFG
 zero: { stage = $2; align = 16; };
 precision: { dtype = "$3"; };
@@ -32,7 +35,7 @@ optimizer: { type = "adamw"; lr = 3e-3; weight_decay = 0.1; };
 gradient_clipping = 1.0;
 log: { level = "warn"; };
 app: {
-  n_layer = 2; n_head = 4; n_embd = 32; vocab = 256; block_size = 16; seq_len = 16;
+  $dims seq_len = 16;
   train_data = "$work/corpus.txt"; val_fraction = 0.1; val_every = 0; val_batches = 1;
   sample_tokens = 0; log_every = 1;
 };
