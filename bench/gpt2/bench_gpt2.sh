@@ -36,10 +36,15 @@ printf '%-6s %3s %5s %10s %10s %12s %14s\n' model np stage "ms/step" "tokens/s" 
 declare -A result
 for model in demo 124M; do
   if [ "$model" = demo ]; then
-    dims=(app.n_layer=4 app.n_head=4 app.n_embd=192 app.vocab=256 app.block_size=128)
+    config=$src/configs/gpt2_demo.cfg
     T=128 B=8 flags="--layers 4 --heads 4 --embd 192 --vocab 256"
   else
-    dims=(app.model=124M) T=64 B=1 flags="--preset 124M"
+    # The demo's runtime settings with the preset's sizes (a preset and
+    # explicit sizes in one app group are refused).
+    config=$work/124M.cfg
+    sed -E '/^  (n_layer|n_head|n_embd|vocab|block_size) =/d; s/^app: \{/app: { model = "124M";/' \
+      "$src/configs/gpt2_demo.cfg" > "$config"
+    T=64 B=1 flags="--preset 124M"
   fi
   sgemm=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$model_bench" $flags --seq $T --batch $B --steps 1 |
           sed -nE 's/.*-> MLP ([0-9.]+) GFLOP\/s.*/\1/p')
@@ -50,7 +55,7 @@ for model in demo 124M; do
     for stage in 0 3; do
       log=$work/$model.$np.$stage.log
       mpirun --oversubscribe --bind-to none -np $np -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
-        "$train" "$src/configs/gpt2_demo.cfg" "${dims[@]}" zero.stage=$stage app.seq_len=$T \
+        "$train" "$config" zero.stage=$stage app.seq_len=$T \
         app.batch_size=$B app.steps=$steps scheduler.total_steps=$((steps + 1)) \
         scheduler.warmup_steps=1 app.log_every=1 app.val_every=0 app.val_batches=1 \
         app.sample_tokens=0 "app.train_data=$corpus" log.level=\"warn\" > "$log" 2>&1 ||

@@ -1,6 +1,7 @@
 /* gpt2_data — token streams, views, sampling and the unigram baseline (see
  * gpt2_data.h for the formats and the contracts). */
 #include "gpt2_data.h"
+#include "gpt2_error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,15 +39,6 @@ struct gpt2_tokens {
     int max_token;       /* -1 until gpt2_tokens_max_token computes it */
 };
 
-static int fail(char *err, size_t err_cap, const char *fmt, ...) {
-    if (err && err_cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int32_t read_le_i32(const unsigned char *p) {
     uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -66,16 +58,16 @@ static inline int file_token(const gpt2_file *f, int bytes_per_token, int64_t k)
  * validates the header against the size. Fills everything but f->first. */
 static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap) {
     int fd = open(f->path, O_RDONLY);
-    if (fd < 0) return fail(err, err_cap, "cannot open %s: %s", f->path, strerror(errno));
+    if (fd < 0) return gpt2_fail(err, err_cap, "cannot open %s: %s", f->path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, err_cap, "cannot stat %s: %s", f->path, strerror(e));
+        return gpt2_fail(err, err_cap, "cannot stat %s: %s", f->path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, err_cap, "%s is not a regular file", f->path);
+        return gpt2_fail(err, err_cap, "%s is not a regular file", f->path);
     }
     int64_t size = (int64_t)st.st_size;
     int64_t header = 0, count = size;
@@ -83,7 +75,7 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
         unsigned char h[SHARD_HEADER_BYTES];
         if (size < SHARD_HEADER_BYTES) {
             close(fd);
-            return fail(err, err_cap,
+            return gpt2_fail(err, err_cap,
                         "%s: truncated header: the file has %lld bytes, an llm.c token shard "
                         "starts with a %d-byte header",
                         f->path, (long long)size, SHARD_HEADER_BYTES);
@@ -95,7 +87,7 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
         if (got != (ssize_t)sizeof h) {
             int e = errno;
             close(fd);
-            return fail(err, err_cap, "%s: cannot read the header at byte offset 0: %s", f->path,
+            return gpt2_fail(err, err_cap, "%s: cannot read the header at byte offset 0: %s", f->path,
                         got < 0 ? strerror(e) : "short read");
         }
         int32_t magic = read_le_i32(h), version = read_le_i32(h + 4), n = read_le_i32(h + 8);
@@ -104,20 +96,20 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
             const char *hint = magic == 20240326   ? " (that is llm.c's model file magic)"
                                : magic == 20240328 ? " (that is llm.c's tokenizer file magic)"
                                                    : "";
-            return fail(err, err_cap,
+            return gpt2_fail(err, err_cap,
                         "%s: bad magic %d at byte offset 0%s; an llm.c token shard has %d",
                         f->path, (int)magic, hint, SHARD_MAGIC);
         }
         if (version != SHARD_VERSION) {
             close(fd);
-            return fail(err, err_cap,
+            return gpt2_fail(err, err_cap,
                         "%s: unsupported version %d at byte offset 4; only token shard version "
                         "%d (uint16 tokens) is supported",
                         f->path, (int)version, SHARD_VERSION);
         }
         if (n < 0) {
             close(fd);
-            return fail(err, err_cap, "%s: negative token count %d at byte offset 8", f->path,
+            return gpt2_fail(err, err_cap, "%s: negative token count %d at byte offset 8", f->path,
                         (int)n);
         }
         /* n < 2^31, so 1024 + 2 n cannot overflow int64; checked all the same
@@ -126,19 +118,19 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
         if (__builtin_mul_overflow((int64_t)n, (int64_t)2, &want) ||
             __builtin_add_overflow(want, (int64_t)SHARD_HEADER_BYTES, &want)) {
             close(fd);
-            return fail(err, err_cap, "%s: token count %d at byte offset 8 overflows the size",
+            return gpt2_fail(err, err_cap, "%s: token count %d at byte offset 8 overflows the size",
                         f->path, (int)n);
         }
         if (size < want) {
             close(fd);
-            return fail(err, err_cap,
+            return gpt2_fail(err, err_cap,
                         "%s: truncated: the header (byte offset 8) declares %d tokens, which need "
                         "%lld bytes, but the file has %lld (the data ends at byte offset %lld)",
                         f->path, (int)n, (long long)want, (long long)size, (long long)size);
         }
         if (size > want) {
             close(fd);
-            return fail(err, err_cap,
+            return gpt2_fail(err, err_cap,
                         "%s: the header (byte offset 8) declares %d tokens, which end at byte "
                         "offset %lld, but the file has %lld bytes (%lld unexpected trailing "
                         "bytes)",
@@ -150,7 +142,7 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
     }
     if ((uint64_t)size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return fail(err, err_cap, "%s: %lld bytes do not fit in this process's address space",
+        return gpt2_fail(err, err_cap, "%s: %lld bytes do not fit in this process's address space",
                     f->path, (long long)size);
     }
     f->map = NULL;
@@ -160,7 +152,7 @@ static int map_file(gpt2_file *f, int bytes_per_token, char *err, size_t err_cap
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return fail(err, err_cap, "cannot map %s (%lld bytes): %s", f->path,
+            return gpt2_fail(err, err_cap, "cannot map %s (%lld bytes): %s", f->path,
                         (long long)size, strerror(e));
         }
         /* No access advice: sampling reads windows at random places while
@@ -185,7 +177,7 @@ static int list_files(gpt2_tokens *ts, const char *path, char *err, size_t err_c
     if (!is_pattern) {
         ts->files = calloc(1, sizeof(gpt2_file));
         if (!ts->files || !(ts->files[0].path = strdup(path)))
-            return fail(err, err_cap, "out of memory opening %s", path);
+            return gpt2_fail(err, err_cap, "out of memory opening %s", path);
         ts->num_files = 1;
         return 0;
     }
@@ -194,28 +186,28 @@ static int list_files(gpt2_tokens *ts, const char *path, char *err, size_t err_c
     int rc = glob(path, GLOB_ERR, NULL, &g); /* sorted: no GLOB_NOSORT */
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         globfree(&g);
-        return fail(err, err_cap, "no file matches the token shard pattern %s", path);
+        return gpt2_fail(err, err_cap, "no file matches the token shard pattern %s", path);
     }
     if (rc != 0) {
         globfree(&g);
-        return fail(err, err_cap, "cannot expand the token shard pattern %s: %s", path,
+        return gpt2_fail(err, err_cap, "cannot expand the token shard pattern %s: %s", path,
                     rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
     }
     if (g.gl_pathc > (size_t)INT32_MAX) {
         globfree(&g);
-        return fail(err, err_cap, "the pattern %s matches too many files", path);
+        return gpt2_fail(err, err_cap, "the pattern %s matches too many files", path);
     }
     ts->files = calloc(g.gl_pathc, sizeof(gpt2_file));
     if (!ts->files) {
         globfree(&g);
-        return fail(err, err_cap, "out of memory opening %s", path);
+        return gpt2_fail(err, err_cap, "out of memory opening %s", path);
     }
     for (size_t k = 0; k < g.gl_pathc; k++) {
         ts->files[k].path = strdup(g.gl_pathv[k]);
         if (!ts->files[k].path) {
             ts->num_files = (int)k;
             globfree(&g);
-            return fail(err, err_cap, "out of memory opening %s", path);
+            return gpt2_fail(err, err_cap, "out of memory opening %s", path);
         }
     }
     ts->num_files = (int)g.gl_pathc;
@@ -224,11 +216,11 @@ static int list_files(gpt2_tokens *ts, const char *path, char *err, size_t err_c
 }
 
 int gpt2_tokens_open(const char *path, gpt2_tokens **out, char *err, size_t err_cap) {
-    if (!out) return fail(err, err_cap, "gpt2_tokens_open: out is NULL");
+    if (!out) return gpt2_fail(err, err_cap, "gpt2_tokens_open: out is NULL");
     *out = NULL;
-    if (!path || !*path) return fail(err, err_cap, "gpt2_tokens_open: empty path");
+    if (!path || !*path) return gpt2_fail(err, err_cap, "gpt2_tokens_open: empty path");
     gpt2_tokens *ts = calloc(1, sizeof *ts);
-    if (!ts) return fail(err, err_cap, "out of memory opening %s", path);
+    if (!ts) return gpt2_fail(err, err_cap, "out of memory opening %s", path);
     ts->bytes_per_token = ends_with(path, ".bin") ? 2 : 1;
     ts->max_token = -1;
     if (list_files(ts, path, err, err_cap) != 0) goto fail;
@@ -238,16 +230,16 @@ int gpt2_tokens_open(const char *path, gpt2_tokens **out, char *err, size_t err_
         if (map_file(f, ts->bytes_per_token, err, err_cap) != 0) goto fail;
         f->first = total;
         if (__builtin_add_overflow(total, f->count, &total)) {
-            fail(err, err_cap, "%s: the stream's token count overflows int64 at this file",
+            gpt2_fail(err, err_cap, "%s: the stream's token count overflows int64 at this file",
                  f->path);
             goto fail;
         }
     }
     if (total == 0) {
         if (ts->bytes_per_token == 1)
-            fail(err, err_cap, "%s is empty: a text stream needs at least one byte", path);
+            gpt2_fail(err, err_cap, "%s is empty: a text stream needs at least one byte", path);
         else
-            fail(err, err_cap, "%s: the token shards (%d file%s) hold no tokens", path,
+            gpt2_fail(err, err_cap, "%s: the token shards (%d file%s) hold no tokens", path,
                  ts->num_files, ts->num_files == 1 ? "" : "s");
         goto fail;
     }
@@ -324,7 +316,7 @@ static void copy_tokens(const gpt2_tokens *ts, int64_t first, int64_t count, int
 int gpt2_tokens_read(const gpt2_tokens *ts, int64_t first, int64_t count, int32_t *out,
                      char *err, size_t err_cap) {
     if (first < 0 || count < 0 || first > ts->count || count > ts->count - first)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "gpt2_tokens_read: tokens [%lld, %lld + %lld) are not inside the stream of "
                     "%lld tokens (%s)",
                     (long long)first, (long long)first, (long long)count, (long long)ts->count,
@@ -383,7 +375,7 @@ gpt2_view gpt2_view_all(const gpt2_tokens *ts) {
 int gpt2_view_range(const gpt2_tokens *ts, int64_t begin, int64_t end, gpt2_view *out,
                     char *err, size_t err_cap) {
     if (begin < 0 || begin > end || end > ts->count)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "view [%lld, %lld) is not a range of the stream of %lld tokens (%s)",
                     (long long)begin, (long long)end, (long long)ts->count, ts->files[0].path);
     out->tokens = ts;
@@ -402,13 +394,13 @@ int64_t gpt2_view_num_windows(gpt2_view v, int T) {
 
 int gpt2_split(gpt2_view all, int T, double val_fraction, gpt2_view *train, gpt2_view *val,
                char *err, size_t err_cap) {
-    if (T < 1) return fail(err, err_cap, "gpt2_split: sequence length T = %d must be >= 1", T);
+    if (T < 1) return gpt2_fail(err, err_cap, "gpt2_split: sequence length T = %d must be >= 1", T);
     if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-        return fail(err, err_cap, "gpt2_split: val_fraction = %g must be in [0, 1)", val_fraction);
+        return gpt2_fail(err, err_cap, "gpt2_split: val_fraction = %g must be in [0, 1)", val_fraction);
     int64_t n = all.end - all.begin;
     if (val_fraction == 0.0) {
         if (n <= T)
-            return fail(err, err_cap,
+            return gpt2_fail(err, err_cap,
                         "the stream (%s) has %lld tokens: too few for one training window of "
                         "T + 1 = %lld tokens",
                         all.tokens->files[0].path, (long long)n, (long long)T + 1);
@@ -423,14 +415,14 @@ int gpt2_split(gpt2_view all, int T, double val_fraction, gpt2_view *train, gpt2
     int64_t k = n - 1 - n_val >= 0 ? (n - 1 - n_val) / T : 0;
     int64_t cut = all.begin + k * T + 1;
     if (k < 1)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "the stream (%s) has %lld tokens: after holding out %lld (val_fraction %g) "
                     "for validation, too few remain for one training window of T + 1 = %lld "
                     "tokens",
                     all.tokens->files[0].path, (long long)n, (long long)n_val, val_fraction,
                     (long long)T + 1);
     if (all.end - cut < (int64_t)T + 1)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "the stream (%s) has %lld tokens: the validation part (val_fraction %g) "
                     "would hold %lld tokens, fewer than one window of T + 1 = %lld; raise "
                     "val_fraction or give a validation file",
@@ -500,13 +492,13 @@ static void fill_window(gpt2_view v, int T, int64_t w, int32_t *inputs, int32_t 
 int gpt2_train_batch(gpt2_view train, int T, uint64_t seed, int64_t pos, int rank, int B,
                      int32_t *inputs, int32_t *targets, char *err, size_t err_cap) {
     if (T < 1 || B < 1 || rank < 0 || pos < 0)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "gpt2_train_batch: bad arguments T = %d, B = %d, rank = %d, pos = %lld "
                     "(need T >= 1, B >= 1, rank >= 0, pos >= 0)",
                     T, B, rank, (long long)pos);
     int64_t K = gpt2_view_num_windows(train, T);
     if (K < 1)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "the training view [%lld, %lld) of %s has %lld tokens: too few for one "
                     "window of T + 1 = %lld tokens",
                     (long long)train.begin, (long long)train.end, train.tokens->files[0].path,
@@ -516,7 +508,7 @@ int gpt2_train_batch(gpt2_view train, int T, uint64_t seed, int64_t pos, int ran
     if (__builtin_mul_overflow((int64_t)rank, (int64_t)B, &first) ||
         __builtin_add_overflow(first, pos, &first) ||
         __builtin_add_overflow(first, (int64_t)B - 1, &last))
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "gpt2_train_batch: sample numbers overflow int64 (pos = %lld, rank = %d, "
                     "B = %d)",
                     (long long)pos, rank, B);
@@ -530,10 +522,10 @@ int gpt2_train_batch(gpt2_view train, int T, uint64_t seed, int64_t pos, int ran
 
 int gpt2_val_sample(gpt2_view val, int T, int64_t j, int32_t *inputs, int32_t *targets,
                     char *err, size_t err_cap) {
-    if (T < 1) return fail(err, err_cap, "gpt2_val_sample: T = %d must be >= 1", T);
+    if (T < 1) return gpt2_fail(err, err_cap, "gpt2_val_sample: T = %d must be >= 1", T);
     int64_t K = gpt2_view_num_windows(val, T);
     if (j < 0 || j >= K)
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "validation sample %lld does not exist: the validation view [%lld, %lld) "
                     "of %s has %lld windows of T + 1 = %lld tokens",
                     (long long)j, (long long)val.begin, (long long)val.end,
@@ -574,7 +566,7 @@ static int count_view(gpt2_view v, count_ctx *c, const char *which, char *err, s
     memset(c->counts, 0, sizeof(int64_t) * (size_t)c->vocab);
     if (visit_chunks(v.tokens, v.begin, v.end, visit_count, c) != 0) {
         const gpt2_file *f = c->bad_file;
-        return fail(err, err_cap,
+        return gpt2_fail(err, err_cap,
                     "%s: token id %d at token %lld of the file (stream token %lld, in the %s "
                     "view) is outside the vocabulary of %d",
                     f->path, c->bad_token, (long long)c->bad_at,
@@ -586,15 +578,15 @@ static int count_view(gpt2_view v, count_ctx *c, const char *which, char *err, s
 int gpt2_unigram_baseline(gpt2_view train, gpt2_view val, int vocab_size, gpt2_unigram *out,
                           char *err, size_t err_cap) {
     if (vocab_size < 1)
-        return fail(err, err_cap, "gpt2_unigram_baseline: vocab_size = %d must be >= 1",
+        return gpt2_fail(err, err_cap, "gpt2_unigram_baseline: vocab_size = %d must be >= 1",
                     vocab_size);
     int64_t n = train.end - train.begin, m = val.end - val.begin;
-    if (n < 1) return fail(err, err_cap, "gpt2_unigram_baseline: the training view is empty");
+    if (n < 1) return gpt2_fail(err, err_cap, "gpt2_unigram_baseline: the training view is empty");
     int64_t *train_counts = calloc((size_t)vocab_size, sizeof(int64_t));
     int64_t *val_counts = calloc((size_t)vocab_size, sizeof(int64_t));
     int rc = -1;
     if (!train_counts || !val_counts) {
-        fail(err, err_cap, "gpt2_unigram_baseline: out of memory for %d counts", vocab_size);
+        gpt2_fail(err, err_cap, "gpt2_unigram_baseline: out of memory for %d counts", vocab_size);
         goto done;
     }
     count_ctx c = {train_counts, vocab_size, 0, NULL, 0};

@@ -2,6 +2,7 @@
 # GPT-2 (the tiny configuration, tied embedding) through zeroshard:
 #   - stages 0-3 at np 2 give bit-identical losses, gradient norms and
 #     parameters after 3 steps (fp32 master weights, exported), in fp32 and bf16;
+#   - activation recomputation gives the same bits;
 #   - np 1 with 4 sequences and np 2 with 2 each see the same data: losses
 #     and parameters agree within a tolerance (sums are ordered differently).
 # Usage: run_gpt2_stages.sh MPIEXEC gpt2_train zs-ckpt
@@ -25,6 +26,15 @@ for dtype in fp32 bf16; do
   done
   echo "$dtype: stages 0-3 bit-identical at np 2 (losses, norms, parameters)"
 done
+
+# Activation recomputation changes memory, not results.
+tiny_config "$work/r.cfg" 3 bf16
+run 2 "$work/recompute.log" "$work/r.cfg" app.steps=3 app.batch_size=2 app.recompute=true \
+    "checkpoint.dir=$work/ckpt.recompute" checkpoint.every=3 "app.loss_log=$work/recompute.loss"
+export_ckpt "$work/ckpt.recompute" "$work/recompute.safetensors"
+cmp -s "$work/bf16.s3.loss" "$work/recompute.loss" && cmp -s "$work/bf16.s3.safetensors" "$work/recompute.safetensors" ||
+  fail "app.recompute = true changed the results"
+echo "recompute: bit-identical to stored activations"
 
 # One rank with the whole batch against two ranks with half each.
 tiny_config "$work/np.cfg" 3 fp32
