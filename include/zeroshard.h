@@ -235,6 +235,14 @@ zs_status zs_backend_accumulate(zs_ctx *zs, void *dst, zs_dtype dst_dtype, const
 zs_status zs_fetch(zs_ctx *zs, zs_unit *unit);
 zs_status zs_release(zs_ctx *zs, zs_unit *unit);
 
+/* Stage 3: gathers `unit` ahead of its zs_fetch (which then only waits for
+ * it), if it fits zero.prefetch_bytes, zero.max_live_units and the live
+ * budget right now; otherwise does nothing. The runtime already prefetches
+ * in the order the program's first micro-step fetched units; this is for
+ * programs whose order varies. Collective (every rank must make the same
+ * calls); a no-op in stages 0-2. */
+zs_status zs_prefetch(zs_ctx *zs, zs_unit *unit);
+
 /* The unit's full parameters (compute dtype), valid between zs_fetch and
  * zs_release. NULL (with zs_last_error set) if the unit is not fetched. */
 void *zs_param_data(const zs_param *p);

@@ -156,7 +156,7 @@ static double median(double *v, int n) {
 int main(int argc, char **argv) {
     long long params = 64ll << 20, units = 8, iters = 3, io_bytes = 64ll << 20;
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     for (int i = 1; i < argc; i++) {

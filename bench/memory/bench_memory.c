@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--unit-params") == 0) unit_params = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--max-live") == 0) max_live = atoi(argv[i + 1]);
     }
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);

@@ -416,6 +416,8 @@ static zs_status load_any(zs_ctx *zs, const char *dir, int missing_ok, int *load
 
 zs_status zs_load(zs_ctx *zs, const char *dir) {
     if (!zs || !dir) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_load: zs and dir are required");
+    /* Collectives run here, on this thread: nothing may be queued. */
+    ZS_CHECK(zs__engine_drain(zs->engine));
     int loaded = 0;
     zs_status st = load_any(zs, dir, 0, &loaded);
     if (st != ZS_OK) return zs__fail_context(st, "zs_load('%s')", dir);

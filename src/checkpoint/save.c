@@ -421,6 +421,8 @@ static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
 
 zs_status zs_save(zs_ctx *zs, const char *dir) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: context is NULL");
+    /* Collectives run here, on this thread: nothing may be queued. */
+    ZS_CHECK(zs__engine_drain(zs->engine));
     const char *root = dir ? dir : zs->settings.checkpoint.dir;
     zs_status local = ZS_OK;
     if (!zs->built) local = zs__fail(ZS_ERR_STATE, "zs_save: call zs_build first");

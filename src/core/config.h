@@ -64,6 +64,8 @@ typedef struct zs__settings {
         int max_live_units;        /* zero.max_live_units; 1..65536; default 2 */
         int64_t live_bytes;        /* zero.live_bytes; bytes; >= 0; default 0 = room for
                                       max_live_units of the largest unit (src/zero/live.h) */
+        int64_t prefetch_bytes;    /* zero.prefetch_bytes; bytes; >= 0; default 64 MiB: stage-3
+                                      gathers issued ahead of the program's fetches; 0 = off */
         int64_t align;             /* zero.align; elements; power of two 1..4096; default 16 */
     } zero;
 
@@ -111,6 +113,8 @@ typedef struct zs__settings {
         zs__timeout_policy on_timeout; /* comm.on_timeout = "abort" | "return"; default "abort" */
         int check_collectives;        /* comm.check_collectives; bool; default false: agree on a
                                          fingerprint of every collective before running it */
+        int overlap;                  /* comm.overlap; bool; default true: collectives run on
+                                         the comm engine's thread (src/comm/engine.h) */
     } comm;
 
     struct {

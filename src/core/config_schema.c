@@ -86,6 +86,10 @@ const zs__key zs__config_keys[] = {
             "unit parameters (stage 3) and open unit gradients are carved at their exact sizes; "
             "0 = max_live_units times the largest unit for each (stage 3: parameters and "
             "gradients); at least the largest unit's parameters plus its gradient."),
+    INT_KEY("zero.prefetch_bytes", zero.prefetch_bytes, 67108864, 0, INT64_MAX,
+            "Stage 3: most bytes of unit parameters gathered ahead of the program's fetches, in "
+            "the order recorded in the first step (or stated with zs_prefetch), within "
+            "zero.live_bytes; 0 turns prefetching off."),
     {.path = "zero.align", .type = ZS__KEY_INT, FIELD(zero.align), .int_default = 16, .int_min = 1,
      .int_max = 4096, .power_of_two = 1,
      .doc = "Shard boundaries and flat-buffer offsets are padded to this many elements."},
@@ -175,6 +179,10 @@ const zs__key zs__config_keys[] = {
              "Debug: before every collective, ranks agree on its fingerprint (op, sequence "
              "number, unit, count, dtype) and fail together, printing both sides, when they "
              "differ; costs one small exchange per collective."),
+    BOOL_KEY("comm.overlap", comm.overlap, 1,
+             "Run collectives on a communication thread in program order, overlapping them with "
+             "the program's compute (results are identical either way); needs "
+             "MPI_THREAD_MULTIPLE, else it falls back to synchronous collectives with a warning."),
 
     /* The logger owns the names of its levels, so its parser decides. */
     {.path = "log.level", .type = ZS__KEY_ENUM, FIELD(log.level), .string_default = "info",

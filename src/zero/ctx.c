@@ -57,6 +57,30 @@ static zs_status node_rank(zs_ctx *zs, int *out) {
     return st;
 }
 
+/* The comm engine runs collectives on its own thread when comm.overlap is on,
+ * the ranks are more than one, MPI allows calls from several threads (the
+ * program's own MPI calls go on meanwhile), and the backend is the host: on
+ * CUDA the NCCL calls only enqueue on the communication stream, so the device
+ * overlaps without a host thread and the engine runs ops inline. */
+static zs_status create_engine(zs_ctx *zs) {
+    int threaded = zs->settings.comm.overlap && zs->world_size > 1 &&
+                   zs->backend->ops->host_accessible;
+    if (threaded) {
+        int level = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&level);
+        if (level < MPI_THREAD_MULTIPLE) {
+            ZS_WARN("comm.overlap = true needs MPI_THREAD_MULTIPLE, but MPI was initialized with "
+                    "%s; collectives run synchronously (initialize MPI with MPI_Init_thread("
+                    "MPI_THREAD_MULTIPLE), or let zs_create initialize it)",
+                    level == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+                    : level == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+                                                     : "MPI_THREAD_SERIALIZED");
+            threaded = 0;
+        }
+    }
+    return zs__engine_create(threaded, NULL, &zs->engine);
+}
+
 static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs_ctx **out) {
     zs_status st = ZS_OK;
     zs_ctx *zs = calloc(1, sizeof *zs);
@@ -97,9 +121,11 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
         zs->comm = device_comm;
     }
 
-    ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d",
+    ZS_CHECK_GOTO(create_engine(zs), st, fail);
+    ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d, %s collectives",
             zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
-            zs->backend->ops->name, zs->settings.zero.max_live_units);
+            zs->backend->ops->name, zs->settings.zero.max_live_units,
+            zs__engine_threaded(zs->engine) ? "overlapped" : "synchronous");
     *out = zs;
     return ZS_OK;
 fail:
@@ -123,7 +149,9 @@ zs_status zs_create(const zs_config *cfg, zs_ctx **out) {
     MPI_Initialized(&initialized);
     if (!initialized) {
         int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        /* MULTIPLE: the comm engine's thread runs collectives while the
+         * program calls MPI itself (create_engine checks what was granted). */
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return zs__fail(ZS_ERR_COMM, "zs_create: MPI_Init_thread failed; launch the "
                                          "program with mpirun");
         owns = 1;
@@ -138,6 +166,10 @@ void zs_destroy(zs_ctx *zs) {
      * into an abort there, not a hang in cudaFree), then destroy the
      * communicator (its stream is ordered against the backend's, which must
      * still exist), then free the buffers and the backend. */
+    if (zs->engine && zs__engine_drain(zs->engine) != ZS_OK)
+        ZS_WARN("zs_destroy: a collective in flight failed: %s", zs_last_error());
+    zs__engine_destroy(zs->engine);
+    zs->engine = NULL;
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
     /* Destroy is collective: every rank agrees that every rank is leaving.
      * A rank that leaves the training loop early (or destroys its context in
@@ -162,6 +194,9 @@ void zs_destroy(zs_ctx *zs) {
     free(zs->params);
     free(zs->units);
     free(zs->unit_sums);
+    free(zs->held);
+    free(zs->order);
+    free(zs->recorded);
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
     zs__plan_destroy(zs->plan);

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "comm/engine.h"
 #include "core/config.h"
 #include "core/memory.h"
 #include "mixed_precision/loss_scaler.h"
@@ -31,6 +32,16 @@ struct zs_param {
     unsigned flags;
 };
 
+/* A collective of one unit, run by the comm engine (unit_ops.c). */
+typedef struct zs__unit_op {
+    zs__engine_op op;            /* first: the engine hands this back to run() */
+    zs_ctx *zs;
+    zs_unit *unit;
+    void *buf;                   /* the unit's full buffer being gathered or reduced */
+    int all_reduce;              /* stage 0: all-reduce instead of reduce-scatter */
+    int to_shard;                /* stages 2-3: add the owned chunk into the gradient shard */
+} zs__unit_op;
+
 struct zs_unit {
     zs_ctx *ctx;
     int index;                   /* forward order */
@@ -45,6 +56,14 @@ struct zs_unit {
     void *live_grad;             /* stages 2-3: the open full gradient, carved from the live
                                     budget at first use and kept across release and refetch
                                     (tied weights) until zs_grads_ready; NULL otherwise */
+    /* The unit's collectives on the comm engine: at most one of each in flight. */
+    zs__unit_op gather;          /* stage 3: the owned slice copied in, then all-gathered */
+    zs__unit_op reduce;          /* the gradient's reduction (and, stages 2-3, into the shard) */
+    int gathering;               /* `gather` submitted and not yet waited for */
+    int reducing;                /* `reduce` submitted and not yet waited for */
+    int prefetched;              /* stage 3: gathered ahead of the program's zs_fetch */
+    void *held_grad;             /* stages 2-3: the carve `reduce` reads, returned to the
+                                    budget once it completed (at a deterministic point) */
 };
 
 /* One named blob of user state (zs_user_state_set, or restored by zs_load). */
@@ -65,6 +84,7 @@ struct zs_ctx {
     int owns_mpi;                /* this context initialized MPI */
     zs__mem mem;
     zs__comm *comm;
+    zs__engine *engine;          /* every collective of the step protocol (comm/engine.h) */
     zs__backend *backend;
 
     /* The model as described, in registration order. */
@@ -100,7 +120,22 @@ struct zs_ctx {
     zs__live live;               /* stages 2-3: zero.live_bytes (zero/live.h) */
     int live_units;              /* stage-3 units gathered now (<= max_live_units) */
     int live_units_peak;
-    int open_grads;              /* stages 2-3: unit gradients open now (<= max_live_units) */
+    int open_grads;              /* stages 2-3: unit gradients open now, or held by their
+                                    reduction (<= max_live_units) */
+    /* Units whose gradient carve a submitted reduction still holds, oldest
+     * first: returned only where the runtime waits for them (a carve that
+     * does not fit, zs_step), so the budget's state, and with it every
+     * prefetch decision, is the same on every rank. */
+    zs_unit **held;
+    int held_count;
+    /* Stage-3 prefetch (prefetch.c): the fetch order of the first
+     * micro-step, then verified at every fetch. */
+    int *order, *recorded;       /* the order followed; this micro-step's fetches */
+    int order_len, recorded_len, order_pos;
+    int order_state;             /* 0 recording, 1 verifying (prefetching), 2 off until zs_step */
+    int order_confirmed;         /* a whole micro-step followed `order` */
+    int order_warned;
+    int64_t prefetch_bytes_in_flight;
 
     int64_t step;                /* optimizer steps applied */
     int64_t skipped_total;
@@ -128,6 +163,32 @@ uint64_t zs__state_digest(const zs_ctx *zs);
  * slices: every rank gathers the others' slices of every unit (after an
  * optimizer step, or an import). A no-op in stages 0 and 3. Collective. */
 zs_status zs__gather_full_params(zs_ctx *zs);
+
+/* Residency helpers (residency.c, unit_ops.c, prefetch.c). */
+/* The unit's full buffer size in bytes (compute dtype). */
+size_t zs__unit_bytes(const zs_ctx *zs, const zs_unit *unit);
+/* Carves bytes for unit from the live budget; when it does not fit, waits
+ * for the oldest held gradient reduction, returns its carve, and tries
+ * again, until nothing is held. */
+zs_status zs__live_take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, void **out);
+/* Waits for the oldest held reduction and returns its carve to the budget. */
+zs_status zs__reclaim_oldest(zs_ctx *zs);
+/* Submits the stage-3 gather of `unit` into unit->live_params. */
+void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit);
+/* Submits the reduction of `unit`'s gradient in `full` (stages 0-1: the
+ * unit's part of the full gradient buffer; stages 2-3: its carve). */
+void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
+/* Prefetch: called by zs_fetch before (zs__prefetch_check) and after
+ * (zs__prefetch_ahead) a fetch; zs__prefetch_cancel waits for prefetched
+ * units and returns them; zs__prefetch_step_end at zs_step. */
+zs_status zs__prefetch_check(zs_ctx *zs, zs_unit *unit);
+void zs__prefetch_ahead(zs_ctx *zs);
+zs_status zs__prefetch_cancel(zs_ctx *zs);
+int zs__prefetch_pending(const zs_ctx *zs); /* units gathered ahead and not fetched */
+zs_status zs__prefetch_step_end(zs_ctx *zs);
+/* At zs_step: waits for every queued collective, returns every held carve
+ * and whatever was gathered ahead and not fetched. */
+zs_status zs__residency_step_end(zs_ctx *zs);
 
 /* Learning rate of optimizer step t (1-based) under the configured schedule. */
 double zs__schedule_lr(const zs__settings *settings, int64_t t);

@@ -54,6 +54,7 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
     if (!zs || !source)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_params_import: context and source are required");
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_params_import: call zs_build first");
+    ZS_CHECK(zs__engine_drain(zs->engine));
     zs_status local = ZS_OK;
     for (int u = 0; u < zs->unit_count && local == ZS_OK; u++)
         if (zs->units[u]->fetched || zs->units[u]->grads_declared || zs->units[u]->live_grad)

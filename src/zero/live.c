@@ -78,18 +78,20 @@ zs_status zs__live_take(zs__live *live, const char *owner, zs__live_kind kind, s
                         void **out) {
     *out = NULL;
     const size_t span = zs__live_span(bytes);
-    /* Best fit: the smallest gap (before the first block, between blocks,
-     * after the last) that holds the span; the first such gap on ties. */
-    size_t best_offset = 0, best_gap = SIZE_MAX, largest_gap = 0;
+    /* Two ends: parameters take the lowest gap that holds them (at its
+     * bottom), gradients the highest (at its top). Gradients outlive the
+     * parameters they came with (a reduction holds its carve; a tied
+     * weight's gradient stays open), so keeping the two apart stops a held
+     * gradient from splitting the room the next unit needs. */
+    size_t best_offset = 0, largest_gap = 0;
     int best_index = -1;
     size_t cursor = 0;
     for (int i = 0; i <= live->count; i++) {
         size_t end = i < live->count ? live->blocks[i].offset : live->capacity;
         size_t gap = end - cursor;
         if (gap > largest_gap) largest_gap = gap;
-        if (span > 0 && gap >= span && gap < best_gap) {
-            best_gap = gap;
-            best_offset = cursor;
+        if (span > 0 && gap >= span && (kind == ZS__LIVE_GRAD || best_index < 0)) {
+            best_offset = kind == ZS__LIVE_GRAD ? end - span : cursor;
             best_index = i;
         }
         if (i < live->count) cursor = live->blocks[i].offset + live->blocks[i].span;

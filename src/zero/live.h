@@ -6,10 +6,10 @@
  * have units of very different sizes (GPT-2's embedding unit is 5.6x a
  * block), so slots sized for the largest unit waste most of what they hold.
  *
- * Placement is best fit among the gaps between carved blocks (the smallest
- * gap that holds the request, the lowest address on ties); blocks never
- * move, because the program holds pointers into them between fetch and
- * release. A request can therefore fail for fragmentation although enough
+ * Placement: parameters take the lowest gap that holds them, gradients the
+ * highest (at its top), so the two kinds grow from opposite ends; blocks
+ * never move, because the program holds pointers into them between fetch
+ * and release. A request can therefore fail for fragmentation although enough
  * bytes are free in total; the message says so.
  *
  * Accounting: the whole buffer is charged when it is allocated, to

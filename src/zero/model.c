@@ -310,7 +310,8 @@ zs_status zs_build(zs_ctx *zs) {
     if (st != ZS_OK) return zs__fail_context(st, "zs_build");
 
     zs->unit_sums = calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
-    st = zs->unit_sums ? allocate_and_initialize(zs)
+    zs->held = calloc((size_t)(zs->unit_count ? zs->unit_count : 1), sizeof *zs->held);
+    st = zs->unit_sums && zs->held ? allocate_and_initialize(zs)
                        : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     if (st != ZS_OK) return zs__fail_context(st, "zs_build on rank %d", zs->rank);
     zs->built = 1;

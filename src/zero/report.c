@@ -65,6 +65,7 @@ static void print_tables(FILE *out, const rank_figures *all, int world) {
 zs_status zs_report_print(zs_ctx *zs, FILE *out) {
     if (!zs || (!out && zs->rank == 0))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_report_print: context and stream are required");
+    ZS_CHECK(zs__engine_drain(zs->engine));
     rank_figures mine;
     ZS_CHECK(zs_memory_report(zs, &mine.memory));
     ZS_CHECK(zs_comm_report(zs, &mine.comm));

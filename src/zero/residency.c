@@ -43,20 +43,53 @@ static void holders(const zs_ctx *zs, int params, char *out, size_t cap) {
     out[0] = '\0';
     for (int u = 0; u < zs->unit_count && used < cap; u++) {
         const zs_unit *unit = zs->units[u];
-        if (!(params ? unit->live_params : unit->live_grad)) continue;
+        if (!(params ? unit->live_params != NULL : unit->live_grad || unit->held_grad)) continue;
         int n = snprintf(out + used, cap - used, "%s'%s'", used ? ", " : "", unit->name);
         if (n < 0) break;
         used += (size_t)n;
     }
 }
 
-static size_t unit_bytes(const zs_ctx *zs, const zs_unit *unit) {
+size_t zs__unit_bytes(const zs_ctx *zs, const zs_unit *unit) {
     return (size_t)zs->plan->units[unit->index].padded_numel * zs_dtype_size(zs->compute_dtype);
+}
+
+zs_status zs__reclaim_oldest(zs_ctx *zs) {
+    ZS_ASSERT(zs->held_count > 0);
+    zs_unit *unit = zs->held[0];
+    memmove(zs->held, zs->held + 1, sizeof *zs->held * (size_t)(zs->held_count - 1));
+    zs->held_count--;
+    zs_status st = zs__engine_wait(zs->engine, &unit->reduce.op);
+    unit->reducing = 0;
+    zs__live_give(&zs->live, unit->held_grad);
+    unit->held_grad = NULL;
+    zs->open_grads--;
+    return st;
+}
+
+zs_status zs__live_take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, void **out) {
+    for (;;) {
+        zs_status st = zs__live_take(&zs->live, unit->name, kind, zs__unit_bytes(zs, unit), out);
+        if (st == ZS_OK) return st;
+        /* First the oldest finished (or finishing) reductions, then what was
+         * gathered ahead: the program's own needs come before prefetching. */
+        if (zs->held_count > 0) {
+            ZS_CHECK(zs__reclaim_oldest(zs));
+        } else if (zs__prefetch_pending(zs)) {
+            ZS_CHECK(zs__prefetch_cancel(zs));
+        } else {
+            return st;
+        }
+    }
 }
 
 /* Opens the unit's full gradient (stages 2-3): carved from the live budget
  * and zeroed, because backward adds into it. */
 static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
+    /* Gradients still held by their reductions count too: return the
+     * oldest first (it waits for it) before refusing. */
+    while (zs->open_grads >= zs->settings.zero.max_live_units && zs->held_count > 0)
+        ZS_CHECK(zs__reclaim_oldest(zs));
     if (zs->open_grads >= zs->settings.zero.max_live_units) {
         char open[512];
         holders(zs, 0, open, sizeof open);
@@ -67,11 +100,11 @@ static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
                         call, unit->name, zs->settings.zero.max_live_units, open);
     }
     void *grad = NULL;
-    zs_status st = zs__live_take(&zs->live, unit->name, ZS__LIVE_GRAD, unit_bytes(zs, unit), &grad);
+    zs_status st = zs__live_take_reclaiming(zs, unit, ZS__LIVE_GRAD, &grad);
     if (st != ZS_OK)
         return budget_refused(st, call, unit, "call zs_grads_ready or zs_release on a unit "
                               "first, or raise zero.live_bytes");
-    st = zs->backend->ops->zero(zs->backend, grad, unit_bytes(zs, unit));
+    st = zs->backend->ops->zero(zs->backend, grad, zs__unit_bytes(zs, unit));
     if (st != ZS_OK) {
         zs__live_give(&zs->live, grad);
         return st;
@@ -81,10 +114,15 @@ static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
     return ZS_OK;
 }
 
-static void close_grad(zs_ctx *zs, zs_unit *unit) {
-    zs__live_give(&zs->live, unit->live_grad);
-    unit->live_grad = NULL;
-    zs->open_grads--;
+zs_status zs__residency_step_end(zs_ctx *zs) {
+    zs_status st = zs__engine_drain(zs->engine);
+    while (zs->held_count > 0) {
+        zs_status reclaimed = zs__reclaim_oldest(zs);
+        if (st == ZS_OK) st = reclaimed;
+    }
+    for (int u = 0; u < zs->unit_count; u++) zs->units[u]->reducing = 0;
+    zs_status prefetched = zs__prefetch_step_end(zs);
+    return st != ZS_OK ? st : prefetched;
 }
 
 zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
@@ -93,36 +131,44 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         return zs__fail(ZS_ERR_STATE, "zs_fetch('%s'): the unit is already fetched; release it "
                         "first", unit->name);
     if (zs->settings.zero.stage == 3) {
-        if (zs->live_units >= zs->settings.zero.max_live_units) {
-            char fetched[512];
-            holders(zs, 1, fetched, sizeof fetched);
-            return zs__fail(ZS_ERR_STATE,
-                            "zs_fetch('%s'): zero.max_live_units = %d units are fetched already "
-                            "(%s); release one first or raise zero.max_live_units",
-                            unit->name, zs->settings.zero.max_live_units, fetched);
+        /* Was it gathered ahead (and is this the order that was recorded)? */
+        ZS_CHECK(zs__prefetch_check(zs, unit));
+        if (!unit->prefetched) {
+            /* Units gathered ahead give way to the program's own fetch. */
+            if (zs->live_units >= zs->settings.zero.max_live_units && zs__prefetch_pending(zs))
+                ZS_CHECK(zs__prefetch_cancel(zs));
+            if (zs->live_units >= zs->settings.zero.max_live_units) {
+                char fetched[512];
+                holders(zs, 1, fetched, sizeof fetched);
+                return zs__fail(ZS_ERR_STATE,
+                                "zs_fetch('%s'): zero.max_live_units = %d units are fetched "
+                                "already (%s); release one first or raise zero.max_live_units",
+                                unit->name, zs->settings.zero.max_live_units, fetched);
+            }
+            void *full = NULL;
+            zs_status st = zs__live_take_reclaiming(zs, unit, ZS__LIVE_PARAMS, &full);
+            if (st != ZS_OK)
+                return budget_refused(st, "zs_fetch", unit, "release a unit or call "
+                                      "zs_grads_ready first, or raise zero.live_bytes");
+            unit->live_params = full;
+            zs->live_units++;
+            zs__unit_gather_submit(zs, unit);
         }
-        void *full = NULL;
-        zs_status st = zs__live_take(&zs->live, unit->name, ZS__LIVE_PARAMS, unit_bytes(zs, unit),
-                                     &full);
-        if (st != ZS_OK)
-            return budget_refused(st, "zs_fetch", unit, "release a unit or call zs_grads_ready "
-                                  "first, or raise zero.live_bytes");
-        const zs__plan_unit *pu = &zs->plan->units[unit->index];
-        size_t elem = zs_dtype_size(zs->compute_dtype);
-        void *mine = (char *)full + (size_t)(zs->rank * pu->shard_numel) * elem;
-        st = zs->backend->ops->copy(zs->backend, mine,
-                                    zs__buf_at(&zs->params_shard, pu->shard_offset),
-                                    (size_t)pu->shard_numel * elem);
-        if (st == ZS_OK)
-            st = zs__comm_all_gather(zs->comm, full, (size_t)pu->shard_numel, zs->compute_dtype,
-                                     unit->name);
+        if (unit->prefetched) zs->prefetch_bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
+        unit->prefetched = 0;
+        unit->gathering = 0;
+        zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);
         if (st != ZS_OK) {
-            zs__live_give(&zs->live, full);
+            zs__live_give(&zs->live, unit->live_params);
+            unit->live_params = NULL;
+            zs->live_units--;
             return zs__fail_context(st, "zs_fetch('%s')", unit->name);
         }
-        unit->live_params = full;
-        zs->live_units++;
         if (zs->live_units > zs->live_units_peak) zs->live_units_peak = zs->live_units;
+        unit->fetched = 1;
+        /* Gather what the recorded order fetches next, within the budget. */
+        zs__prefetch_ahead(zs);
+        return ZS_OK;
     }
     unit->fetched = 1;
     return ZS_OK;
@@ -187,49 +233,6 @@ void *zs_param_grad(zs_param *p) {
     return (char *)unit->live_grad + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
 }
 
-/* Sums a unit's full gradient (`full`, compute dtype) over ranks, in the
- * configured reduce dtype. all_reduce: every element of `full` ends reduced;
- * otherwise only the owned chunk is meaningful. On return *chunk points at
- * the reduced owned chunk, in *chunk_dtype: inside `full`, or inside the fp32
- * staging buffer when precision.reduce_dtype = "fp32" and the chunk goes on
- * to a shard (to_shard) without being rounded back first. */
-static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, int all_reduce,
-                                  int to_shard, const void **chunk, zs_dtype *chunk_dtype) {
-    const zs__plan_unit *pu = &zs->plan->units[unit->index];
-    const zs_dtype dt = zs->compute_dtype;
-    zs__backend *be = zs->backend;
-    const size_t shard = (size_t)pu->shard_numel;
-    const int64_t mine = (int64_t)zs->rank * pu->shard_numel;
-    if (zs->reduce_dtype == dt || zs->world_size == 1) {
-        if (all_reduce) ZS_CHECK(zs__comm_all_reduce(zs->comm, full, shard, dt, unit->name));
-        else ZS_CHECK(zs__comm_reduce_scatter(zs->comm, full, shard, dt, unit->name));
-        *chunk = (const char *)full + (size_t)mine * zs_dtype_size(dt);
-        *chunk_dtype = dt;
-        return ZS_OK;
-    }
-    /* fp32 reduction of a low-precision gradient: widen, reduce, then round
-     * back what the stage keeps in the compute dtype. */
-    float *wide = zs->reduce_staging.ptr;
-    ZS_CHECK(be->ops->convert(be, wide, ZS_DTYPE_FP32, full, dt, pu->padded_numel));
-    if (all_reduce) {
-        ZS_CHECK(zs__comm_all_reduce(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
-        ZS_CHECK(be->ops->convert(be, full, dt, wide, ZS_DTYPE_FP32, pu->padded_numel));
-    } else {
-        ZS_CHECK(zs__comm_reduce_scatter(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
-        if (!to_shard)
-            ZS_CHECK(be->ops->convert(be, (char *)full + (size_t)mine * zs_dtype_size(dt), dt,
-                                      wide + mine, ZS_DTYPE_FP32, pu->shard_numel));
-    }
-    if (to_shard) {
-        *chunk = wide + mine;
-        *chunk_dtype = ZS_DTYPE_FP32;
-    } else {
-        *chunk = (const char *)full + (size_t)mine * zs_dtype_size(dt);
-        *chunk_dtype = dt;
-    }
-    return ZS_OK;
-}
-
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_grads_ready"));
     if (unit->grads_declared)
@@ -237,38 +240,26 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
                         unit->name);
     const int stage = zs->settings.zero.stage;
     const zs__plan_unit *pu = &zs->plan->units[unit->index];
-    const zs_dtype dt = zs->compute_dtype;
-    zs__backend *be = zs->backend;
-    zs_status st = ZS_OK;
-    const void *chunk = NULL;
-    zs_dtype chunk_dtype = dt;
     if (stage < 2) {
         /* Stages 0-1 accumulate micro-steps in the full buffer (backward adds)
          * and reduce once, at the boundary. Stage 0 all-reduces as
          * reduce-scatter + all-gather, so each element is summed in exactly
-         * the order the other stages' reduce-scatter uses. */
+         * the order the other stages' reduce-scatter uses. The reduction
+         * runs on the comm engine while backward goes on; zs_step waits. */
         if (zs_is_accumulation_boundary(zs))
-            st = reduce_unit_grad(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset),
-                                  stage == 0, 0, &chunk, &chunk_dtype);
+            zs__unit_reduce_submit(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset),
+                                   stage == 0, 0);
     } else {
         /* A unit whose backward produced no gradient on this rank still takes
          * part in the reduction, with zeros. */
         if (!unit->live_grad) ZS_CHECK(open_grad(zs, unit, "zs_grads_ready"));
-        st = reduce_unit_grad(zs, unit, unit->live_grad, 0, 1, &chunk, &chunk_dtype);
-        if (st == ZS_OK) {
-            /* Into the shard: a copy when each step has one micro-step, else a
-             * sum across micro-steps (the shard is zeroed after every step). */
-            void *dst = zs__buf_at(&zs->grads_shard, pu->shard_offset);
-            if (zs->settings.gradient_accumulation_steps == 1)
-                st = be->ops->convert(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype,
-                                      pu->shard_numel);
-            else
-                st = be->ops->accumulate(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype,
-                                         pu->shard_numel);
-        }
-        close_grad(zs, unit);
+        /* The carve stays held by the reduction (it still counts among the
+         * open gradients) until the runtime waits for it. */
+        unit->held_grad = unit->live_grad;
+        unit->live_grad = NULL;
+        zs->held[zs->held_count++] = unit;
+        zs__unit_reduce_submit(zs, unit, unit->held_grad, 0, 1);
     }
-    if (st != ZS_OK) return zs__fail_context(st, "zs_grads_ready('%s')", unit->name);
     unit->grads_declared = 1;
     return ZS_OK;
 }

@@ -155,6 +155,9 @@ static zs_status locate_overflow(zs_ctx *zs, const double *unit_sums, int *rank,
 zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_step: context is NULL");
     zs_status local = local_readiness(zs);
+    /* Every collective the micro-step queued (reductions, gathers ahead)
+     * completes here; the budget gets its held carves back in order. */
+    if (zs->built) ZS_CHECK(zs__residency_step_end(zs));
     char local_message[1024];
     snprintf(local_message, sizeof local_message, "%s", zs_last_error());
     const int boundary = local == ZS_OK && zs_is_accumulation_boundary(zs);

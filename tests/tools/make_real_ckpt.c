@@ -42,7 +42,7 @@ static const struct {
 #define STEPS 3
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc != 3) {

@@ -2,7 +2,7 @@
  *   - carves never overlap, stay inside the buffer and start 256-byte aligned;
  *   - the tags add up: live_free + live_params + live_grads = the budget,
  *     after every operation of a long random sequence;
- *   - best fit: a request goes to the smallest gap that holds it;
+ *   - two ends: parameters fill from the bottom, gradients from the top;
  *   - refusals name the request, the budget and every holder, and say
  *     "fragmentation" when enough bytes are free but not in one piece. */
 #include <stdlib.h>
@@ -27,33 +27,41 @@ static void test_rounding_and_refusals(zs__backend *be) {
     ZT_EQ_U64(be->mem->current[ZS_MEM_LIVE_FREE], 4096);
     void *a, *b, *c, *d, *e;
     ZT_OK(zs__live_take(&live, "a", ZS__LIVE_PARAMS, 1000, &a)); /* span 1024 at 0 */
-    ZT_OK(zs__live_take(&live, "b", ZS__LIVE_GRAD, 1024, &b));   /* at 1024 */
-    ZT_OK(zs__live_take(&live, "c", ZS__LIVE_PARAMS, 1024, &c)); /* at 2048 */
-    ZT_OK(zs__live_take(&live, "d", ZS__LIVE_GRAD, 1, &d));      /* span 256 at 3072 */
-    ZT_CHECK((char *)b - (char *)a == 1024 && (char *)c - (char *)a == 2048 &&
-             (char *)d - (char *)a == 3072);
+    ZT_OK(zs__live_take(&live, "b", ZS__LIVE_GRAD, 1024, &b));   /* at the top: 3072 */
+    ZT_OK(zs__live_take(&live, "c", ZS__LIVE_PARAMS, 1024, &c)); /* next from the bottom: 1024 */
+    ZT_OK(zs__live_take(&live, "d", ZS__LIVE_GRAD, 1, &d));      /* span 256 under b: 2816 */
+    char *base = live.storage.ptr;
+    ZT_CHECK_MSG((char *)a - base == 0 && (char *)b - base == 3072 && (char *)c - base == 1024 &&
+                     (char *)d - base == 2816,
+                 "placed at %td %td %td %td", (char *)a - base, (char *)b - base, (char *)c - base,
+                 (char *)d - base);
     ZT_EQ_U64(be->mem->current[ZS_MEM_LIVE_PARAMS], 2024);
     ZT_EQ_U64(be->mem->current[ZS_MEM_LIVE_GRADS], 1025);
     check_tags(be->mem, &live);
-    /* 768 bytes remain at the end; 1000 do not fit and the message lists the holders. */
+    /* 768 bytes remain in the middle; 1000 do not fit and the message lists the holders. */
     ZT_FAILS_WITH(zs__live_take(&live, "e", ZS__LIVE_PARAMS, 1000, &e), ZS_ERR_OUT_OF_MEMORY,
                   "'e' parameters needs 1000 bytes");
-    ZT_CHECK_MSG(strstr(zs_last_error(), "held now: 'a' parameters (1000 bytes), 'b' gradient "
-                                         "(1024 bytes), 'c' parameters (1024 bytes), 'd' "
-                                         "gradient (1 bytes)") != NULL,
+    ZT_CHECK_MSG(strstr(zs_last_error(), "held now: 'a' parameters (1000 bytes), 'c' parameters "
+                                         "(1024 bytes), 'd' gradient (1 bytes), 'b' gradient "
+                                         "(1024 bytes)") != NULL,
                  "message: %s", zs_last_error());
-    /* Free a and c: 1024 + 1024 + 768 bytes free, but no 2048-byte extent. */
+    /* Free a: 1024 + 768 bytes free (2047 counting exact sizes), but no
+     * 1536-byte extent. */
     zs__live_give(&live, a);
-    zs__live_give(&live, c);
     check_tags(be->mem, &live);
-    ZT_FAILS_WITH(zs__live_take(&live, "f", ZS__LIVE_GRAD, 2048, &e), ZS_ERR_OUT_OF_MEMORY,
+    ZT_FAILS_WITH(zs__live_take(&live, "f", ZS__LIVE_GRAD, 1500, &e), ZS_ERR_OUT_OF_MEMORY,
                   "the largest free extent is 1024 bytes (fragmentation)");
-    /* Best fit: 700 bytes go to the 768-byte tail, not the first 1024-byte gap. */
+    /* Two ends: parameters take the lowest gap that holds them, gradients
+     * the top of the highest one. */
     ZT_OK(zs__live_take(&live, "g", ZS__LIVE_PARAMS, 700, &e));
-    ZT_CHECK_MSG((char *)e - (char *)live.storage.ptr == 3328, "placed at %td",
-                 (char *)e - (char *)live.storage.ptr);
+    ZT_CHECK_MSG((char *)e - base == 0, "parameters placed at %td", (char *)e - base);
+    void *h = NULL;
+    ZT_OK(zs__live_take(&live, "h", ZS__LIVE_GRAD, 200, &h));
+    ZT_CHECK_MSG((char *)h - base == 2560, "gradient placed at %td", (char *)h - base);
     zs__live_give(&live, e);
+    zs__live_give(&live, h);
     zs__live_give(&live, b);
+    zs__live_give(&live, c);
     zs__live_give(&live, d);
     ZT_EQ_U64(live.carved, 0);
     ZT_EQ_U64(live.carved_peak, 3049);

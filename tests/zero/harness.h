@@ -20,6 +20,12 @@ typedef struct harness_options {
     tiny_grad_mode mode;
     int max_live_units;
     int prefetch;            /* keep two units live in forward (stage 3 residency check) */
+    /* The comm engine: sync = 1 sets comm.overlap = false (collectives on the
+     * calling thread); gather_ahead = 1 lets stage 3 prefetch in the recorded
+     * order (zero.prefetch_bytes = 64 MiB), 0 turns it off (the memory checks
+     * compute their peaks without it). */
+    int sync;
+    int gather_ahead;
     const char *scheduler;   /* "constant" or "warmup_cosine" */
     /* Mixed precision and step options; zero values mean the defaults. */
     const char *dtype;        /* "fp32" (default), "fp16", "bf16" */

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
     ZT_REQUIRE(argc == 5);
     char extra[1024];

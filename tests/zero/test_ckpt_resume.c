@@ -41,7 +41,7 @@ static void write_result(const char *out, const harness_result *r) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
     ZT_REQUIRE(argc >= 4);
     const char *mode = argv[1];

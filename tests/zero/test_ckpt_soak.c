@@ -193,7 +193,7 @@ static int64_t state_read(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
     ZT_REQUIRE(argc == 6);
     const char *root = argv[1], *state = argv[2], *kill_point = argv[5];

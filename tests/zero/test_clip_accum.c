@@ -16,7 +16,7 @@
 #define MICRO 3
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     int world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
     struct { const char *name; double momentum; int nesterov; } cases[] = {
         {"sgd", 0.0, 0}, {"sgd", 0.9, 1}, {"sgd", 0.8, 0}, {"adam", 0.0, 0}};

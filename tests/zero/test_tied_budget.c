@@ -50,15 +50,23 @@ static char g_cfg[256];
 static int token_of(int sample, int step) { return (7 * sample + 13 * step + 3) % V; }
 static int target_of(int sample, int step) { return (5 * sample + 11 * step + 1) % V; }
 
+/* Variants of the comm engine that must all give the same bits: the
+ * default (its own thread) without gathering ahead, synchronous, and with
+ * stage-3 prefetch. */
+enum { ENGINE_THREAD = 0, ENGINE_SYNC = 1, ENGINE_PREFETCH = 2 };
+static int g_engine = ENGINE_THREAD;
+
 static zs_ctx *create(MPI_Comm comm, int stage, int64_t live_bytes, int max_live) {
     zs_config *cfg = NULL;
     ZT_OK(zs_config_load(g_cfg, &cfg));
-    char a[64], b[64], c[64];
+    char a[64], b[64], c[64], d[64], e[64];
     snprintf(a, sizeof a, "zero.stage=%d", stage);
     snprintf(b, sizeof b, "zero.live_bytes=%lld", (long long)live_bytes);
     snprintf(c, sizeof c, "zero.max_live_units=%d", max_live);
-    const char *list[] = {a, b, c};
-    ZT_OK(zs_config_override_list(cfg, 3, list));
+    snprintf(d, sizeof d, "comm.overlap=%s", g_engine == ENGINE_SYNC ? "false" : "true");
+    snprintf(e, sizeof e, "zero.prefetch_bytes=%d", g_engine == ENGINE_PREFETCH ? 1 << 26 : 0);
+    const char *list[] = {a, b, c, d, e};
+    ZT_OK(zs_config_override_list(cfg, 5, list));
     zs_ctx *zs = NULL;
     ZT_OK(zs_create_with_comm(cfg, comm, &zs));
     zs_config_destroy(cfg);
@@ -386,7 +394,7 @@ static void test_import(int world) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     int world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -420,6 +428,25 @@ int main(int argc, char **argv) {
         train(zs, &m, MPI_COMM_SELF, &reference);
         zs_destroy(zs);
     }
+    /* The same with collectives on the calling thread, and with prefetch:
+     * identical bits. */
+    for (int variant = ENGINE_SYNC; variant <= ENGINE_PREFETCH; variant++) {
+        g_engine = variant;
+        for (int stage = 0; stage < 4; stage++) {
+            static run_result other;
+            model m;
+            zs_ctx *zs = create(MPI_COMM_WORLD, stage, stage == 3 ? (int64_t)(2 * minimum) : 0, 2);
+            describe(zs, &m);
+            ZT_OK(zs_build(zs));
+            train(zs, &m, MPI_COMM_WORLD, &other);
+            zs_destroy(zs);
+            ZT_CHECK_MSG(memcmp(runs[stage].params, other.params, sizeof other.params) == 0 &&
+                             memcmp(runs[stage].loss, other.loss, sizeof other.loss) == 0,
+                         "np %d stage %d: the %s run differs from the default one", world, stage,
+                         variant == ENGINE_SYNC ? "synchronous" : "prefetching");
+        }
+    }
+    g_engine = ENGINE_THREAD;
     for (int stage = 1; stage < 4; stage++) {
         ZT_CHECK_MSG(memcmp(runs[0].params, runs[stage].params, sizeof runs[0].params) == 0,
                      "np %d: stage %d parameters are not bit-identical to stage 0", world, stage);

@@ -1,0 +1,197 @@
+/* The comm engine: a FIFO of ops and the thread that runs them (engine.h). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "comm/engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+struct zs__engine {
+    int threaded;
+    zs__trace *trace;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;      /* the thread: an op was queued, or stop */
+    pthread_cond_t finished;  /* waiters: an op completed */
+    zs__engine_op *head, *tail;
+    int stop;
+    uint64_t submitted, completed;
+    /* The first failure not yet returned by a drain. */
+    zs_status failure;
+    char failure_message[1024];
+    /* Injected network (benchmarks): 0 when off. */
+    double delay_latency_s, delay_bytes_per_s;
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps until the op has taken latency + bytes / bandwidth since it started. */
+static void injected_delay(const zs__engine *e, const zs__engine_op *op) {
+    if (e->delay_latency_s <= 0 && e->delay_bytes_per_s <= 0) return;
+    double want = e->delay_latency_s;
+    if (e->delay_bytes_per_s > 0) want += (double)op->bytes / e->delay_bytes_per_s;
+    double spent = (double)(now_ns() - op->start_ns) * 1e-9;
+    if (spent >= want) return;
+    double rest = want - spent;
+    struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void run_op(zs__engine *e, zs__engine_op *op) {
+    op->start_ns = now_ns();
+    zs__clear_error();
+    zs_status st = op->run(op);
+    injected_delay(e, op);
+    op->end_ns = now_ns();
+    op->status = st;
+    if (st != ZS_OK) snprintf(op->message, sizeof op->message, "%s", zs_last_error());
+}
+
+static void complete(zs__engine *e, zs__engine_op *op) {
+    op->done = 1;
+    e->completed++;
+    if (op->status != ZS_OK && e->failure == ZS_OK) {
+        e->failure = op->status;
+        snprintf(e->failure_message, sizeof e->failure_message, "%s", op->message);
+    }
+}
+
+static void *thread_main(void *arg) {
+    zs__engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->head && !e->stop) pthread_cond_wait(&e->wake, &e->lock);
+        if (!e->head) break; /* stop, and nothing left */
+        zs__engine_op *op = e->head;
+        pthread_mutex_unlock(&e->lock);
+        run_op(e, op);
+        pthread_mutex_lock(&e->lock);
+        e->head = op->next;
+        if (!e->head) e->tail = NULL;
+        complete(e, op);
+        pthread_cond_broadcast(&e->finished);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+static double env_double(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0.0;
+    char *end = NULL;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0' || !(d >= 0)) {
+        ZS_WARN("%s = \"%s\" is not a non-negative number; ignored", name, v);
+        return 0.0;
+    }
+    return d;
+}
+
+zs_status zs__engine_create(int threaded, zs__trace *trace, zs__engine **out) {
+    zs__engine *e = calloc(1, sizeof *e);
+    if (!e) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "comm engine: out of host memory");
+    e->threaded = threaded;
+    e->trace = trace;
+    e->delay_latency_s = env_double("ZS_COMM_DELAY_US") * 1e-6;
+    e->delay_bytes_per_s = env_double("ZS_COMM_DELAY_GBPS") * 1e9 / 8.0;
+    if (e->delay_latency_s > 0 || e->delay_bytes_per_s > 0)
+        ZS_INFO("injected network: every collective takes at least %g us + bytes / %g Gbit/s",
+                e->delay_latency_s * 1e6, e->delay_bytes_per_s * 8.0 / 1e9);
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    pthread_cond_init(&e->finished, NULL);
+    if (threaded) {
+        int rc = pthread_create(&e->thread, NULL, thread_main, e);
+        if (rc != 0) {
+            pthread_cond_destroy(&e->finished);
+            pthread_cond_destroy(&e->wake);
+            pthread_mutex_destroy(&e->lock);
+            free(e);
+            return zs__fail(ZS_ERR_INTERNAL, "comm engine: cannot start its thread (%s)",
+                            strerror(rc));
+        }
+    }
+    *out = e;
+    return ZS_OK;
+}
+
+void zs__engine_destroy(zs__engine *e) {
+    if (!e) return;
+    if (e->threaded) {
+        pthread_mutex_lock(&e->lock);
+        e->stop = 1;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->lock);
+        pthread_join(e->thread, NULL);
+    }
+    pthread_cond_destroy(&e->finished);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+int zs__engine_threaded(const zs__engine *e) { return e->threaded; }
+
+void zs__engine_submit(zs__engine *e, zs__engine_op *op) {
+    op->next = NULL;
+    op->done = 0;
+    op->status = ZS_OK;
+    op->message[0] = '\0';
+    op->enqueue_ns = now_ns();
+    if (!e->threaded) {
+        op->ticket = ++e->submitted;
+        run_op(e, op);
+        complete(e, op);
+        return;
+    }
+    pthread_mutex_lock(&e->lock);
+    op->ticket = ++e->submitted;
+    if (e->tail) e->tail->next = op;
+    else e->head = op;
+    e->tail = op;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+int zs__engine_done(zs__engine *e, const zs__engine_op *op) {
+    if (!e->threaded) return op->done;
+    pthread_mutex_lock(&e->lock);
+    int done = op->done;
+    pthread_mutex_unlock(&e->lock);
+    return done;
+}
+
+zs_status zs__engine_wait(zs__engine *e, zs__engine_op *op) {
+    if (e->threaded) {
+        pthread_mutex_lock(&e->lock);
+        while (!op->done) pthread_cond_wait(&e->finished, &e->lock);
+        pthread_mutex_unlock(&e->lock);
+    }
+    if (op->status != ZS_OK) return zs__fail(op->status, "%s", op->message);
+    return ZS_OK;
+}
+
+zs_status zs__engine_drain(zs__engine *e) {
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < e->submitted) pthread_cond_wait(&e->finished, &e->lock);
+    zs_status st = e->failure;
+    char message[sizeof e->failure_message];
+    snprintf(message, sizeof message, "%s", e->failure_message);
+    e->failure = ZS_OK;
+    e->failure_message[0] = '\0';
+    pthread_mutex_unlock(&e->lock);
+    if (st != ZS_OK) return zs__fail(st, "%s", message);
+    return ZS_OK;
+}

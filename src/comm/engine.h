@@ -1,0 +1,75 @@
+/* The comm engine (DESIGN §9): one per rank. Collectives enter a queue in
+ * program order and one communication thread runs them, so they progress
+ * while the program computes (Open MPI here has no asynchronous progress of
+ * its own: without a thread, nothing moves between calls).
+ *
+ * Program order is the queue order on every rank, and each op runs the same
+ * synchronous collective it would run without the engine, so results are
+ * identical to synchronous mode bit for bit; that equality is the test.
+ *
+ * An op is a closure: the caller embeds a zs__engine_op in storage it owns,
+ * sets `run` (called once, on the communication thread, or inline in
+ * synchronous mode) and the fields that describe it for traces, submits it,
+ * and later waits for it. Ops complete in submission order.
+ *
+ * Rules that keep the rest of the runtime single-threaded:
+ *   - only `run` touches the communicator while ops are queued; the owner
+ *     calls zs__engine_drain before any direct collective (checked: comm.c
+ *     asserts that no two collectives run at once);
+ *   - `run` allocates nothing and touches only buffers its op names; the
+ *     owner frees or reuses them only after zs__engine_wait on that op;
+ *   - a failure inside `run` is kept with the op (status and message) and
+ *     raised on the owner's thread by the wait.
+ *
+ * Every wait is bounded: the collectives inside an op carry comm.timeout_s
+ * (wait.c), so an op whose peer is gone fails (or aborts the job) and the
+ * wait returns with its message.
+ *
+ * Injected network (benchmarks): ZS_COMM_DELAY_US=latency and
+ * ZS_COMM_DELAY_GBPS=bandwidth make each op take at least latency +
+ * bytes / bandwidth by sleeping after it runs; sleeping costs no CPU, so a
+ * 2-core machine can measure overlap as a network would show it. */
+#ifndef ZS_COMM_ENGINE_H
+#define ZS_COMM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard.h"
+
+typedef struct zs__engine zs__engine;
+typedef struct zs__trace zs__trace;
+
+typedef struct zs__engine_op {
+    /* Set by the owner before zs__engine_submit. */
+    zs_status (*run)(struct zs__engine_op *op);
+    const char *name;        /* "reduce_scatter", "all_gather", ... (traces) */
+    const char *label;       /* the unit, or what is moved (traces, messages) */
+    uint64_t bytes;          /* payload on this rank (traces, injected delay) */
+    /* Set by the engine. */
+    uint64_t ticket;         /* 1, 2, ... in submission order */
+    uint64_t enqueue_ns, start_ns, end_ns;
+    zs_status status;
+    char message[1024];      /* zs_last_error() of a failed run */
+    int done;                /* read and written under the engine's lock */
+    struct zs__engine_op *next;
+} zs__engine_op;
+
+/* threaded = 1 starts the communication thread; 0 runs every op inline at
+ * submission (synchronous mode, same results). trace may be NULL. */
+zs_status zs__engine_create(int threaded, zs__trace *trace, zs__engine **out);
+/* Waits for every op, then stops the thread. NULL is a no-op. */
+void zs__engine_destroy(zs__engine *engine);
+int zs__engine_threaded(const zs__engine *engine);
+
+void zs__engine_submit(zs__engine *engine, zs__engine_op *op);
+/* Waits until `op` (and so every op before it) has run; returns its status,
+ * with its message as this thread's last error. */
+zs_status zs__engine_wait(zs__engine *engine, zs__engine_op *op);
+/* 1 when `op` has run (no waiting). */
+int zs__engine_done(zs__engine *engine, const zs__engine_op *op);
+/* Waits for every submitted op; returns the first failure among them (each
+ * failure is returned once). */
+zs_status zs__engine_drain(zs__engine *engine);
+
+#endif
