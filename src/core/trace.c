@@ -54,6 +54,7 @@ struct zs__trace {
     size_t capacity;              /* trace.capacity as given */
     int rank;
     uint64_t origin_ns;           /* ts = 0 */
+    uint64_t origin_unix_ns;      /* CLOCK_REALTIME at ts = 0: lines up the files of ranks */
     uint64_t dropped_reported;    /* drops already warned about */
     char path[4096];
 };
@@ -247,8 +248,9 @@ static void write_trace(FILE *f, const zs__trace *tr, const uint64_t dropped[ZS_
     }
     for (int i = 0; i < RING_COUNT; i++) put_ring(f, tr, &tr->rings[i]);
     fprintf(f, ",\n{\"name\":\"zeroshard_trace\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
-               "\"capacity\":%zu,\"dropped_events\":%" PRIu64,
-            tr->rank, tr->capacity, dropped_total);
+               "\"rank\":%d,\"origin_unix_ns\":%" PRIu64 ",\"capacity\":%zu,"
+               "\"dropped_events\":%" PRIu64,
+            tr->rank, tr->rank, tr->origin_unix_ns, tr->capacity, dropped_total);
     for (int t = 0; t < ZS_TRACE_TRACK_COUNT; t++)
         fprintf(f, ",\"dropped_%s\":%" PRIu64, track_names[t], dropped[t]);
     fputs("}}\n],\"displayTimeUnit\":\"ms\"}\n", f);
@@ -343,7 +345,10 @@ zs_status zs__trace_create(const char *pattern, int rank, size_t capacity_events
     tr->rings[RING_COMM].events = tr->slots + (capacity_events - comm);
     tr->rings[RING_COMM].capacity = comm;
     for (int i = 0; i < RING_COUNT; i++) atomic_init(&tr->rings[i].count, 0);
+    struct timespec unix_now;
+    clock_gettime(CLOCK_REALTIME, &unix_now);
     tr->origin_ns = zs__trace_now();
+    tr->origin_unix_ns = (uint64_t)unix_now.tv_sec * 1000000000u + (uint64_t)unix_now.tv_nsec;
     zs_status st = zs__trace_flush(tr);
     if (st != ZS_OK) {
         free(tr->slots);

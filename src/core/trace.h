@@ -9,11 +9,15 @@
  *     {"name":"backward","cat":"compute","ph":"X","ts":12.345,"dur":6.789,
  *      "pid":R,"tid":T,"args":{"unit":"h.3","op":"...","bytes":N,"seq":N,"queue_wait_us":1.5}},
  *     ...
- *     {"name":"zeroshard_trace","ph":"M","pid":R,"tid":0,"args":{"dropped_events":N,...}}
+ *     {"name":"zeroshard_trace","ph":"M","pid":R,"tid":0,"args":{"rank":R,
+ *      "origin_unix_ns":N,"capacity":N,"dropped_events":N,"dropped_compute":N,...}}
  *   ], "displayTimeUnit": "ms"}
  *
  * pid is the rank, tid the track (zs__trace_track's value); ts and dur are in
- * microseconds with 3 decimals, ts relative to the moment of create.
+ * microseconds with 3 decimals, ts relative to the moment of create, whose
+ * wall-clock time is origin_unix_ns (CLOCK_REALTIME), so that a viewer can
+ * line up the files of ranks created at slightly different moments (exactly
+ * on one host, to the clocks' synchronization across hosts).
  *
  * Off costs nothing: an empty trace.file gives a NULL trace, and every
  * function accepts NULL and returns at once (the recording ones are inline

@@ -187,6 +187,8 @@ static void test_concurrent(void) {
     json_object *info = metadata(root, "zeroshard_trace", -1);
     ZT_REQUIRE(info != NULL);
     ZT_EQ_INT(json_object_get_int64(get(info, "dropped_events")), 0);
+    ZT_EQ_INT(json_object_get_int64(get(info, "rank")), 3);
+    ZT_CHECK(json_object_get_int64(get(info, "origin_unix_ns")) > 1600000000LL * 1000000000LL);
     free(ev);
     json_object_put(root);
     zs__trace_destroy(tr);
