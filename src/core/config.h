@@ -128,6 +128,12 @@ typedef struct zs__settings {
         zs_log_level level;        /* log.level = "error"|"warn"|"info"|"debug"; default "info" */
         char file[512];            /* log.file; pattern (%h %p %r), at most 511 bytes; default "" = stderr */
     } log;
+
+    struct {
+        char file[512];            /* trace.file; pattern (%h %p %r), at most 511 bytes; default "" = off */
+        int64_t capacity;          /* trace.capacity; events per rank kept in memory; 1024..16777216;
+                                      default 65536 */
+    } trace;
 } zs__settings;
 
 /* Settings as validated. The pointer lives as long as cfg. */

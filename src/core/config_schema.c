@@ -204,6 +204,13 @@ const zs__key zs__config_keys[] = {
     STRING_KEY("log.file", log.file, "",
                "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
                "ZS_LOG_FILE environment variable wins."),
+    STRING_KEY("trace.file", trace.file, "",
+               "Timeline trace file name pattern (%r rank, %p pid, %h host; use %r so each rank "
+               "has its own file): Chrome/Perfetto JSON of compute, comm, optimizer and "
+               "checkpoint spans, rewritten at every checkpoint and at the end; empty = off."),
+    INT_KEY("trace.capacity", trace.capacity, 65536, 1024, 16777216,
+            "Trace events each rank keeps in memory (128 bytes each, allocated at start), half "
+            "for the comm track; when full, the oldest are overwritten and counted."),
 };
 
 const size_t zs__config_key_count = sizeof zs__config_keys / sizeof zs__config_keys[0];

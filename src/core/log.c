@@ -1,11 +1,12 @@
 #define _GNU_SOURCE
 #include "core/log.h"
 
+#include "core/file_pattern.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static struct {
     int rank;           /* -1 until a context says which rank this is */
@@ -31,37 +32,6 @@ const char *zs__log_level_name(zs_log_level level) {
     return "?";
 }
 
-/* Expands %h (host), %p (pid), %r (rank) and %% in a file name pattern. */
-static void expand_pattern(const char *pattern, int rank, char *out, size_t capacity) {
-    size_t used = 0;
-    for (const char *c = pattern; *c && used + 1 < capacity; c++) {
-        char piece[256];
-        const char *add = piece;
-        if (c[0] == '%' && c[1]) {
-            c++;
-            if (*c == 'h') {
-                if (gethostname(piece, sizeof piece) != 0) strcpy(piece, "host");
-                piece[sizeof piece - 1] = '\0';
-            } else if (*c == 'p') {
-                snprintf(piece, sizeof piece, "%ld", (long)getpid());
-            } else if (*c == 'r') {
-                snprintf(piece, sizeof piece, "%d", rank);
-            } else {
-                piece[0] = *c;
-                piece[1] = '\0';
-            }
-        } else {
-            piece[0] = *c;
-            piece[1] = '\0';
-        }
-        size_t n = strlen(add);
-        if (used + n >= capacity) n = capacity - used - 1;
-        memcpy(out + used, add, n);
-        used += n;
-    }
-    out[used] = '\0';
-}
-
 void zs__log_configure(int rank, zs_log_level config_level, const char *config_file_pattern) {
     g_log.rank = rank;
     g_log.level = config_level;
@@ -82,7 +52,7 @@ void zs__log_configure(int rank, zs_log_level config_level, const char *config_f
     }
     if (pattern && *pattern) {
         char path[1024];
-        expand_pattern(pattern, rank, path, sizeof path);
+        zs__file_pattern_expand(pattern, rank, path, sizeof path);
         g_log.file = fopen(path, "a");
         if (!g_log.file)
             fprintf(stderr, "zeroshard: rank %d: WARN cannot open log file '%s'; "

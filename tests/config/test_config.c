@@ -95,6 +95,8 @@ static void test_defaults(void) {
     ZT_EQ_INT(s->comm.segment_bytes, 4194304);
     ZT_EQ_INT(s->log.level, ZS_LOG_INFO);
     ZT_CHECK(strcmp(s->log.file, "") == 0);
+    ZT_CHECK(strcmp(s->trace.file, "") == 0);
+    ZT_EQ_INT(s->trace.capacity, 65536);
     ZT_EQ_INT(s->gradient_accumulation_steps, 1);
     ZT_CHECK(s->gradient_clipping == 0.0);
     ZT_EQ_INT(s->precision.dtype, ZS_DTYPE_FP32);
@@ -128,6 +130,7 @@ static void test_every_key(void) {
                                "comm: { reduce_scatter = \"mpi\"; all_gather = \"ring\";\n"
                                "  segment_bytes = 1073741824; };\n"
                                "log: { level = \"debug\"; file = \"run-%r.log\"; };\n"
+                               "trace: { file = \"trace-%r.json\"; capacity = 16777216; };\n"
                                "gradient_accumulation_steps = 65536;\n"
                                "gradient_clipping = 1e6;\n"
                                "precision: { dtype = \"bf16\"; reduce_dtype = \"fp32\";\n"
@@ -160,6 +163,8 @@ static void test_every_key(void) {
     ZT_EQ_INT(s->comm.segment_bytes, 1073741824);
     ZT_EQ_INT(s->log.level, ZS_LOG_DEBUG);
     ZT_CHECK(strcmp(s->log.file, "run-%r.log") == 0);
+    ZT_CHECK(strcmp(s->trace.file, "trace-%r.json") == 0);
+    ZT_EQ_INT(s->trace.capacity, 16777216);
     ZT_EQ_INT(s->gradient_accumulation_steps, 65536);
     ZT_CHECK(s->gradient_clipping == 1e6);
     ZT_EQ_INT(s->precision.dtype, ZS_DTYPE_BF16);
@@ -473,6 +478,13 @@ static void test_bad_configs(void) {
     strcpy(long_file + strlen(long_file), "\"; };\n" LR);
     LOAD_FAILS("longfile.cfg", long_file, ZS_ERR_CONFIG,
                "log.file is 600 bytes long; it must be at most 511 bytes");
+    snprintf(long_file, sizeof long_file, "trace: { file = \"%0600d\"; };\n" LR, 0);
+    LOAD_FAILS("longtrace.cfg", long_file, ZS_ERR_CONFIG,
+               "trace.file is 600 bytes long; it must be at most 511 bytes");
+    LOAD_FAILS("tracecap.cfg", LR "trace: { capacity = 1000; };\n", ZS_ERR_CONFIG,
+               "trace.capacity = 1000 is out of range");
+    LOAD_FAILS("tracefile.cfg", LR "trace: { file = true; };\n", ZS_ERR_CONFIG,
+               "trace.file must be a string, not a bool");
 }
 
 static void test_good_literals(void) {
