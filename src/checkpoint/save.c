@@ -419,10 +419,24 @@ static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
     return share_outcome(zs, local, (int)(-key), what);
 }
 
+static zs_status save_checkpoint(zs_ctx *zs, const char *dir);
+
 zs_status zs_save(zs_ctx *zs, const char *dir) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: context is NULL");
     /* Collectives run here, on this thread: nothing may be queued. */
     ZS_CHECK(zs__engine_drain(zs->engine));
+    const uint64_t traced_from = zs__trace_clock(zs->trace);
+    zs_status saved = save_checkpoint(zs, dir);
+    zs__trace_span(zs->trace, ZS_TRACE_CHECKPOINT, "checkpoint save", traced_from,
+                   zs__trace_clock(zs->trace), NULL);
+    /* A checkpoint is also when the trace file is brought up to date (the
+     * comm thread is idle here). */
+    if (zs->trace && zs__trace_flush(zs->trace) != ZS_OK)
+        ZS_WARN("trace: %s", zs_last_error());
+    return saved;
+}
+
+static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
     const char *root = dir ? dir : zs->settings.checkpoint.dir;
     zs_status local = ZS_OK;
     if (!zs->built) local = zs__fail(ZS_ERR_STATE, "zs_save: call zs_build first");

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 
 struct zs__engine {
     int threaded;
@@ -56,6 +57,15 @@ static void run_op(zs__engine *e, zs__engine_op *op) {
     injected_delay(e, op);
     op->end_ns = now_ns();
     op->status = st;
+    if (e->trace) {
+        zs__trace_args args = ZS_TRACE_ARGS_INIT;
+        args.unit = op->label;
+        args.op = op->name;
+        args.bytes = op->bytes;
+        args.queue_wait_ns = op->start_ns - op->enqueue_ns;
+        args.has = ZS_TRACE_HAS_BYTES | ZS_TRACE_HAS_QUEUE_WAIT;
+        zs__trace_span(e->trace, ZS_TRACE_COMM, op->name, op->start_ns, op->end_ns, &args);
+    }
     if (st != ZS_OK) snprintf(op->message, sizeof op->message, "%s", zs_last_error());
 }
 

@@ -78,7 +78,9 @@ static zs_status create_engine(zs_ctx *zs) {
             threaded = 0;
         }
     }
-    return zs__engine_create(threaded, NULL, &zs->engine);
+    ZS_CHECK(zs__trace_create(zs->settings.trace.file, zs->rank,
+                              (size_t)zs->settings.trace.capacity, &zs->trace));
+    return zs__engine_create(threaded, zs->trace, &zs->engine);
 }
 
 static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs_ctx **out) {
@@ -170,6 +172,8 @@ void zs_destroy(zs_ctx *zs) {
         ZS_WARN("zs_destroy: a collective in flight failed: %s", zs_last_error());
     zs__engine_destroy(zs->engine);
     zs->engine = NULL;
+    zs__trace_destroy(zs->trace); /* writes the file */
+    zs->trace = NULL;
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
     /* Destroy is collective: every rank agrees that every rank is leaving.
      * A rank that leaves the training loop early (or destroys its context in

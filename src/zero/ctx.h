@@ -9,6 +9,7 @@
 #include "comm/engine.h"
 #include "core/config.h"
 #include "core/memory.h"
+#include "core/trace.h"
 #include "mixed_precision/loss_scaler.h"
 #include "zero/live.h"
 #include "zero/plan.h"
@@ -85,6 +86,8 @@ struct zs_ctx {
     zs__mem mem;
     zs__comm *comm;
     zs__engine *engine;          /* every collective of the step protocol (comm/engine.h) */
+    zs__trace *trace;            /* trace.file, or NULL (core/trace.h) */
+    uint64_t trace_mark;         /* when the last runtime call returned: compute since then */
     zs__backend *backend;
 
     /* The model as described, in registration order. */
@@ -148,6 +151,19 @@ struct zs_ctx {
     int user_count, user_capacity;
     uint64_t ckpt_warned; /* retention: digest of the entries it last warned about leaving */
 };
+
+/* Traces: the program computed between two runtime calls. A runtime call
+ * records the span since the previous one returned (zs__trace_enter) and
+ * marks its own return (zs__trace_leave); free when tracing is off. */
+static inline void zs__trace_enter(zs_ctx *zs) {
+    if (!zs->trace) return;
+    uint64_t now = zs__trace_now();
+    if (zs->trace_mark) zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "compute", zs->trace_mark, now, NULL);
+    zs->trace_mark = now;
+}
+static inline void zs__trace_leave(zs_ctx *zs) {
+    if (zs->trace) zs->trace_mark = zs__trace_now();
+}
 
 /* Collective helpers shared by the zero/ files. */
 /* Every rank contributes a 64-bit digest; fails on every rank (ZS_ERR_MISMATCH)

@@ -127,6 +127,7 @@ zs_status zs__residency_step_end(zs_ctx *zs) {
 
 zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_fetch"));
+    zs__trace_enter(zs);
     if (unit->fetched)
         return zs__fail(ZS_ERR_STATE, "zs_fetch('%s'): the unit is already fetched; release it "
                         "first", unit->name);
@@ -157,7 +158,15 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         if (unit->prefetched) zs->prefetch_bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
         unit->prefetched = 0;
         unit->gathering = 0;
+        const uint64_t wait_from = zs__trace_clock(zs->trace);
         zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);
+        if (zs->trace) {
+            /* Exposed communication: the program waits for the gather. */
+            zs__trace_args args = ZS_TRACE_ARGS_INIT;
+            args.unit = unit->name;
+            zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "wait all_gather", wait_from,
+                           zs__trace_now(), &args);
+        }
         if (st != ZS_OK) {
             zs__live_give(&zs->live, unit->live_params);
             unit->live_params = NULL;
@@ -168,9 +177,11 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         unit->fetched = 1;
         /* Gather what the recorded order fetches next, within the budget. */
         zs__prefetch_ahead(zs);
+        zs__trace_leave(zs);
         return ZS_OK;
     }
     unit->fetched = 1;
+    zs__trace_leave(zs);
     return ZS_OK;
 }
 
@@ -235,6 +246,7 @@ void *zs_param_grad(zs_param *p) {
 
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_grads_ready"));
+    zs__trace_enter(zs);
     if (unit->grads_declared)
         return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): called twice in one micro-step",
                         unit->name);
@@ -261,5 +273,6 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
         zs__unit_reduce_submit(zs, unit, unit->held_grad, 0, 1);
     }
     unit->grads_declared = 1;
+    zs__trace_leave(zs);
     return ZS_OK;
 }

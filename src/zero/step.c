@@ -154,10 +154,14 @@ static zs_status locate_overflow(zs_ctx *zs, const double *unit_sums, int *rank,
 
 zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_step: context is NULL");
+    zs__trace_enter(zs);
     zs_status local = local_readiness(zs);
     /* Every collective the micro-step queued (reductions, gathers ahead)
      * completes here; the budget gets its held carves back in order. */
+    const uint64_t wait_from = zs__trace_clock(zs->trace);
     if (zs->built) ZS_CHECK(zs__residency_step_end(zs));
+    zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "wait reductions", wait_from,
+                   zs__trace_clock(zs->trace), NULL);
     char local_message[1024];
     snprintf(local_message, sizeof local_message, "%s", zs_last_error());
     const int boundary = local == ZS_OK && zs_is_accumulation_boundary(zs);
@@ -221,8 +225,11 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     } else {
         if (s->gradient_clipping > 0 && norm > s->gradient_clipping)
             clip = s->gradient_clipping / (norm + ZS_CLIP_EPSILON);
+        const uint64_t update_from = zs__trace_clock(zs->trace);
         ZS_CHECK(update_parameters(zs, lr, grad_div, clip));
         ZS_CHECK(zs__gather_full_params(zs));
+        zs__trace_span(zs->trace, ZS_TRACE_OPTIMIZER, "optimizer step", update_from,
+                       zs__trace_clock(zs->trace), NULL);
         zs->step++;
     }
     ZS_CHECK(reset_gradients(zs));
@@ -248,5 +255,6 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
      * so that the scaler's update for this step is part of it. */
     const int64_t every = s->checkpoint.every;
     if (st == ZS_OK && !overflow && every > 0 && zs->step % every == 0) st = zs_save(zs, NULL);
+    zs__trace_leave(zs);
     return st;
 }
