@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN = mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1
 
-.PHONY: all deps configure build demo demo-mlp test test-sanitize clean
+.PHONY: all deps configure build demo demo-mlp test test-sanitize test-tsan clean
 
 all: build
 
@@ -48,5 +48,14 @@ test-sanitize: deps
 	@cmake --build $(BUILD_DIR)-sanitize -j $(JOBS)
 	cd $(BUILD_DIR)-sanitize && ctest --output-on-failure --timeout 600
 
+# The comm engine under ThreadSanitizer: its thread, the program's thread and
+# the trace rings, through the engine and stage tests (CPU-only build).
+TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise
+test-tsan: deps
+	@cmake -S . -B $(BUILD_DIR)-tsan -DZS_WERROR=ON -DZS_TSAN=ON -DZS_CUDA=OFF
+	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS)
+	cd $(BUILD_DIR)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure --timeout 900 -R "$(TSAN_TESTS)"
+
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR)-sanitize
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-sanitize $(BUILD_DIR)-tsan

@@ -382,6 +382,18 @@ typedef struct zs_memory_stats {
 /* This rank's figures. Not collective. */
 zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out);
 
+/* What zs_build would hold on one rank (the `current` and `peak` of every
+ * tag, and live_bytes_budget) for a model of `unit_count` units, unit u
+ * holding params_per_unit[u] parameters whose element counts follow in
+ * param_numel, on `world_size` ranks under `cfg` (zero.*, precision.*,
+ * optimizer.type, comm.*), on the CPU backend, without allocating it: the
+ * same planning code zs_build runs, so a built context reports exactly
+ * this. Fails like zs_build on a zero.live_bytes too small for the largest
+ * unit. Not collective; needs no MPI. */
+zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_count,
+                             const int *params_per_unit, const int64_t *param_numel,
+                             zs_memory_stats *out);
+
 #define ZS_COMM_OP_TABLE(X)                    \
     X(ZS_COMM_REDUCE_SCATTER, "reduce_scatter") \
     X(ZS_COMM_ALL_GATHER, "all_gather")         \

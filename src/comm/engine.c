@@ -193,6 +193,16 @@ zs_status zs__engine_wait(zs__engine *e, zs__engine_op *op) {
     return ZS_OK;
 }
 
+zs_status zs__engine_check(zs__engine *e) {
+    pthread_mutex_lock(&e->lock);
+    zs_status st = e->failure;
+    char message[sizeof e->failure_message];
+    snprintf(message, sizeof message, "%s", e->failure_message);
+    pthread_mutex_unlock(&e->lock);
+    if (st != ZS_OK) return zs__fail(st, "%s", message);
+    return ZS_OK;
+}
+
 zs_status zs__engine_drain(zs__engine *e) {
     pthread_mutex_lock(&e->lock);
     while (e->completed < e->submitted) pthread_cond_wait(&e->finished, &e->lock);

@@ -71,5 +71,10 @@ int zs__engine_done(zs__engine *engine, const zs__engine_op *op);
 /* Waits for every submitted op; returns the first failure among them (each
  * failure is returned once). */
 zs_status zs__engine_drain(zs__engine *engine);
+/* The first failure of an op that already ran, without waiting and without
+ * clearing it (a drain still returns it): ZS_OK, or its status with its
+ * message as this thread's last error. Lets the next runtime call report a
+ * failed background collective at once. */
+zs_status zs__engine_check(zs__engine *engine);
 
 #endif

@@ -115,6 +115,8 @@ typedef struct zs__settings {
                                          fingerprint of every collective before running it */
         int overlap;                  /* comm.overlap; bool; default true: collectives run on
                                          the comm engine's thread (src/comm/engine.h) */
+        int64_t bucket_bytes;         /* comm.bucket_bytes; 0..1 GiB; default 0 = off:
+                                         gradients of consecutive smaller units reduced as one */
     } comm;
 
     struct {

@@ -179,6 +179,11 @@ const zs__key zs__config_keys[] = {
              "Debug: before every collective, ranks agree on its fingerprint (op, sequence "
              "number, unit, count, dtype) and fail together, printing both sides, when they "
              "differ; costs one small exchange per collective."),
+    INT_KEY("comm.bucket_bytes", comm.bucket_bytes, 0, 0, 1073741824,
+            "Gradients of consecutive units smaller than this are reduced together, in one "
+            "collective of at least this many bytes (DDP's bucket_cap_mb, DeepSpeed's "
+            "reduce_bucket_size), with the same results bit for bit (ring reduce-scatter, "
+            "reduce_dtype = \"compute\"); 0 reduces every unit on its own."),
     BOOL_KEY("comm.overlap", comm.overlap, 1,
              "Run collectives on a communication thread in program order, overlapping them with "
              "the program's compute (results are identical either way); needs "

@@ -189,7 +189,7 @@ void zs_destroy(zs_ctx *zs) {
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
-                       &zs->reduce_staging};
+                       &zs->reduce_staging, &zs->bucket_staging};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
     zs__live_destroy(&zs->live);
@@ -199,6 +199,8 @@ void zs_destroy(zs_ctx *zs) {
     free(zs->units);
     free(zs->unit_sums);
     free(zs->held);
+    free(zs->bucket_members);
+    free(zs->bucket_ops);
     free(zs->order);
     free(zs->recorded);
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);

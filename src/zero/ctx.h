@@ -65,6 +65,9 @@ struct zs_unit {
     int prefetched;              /* stage 3: gathered ahead of the program's zs_fetch */
     void *held_grad;             /* stages 2-3: the carve `reduce` reads, returned to the
                                     budget once it completed (at a deterministic point) */
+    zs__engine_op *reduced_by;   /* the op that reduces it: its own, or its bucket's */
+    void *reduce_buf;            /* what the reduction reads: its full gradient */
+    int in_bucket;               /* waiting in the open bucket (not submitted yet) */
 };
 
 /* One named blob of user state (zs_user_state_set, or restored by zs_load). */
@@ -120,6 +123,16 @@ struct zs_ctx {
      * back). */
     zs_dtype reduce_dtype;
     zs__buf reduce_staging;
+    /* comm.bucket_bytes (bucket.c): units whose reduction waits for the
+     * bucket to fill, in zs_grads_ready order, and the buffer the bucket is
+     * packed into ([2 x bucket_bytes], tag comm). */
+    zs_unit **bucket_members;    /* [unit_count]: buckets of this micro-step, one after another */
+    int members_used, open_first; /* the open bucket is members [open_first, members_used) */
+    int64_t open_bytes;
+    int open_all_reduce, open_to_shard;
+    struct zs__bucket_op *bucket_ops; /* [unit_count]: one per flushed bucket, reused per micro-step */
+    int bucket_ops_used;
+    zs__buf bucket_staging;
     zs__live live;               /* stages 2-3: zero.live_bytes (zero/live.h) */
     int live_units;              /* stage-3 units gathered now (<= max_live_units) */
     int live_units_peak;
@@ -194,6 +207,14 @@ void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit);
 /* Submits the reduction of `unit`'s gradient in `full` (stages 0-1: the
  * unit's part of the full gradient buffer; stages 2-3: its carve). */
 void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
+/* Buckets (bucket.c): zs_grads_ready hands a unit's reduction to
+ * zs__bucket_add, which submits it alone (large units, buckets off) or
+ * with the next units' in one collective; zs__bucket_flush submits what is
+ * pending (before any wait on a pending unit, and at zs_step). */
+zs_status zs__bucket_create(zs_ctx *zs, int64_t staging_numel);
+void zs__bucket_add(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
+void zs__bucket_flush(zs_ctx *zs);
+
 /* Prefetch: called by zs_fetch before (zs__prefetch_check) and after
  * (zs__prefetch_ahead) a fetch; zs__prefetch_cancel waits for prefetched
  * units and returns them; zs__prefetch_step_end at zs_step. */

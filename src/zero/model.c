@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "kernels/init.h"
 #include "zero/ctx.h"
+#include "zero/memory_plan.h"
 
 static zs_status check_name(const char *what, const char *name) {
     if (!name || !*name)
@@ -158,46 +159,6 @@ static uint64_t layout_digest(const zs_ctx *zs) {
     return digest;
 }
 
-/* Sizes the live budget of stages 2-3 (zero/live.h) and allocates it. The
- * largest unit must fit with its gradient (and, in stage 3, its gathered
- * parameters) or no micro-step could run: that fails here, at build, with
- * the number needed, instead of at the first fetch. */
-static zs_status create_live_budget(zs_ctx *zs) {
-    const int stage = zs->settings.zero.stage;
-    const int max_units = zs->settings.zero.max_live_units;
-    if (stage < 2) return zs__live_create(&zs->live, zs->backend, 0, 0);
-    int largest = 0;
-    for (int u = 1; u < zs->unit_count; u++)
-        if (zs->plan->units[u].padded_numel > zs->plan->units[largest].padded_numel) largest = u;
-    size_t unit_bytes, span, needed, automatic;
-    const int kinds = stage == 3 ? 2 : 1; /* parameters and gradient, or the gradient alone */
-    if (!zs__mul_size((size_t)zs->plan->units[largest].padded_numel,
-                      zs_dtype_size(zs->compute_dtype), &unit_bytes) ||
-        (span = zs__live_span(unit_bytes)) == 0 || !zs__mul_size(span, (size_t)kinds, &needed) ||
-        !zs__mul_size(needed, (size_t)max_units, &automatic))
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "the live budget for unit '%s' overflows",
-                        zs->units[largest]->name);
-    size_t budget = zs->settings.zero.live_bytes > 0 ? (size_t)zs->settings.zero.live_bytes
-                                                     : automatic;
-    if (budget < needed) {
-        if (stage == 3)
-            return zs__fail(ZS_ERR_CONFIG,
-                            "zero.live_bytes = %zu cannot hold the largest unit, '%s': its "
-                            "gathered parameters and its gradient (%zu bytes each) need %zu "
-                            "bytes together; set zero.live_bytes to at least %zu (0 sizes it "
-                            "for zero.max_live_units = %d such units: %zu)",
-                            budget, zs->units[largest]->name, unit_bytes, needed, needed,
-                            max_units, automatic);
-        return zs__fail(ZS_ERR_CONFIG,
-                        "zero.live_bytes = %zu cannot hold the gradient of the largest unit, "
-                        "'%s' (%zu bytes); set zero.live_bytes to at least %zu (0 sizes it for "
-                        "zero.max_live_units = %d such units: %zu)",
-                        budget, zs->units[largest]->name, unit_bytes, needed, max_units,
-                        automatic);
-    }
-    return zs__live_create(&zs->live, zs->backend, budget, kinds * max_units);
-}
-
 /* Elements generated per round when initializing a non-fp32 tensor: values
  * are produced in fp32 (the reference values) into a bounded scratch buffer
  * and converted, so low-precision copies round the same fp32 numbers the
@@ -233,32 +194,36 @@ static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, zs_dtype d
 
 static zs_status allocate_and_initialize(zs_ctx *zs) {
     const zs__plan *plan = zs->plan;
-    const zs__settings *s = &zs->settings;
-    const int stage = s->zero.stage;
+    const int stage = zs->settings.zero.stage;
     const zs_dtype dt = zs->compute_dtype;
     const int mixed = dt != ZS_DTYPE_FP32;
     zs__backend *be = zs->backend;
-    int64_t state_numel = stage == 0 ? plan->padded_numel : plan->shard_numel;
 
-    zs->grad_shard_dtype = dt;
-    if (s->gradient_accumulation_steps > 1 && s->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32)
-        zs->grad_shard_dtype = ZS_DTYPE_FP32;
-    zs->reduce_dtype = s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 ? ZS_DTYPE_FP32 : dt;
+    /* Every size comes from the memory plan, which zs_estimate_memory
+     * reports without building (memory_plan.h). */
+    const char **names = malloc(sizeof *names * (size_t)(zs->unit_count ? zs->unit_count : 1));
+    if (!names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    for (int u = 0; u < zs->unit_count; u++) names[u] = zs->units[u]->name;
+    zs__memory_plan mp;
+    zs_status planned = zs__memory_plan_make(&zs->settings, plan, names, &mp);
+    free(names);
+    ZS_CHECK(planned);
+    zs->grad_shard_dtype = mp.grad_shard_dtype;
+    zs->reduce_dtype = mp.reduce_dtype;
 
-    if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, ZS_MEM_PARAMS, dt, plan->padded_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, ZS_MEM_PARAMS, dt, plan->shard_numel));
-    if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, ZS_MEM_GRADS, dt, plan->padded_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, ZS_MEM_GRADS, zs->grad_shard_dtype, plan->shard_numel));
-    if (mixed) ZS_CHECK(zs__buf_alloc(be, &zs->master, ZS_MEM_MASTER, ZS_DTYPE_FP32, state_numel));
-
-    int moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
-    if (moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
-    if (moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, ZS_MEM_OPTIM, ZS_DTYPE_FP32, state_numel));
-
-    ZS_CHECK(create_live_budget(zs));
-    if (zs->reduce_dtype != dt && zs->world_size > 1)
+    if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, ZS_MEM_PARAMS, dt, mp.params_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, ZS_MEM_PARAMS, dt, mp.params_numel));
+    if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, ZS_MEM_GRADS, dt, mp.grads_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, ZS_MEM_GRADS, zs->grad_shard_dtype, mp.grads_numel));
+    if (mp.has_master) ZS_CHECK(zs__buf_alloc(be, &zs->master, ZS_MEM_MASTER, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, ZS_MEM_OPTIM, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, ZS_MEM_OPTIM, ZS_DTYPE_FP32, mp.state_numel));
+    ZS_CHECK(zs__live_create(&zs->live, be, mp.live_budget, mp.live_blocks));
+    ZS_CHECK(zs__bucket_create(zs, mp.bucket_staging_numel));
+    if (mp.reduce_staging_numel > 0)
         ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
-                               plan->max_unit_padded_numel));
+                               mp.reduce_staging_numel));
+    (void)mixed;
 
     /* Initial values: full buffers are filled whole on every rank (values
      * depend only on seed, name and index, so no communication is needed);

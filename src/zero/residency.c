@@ -59,7 +59,8 @@ zs_status zs__reclaim_oldest(zs_ctx *zs) {
     zs_unit *unit = zs->held[0];
     memmove(zs->held, zs->held + 1, sizeof *zs->held * (size_t)(zs->held_count - 1));
     zs->held_count--;
-    zs_status st = zs__engine_wait(zs->engine, &unit->reduce.op);
+    if (unit->in_bucket) zs__bucket_flush(zs);
+    zs_status st = zs__engine_wait(zs->engine, unit->reduced_by);
     unit->reducing = 0;
     zs__live_give(&zs->live, unit->held_grad);
     unit->held_grad = NULL;
@@ -115,18 +116,23 @@ static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
 }
 
 zs_status zs__residency_step_end(zs_ctx *zs) {
+    zs__bucket_flush(zs);
     zs_status st = zs__engine_drain(zs->engine);
     while (zs->held_count > 0) {
         zs_status reclaimed = zs__reclaim_oldest(zs);
         if (st == ZS_OK) st = reclaimed;
     }
     for (int u = 0; u < zs->unit_count; u++) zs->units[u]->reducing = 0;
+    zs->members_used = zs->open_first = 0;
+    zs->bucket_ops_used = 0;
     zs_status prefetched = zs__prefetch_step_end(zs);
     return st != ZS_OK ? st : prefetched;
 }
 
 zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_fetch"));
+    /* A collective that failed in the background is reported by the next call. */
+    ZS_CHECK(zs__engine_check(zs->engine));
     zs__trace_enter(zs);
     if (unit->fetched)
         return zs__fail(ZS_ERR_STATE, "zs_fetch('%s'): the unit is already fetched; release it "
@@ -246,6 +252,7 @@ void *zs_param_grad(zs_param *p) {
 
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_grads_ready"));
+    ZS_CHECK(zs__engine_check(zs->engine));
     zs__trace_enter(zs);
     if (unit->grads_declared)
         return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): called twice in one micro-step",
@@ -259,8 +266,7 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
          * the order the other stages' reduce-scatter uses. The reduction
          * runs on the comm engine while backward goes on; zs_step waits. */
         if (zs_is_accumulation_boundary(zs))
-            zs__unit_reduce_submit(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset),
-                                   stage == 0, 0);
+            zs__bucket_add(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset), stage == 0, 0);
     } else {
         /* A unit whose backward produced no gradient on this rank still takes
          * part in the reduction, with zeros. */
@@ -270,9 +276,11 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
         unit->held_grad = unit->live_grad;
         unit->live_grad = NULL;
         zs->held[zs->held_count++] = unit;
-        zs__unit_reduce_submit(zs, unit, unit->held_grad, 0, 1);
+        zs__bucket_add(zs, unit, unit->held_grad, 0, 1);
     }
     unit->grads_declared = 1;
     zs__trace_leave(zs);
-    return ZS_OK;
+    /* In synchronous mode the reduction has run already: its failure is
+     * this call's. */
+    return zs__engine_check(zs->engine);
 }

@@ -117,5 +117,6 @@ void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduc
     u->all_reduce = all_reduce;
     u->to_shard = to_shard;
     unit->reducing = 1;
+    unit->reduced_by = &u->op;
     zs__engine_submit(zs->engine, &u->op);
 }

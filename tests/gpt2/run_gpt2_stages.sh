@@ -27,6 +27,17 @@ for dtype in fp32 bf16; do
   echo "$dtype: stages 0-3 bit-identical at np 2 (losses, norms, parameters)"
 done
 
+# The comm engine's variants change timing, not results: collectives on the
+# calling thread, no prefetch, and every unit's gradient in one bucket.
+for variant in "comm.overlap=false" "zero.prefetch_bytes=0" "comm.bucket_bytes=1048576"; do
+  run 2 "$work/variant.log" "$work/s3.cfg" app.steps=3 app.batch_size=2 "$variant" \
+      "checkpoint.dir=$work/ckpt.variant.$variant" checkpoint.every=3 "app.loss_log=$work/variant.loss"
+  export_ckpt "$work/ckpt.variant.$variant" "$work/variant.safetensors"
+  cmp -s "$work/bf16.s3.loss" "$work/variant.loss" && cmp -s "$work/bf16.s3.safetensors" "$work/variant.safetensors" ||
+    fail "$variant changed the results"
+done
+echo "overlap off, prefetch off, buckets on: bit-identical"
+
 # Activation recomputation changes memory, not results.
 tiny_config "$work/r.cfg" 3 bf16
 run 2 "$work/recompute.log" "$work/r.cfg" app.steps=3 app.batch_size=2 app.recompute=true \

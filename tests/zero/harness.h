@@ -26,6 +26,7 @@ typedef struct harness_options {
      * compute their peaks without it). */
     int sync;
     int gather_ahead;
+    int bucket_bytes;        /* comm.bucket_bytes (0: every unit reduced alone) */
     const char *scheduler;   /* "constant" or "warmup_cosine" */
     /* Mixed precision and step options; zero values mean the defaults. */
     const char *dtype;        /* "fp32" (default), "fp16", "bf16" */

@@ -53,20 +53,22 @@ static int target_of(int sample, int step) { return (5 * sample + 11 * step + 1)
 /* Variants of the comm engine that must all give the same bits: the
  * default (its own thread) without gathering ahead, synchronous, and with
  * stage-3 prefetch. */
-enum { ENGINE_THREAD = 0, ENGINE_SYNC = 1, ENGINE_PREFETCH = 2 };
+enum { ENGINE_THREAD = 0, ENGINE_SYNC = 1, ENGINE_PREFETCH = 2, ENGINE_BUCKETS = 3 };
 static int g_engine = ENGINE_THREAD;
 
 static zs_ctx *create(MPI_Comm comm, int stage, int64_t live_bytes, int max_live) {
     zs_config *cfg = NULL;
     ZT_OK(zs_config_load(g_cfg, &cfg));
-    char a[64], b[64], c[64], d[64], e[64];
+    char a[64], b[64], c[64], d[64], e[64], f[64];
     snprintf(a, sizeof a, "zero.stage=%d", stage);
     snprintf(b, sizeof b, "zero.live_bytes=%lld", (long long)live_bytes);
     snprintf(c, sizeof c, "zero.max_live_units=%d", max_live);
     snprintf(d, sizeof d, "comm.overlap=%s", g_engine == ENGINE_SYNC ? "false" : "true");
     snprintf(e, sizeof e, "zero.prefetch_bytes=%d", g_engine == ENGINE_PREFETCH ? 1 << 26 : 0);
-    const char *list[] = {a, b, c, d, e};
-    ZT_OK(zs_config_override_list(cfg, 5, list));
+    /* Buckets of at least 4 KiB: the 1.7 KiB blocks go two by two. */
+    snprintf(f, sizeof f, "comm.bucket_bytes=%d", g_engine == ENGINE_BUCKETS ? 4096 : 0);
+    const char *list[] = {a, b, c, d, e, f};
+    ZT_OK(zs_config_override_list(cfg, 6, list));
     zs_ctx *zs = NULL;
     ZT_OK(zs_create_with_comm(cfg, comm, &zs));
     zs_config_destroy(cfg);
@@ -430,7 +432,7 @@ int main(int argc, char **argv) {
     }
     /* The same with collectives on the calling thread, and with prefetch:
      * identical bits. */
-    for (int variant = ENGINE_SYNC; variant <= ENGINE_PREFETCH; variant++) {
+    for (int variant = ENGINE_SYNC; variant <= ENGINE_BUCKETS; variant++) {
         g_engine = variant;
         for (int stage = 0; stage < 4; stage++) {
             static run_result other;
@@ -443,7 +445,9 @@ int main(int argc, char **argv) {
             ZT_CHECK_MSG(memcmp(runs[stage].params, other.params, sizeof other.params) == 0 &&
                              memcmp(runs[stage].loss, other.loss, sizeof other.loss) == 0,
                          "np %d stage %d: the %s run differs from the default one", world, stage,
-                         variant == ENGINE_SYNC ? "synchronous" : "prefetching");
+                         variant == ENGINE_SYNC       ? "synchronous"
+                         : variant == ENGINE_PREFETCH ? "prefetching"
+                                                      : "bucketed");
         }
     }
     g_engine = ENGINE_THREAD;

@@ -1,0 +1,144 @@
+/* Buckets (comm.bucket_bytes): the gradients of consecutive small units
+ * reduced by one collective instead of one each (DDP's gradient buckets,
+ * DeepSpeed's reduce_bucket_size), because a collective has a fixed cost
+ * (latency, a message per ring step) that small units pay again and again.
+ *
+ * Same bits as unit by unit: the bucket is packed rank-interleaved, chunk r
+ * of the bucket being the chunks r of its units one after another, so the
+ * ring reduce-scatter sums every element in the same rank order as it would
+ * in the unit's own collective (the ring's order depends only on which
+ * rank owns the chunk). That holds for the ring algorithm and the compute
+ * dtype; with comm.reduce_scatter = "mpi" (whose order may depend on the
+ * message size) or reduce_dtype = "fp32", units are reduced alone.
+ *
+ * A bucket closes when it holds bucket_bytes or more, before a unit that is
+ * not smaller than bucket_bytes, before any wait on one of its units, and
+ * at zs_step. Its members are all < bucket_bytes, so it is < 2 x
+ * bucket_bytes: the staging buffer's size. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "zero/ctx.h"
+
+typedef struct zs__bucket_op {
+    zs__engine_op op;
+    zs_ctx *zs;
+    int first, count;        /* members in zs->bucket_members */
+    int all_reduce, to_shard;
+    char label[200];
+} zs__bucket_op;
+
+/* The memory plan sizes the staging only where buckets apply. */
+static int enabled(const zs_ctx *zs) { return zs->bucket_staging.ptr != NULL; }
+
+zs_status zs__bucket_create(zs_ctx *zs, int64_t staging_numel) {
+    const size_t n = (size_t)(zs->unit_count ? zs->unit_count : 1);
+    zs->bucket_members = calloc(n, sizeof *zs->bucket_members);
+    zs->bucket_ops = calloc(n, sizeof *zs->bucket_ops);
+    if (!zs->bucket_members || !zs->bucket_ops)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
+    if (staging_numel <= 0) return ZS_OK;
+    return zs__buf_alloc(zs->backend, &zs->bucket_staging, ZS_MEM_COMM, zs->compute_dtype,
+                         staging_numel);
+}
+
+/* On the comm thread: pack, reduce, unpack. */
+static zs_status run_bucket(zs__engine_op *op) {
+    zs__bucket_op *b = (zs__bucket_op *)op;
+    zs_ctx *zs = b->zs;
+    zs__backend *be = zs->backend;
+    const size_t elem = zs_dtype_size(zs->compute_dtype);
+    const int world = zs->world_size;
+    zs_unit **units = zs->bucket_members + b->first;
+    size_t S = 0; /* elements of one rank's chunk of the bucket */
+    for (int i = 0; i < b->count; i++) S += (size_t)zs->plan->units[units[i]->index].shard_numel;
+    char *staging = zs->bucket_staging.ptr;
+    /* Chunk r of the bucket = chunk r of every member, in order. */
+    for (int r = 0; r < world; r++) {
+        size_t at = (size_t)r * S;
+        for (int i = 0; i < b->count; i++) {
+            const size_t shard = (size_t)zs->plan->units[units[i]->index].shard_numel;
+            ZS_CHECK(be->ops->copy(be, staging + at * elem,
+                                   (char *)units[i]->reduce_buf + (size_t)r * shard * elem,
+                                   shard * elem));
+            at += shard;
+        }
+    }
+    if (b->all_reduce) ZS_CHECK(zs__comm_all_reduce(zs->comm, staging, S, zs->compute_dtype, b->label));
+    else ZS_CHECK(zs__comm_reduce_scatter(zs->comm, staging, S, zs->compute_dtype, b->label));
+    /* Back where each unit's reduction would have left it. */
+    size_t off = 0;
+    for (int i = 0; i < b->count; i++) {
+        const zs__plan_unit *pu = &zs->plan->units[units[i]->index];
+        const size_t shard = (size_t)pu->shard_numel;
+        if (b->to_shard) {
+            const char *chunk = staging + ((size_t)zs->rank * S + off) * elem;
+            void *dst = zs__buf_at(&zs->grads_shard, pu->shard_offset);
+            if (zs->settings.gradient_accumulation_steps == 1)
+                ZS_CHECK(be->ops->convert(be, dst, zs->grad_shard_dtype, chunk, zs->compute_dtype,
+                                          pu->shard_numel));
+            else
+                ZS_CHECK(be->ops->accumulate(be, dst, zs->grad_shard_dtype, chunk,
+                                             zs->compute_dtype, pu->shard_numel));
+        } else {
+            for (int r = 0; r < world; r++) {
+                if (!b->all_reduce && r != zs->rank) continue;
+                ZS_CHECK(be->ops->copy(be, (char *)units[i]->reduce_buf + (size_t)r * shard * elem,
+                                       staging + ((size_t)r * S + off) * elem, shard * elem));
+            }
+        }
+        off += shard;
+    }
+    return ZS_OK;
+}
+
+void zs__bucket_flush(zs_ctx *zs) {
+    const int count = zs->members_used - zs->open_first;
+    if (count == 0) return;
+    zs_unit **units = zs->bucket_members + zs->open_first;
+    if (count == 1) {
+        /* Alone: exactly the unit's own collective. */
+        units[0]->in_bucket = 0;
+        zs__unit_reduce_submit(zs, units[0], units[0]->reduce_buf, zs->open_all_reduce,
+                               zs->open_to_shard);
+    } else {
+        zs__bucket_op *b = &zs->bucket_ops[zs->bucket_ops_used++];
+        memset(b, 0, sizeof *b);
+        b->zs = zs;
+        b->first = zs->open_first;
+        b->count = count;
+        b->all_reduce = zs->open_all_reduce;
+        b->to_shard = zs->open_to_shard;
+        snprintf(b->label, sizeof b->label, "bucket of %d units '%.80s'..'%.80s'", count, units[0]->name,
+                 units[count - 1]->name);
+        b->op.run = run_bucket;
+        b->op.name = b->all_reduce ? "all_reduce" : "reduce_scatter";
+        b->op.label = b->label;
+        for (int i = 0; i < count; i++) {
+            b->op.bytes += zs__unit_bytes(zs, units[i]);
+            units[i]->in_bucket = 0;
+            units[i]->reducing = 1;
+            units[i]->reduced_by = &b->op;
+        }
+        zs__engine_submit(zs->engine, &b->op);
+    }
+    zs->open_first = zs->members_used;
+    zs->open_bytes = 0;
+}
+
+void zs__bucket_add(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard) {
+    const int64_t bytes = (int64_t)zs__unit_bytes(zs, unit);
+    if (!enabled(zs) || bytes >= zs->settings.comm.bucket_bytes) {
+        zs__bucket_flush(zs);
+        zs__unit_reduce_submit(zs, unit, full, all_reduce, to_shard);
+        return;
+    }
+    unit->reduce_buf = full;
+    unit->in_bucket = 1;
+    zs->bucket_members[zs->members_used++] = unit;
+    zs->open_bytes += bytes;
+    zs->open_all_reduce = all_reduce;
+    zs->open_to_shard = to_shard;
+    if (zs->open_bytes >= zs->settings.comm.bucket_bytes) zs__bucket_flush(zs);
+}

@@ -1,0 +1,29 @@
+/* zs_estimate_memory: the memory plan of a layout, without building it. */
+#include <string.h>
+
+#include "core/error.h"
+#include "zero/memory_plan.h"
+
+zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_count,
+                             const int *params_per_unit, const int64_t *param_numel,
+                             zs_memory_stats *out) {
+    if (!cfg || !out || world_size < 1 || unit_count < 0 || (unit_count > 0 && !params_per_unit))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_estimate_memory: a configuration, a world "
+                        "size >= 1, the layout and out are required");
+    const zs__settings *s = zs__config_settings(cfg);
+    zs__plan *plan = NULL;
+    ZS_CHECK(zs__plan_create(world_size, s->zero.align, unit_count, params_per_unit, param_numel,
+                             &plan));
+    zs__memory_plan mp;
+    zs_status st = zs__memory_plan_make(s, plan, NULL, &mp);
+    zs__plan_destroy(plan);
+    if (st != ZS_OK) return st;
+    memset(out, 0, sizeof *out);
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
+        out->current[t] = out->peak[t] = mp.bytes[t];
+        out->total_current += mp.bytes[t];
+    }
+    out->total_peak = out->total_current;
+    out->live_bytes_budget = mp.live_budget;
+    return ZS_OK;
+}

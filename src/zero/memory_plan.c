@@ -1,0 +1,88 @@
+/* Buffer sizes of zs_build, decided once (memory_plan.h). */
+#include "zero/memory_plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "zero/live.h"
+
+/* The live budget of stages 2-3: zero.live_bytes, or max_live_units carves
+ * of the largest unit for gradients (and for gathered parameters in stage
+ * 3); it must hold the largest unit's parameters plus its gradient, or no
+ * micro-step could run. */
+static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t elem,
+                             const char *const *names, zs__memory_plan *out) {
+    const int stage = s->zero.stage;
+    const int max_units = s->zero.max_live_units;
+    if (stage < 2 || plan->unit_count == 0) return ZS_OK;
+    int largest = 0;
+    for (int u = 1; u < plan->unit_count; u++)
+        if (plan->units[u].padded_numel > plan->units[largest].padded_numel) largest = u;
+    char fallback[32];
+    snprintf(fallback, sizeof fallback, "unit #%d", largest);
+    const char *name = names ? names[largest] : fallback;
+    size_t unit_bytes, span, needed, automatic;
+    const int kinds = stage == 3 ? 2 : 1; /* parameters and gradient, or the gradient alone */
+    if (!zs__mul_size((size_t)plan->units[largest].padded_numel, elem, &unit_bytes) ||
+        (span = zs__live_span(unit_bytes)) == 0 || !zs__mul_size(span, (size_t)kinds, &needed) ||
+        !zs__mul_size(needed, (size_t)max_units, &automatic))
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "the live budget for unit '%s' overflows", name);
+    size_t budget = s->zero.live_bytes > 0 ? (size_t)s->zero.live_bytes : automatic;
+    if (budget < needed) {
+        if (stage == 3)
+            return zs__fail(ZS_ERR_CONFIG,
+                            "zero.live_bytes = %zu cannot hold the largest unit, '%s': its "
+                            "gathered parameters and its gradient (%zu bytes each) need %zu "
+                            "bytes together; set zero.live_bytes to at least %zu (0 sizes it "
+                            "for zero.max_live_units = %d such units: %zu)",
+                            budget, name, unit_bytes, needed, needed, max_units, automatic);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "zero.live_bytes = %zu cannot hold the gradient of the largest unit, "
+                        "'%s' (%zu bytes); set zero.live_bytes to at least %zu (0 sizes it for "
+                        "zero.max_live_units = %d such units: %zu)",
+                        budget, name, unit_bytes, needed, max_units, automatic);
+    }
+    out->live_budget = budget - budget % ZS__LIVE_ALIGN; /* whole blocks (live.c) */
+    out->live_blocks = kinds * max_units;
+    return ZS_OK;
+}
+
+zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
+                               const char *const *unit_names, zs__memory_plan *out) {
+    memset(out, 0, sizeof *out);
+    const int stage = s->zero.stage;
+    const int world = plan->world_size;
+    const zs_dtype dt = s->precision.dtype;
+    const size_t elem = zs_dtype_size(dt);
+    out->compute_dtype = dt;
+    out->grad_shard_dtype = dt;
+    if (s->gradient_accumulation_steps > 1 && s->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32)
+        out->grad_shard_dtype = ZS_DTYPE_FP32;
+    out->reduce_dtype = s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 ? ZS_DTYPE_FP32 : dt;
+    out->moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
+    out->params_numel = stage < 3 ? plan->padded_numel : plan->shard_numel;
+    out->grads_numel = stage < 2 ? plan->padded_numel : plan->shard_numel;
+    out->state_numel = stage == 0 ? plan->padded_numel : plan->shard_numel;
+    out->has_master = dt != ZS_DTYPE_FP32;
+    ZS_CHECK(live_budget(s, plan, elem, unit_names, out));
+    if (out->reduce_dtype != dt && world > 1) out->reduce_staging_numel = plan->max_unit_padded_numel;
+    if (s->comm.bucket_bytes > 0 && world > 1 && out->reduce_dtype == dt &&
+        s->comm.reduce_scatter == ZS_COMM_IMPL_RING)
+        out->bucket_staging_numel = 2 * s->comm.bucket_bytes / (int64_t)elem;
+
+    uint64_t *b = out->bytes;
+    b[ZS_MEM_PARAMS] = (uint64_t)out->params_numel * elem;
+    b[ZS_MEM_GRADS] = (uint64_t)out->grads_numel *
+                      (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
+    b[ZS_MEM_MASTER] = out->has_master ? (uint64_t)out->state_numel * 4 : 0;
+    b[ZS_MEM_OPTIM] = (uint64_t)out->moments * (uint64_t)out->state_numel * 4;
+    b[ZS_MEM_LIVE_FREE] = out->live_budget;
+    /* The MPI communicator's staging buffer (comm.segment_bytes, whenever
+     * there is more than one rank), the fp32 reduction staging, the bucket. */
+    b[ZS_MEM_COMM] = (world > 1 ? (uint64_t)s->comm.segment_bytes : 0) +
+                     (uint64_t)out->reduce_staging_numel * 4 +
+                     (uint64_t)out->bucket_staging_numel * elem;
+    return ZS_OK;
+}

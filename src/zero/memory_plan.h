@@ -1,0 +1,37 @@
+/* What zs_build will hold, per tag, computed from the configuration and the
+ * partition plan alone: the one place buffer sizes are decided. zs_build
+ * allocates what this says, and zs_estimate_memory (zs-estimate) reports
+ * it without building, so estimate = measured by construction (and a test
+ * checks it). */
+#ifndef ZS_ZERO_MEMORY_PLAN_H
+#define ZS_ZERO_MEMORY_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "zero/plan.h"
+#include "zeroshard.h"
+
+typedef struct zs__memory_plan {
+    zs_dtype compute_dtype;
+    zs_dtype grad_shard_dtype;   /* stages 2-3: fp32 with accumulation unless accumulate_dtype says otherwise */
+    zs_dtype reduce_dtype;       /* what gradient collectives carry */
+    int moments;                 /* fp32 optimizer state buffers: 0, 1 (SGD momentum) or 2 (Adam) */
+    int64_t params_numel;        /* full (stages 0-2) or the shard (stage 3) */
+    int64_t grads_numel;         /* full (stages 0-1) or the shard (stages 2-3) */
+    int64_t state_numel;         /* master and each moment: full in stage 0, else the shard */
+    int has_master;              /* the compute dtype is not fp32 */
+    size_t live_budget;          /* stages 2-3: zero.live_bytes as allocated (0 otherwise) */
+    int live_blocks;             /* most carves at once */
+    int64_t reduce_staging_numel; /* fp32 staging of reduce_dtype = "fp32" */
+    int64_t bucket_staging_numel; /* comm.bucket_bytes staging, compute dtype */
+    uint64_t bytes[ZS_MEM_TAG_COUNT]; /* per tag when zs_build returns (CPU backend) */
+} zs__memory_plan;
+
+/* Fails with ZS_ERR_CONFIG (naming the largest unit, from unit_names when
+ * given, and the bytes needed) when zero.live_bytes cannot hold it. */
+zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
+                               const char *const *unit_names, zs__memory_plan *out);
+
+#endif
