@@ -420,6 +420,13 @@ typedef struct zs_comm_stats {
 
 zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out);
 
+/* A value of the program's (a loss, an accuracy) for the metrics file
+ * (log.metrics_file): written, with the runtime's own figures, in the line
+ * of the optimizer step in progress; rank 0's values are the ones written.
+ * At most 32 names per step, each 1..63 bytes. Not collective. A no-op
+ * without log.metrics_file. */
+zs_status zs_log_scalar(zs_ctx *zs, const char *name, double value);
+
 /* Prints both reports of every rank as tables with one column per rank
  * (memory per tag in MiB, current / peak; the live budget and its peak;
  * MiB sent and calls per collective) to `out` on rank 0; other ranks print

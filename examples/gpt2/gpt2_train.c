@@ -718,6 +718,8 @@ int main(int argc, char **argv) {
             micro++;
             /* The data position a checkpoint taken by this zs_step resumes from. */
             TRY(zs_user_state_set(tr.zs, "gpt2.data_pos", &tr.pos, sizeof tr.pos, 0));
+            /* For log.metrics_file: the step's mean loss goes in its line. */
+            if (zs_is_accumulation_boundary(tr.zs)) TRY(zs_log_scalar(tr.zs, "loss", loss_sum / micro));
             TRY(zs_step(tr.zs, &info));
         } while (!info.boundary);
         const double seconds = now_seconds() - t0;
@@ -736,6 +738,7 @@ int main(int argc, char **argv) {
             TRY(evaluate(&tr, &val_loss));
             if (tr.rank == 0 && !isnan(val_loss))
                 printf("validation at step %" PRId64 ": loss %.4f\n", step, val_loss);
+            if (!isnan(val_loss)) TRY(zs_log_scalar(tr.zs, "val_loss", val_loss));
         }
     }
     if (loss_log && fclose(loss_log) != 0) abort_job("app.loss_log", "write failed");

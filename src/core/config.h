@@ -129,6 +129,8 @@ typedef struct zs__settings {
     struct {
         zs_log_level level;        /* log.level = "error"|"warn"|"info"|"debug"; default "info" */
         char file[512];            /* log.file; pattern (%h %p %r), at most 511 bytes; default "" = stderr */
+        char metrics_file[512];    /* log.metrics_file; JSON lines from rank 0 per optimizer step;
+                                      pattern (%h %p %r); default "" = none */
     } log;
 
     struct {

@@ -209,6 +209,11 @@ const zs__key zs__config_keys[] = {
     STRING_KEY("log.file", log.file, "",
                "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
                "ZS_LOG_FILE environment variable wins."),
+    STRING_KEY("log.metrics_file", log.metrics_file, "",
+               "JSON-lines file rank 0 appends one line to per optimizer step: step, lr, grad "
+               "norm, loss scale, skipped, step time split into compute, exposed communication, "
+               "optimizer and checkpoint, peak memory per tag, bytes per collective, and the "
+               "program's zs_log_scalar values (pattern with %h %p %r; empty = none)."),
     STRING_KEY("trace.file", trace.file, "",
                "Timeline trace file name pattern (%r rank, %p pid, %h host; use %r so each rank "
                "has its own file): Chrome/Perfetto JSON of compute, comm, optimizer and "

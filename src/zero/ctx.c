@@ -124,6 +124,7 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
     }
 
     ZS_CHECK_GOTO(create_engine(zs), st, fail);
+    ZS_CHECK_GOTO(zs__metrics_open(zs), st, fail);
     ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d, %s collectives",
             zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
             zs->backend->ops->name, zs->settings.zero.max_live_units,
@@ -172,6 +173,7 @@ void zs_destroy(zs_ctx *zs) {
         ZS_WARN("zs_destroy: a collective in flight failed: %s", zs_last_error());
     zs__engine_destroy(zs->engine);
     zs->engine = NULL;
+    zs__metrics_close(zs);
     zs__trace_destroy(zs->trace); /* writes the file */
     zs->trace = NULL;
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);

@@ -12,6 +12,7 @@
 #include "core/trace.h"
 #include "mixed_precision/loss_scaler.h"
 #include "zero/live.h"
+#include "zero/metrics.h"
 #include "zero/plan.h"
 #include "zeroshard.h"
 
@@ -90,6 +91,7 @@ struct zs_ctx {
     zs__comm *comm;
     zs__engine *engine;          /* every collective of the step protocol (comm/engine.h) */
     zs__trace *trace;            /* trace.file, or NULL (core/trace.h) */
+    zs__metrics metrics;         /* log.metrics_file (zero/metrics.h) */
     uint64_t trace_mark;         /* when the last runtime call returned: compute since then */
     zs__backend *backend;
 
@@ -177,6 +179,12 @@ static inline void zs__trace_enter(zs_ctx *zs) {
 static inline void zs__trace_leave(zs_ctx *zs) {
     if (zs->trace) zs->trace_mark = zs__trace_now();
 }
+
+/* The metrics file (metrics.c): opened at zs_create (rank 0), a line at
+ * every optimizer step. */
+zs_status zs__metrics_open(zs_ctx *zs);
+void zs__metrics_close(zs_ctx *zs);
+zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info);
 
 /* Collective helpers shared by the zero/ files. */
 /* Every rank contributes a 64-bit digest; fails on every rank (ZS_ERR_MISMATCH)

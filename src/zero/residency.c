@@ -60,7 +60,9 @@ zs_status zs__reclaim_oldest(zs_ctx *zs) {
     memmove(zs->held, zs->held + 1, sizeof *zs->held * (size_t)(zs->held_count - 1));
     zs->held_count--;
     if (unit->in_bucket) zs__bucket_flush(zs);
+    const uint64_t comm_from = zs__metrics_now();
     zs_status st = zs__engine_wait(zs->engine, unit->reduced_by);
+    zs->metrics.comm_ns += zs__metrics_now() - comm_from;
     unit->reducing = 0;
     zs__live_give(&zs->live, unit->held_grad);
     unit->held_grad = NULL;
@@ -165,7 +167,9 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         unit->prefetched = 0;
         unit->gathering = 0;
         const uint64_t wait_from = zs__trace_clock(zs->trace);
+        const uint64_t comm_from = zs__metrics_now();
         zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);
+        zs->metrics.comm_ns += zs__metrics_now() - comm_from;
         if (zs->trace) {
             /* Exposed communication: the program waits for the gather. */
             zs__trace_args args = ZS_TRACE_ARGS_INIT;

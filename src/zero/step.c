@@ -159,6 +159,7 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     /* Every collective the micro-step queued (reductions, gathers ahead)
      * completes here; the budget gets its held carves back in order. */
     const uint64_t wait_from = zs__trace_clock(zs->trace);
+    const uint64_t comm_from = zs__metrics_now();
     if (zs->built) ZS_CHECK(zs__residency_step_end(zs));
     zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "wait reductions", wait_from,
                    zs__trace_clock(zs->trace), NULL);
@@ -181,6 +182,7 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
         }
     }
     zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement");
+    zs->metrics.comm_ns += zs__metrics_now() - comm_from;
     if (st != ZS_OK || local != ZS_OK || sums[1] > 0) {
         if (st != ZS_OK) return st;
         if (local != ZS_OK) return zs__fail(local, "%s", local_message);
@@ -226,8 +228,10 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
         if (s->gradient_clipping > 0 && norm > s->gradient_clipping)
             clip = s->gradient_clipping / (norm + ZS_CLIP_EPSILON);
         const uint64_t update_from = zs__trace_clock(zs->trace);
+        const uint64_t optimizer_from = zs__metrics_now();
         ZS_CHECK(update_parameters(zs, lr, grad_div, clip));
         ZS_CHECK(zs__gather_full_params(zs));
+        zs->metrics.optimizer_ns += zs__metrics_now() - optimizer_from;
         zs__trace_span(zs->trace, ZS_TRACE_OPTIMIZER, "optimizer step", update_from,
                        zs__trace_clock(zs->trace), NULL);
         zs->step++;
@@ -254,7 +258,17 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     /* checkpoint.every: a checkpoint after every N applied steps, taken here
      * so that the scaler's update for this step is part of it. */
     const int64_t every = s->checkpoint.every;
-    if (st == ZS_OK && !overflow && every > 0 && zs->step % every == 0) st = zs_save(zs, NULL);
+    if (st == ZS_OK && !overflow && every > 0 && zs->step % every == 0) {
+        const uint64_t saved_from = zs__metrics_now();
+        st = zs_save(zs, NULL);
+        zs->metrics.checkpoint_ns += zs__metrics_now() - saved_from;
+    }
+    if (st == ZS_OK) {
+        zs_step_info line = {.step = zs->step, .boundary = 1, .lr = lr, .grad_norm = norm,
+                             .clip_coef = clip, .skipped = overflow,
+                             .skipped_total = zs->skipped_total, .loss_scale = scale};
+        st = zs__metrics_step(zs, &line);
+    }
     zs__trace_leave(zs);
     return st;
 }

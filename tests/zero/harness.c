@@ -237,6 +237,11 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
         for (int micro = 0; micro < gas; micro++) {
             int64_t first = (int64_t)micro * batch + (int64_t)rank * local_batch;
             tiny_load_batch(&acts, step, first);
+            if (opt->order_change_step > 0 && step >= opt->order_change_step) {
+                zs_unit *extra = zs_unit_at(zs, TINY_LAYERS - 1);
+                H_CHECK(zs_fetch(zs, extra));
+                H_CHECK(zs_release(zs, extra));
+            }
             /* Forward. With prefetch, the next unit is fetched before the
              * current one is released, so two units are live at once in stage 3. */
             zs_unit *prev = NULL;
@@ -255,6 +260,7 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
             double local_loss = tiny_loss(&acts), global_loss = 0.0;
             MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, comm);
             out->loss[step] += global_loss / world / gas;
+            H_CHECK(zs_log_scalar(zs, "loss", out->loss[step]));
 
             tiny_backward_begin(&acts, zs_loss_scale(zs));
             for (int l = TINY_LAYERS - 1; l >= 0; l--) {

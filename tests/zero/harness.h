@@ -27,6 +27,8 @@ typedef struct harness_options {
     int sync;
     int gather_ahead;
     int bucket_bytes;        /* comm.bucket_bytes (0: every unit reduced alone) */
+    int order_change_step;   /* if > 0: from this step on, each micro-step first fetches and
+                                releases the last unit (the fetch order changes; results not) */
     const char *scheduler;   /* "constant" or "warmup_cosine" */
     /* Mixed precision and step options; zero values mean the defaults. */
     const char *dtype;        /* "fp32" (default), "fp16", "bf16" */

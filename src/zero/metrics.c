@@ -1,0 +1,111 @@
+/* log.metrics_file: a line of JSON per optimizer step (metrics.h), written
+ * with json-c (the library that writes checkpoint manifests), so a training
+ * curve can be read and plotted (scripts/plot_metrics.py) without parsing
+ * logs. */
+#include "zero/metrics.h"
+
+#include <json-c/json.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/file_pattern.h"
+#include "core/log.h"
+#include "zero/ctx.h"
+
+uint64_t zs__metrics_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+zs_status zs__metrics_open(zs_ctx *zs) {
+    zs__metrics *m = &zs->metrics;
+    memset(m, 0, sizeof *m);
+    m->step_start_ns = zs__metrics_now();
+    if (zs->rank != 0 || zs->settings.log.metrics_file[0] == '\0') return ZS_OK;
+    zs__file_pattern_expand(zs->settings.log.metrics_file, zs->rank, m->path, sizeof m->path);
+    m->file = fopen(m->path, "a");
+    if (!m->file)
+        return zs__fail(ZS_ERR_IO, "log.metrics_file = \"%s\": cannot open %s for appending; check "
+                        "that the directory exists and is writable", zs->settings.log.metrics_file,
+                        m->path);
+    return ZS_OK;
+}
+
+void zs__metrics_close(zs_ctx *zs) {
+    if (zs->metrics.file) fclose(zs->metrics.file);
+    zs->metrics.file = NULL;
+}
+
+zs_status zs_log_scalar(zs_ctx *zs, const char *name, double value) {
+    if (!zs || !name || !*name || strlen(name) > 63)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_log_scalar: a context and a name of 1..63 "
+                        "bytes are required");
+    zs__metrics *m = &zs->metrics;
+    if (!m->file) return ZS_OK;
+    for (int i = 0; i < m->scalar_count; i++)
+        if (strcmp(m->scalar_names[i], name) == 0) {
+            m->scalar_values[i] = value;
+            return ZS_OK;
+        }
+    if (m->scalar_count >= ZS_METRICS_SCALARS)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_log_scalar('%s'): at most %d scalars per "
+                        "step", name, ZS_METRICS_SCALARS);
+    snprintf(m->scalar_names[m->scalar_count], sizeof m->scalar_names[0], "%s", name);
+    m->scalar_values[m->scalar_count++] = value;
+    return ZS_OK;
+}
+
+static json_object *ms(uint64_t ns) { return json_object_new_double((double)ns * 1e-6); }
+
+zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
+    zs__metrics *m = &zs->metrics;
+    const uint64_t now = zs__metrics_now();
+    const uint64_t total = now - m->step_start_ns;
+    if (m->file) {
+        zs_comm_stats after;
+        zs__comm_stats(zs->comm, &after);
+        json_object *line = json_object_new_object(), *time = json_object_new_object(),
+                    *mem = json_object_new_object(), *comm = json_object_new_object(),
+                    *scalars = json_object_new_object();
+        json_object_object_add(line, "step", json_object_new_int64(info->step));
+        json_object_object_add(line, "lr", json_object_new_double(info->lr));
+        json_object_object_add(line, "grad_norm", json_object_new_double(info->grad_norm));
+        json_object_object_add(line, "loss_scale", json_object_new_double(info->loss_scale));
+        json_object_object_add(line, "skipped", json_object_new_boolean(info->skipped));
+        json_object_object_add(line, "skipped_total", json_object_new_int64(info->skipped_total));
+        const uint64_t known = m->comm_ns + m->optimizer_ns + m->checkpoint_ns;
+        json_object_object_add(time, "step", ms(total));
+        json_object_object_add(time, "compute", ms(total > known ? total - known : 0));
+        json_object_object_add(time, "exposed_comm", ms(m->comm_ns));
+        json_object_object_add(time, "optimizer", ms(m->optimizer_ns));
+        json_object_object_add(time, "checkpoint", ms(m->checkpoint_ns));
+        json_object_object_add(line, "time_ms", time);
+        for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
+            json_object_object_add(mem, zs_mem_tag_name((zs_mem_tag)t),
+                                   json_object_new_int64((int64_t)zs->mem.peak[t]));
+        json_object_object_add(line, "peak_bytes", mem);
+        for (int op = 0; op < ZS_COMM_OP_COUNT; op++)
+            json_object_object_add(comm, zs_comm_op_name((zs_comm_op)op),
+                                   json_object_new_int64((int64_t)(after.bytes[op] -
+                                                                   m->comm_before.bytes[op])));
+        json_object_object_add(line, "comm_bytes", comm);
+        for (int i = 0; i < m->scalar_count; i++)
+            json_object_object_add(scalars, m->scalar_names[i],
+                                   json_object_new_double(m->scalar_values[i]));
+        json_object_object_add(line, "scalars", scalars);
+        const char *text = json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN);
+        int failed = fprintf(m->file, "%s\n", text) < 0 || fflush(m->file) != 0;
+        json_object_put(line);
+        if (failed) {
+            ZS_WARN("log.metrics_file: writing %s failed; no more metrics will be written", m->path);
+            zs__metrics_close(zs);
+        }
+    }
+    m->comm_ns = m->optimizer_ns = m->checkpoint_ns = 0;
+    m->scalar_count = 0;
+    zs__comm_stats(zs->comm, &m->comm_before);
+    m->step_start_ns = zs__metrics_now();
+    return ZS_OK;
+}

@@ -1,0 +1,28 @@
+/* The metrics file (log.metrics_file): one JSON line per optimizer step,
+ * written by rank 0, with the step's figures and the program's scalars. */
+#ifndef ZS_ZERO_METRICS_H
+#define ZS_ZERO_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zeroshard.h"
+
+#define ZS_METRICS_SCALARS 32
+
+typedef struct zs__metrics {
+    FILE *file;                  /* rank 0 with log.metrics_file; NULL otherwise */
+    char path[1024];
+    uint64_t step_start_ns;      /* when the previous optimizer step returned */
+    /* Nanoseconds of the step in progress spent: waiting for collectives
+     * (exposed communication), in the optimizer pass, saving checkpoints. */
+    uint64_t comm_ns, optimizer_ns, checkpoint_ns;
+    zs_comm_stats comm_before;   /* counters when the step began */
+    int scalar_count;
+    char scalar_names[ZS_METRICS_SCALARS][64];
+    double scalar_values[ZS_METRICS_SCALARS];
+} zs__metrics;
+
+uint64_t zs__metrics_now(void);
+
+#endif
