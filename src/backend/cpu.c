@@ -16,6 +16,18 @@
 #include "core/error.h"
 
 static zs_status cpu_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
+    /* The simulated device: device state past device_memory_bytes fails as
+     * it would on a GPU, so "does not fit on one device" is testable here. */
+    const zs__mem *mem = be->mem;
+    if (mem->device_cap > 0 && zs__mem_tag_on_device(tag) && mem->device_current + bytes > mem->device_cap) {
+        *out = NULL;
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY,
+                        "device memory: %zu bytes for '%s' do not fit device_memory_bytes = %llu "
+                        "(%llu bytes held on the device already); shard more (zero.stage, more "
+                        "ranks) or offload (offload.optimizer = \"host\")",
+                        bytes, zs_mem_tag_name(tag), (unsigned long long)mem->device_cap,
+                        (unsigned long long)mem->device_current);
+    }
     return zs__mem_host_alloc(be->mem, tag, bytes, out);
 }
 

@@ -28,6 +28,12 @@ typedef enum zs__schedule_kind {
 typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__comm_impl;
 
 /* comm.on_timeout: what a collective past comm.timeout_s does after logging. */
+/* offload.optimizer / offload.params: where the state lives (src/offload). */
+typedef enum zs__offload_tier {
+    ZS_OFFLOAD_NONE = 0,   /* on the device, with the parameters */
+    ZS_OFFLOAD_HOST = 1    /* host memory (ZeRO-Offload) */
+} zs__offload_tier;
+
 typedef enum zs__timeout_policy {
     ZS_TIMEOUT_ABORT = 0,  /* MPI_Abort with ZS_TIMEOUT_EXIT_CODE: mpirun ends the whole job */
     ZS_TIMEOUT_RETURN = 1  /* return ZS_ERR_TIMEOUT; the communicator refuses every later call */
@@ -58,6 +64,15 @@ typedef struct zs__settings {
     uint64_t seed;                 /* seed; 0..2^63-1; default 42; parameter initialization */
     int64_t gradient_accumulation_steps; /* micro-steps per optimizer step; 1..65536; default 1 */
     double gradient_clipping;      /* max global L2 norm; 0 = off; [0, 1e6]; default 0 */
+    int64_t device_memory_bytes;   /* device_memory_bytes; the CPU backend's simulated device
+                                      holds at most this many bytes; 0 = no cap; default 0 */
+
+    struct {
+        zs__offload_tier optimizer;  /* offload.optimizer = "none" | "host"; default "none" */
+        zs__offload_tier params;     /* offload.params = "none" | "host"; stage 3 only */
+        int64_t buffer_bytes;        /* offload.buffer_bytes; host<->device staging; default 16 MiB */
+        int pin_memory;              /* offload.pin_memory; bool; default true (CUDA) */
+    } offload;
 
     struct {
         int stage;                 /* zero.stage; 0..3; default 0 */

@@ -20,6 +20,7 @@ _Static_assert(sizeof(zs__reduce_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__accumulate_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__min_scale_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__timeout_policy) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__offload_tier) == sizeof(int), "enum size");
 
 #define FIELD(f) .offset = offsetof(zs__settings, f), .size = sizeof(((zs__settings *)0)->f)
 
@@ -47,6 +48,8 @@ static const char *const reduce_dtype_values[] = {"compute", "fp32", NULL};
 static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
 static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
 static const char *const timeout_policy_values[] = {"abort", "return", NULL};
+static const char *const offload_tier_values[] = {"none", "host", NULL};
+_Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1, "offload values follow the enum");
 
 _Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
                    ZS_COMM_IMPL_MPI == 1 && ZS_LOG_DEBUG == 3,
@@ -75,6 +78,20 @@ const zs__key zs__config_keys[] = {
               "Largest global L2 norm of the unscaled, averaged gradient; a larger gradient is "
               "scaled down to it; 0 turns clipping off."),
 
+    INT_KEY("device_memory_bytes", device_memory_bytes, 0, 0, INT64_MAX,
+            "The CPU backend's simulated device: allocations of device state (parameters, "
+            "gradients, master weights, moments, the live budget) beyond this many bytes fail, as a "
+            "GPU's would; 0 = no cap. (A key of its own: `backend` is already a string.)"),
+    ENUM_KEY("offload.optimizer", offload.optimizer, "none", offload_tier_values,
+             "Where the fp32 master weights, optimizer moments and gradient shard live: on the "
+             "device (none) or in host memory (host, ZeRO-Offload), where the optimizer runs."),
+    ENUM_KEY("offload.params", offload.params, "none", offload_tier_values,
+             "Stage 3: where the owned parameter shard lives between its gathers: on the device "
+             "(none) or in host memory (host), staged in by each gather."),
+    INT_KEY("offload.buffer_bytes", offload.buffer_bytes, 16777216, 4096, 1073741824,
+            "Bytes of host staging through which updated parameters go back to the device."),
+    BOOL_KEY("offload.pin_memory", offload.pin_memory, 1,
+             "CUDA: page-lock host buffers of offloaded state for fast, asynchronous copies."),
     INT_KEY("zero.stage", zero.stage, 0, 0, 3,
             "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, "
             "3 also parameters."),

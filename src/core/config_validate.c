@@ -367,6 +367,13 @@ static zs_status check_cross_keys(const validation *v) {
                         where, a);
     }
     ZS_CHECK(check_precision(v));
+    if (s->offload.params != ZS_OFFLOAD_NONE && s->zero.stage != 3) {
+        zs__config_where(v->cfg, seen(v, "offload.params"), where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%soffload.params = \"host\" needs zero.stage = 3 (only stage 3 shards "
+                        "the parameters; stages 0-2 keep them whole on every device); set "
+                        "zero.stage = 3 or offload.params = \"none\"", where);
+    }
     /* Periodic saves and automatic resume need a place to look. */
     const int auto_resume = strcmp(s->checkpoint.resume, "auto") == 0;
     if ((s->checkpoint.every > 0 || auto_resume) && s->checkpoint.dir[0] == '\0') {

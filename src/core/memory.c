@@ -18,8 +18,19 @@ const char *zs_mem_tag_name(zs_mem_tag tag) {
     return "unknown";
 }
 
+int zs__mem_tag_on_device(zs_mem_tag tag) {
+    switch (tag) {
+    case ZS_MEM_PARAMS: case ZS_MEM_GRADS: case ZS_MEM_MASTER: case ZS_MEM_OPTIM:
+    case ZS_MEM_LIVE_PARAMS: case ZS_MEM_LIVE_GRADS: case ZS_MEM_LIVE_FREE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
     ZS_ASSERT(tag >= 0 && tag < ZS_MEM_TAG_COUNT);
+    if (zs__mem_tag_on_device(tag)) mem->device_current += bytes;
     mem->current[tag] += bytes;
     if (mem->current[tag] > mem->peak[tag]) mem->peak[tag] = mem->current[tag];
     mem->total_current += bytes;
@@ -34,6 +45,7 @@ void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
 void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
     ZS_ASSERT(tag >= 0 && tag < ZS_MEM_TAG_COUNT);
     ZS_ASSERT(mem->current[tag] >= bytes);
+    if (zs__mem_tag_on_device(tag)) mem->device_current -= bytes;
     mem->current[tag] -= bytes;
     mem->total_current -= bytes;
 }

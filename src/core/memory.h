@@ -18,7 +18,17 @@ typedef struct zs__mem {
     /* zero.live_bytes as allocated (src/zero/live.c): live_params plus
      * live_grads may never exceed it, which every charge checks. */
     uint64_t live_budget;
+    /* The device's share (zs__mem_tag_on_device), and the simulated
+     * device's size (device_memory_bytes; 0 = none) that the CPU backend
+     * enforces. */
+    uint64_t device_current;
+    uint64_t device_cap;
 } zs__mem;
+
+/* 1 for tags that live on the device (parameters, gradients, master
+ * weights, moments, the live budget), 0 for host memory (offloaded state,
+ * staging, communication buffers, scratch). */
+int zs__mem_tag_on_device(zs_mem_tag tag);
 
 /* Host allocations are aligned to this many bytes (a cache line, and enough
  * for any SIMD load the kernels use). */

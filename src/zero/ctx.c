@@ -90,6 +90,7 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
     zs->settings = *zs__config_settings(cfg);
     zs->config_hash = zs_config_hash(cfg);
     zs->compute_dtype = zs->settings.precision.dtype;
+    zs->mem.device_cap = (uint64_t)zs->settings.device_memory_bytes;
     zs__loss_scaler_init(&zs->scaler, &zs->settings);
     zs->owns_mpi = owns_mpi;
     if (owns_mpi) g_contexts_owning_mpi++;
@@ -191,7 +192,7 @@ void zs_destroy(zs_ctx *zs) {
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
-                       &zs->reduce_staging, &zs->bucket_staging};
+                       &zs->reduce_staging, &zs->bucket_staging, &zs->offload_staging};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
     zs__live_destroy(&zs->live);

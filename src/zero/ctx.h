@@ -115,6 +115,9 @@ struct zs_ctx {
      * In fp32 the parameters are their own master copy, so no master buffer
      * exists. */
     zs__buf params_full, params_shard, grads_full, grads_shard, master, optim_m, optim_v;
+    /* offload.optimizer = "host": updated parameters go back to the device
+     * through this host staging (offload.buffer_bytes, tag offload_staging). */
+    zs__buf offload_staging;
     /* The stage-2/3 gradient shard holds the compute dtype when there is one
      * micro-step per step (nothing to accumulate), else
      * precision.accumulate_dtype (fp32 by default). */

@@ -65,7 +65,14 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     out->params_numel = stage < 3 ? plan->padded_numel : plan->shard_numel;
     out->grads_numel = stage < 2 ? plan->padded_numel : plan->shard_numel;
     out->state_numel = stage == 0 ? plan->padded_numel : plan->shard_numel;
-    out->has_master = dt != ZS_DTYPE_FP32;
+    const int offload_opt = s->offload.optimizer != ZS_OFFLOAD_NONE;
+    out->has_master = dt != ZS_DTYPE_FP32 || offload_opt;
+    out->params_tag = stage == 3 && s->offload.params != ZS_OFFLOAD_NONE ? ZS_MEM_HOST_PARAMS
+                                                                          : ZS_MEM_PARAMS;
+    out->grads_tag = stage >= 2 && offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_GRADS;
+    out->master_tag = offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_MASTER;
+    out->optim_tag = offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_OPTIM;
+    out->offload_staging_bytes = offload_opt ? s->offload.buffer_bytes : 0;
     ZS_CHECK(live_budget(s, plan, elem, unit_names, out));
     if (out->reduce_dtype != dt && world > 1) out->reduce_staging_numel = plan->max_unit_padded_numel;
     if (s->comm.bucket_bytes > 0 && world > 1 && out->reduce_dtype == dt &&
@@ -73,16 +80,19 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
         out->bucket_staging_numel = 2 * s->comm.bucket_bytes / (int64_t)elem;
 
     uint64_t *b = out->bytes;
-    b[ZS_MEM_PARAMS] = (uint64_t)out->params_numel * elem;
-    b[ZS_MEM_GRADS] = (uint64_t)out->grads_numel *
-                      (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
-    b[ZS_MEM_MASTER] = out->has_master ? (uint64_t)out->state_numel * 4 : 0;
-    b[ZS_MEM_OPTIM] = (uint64_t)out->moments * (uint64_t)out->state_numel * 4;
+    b[out->params_tag] += (uint64_t)out->params_numel * elem;
+    b[out->grads_tag] += (uint64_t)out->grads_numel *
+                         (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
+    b[out->master_tag] += out->has_master ? (uint64_t)out->state_numel * 4 : 0;
+    b[out->optim_tag] += (uint64_t)out->moments * (uint64_t)out->state_numel * 4;
+    b[ZS_MEM_OFFLOAD_STAGING] = (uint64_t)out->offload_staging_bytes;
     b[ZS_MEM_LIVE_FREE] = out->live_budget;
     /* The MPI communicator's staging buffer (comm.segment_bytes, whenever
      * there is more than one rank), the fp32 reduction staging, the bucket. */
     b[ZS_MEM_COMM] = (world > 1 ? (uint64_t)s->comm.segment_bytes : 0) +
                      (uint64_t)out->reduce_staging_numel * 4 +
                      (uint64_t)out->bucket_staging_numel * elem;
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
+        if (zs__mem_tag_on_device((zs_mem_tag)t)) out->device_bytes += b[t];
     return ZS_OK;
 }

@@ -21,7 +21,13 @@ typedef struct zs__memory_plan {
     int64_t params_numel;        /* full (stages 0-2) or the shard (stage 3) */
     int64_t grads_numel;         /* full (stages 0-1) or the shard (stages 2-3) */
     int64_t state_numel;         /* master and each moment: full in stage 0, else the shard */
-    int has_master;              /* the compute dtype is not fp32 */
+    int has_master;              /* the compute dtype is not fp32, or the optimizer is offloaded
+                                    (the device keeps the parameters, the host their master) */
+    /* Where each buffer is charged (device tags, or the host tiers of
+     * offload.optimizer / offload.params). */
+    zs_mem_tag params_tag, grads_tag, master_tag, optim_tag;
+    int64_t offload_staging_bytes; /* offload.buffer_bytes when the optimizer is offloaded */
+    uint64_t device_bytes;       /* the sum of the tags that live on the device */
     size_t live_budget;          /* stages 2-3: zero.live_bytes as allocated (0 otherwise) */
     int live_blocks;             /* most carves at once */
     int64_t reduce_staging_numel; /* fp32 staging of reduce_dtype = "fp32" */

@@ -196,7 +196,6 @@ static zs_status allocate_and_initialize(zs_ctx *zs) {
     const zs__plan *plan = zs->plan;
     const int stage = zs->settings.zero.stage;
     const zs_dtype dt = zs->compute_dtype;
-    const int mixed = dt != ZS_DTYPE_FP32;
     zs__backend *be = zs->backend;
 
     /* Every size comes from the memory plan, which zs_estimate_memory
@@ -211,19 +210,52 @@ static zs_status allocate_and_initialize(zs_ctx *zs) {
     zs->grad_shard_dtype = mp.grad_shard_dtype;
     zs->reduce_dtype = mp.reduce_dtype;
 
-    if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, ZS_MEM_PARAMS, dt, mp.params_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, ZS_MEM_PARAMS, dt, mp.params_numel));
-    if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, ZS_MEM_GRADS, dt, mp.grads_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, ZS_MEM_GRADS, zs->grad_shard_dtype, mp.grads_numel));
-    if (mp.has_master) ZS_CHECK(zs__buf_alloc(be, &zs->master, ZS_MEM_MASTER, ZS_DTYPE_FP32, mp.state_numel));
-    if (mp.moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, ZS_MEM_OPTIM, ZS_DTYPE_FP32, mp.state_numel));
-    if (mp.moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, ZS_MEM_OPTIM, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.offload_staging_bytes > 0 && !be->ops->host_accessible)
+        return zs__fail(ZS_ERR_UNSUPPORTED,
+                        "offload.optimizer = \"host\" runs on the cpu backend in this version (its "
+                        "CUDA pipeline is not built yet); use backend = \"cpu\" or "
+                        "offload.optimizer = \"none\"");
+    /* A model that cannot fit the (simulated) device fails here, with what
+     * it needs per tag, before anything is allocated. */
+    const uint64_t cap = (uint64_t)zs->settings.device_memory_bytes;
+    if (cap > 0 && mp.device_bytes > cap) {
+        char tags[768];
+        size_t used = 0;
+        tags[0] = '\0';
+        for (int t = 0; t < ZS_MEM_TAG_COUNT && used < sizeof tags; t++)
+            if (zs__mem_tag_on_device((zs_mem_tag)t) && mp.bytes[t] > 0) {
+                int n = snprintf(tags + used, sizeof tags - used, "%s%s %llu", used ? ", " : "",
+                                 zs_mem_tag_name((zs_mem_tag)t), (unsigned long long)mp.bytes[t]);
+                if (n > 0) used += (size_t)n;
+            }
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY,
+                        "this model needs %llu bytes of device memory per rank at stage %d (%s), "
+                        "more than device_memory_bytes = %llu; offload the optimizer "
+                        "(offload.optimizer = \"host\": master weights, moments and the "
+                        "gradient shard go to host memory), offload the stage-3 parameters "
+                        "(offload.params = \"host\"), raise zero.stage, or use more ranks",
+                        (unsigned long long)mp.device_bytes, stage, tags,
+                        (unsigned long long)cap);
+    }
+    if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, mp.params_tag, dt, mp.params_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
+    if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
+    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
+    if (mp.has_master) ZS_CHECK(zs__buf_alloc(be, &zs->master, mp.master_tag, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.offload_staging_bytes > 0)
+        ZS_CHECK(zs__buf_alloc(be, &zs->offload_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
+                               mp.offload_staging_bytes / (int64_t)sizeof(float)));
     ZS_CHECK(zs__live_create(&zs->live, be, mp.live_budget, mp.live_blocks));
     ZS_CHECK(zs__bucket_create(zs, mp.bucket_staging_numel));
     if (mp.reduce_staging_numel > 0)
         ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
                                mp.reduce_staging_numel));
-    (void)mixed;
+    /* A separate fp32 master exists in mixed precision, and whenever the
+     * optimizer runs on the host (offload) while the device keeps the
+     * parameters. */
+    const int mixed = mp.has_master;
 
     /* Initial values: full buffers are filled whole on every rank (values
      * depend only on seed, name and index, so no communication is needed);

@@ -66,6 +66,12 @@ static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, doubl
     const zs__plan *plan = zs->plan;
     const int stage = s->zero.stage;
     const int mixed = zs->compute_dtype != ZS_DTYPE_FP32;
+    const int offload = zs->offload_staging.ptr != NULL;
+    const size_t elem = zs_dtype_size(zs->compute_dtype);
+    /* Offloaded: the pass runs over host state in chunks that fit the
+     * staging, and each chunk of new parameters goes to the device. */
+    const int64_t chunk = offload ? (int64_t)((size_t)zs->offload_staging.count * sizeof(float) / elem)
+                                  : INT64_MAX;
     const int64_t t = zs->step + 1;
     zs_k_optim_kind kind = kernel_kind(s->optimizer.kind);
     zs_k_optim_scalars with_decay = zs_k_optim_scalars_for_step(
@@ -92,20 +98,34 @@ static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, doubl
         int64_t state_index = stage == 0 ? full_index : shard_index;
         void *param = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
                                 : zs__buf_at(&zs->params_shard, shard_index);
-        zs__update_args args = {
-            .kind = kind,
-            .master = mixed ? (float *)zs__buf_at(&zs->master, state_index) : (float *)param,
-            .param = mixed ? param : NULL,
-            .param_dtype = zs->compute_dtype,
-            .grad = stage < 2 ? zs__buf_at(&zs->grads_full, full_index)
-                              : zs__buf_at(&zs->grads_shard, shard_index),
-            .grad_dtype = stage < 2 ? zs->compute_dtype : zs->grad_shard_dtype,
-            .m = state_at(&zs->optim_m, state_index),
-            .v = state_at(&zs->optim_v, state_index),
-            .count = e - b,
-            .scalars = (p->flags & ZS_PARAM_NO_DECAY) ? no_decay : with_decay,
-        };
-        ZS_CHECK(zs->backend->ops->optimizer_update(zs->backend, &args));
+        const zs_dtype grad_dtype = stage < 2 ? zs->compute_dtype : zs->grad_shard_dtype;
+        const char *grad = stage < 2 ? zs__buf_at(&zs->grads_full, full_index)
+                                     : zs__buf_at(&zs->grads_shard, shard_index);
+        for (int64_t c = 0; c < e - b; c += chunk) {
+            const int64_t n = e - b - c < chunk ? e - b - c : chunk;
+            float *master = (zs->master.ptr ? (float *)zs__buf_at(&zs->master, state_index)
+                                            : (float *)param) + c;
+            void *param_at = (char *)param + (size_t)c * elem;
+            zs__update_args args = {
+                .kind = kind,
+                .master = master,
+                /* Offloaded: bf16/fp16 parameters are written to the staging
+                 * (then copied), fp32 ones are the master chunk itself. */
+                .param = mixed ? (offload ? zs->offload_staging.ptr : param_at) : NULL,
+                .param_dtype = zs->compute_dtype,
+                .grad = grad + (size_t)c * zs_dtype_size(grad_dtype),
+                .grad_dtype = grad_dtype,
+                .m = zs->optim_m.ptr ? state_at(&zs->optim_m, state_index) + c : NULL,
+                .v = zs->optim_v.ptr ? state_at(&zs->optim_v, state_index) + c : NULL,
+                .count = n,
+                .scalars = (p->flags & ZS_PARAM_NO_DECAY) ? no_decay : with_decay,
+            };
+            ZS_CHECK(zs->backend->ops->optimizer_update(zs->backend, &args));
+            if (offload)
+                ZS_CHECK(zs->backend->ops->upload(zs->backend, param_at,
+                                                  mixed ? zs->offload_staging.ptr : (void *)master,
+                                                  (size_t)n * elem));
+        }
     }
     return ZS_OK;
 }

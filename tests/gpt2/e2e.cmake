@@ -43,3 +43,9 @@ if(ZS_HAVE_CUDA)
   set_tests_properties(gpt2_cuda_matches_cpu PROPERTIES LABELS "cuda;mpi" TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_MPI_TEST_ENV}")
 endif()
+
+# GPT-2 124M refused by a simulated device without offload, trained with it (issue 12).
+add_test(NAME gpt2_offload_cap
+         COMMAND bash ${GPT2_E2E}/run_gpt2_offload.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gpt2_train>)
+set_tests_properties(gpt2_offload_cap PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
