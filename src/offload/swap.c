@@ -268,10 +268,12 @@ static void req_fail(zs__swap *sw, zs__swap_req *r, uint64_t at, int err, const 
              advice(sw, err, more, sizeof more));
 }
 
+/* Only the time: a waiter whose deadline passes re-reads it and waits on,
+ * so progress needs no wake-up (waking every waiter per system call cost
+ * bandwidth on a fast disk). */
 static void note_progress(zs__swap *sw) {
     pthread_mutex_lock(&sw->lock);
     sw->progress_ns = now_ns();
-    pthread_cond_broadcast(&sw->done);
     pthread_mutex_unlock(&sw->lock);
 }
 
@@ -334,7 +336,7 @@ static void run_request(zs__swap *sw, zs__swap_req *r) {
             return;
         }
         done = next;
-        note_progress(sw);
+        if (done < r->bytes) note_progress(sw); /* the completion notes the last */
     }
     for (uint64_t b = 0; b < blocks; b++) {
         const unsigned char *p = r->buf + b * sw->block_bytes;
