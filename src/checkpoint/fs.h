@@ -82,8 +82,10 @@ zs_status zs__fs_list_at(int dirfd, const char *dir_path, char ***names, int *co
 uint64_t zs__fs_random(void);
 
 /* Test hook (fault.c): with ZS_FAULT_ERRNO=<point>:<errno name>:<n>, the n-th
- * call at `point` (write, fsync, rename, mkdir, create) counted since the
- * variable last changed returns that errno (ENOSPC, EIO, EFBIG, EDQUOT); every
+ * call at `point` (write, fsync, rename, mkdir, create; and the NVMe tier's
+ * pwrite, pread, fallocate, odirect in src/offload/swap.c) counted since the
+ * variable last changed returns that errno (ENOSPC, EIO, EFBIG, EDQUOT, EROFS,
+ * EACCES, EINVAL); every
  * other call returns 0. The file-system steps call it just before the system
  * call, so tests can fail any step of a save without filling a disk. */
 int zs__fs_fault(const char *point);

@@ -3,6 +3,7 @@
  * a full disk or an I/O error at any step cleans up after itself and leaves
  * the previous checkpoint intact. It never runs unless the variable is set. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@ static int errno_by_name(const char *name) {
     static const struct {
         const char *name;
         int value;
-    } known[] = {{"ENOSPC", ENOSPC}, {"EIO", EIO}, {"EFBIG", EFBIG}, {"EDQUOT", EDQUOT}};
+    } known[] = {{"ENOSPC", ENOSPC}, {"EIO", EIO}, {"EFBIG", EFBIG}, {"EDQUOT", EDQUOT},
+                 {"EROFS", EROFS}, {"EACCES", EACCES}, {"EINVAL", EINVAL}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(known[i].name, name) == 0) return known[i].value;
     return 0;
@@ -22,15 +24,18 @@ static int errno_by_name(const char *name) {
 int zs__fs_fault(const char *point) {
     /* The count of calls must survive between calls, and the hook must not
      * need a context (fs.c has none), so it lives here: a test-only counter,
-     * restarted whenever the variable's text changes, in a process whose
-     * checkpoint writes come from one thread (zs_save is not called
-     * concurrently on one context, and the runtime writes from the caller's
-     * thread only). */
+     * restarted whenever the variable's text changes. Checkpoint writes come
+     * from one thread, but the NVMe tier's I/O threads (src/offload/swap.c)
+     * call it concurrently, so the counter is under a lock; the variable
+     * itself is only read (tests set it while no I/O is in flight). */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static char armed[128];
     static long calls;
     const char *spec = getenv("ZS_FAULT_ERRNO");
+    pthread_mutex_lock(&lock);
     if (!spec || !*spec) {
         armed[0] = '\0';
+        pthread_mutex_unlock(&lock);
         return 0;
     }
     if (strcmp(spec, armed) != 0) {
@@ -39,9 +44,11 @@ int zs__fs_fault(const char *point) {
     }
     char name[32], err[32];
     long nth = 0;
-    if (sscanf(spec, "%31[a-z]:%31[A-Z]:%ld", name, err, &nth) != 3 || strcmp(name, point) != 0)
-        return 0;
-    if (++calls != nth) return 0;
+    long call = 0;
+    if (sscanf(spec, "%31[a-z]:%31[A-Z]:%ld", name, err, &nth) == 3 && strcmp(name, point) == 0)
+        call = ++calls;
+    pthread_mutex_unlock(&lock);
+    if (call == 0 || call != nth) return 0;
     int value = errno_by_name(err);
     if (value)
         fprintf(stderr, "zeroshard: ZS_FAULT_ERRNO=%s: failing this '%s' call with %s\n", spec,
