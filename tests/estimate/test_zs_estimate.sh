@@ -8,7 +8,7 @@
 #   fits and one rank fewer is one where it does not (asked with --world);
 # - a synthetic checkpoint (make_fixture), the runtime's own (make_real_ckpt,
 #   when given) and a zs-ckpt export are read: units and parameters agree
-#   with zs-ckpt info;
+#   with zs-ckpt info; a tiny llm.c file gives GPT-2's layout;
 # - usage errors exit 2 with a message, unreadable inputs exit 1 naming the file.
 set -u
 tool=$1 ckpt=$2 fixture=$3 work=$4 real=${5:-}
@@ -73,6 +73,19 @@ check_ckpt "$work/fixture/step_00000010" fixture_step
     fail "safetensors exited $?: $(cat "$work/st.txt")"
 grep -q "^  *3 units, 3 tensors, Psi = 5283 parameters" "$work/st.txt" ||
     fail "safetensors --unit-per-tensor layout: $(head -3 "$work/st.txt")"
+
+# An llm.c model file (header: magic, version 3, maxT 4, V 16, L 1, NH 2, C 8,
+# Vp 16; then 1048 zero floats): GPT-2's table gives 2 units, 16 tensors.
+if command -v python3 > /dev/null; then
+    python3 -c "
+import struct, sys
+h = [20240326, 3, 4, 16, 1, 2, 8, 16] + [0] * 248
+open(sys.argv[1], 'wb').write(struct.pack('<256i', *h) + bytes(4 * 1048))" "$work/tiny.bin"
+    "$tool" --llmc "$work/tiny.bin" --world 2 > "$work/llmc.txt" 2>&1 ||
+        fail "--llmc exited $?: $(cat "$work/llmc.txt")"
+    grep -q "^  *2 units, 16 tensors, Psi = 1048 parameters" "$work/llmc.txt" ||
+        fail "llm.c layout: $(head -3 "$work/llmc.txt")"
+fi
 
 # --- errors -----------------------------------------------------------------
 expect() { # <exit status> <text in stderr> <args...>
