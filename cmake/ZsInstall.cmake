@@ -93,7 +93,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "zeroshard developers <zeroshard@localhost>")
 # CPack puts the summary first; this is the long description under it.
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-    "libzeroshard (shared and static), its headers, CMake and pkg-config files,\n the zs-ckpt checkpoint tool, example configurations and documentation.")
+    "libzeroshard (shared and static), its headers, CMake and pkg-config files,\n the zs-ckpt checkpoint tool, the zs-estimate memory tool, example configurations and documentation.")
 # Runtime dependencies come from dpkg-shlibdeps on the shared library and the
 # tools. CUDA and NCCL come from NVIDIA's repository, which dpkg-shlibdeps
 # does not know: CUDA builds list them by hand, with the Debian libraries.

@@ -54,3 +54,7 @@ zs_status zs__tool_open(const char *arg, zs__ckpt_step *out, int *from_root) {
     if (s != ZS_OK) zs__ckpt_step_close(out);
     return s;
 }
+
+void zs__tool_verify_progress(void *user, uint64_t bytes_read) {
+    zs__progress_update(user, bytes_read);
+}

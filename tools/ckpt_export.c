@@ -108,7 +108,7 @@ static zs__st_dtype st_dtype_of(zs_dtype d) {
 }
 
 zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
-                          const char *out_path, uint64_t *out_bytes) {
+                          const char *out_path, int quiet, uint64_t *out_bytes) {
     const zs__manifest *m = step->m;
     if (buffer_bytes < ZS_TOOL_MIN_BUFFER_BYTES)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--buffer-bytes %llu is below the minimum %u",
@@ -118,8 +118,21 @@ zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t bu
     if (n < 0 || (size_t)n >= sizeof tmp_path)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", out_path);
 
+    /* The progress line covers the verification (which reads each master
+     * file twice) and the output's tensor bytes. */
+    const size_t out_size = zs_dtype_size(dtype);
+    const uint64_t verify_bytes = zs__ckpt_verify_read_bytes(step, 0, 1, 1);
+    uint64_t data_bytes = 0, written = 0;
+    for (int p = 0; p < m->param_count; p++) {
+        const int64_t numel = zs__ckpt_param_numel(&m->params[p]);
+        if (numel > 0) data_bytes += (uint64_t)numel * out_size;
+    }
+    zs__progress progress;
+    zs__progress_begin(&progress, "zs-ckpt export", verify_bytes + data_bytes, quiet);
+
     /* Verify every master file before any of its values is read. */
-    ZS_CHECK(zs__ckpt_verify_files(step, 0, 1, 1, NULL));
+    ZS_CHECK(zs__ckpt_verify_files_progress(step, 0, 1, 1, NULL, zs__tool_verify_progress,
+                                            &progress));
 
     zs_status s = ZS_OK;
     int *order = NULL, *first = NULL;
@@ -150,7 +163,6 @@ zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t bu
     }
 
     /* The header: every parameter, in manifest order, in the export dtype. */
-    const size_t out_size = zs_dtype_size(dtype);
     for (int p = 0; p < m->param_count; p++) {
         const zs__ckpt_param *param = &m->params[p];
         int64_t numel = zs__ckpt_param_numel(param);
@@ -233,6 +245,8 @@ zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t bu
                               done);
             }
             pos += len;
+            written += (uint64_t)len * out_size;
+            zs__progress_update(&progress, verify_bytes + written);
         }
     }
     uint64_t file_bytes = 0;
@@ -249,6 +263,7 @@ zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t bu
         snprintf(parent, sizeof parent, "%s", out_path);
         ZS_CHECK_GOTO(zs__fs_fsync_dir(dirname(parent)), s, done);
     }
+    zs__progress_end(&progress);
     if (out_bytes) *out_bytes = file_bytes;
     goto done;
 done_unlink:

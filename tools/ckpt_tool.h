@@ -12,6 +12,7 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/verify.h"
+#include "progress.h"
 #include "zeroshard.h"
 
 #ifndef PATH_MAX
@@ -32,9 +33,14 @@ zs_status zs__tool_join(char *out, size_t capacity, const char *dir, const char 
 zs_status zs__tool_open(const char *arg, zs__ckpt_step *out, int *from_root);
 
 /* Writes the full, unsharded model of the step directory to out_path as one
- * safetensors file (see ckpt_export.c). buffer_bytes bounds the data buffers. */
+ * safetensors file (see ckpt_export.c). buffer_bytes bounds the data buffers.
+ * Long runs show a progress line on stderr (progress.h) unless quiet. */
 zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
-                          const char *out_path, uint64_t *out_bytes);
+                          const char *out_path, int quiet, uint64_t *out_bytes);
+
+/* Adapts zs__ckpt_verify_files_progress's callback to a zs__progress whose
+ * work starts with the verification (user = the zs__progress). */
+void zs__tool_verify_progress(void *user, uint64_t bytes_read);
 
 /* The smallest --buffer-bytes export accepts: room for one fp32 element and
  * its narrowed copy, rounded up to something that is not absurd. */

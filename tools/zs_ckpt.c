@@ -1,12 +1,13 @@
 /* zs-ckpt: inspect, verify and export zeroshard checkpoints.
  *
  *   zs-ckpt info   <step dir | checkpoint root>
- *   zs-ckpt verify <step dir | checkpoint root>
- *   zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] <step dir | root> <out.safetensors>
+ *   zs-ckpt verify [--quiet] <step dir | checkpoint root>
+ *   zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet] <step dir | root> <out.safetensors>
  *
  * A checkpoint root is resolved as zs_load resolves it (src/checkpoint/select.h):
  * the step `latest` names if it verifies, else the newest step directory
- * that verifies. Exit status: 0 on
+ * that verifies. verify and export show a progress line on long runs
+ * (progress.h). Exit status: 0 on
  * success, 1 when the checkpoint is invalid or an operation fails (the
  * message names the file and what is wrong), 2 for a usage error. The
  * format is described in src/checkpoint/manifest.h. */
@@ -29,8 +30,8 @@
 
 static const char usage_text[] =
     "usage: zs-ckpt info   <step dir | checkpoint root>\n"
-    "       zs-ckpt verify <step dir | checkpoint root>\n"
-    "       zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N]\n"
+    "       zs-ckpt verify [--quiet] <step dir | checkpoint root>\n"
+    "       zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet]\n"
     "                      <step dir | checkpoint root> <out.safetensors>\n"
     "\n"
     "  info     print the manifest: step, world size and stage at save time, dtype,\n"
@@ -47,6 +48,10 @@ static const char usage_text[] =
     "\n"
     "A checkpoint root is resolved as the runtime resumes from it: the step `latest`\n"
     "names if it verifies, else the newest step directory that verifies.\n"
+    "verify and export show a progress line on stderr (percent, bytes done / total,\n"
+    "rate, ETA) once a run has lasted 2 s (ZS_PROGRESS_AFTER_S=<seconds> changes\n"
+    "that): one line rewritten in place on a terminal, else a line per tenth of the\n"
+    "work. --quiet turns it off.\n"
     "Exit status: 0 success, 1 invalid checkpoint or failed operation, 2 usage error.\n";
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -127,14 +132,20 @@ static int cmd_info(const char *arg) {
     return 0;
 }
 
-static int cmd_verify(const char *arg) {
+static int cmd_verify(const char *arg, int quiet) {
     zs__ckpt_step step;
     int from_root = 0;
     if (zs__tool_open(arg, &step, &from_root) != ZS_OK) return fail("verify");
     /* A root's choice was verified completely while choosing; verifying it
      * again keeps one code path and prints the totals. */
     zs__ckpt_verify_totals t;
-    zs_status s = zs__ckpt_verify_files(&step, 0, 1, 0, &t);
+    zs__progress progress;
+    zs__progress_begin(&progress, "zs-ckpt verify", zs__ckpt_verify_read_bytes(&step, 0, 1, 0),
+                       quiet);
+    zs_status s = zs__ckpt_verify_files_progress(&step, 0, 1, 0, &t, zs__tool_verify_progress,
+                                                 &progress);
+    if (s == ZS_OK) zs__progress_end(&progress);
+    else if (progress.open_line) fputc('\n', stderr); /* the error starts on its own line */
     if (s == ZS_OK && from_root) printf("chosen: %s\n", step.path);
     zs__ckpt_step_close(&step);
     if (s != ZS_OK) return fail("verify");
@@ -164,6 +175,7 @@ static int parse_bytes(const char *text, uint64_t *out) {
 static int cmd_export(int argc, char **argv) {
     zs_dtype dtype = ZS_DTYPE_FP32;
     uint64_t buffer_bytes = ZS_TOOL_DEFAULT_BUFFER_BYTES;
+    int quiet = 0;
     const char *positional[2];
     int npos = 0;
     for (int i = 0; i < argc; i++) {
@@ -176,6 +188,8 @@ static int cmd_export(int argc, char **argv) {
             if (!parse_bytes(argv[++i], &buffer_bytes) || buffer_bytes < ZS_TOOL_MIN_BUFFER_BYTES)
                 return usage_error("--buffer-bytes \"%s\" is not an integer of at least 16",
                                    argv[i]);
+        } else if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return usage_error("unknown option %s", argv[i]);
         } else if (npos < 2) {
@@ -189,7 +203,7 @@ static int cmd_export(int argc, char **argv) {
     zs__ckpt_step step;
     if (zs__tool_open(positional[0], &step, NULL) != ZS_OK) return fail("export");
     uint64_t bytes = 0;
-    zs_status s = zs__tool_export(&step, dtype, buffer_bytes, positional[1], &bytes);
+    zs_status s = zs__tool_export(&step, dtype, buffer_bytes, positional[1], quiet, &bytes);
     int params = step.m->param_count;
     int64_t step_number = step.m->step;
     zs__ckpt_step_close(&step);
@@ -207,9 +221,15 @@ int main(int argc, char **argv) {
         fputs(usage_text, stdout);
         return 0;
     }
-    if (strcmp(command, "info") == 0 || strcmp(command, "verify") == 0) {
+    if (strcmp(command, "info") == 0) {
         if (argc != 3) return usage_error("%s takes exactly one directory", command);
-        return strcmp(command, "info") == 0 ? cmd_info(argv[2]) : cmd_verify(argv[2]);
+        return cmd_info(argv[2]);
+    }
+    if (strcmp(command, "verify") == 0) {
+        const int quiet = argc == 4 && strcmp(argv[2], "--quiet") == 0;
+        if (argc != 3 + quiet || strcmp(argv[argc - 1], "--quiet") == 0)
+            return usage_error("%s takes [--quiet] and exactly one directory", command);
+        return cmd_verify(argv[argc - 1], quiet);
     }
     if (strcmp(command, "export") == 0) return cmd_export(argc - 2, argv + 2);
     return usage_error("unknown command \"%s\"", command);

@@ -335,7 +335,19 @@ static zs__st_dtype state_dtype(zs__ckpt_state state) {
 }
 
 /* One file: whole hash, then the exact tensor set, then each tensor. */
-static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors, int count) {
+typedef struct read_counter {
+    zs__ckpt_verify_progress_fn fn; /* NULL: nobody is watching */
+    void *user;
+    uint64_t bytes;                 /* read so far by this verification */
+} read_counter;
+
+static void count_read(read_counter *rc, uint64_t bytes) {
+    rc->bytes += bytes;
+    if (rc->fn) rc->fn(rc->user, rc->bytes);
+}
+
+static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors, int count,
+                             read_counter *rc) {
     const zs__manifest *m = s->m;
     zs__st_file *sf = NULL;
     ZS_CHECK(zs__ckpt_open_shard(s, fi, &sf));
@@ -343,6 +355,7 @@ static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors,
     zs_status status = ZS_OK;
     uint64_t h = 0;
     ZS_CHECK_GOTO(zs__st_hash_file(sf, &h), status, done);
+    count_read(rc, m->files[fi].bytes);
     if (h != m->files[fi].xxh3) {
         status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                           "%s: content hash %016" PRIx64 " differs from the manifest's %016" PRIx64
@@ -397,6 +410,7 @@ static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors,
         }
         uint64_t th = 0;
         ZS_CHECK_GOTO(zs__st_hash_entry(sf, e, &th), status, done);
+        count_read(rc, e->end - e->begin);
         if (th != ct->xxh3) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                               "%s: tensor '%s' has content hash %016" PRIx64
@@ -410,8 +424,23 @@ done:
     return status;
 }
 
+uint64_t zs__ckpt_verify_read_bytes(const zs__ckpt_step *s, int part, int parts, int master_only) {
+    uint64_t bytes = 0;
+    if (parts < 1 || part < 0) return 0;
+    for (int f = part; f < s->m->file_count; f += parts)
+        if (!master_only || s->m->files[f].kind == ZS_CKPT_FILE_MASTER)
+            bytes += 2 * s->m->files[f].bytes;
+    return bytes;
+}
+
 zs_status zs__ckpt_verify_files(const zs__ckpt_step *s, int part, int parts, int master_only,
                                 zs__ckpt_verify_totals *totals) {
+    return zs__ckpt_verify_files_progress(s, part, parts, master_only, totals, NULL, NULL);
+}
+
+zs_status zs__ckpt_verify_files_progress(const zs__ckpt_step *s, int part, int parts,
+                                         int master_only, zs__ckpt_verify_totals *totals,
+                                         zs__ckpt_verify_progress_fn progress, void *user) {
     const zs__manifest *m = s->m;
     if (parts < 1 || part < 0 || part >= parts)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs__ckpt_verify_files: part %d of %d", part,
@@ -434,10 +463,15 @@ zs_status zs__ckpt_verify_files(const zs__ckpt_step *s, int part, int parts, int
         order[start[f] + fill[f]++] = i;
     }
     zs__ckpt_verify_totals sum = {0, 0, 0};
+    read_counter rc = {progress, user, 0};
+    uint64_t whole = 0; /* twice the bytes of the files done: the header's bytes count too */
     for (int f = part; f < m->file_count; f += parts) {
         if (master_only && m->files[f].kind != ZS_CKPT_FILE_MASTER) continue;
         const int count = start[f + 1] - start[f];
-        ZS_CHECK_GOTO(verify_file(s, f, order + start[f], count), status, done);
+        ZS_CHECK_GOTO(verify_file(s, f, order + start[f], count, &rc), status, done);
+        whole += 2 * m->files[f].bytes;
+        rc.bytes = whole;
+        if (progress) progress(user, rc.bytes);
         sum.files++;
         sum.tensors += count;
         sum.bytes += m->files[f].bytes;

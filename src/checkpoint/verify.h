@@ -71,6 +71,18 @@ typedef struct zs__ckpt_verify_totals {
 zs_status zs__ckpt_verify_files(const zs__ckpt_step *s, int part, int parts, int master_only,
                                 zs__ckpt_verify_totals *totals);
 
+/* zs__ckpt_verify_files that also reports how far it got, for zs-ckpt's
+ * progress line: `progress` (may be NULL) is called with `user` and the
+ * bytes read so far after each file's whole-file hash and after each
+ * tensor's hash. Each selected file is read twice, so the count ends at
+ * twice the sum of their sizes (zs__ckpt_verify_read_bytes). */
+typedef void (*zs__ckpt_verify_progress_fn)(void *user, uint64_t bytes_read);
+zs_status zs__ckpt_verify_files_progress(const zs__ckpt_step *s, int part, int parts,
+                                         int master_only, zs__ckpt_verify_totals *totals,
+                                         zs__ckpt_verify_progress_fn progress, void *user);
+/* The bytes zs__ckpt_verify_files reads for this selection of files. */
+uint64_t zs__ckpt_verify_read_bytes(const zs__ckpt_step *s, int part, int parts, int master_only);
+
 /* The save-shaped checks of a parsed manifest (see above). */
 zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where);
 

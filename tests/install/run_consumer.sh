@@ -33,7 +33,7 @@ step "cmake --install $build_dir --prefix $prefix"
 
 libdir=$prefix/lib
 for f in lib/libzeroshard.so.0.1.0 lib/libzeroshard.so.0 lib/libzeroshard.so lib/libzeroshard.a \
-         include/zeroshard.h include/zeroshard_mpi.h bin/zs-ckpt \
+         include/zeroshard.h include/zeroshard_mpi.h bin/zs-ckpt bin/zs-estimate \
          lib/cmake/zeroshard/zeroshardConfig.cmake lib/cmake/zeroshard/zeroshardConfigVersion.cmake \
          lib/cmake/zeroshard/zeroshardTargets.cmake lib/cmake/zeroshard/zeroshardStaticTargets.cmake \
          lib/pkgconfig/zeroshard.pc share/zeroshard/configs/reference.cfg \

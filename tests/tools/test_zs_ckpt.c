@@ -12,6 +12,9 @@
  *   corrupt  a flipped shard byte, a truncated shard, a deleted shard, a
  *            flipped manifest byte, an unlisted tensor, a corrupt master
  *            under export, a hostile `latest`, and usage errors
+ *   progress with ZS_PROGRESS_AFTER_S=0, verify and export print progress
+ *            lines (percent, ETA, ending at 100%) to stderr; --quiet and a
+ *            short run under the default quiet period print none
  *
  *   test_zs_ckpt <zs-ckpt> <make_fixture> <work dir> real <root> <dump.f32>
  *
@@ -179,6 +182,41 @@ static void case_verify(void) {
     RUN(r, tool, "verify", root);
     ZT_CHECK_MSG(r->status == 0, "verify of the root exited %d: %s", r->status, r->err);
     CHECK_CONTAINS(r->out, expected);
+    free(r);
+}
+
+static void case_progress(void) {
+    fresh_fixture("progress", 0);
+    run_result *r = malloc(sizeof *r);
+    char out[4400];
+    snprintf(out, sizeof out, "%s/progress.safetensors", work);
+    /* The default quiet period (2 s) outlasts a run this small. */
+    unsetenv("ZS_PROGRESS_AFTER_S");
+    RUN(r, tool, "verify", step);
+    ZT_CHECK_MSG(r->status == 0, "verify exited %d: %s", r->status, r->err);
+    ZT_CHECK_MSG(strstr(r->err, "ETA") == NULL, "a short verify printed progress: %s", r->err);
+
+    setenv("ZS_PROGRESS_AFTER_S", "0", 1);
+    RUN(r, tool, "verify", step);
+    ZT_CHECK_MSG(r->status == 0, "verify exited %d: %s", r->status, r->err);
+    CHECK_CONTAINS(r->err, "zs-ckpt verify: ");
+    CHECK_CONTAINS(r->err, "ETA");
+    CHECK_CONTAINS(r->err, "100% ");
+    CHECK_CONTAINS(r->out, "OK: 6 files");
+    RUN(r, tool, "export", "--dtype", "bf16", step, out);
+    ZT_CHECK_MSG(r->status == 0, "export exited %d: %s", r->status, r->err);
+    CHECK_CONTAINS(r->err, "zs-ckpt export: ");
+    CHECK_CONTAINS(r->err, "ETA");
+    CHECK_CONTAINS(r->err, "100% ");
+    RUN(r, tool, "verify", "--quiet", step);
+    ZT_CHECK_MSG(r->status == 0, "verify --quiet exited %d: %s", r->status, r->err);
+    ZT_CHECK_MSG(r->err[0] == '\0', "verify --quiet printed: %s", r->err);
+    RUN(r, tool, "export", "--quiet", step, out);
+    ZT_CHECK_MSG(r->status == 0, "export --quiet exited %d: %s", r->status, r->err);
+    ZT_CHECK_MSG(r->err[0] == '\0', "export --quiet printed: %s", r->err);
+    RUN(r, tool, "verify", "--quiet");
+    ZT_EQ_INT(r->status, 2);
+    unsetenv("ZS_PROGRESS_AFTER_S");
     free(r);
 }
 
@@ -508,6 +546,7 @@ int main(int argc, char **argv) {
     else if (strcmp(c, "export") == 0) case_export();
     else if (strcmp(c, "buffer") == 0) case_buffer();
     else if (strcmp(c, "corrupt") == 0) case_corrupt();
+    else if (strcmp(c, "progress") == 0) case_progress();
     else {
         fprintf(stderr, "test_zs_ckpt: unknown case %s\n", c);
         return 2;

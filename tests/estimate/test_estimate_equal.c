@@ -1,0 +1,197 @@
+/* estimate = measured: for every layout, stage, dtype and configuration
+ * below, zs_memory_report's `current` of every tag right after zs_build,
+ * and its live_bytes_budget, equal zs_estimate_memory's for the same
+ * layout, configuration and world size, to the byte. Both come from the
+ * memory plan (src/zero/memory_plan.c); this keeps zs_build from allocating
+ * anything the plan does not say, and keeps zs-estimate honest.
+ *
+ *   mpirun -np N test_estimate_equal <work dir>
+ *
+ * Run under 1, 2 and 3 ranks (tests/estimate/CMakeLists.txt). Every rank
+ * checks its own report (with uneven shards a rank's figures could differ;
+ * the plan says they do not). */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "zeroshard.h"
+#include "zeroshard_mpi.h"
+
+#define MAX_PARAMS 32
+
+typedef struct layout {
+    const char *name;
+    int unit_count;
+    int params_per_unit[8];
+    int64_t numel[MAX_PARAMS];
+} layout;
+
+/* Uneven units; prime element counts (no unit divides by a world size or
+ * the alignment); a GPT-2-like model whose first unit (embeddings) is far
+ * larger than the blocks, so live budgets are sized by one unit. */
+static const layout layouts[] = {
+    {"uneven", 3, {3, 1, 2}, {7, 130, 1, 1000, 33, 64}},
+    {"primes", 4, {2, 3, 1, 2}, {97, 101, 13, 7919, 3, 2, 65521, 5}},
+    {"gpt2_tiny",
+     3,
+     {4, 12, 12},
+     {257 * 24, 16 * 24, 24, 24,                                              /* embed */
+      24, 24, 72 * 24, 72, 24 * 24, 24, 24, 24, 96 * 24, 96, 24 * 96, 24,     /* block 0 */
+      24, 24, 72 * 24, 72, 24 * 24, 24, 24, 24, 96 * 24, 96, 24 * 96, 24}},   /* block 1 */
+};
+#define LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
+
+/* Settings beside stage and dtype, as override lists: gradient
+ * accumulation (an fp32 gradient shard in stages 2-3), fp32 reductions
+ * (staging), buckets (staging), a given live budget (not a multiple of the
+ * live alignment), and the optimizers' state counts. */
+static const char *const variants[][6] = {
+    {NULL},
+    {"gradient_accumulation_steps=4", NULL},
+    {"precision.reduce_dtype=fp32", NULL},
+    {"comm.bucket_bytes=4096", NULL},
+    {"zero.live_bytes=1000003", NULL},
+    {"gradient_accumulation_steps=3", "precision.accumulate_dtype=compute",
+     "comm.bucket_bytes=65536", "zero.live_bytes=2000000", "zero.max_live_units=3", NULL},
+    {"gradient_accumulation_steps=2", "precision.reduce_dtype=fp32", "comm.bucket_bytes=8192",
+     "zero.align=1", NULL},
+    {"optimizer.type=sgd", "optimizer.momentum=0.9", NULL},
+    {"optimizer.type=sgd", NULL},
+};
+#define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
+
+static const char *const dtypes[] = {"fp32", "bf16", "fp16"};
+
+static void describe(char *out, size_t cap, const layout *l, int stage, const char *dtype,
+                     int variant, int world) {
+    int n = snprintf(out, cap, "layout %s, stage %d, %s, world %d, variant {", l->name, stage,
+                     dtype, world);
+    for (int i = 0; variants[variant][i] && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(out + n, cap - (size_t)n, "%s%s", i ? ", " : "", variants[variant][i]);
+    if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, "}");
+}
+
+static zs_status build(const zs_config *cfg, const layout *l, zs_ctx **out) {
+    zs_ctx *zs = NULL;
+    zs_status s = zs_create_with_comm(cfg, MPI_COMM_WORLD, &zs);
+    for (int u = 0, p = 0; s == ZS_OK && u < l->unit_count; u++) {
+        char name[32];
+        snprintf(name, sizeof name, "unit%d", u);
+        s = zs_unit_begin(zs, name, &(zs_unit *){NULL});
+        for (int i = 0; s == ZS_OK && i < l->params_per_unit[u]; i++, p++) {
+            snprintf(name, sizeof name, "p%d", p);
+            s = zs_param_create(zs, name, 1, &l->numel[p], ZS_INIT_NORMAL_STD(0.02), 0,
+                                &(zs_param *){NULL});
+        }
+        if (s == ZS_OK) s = zs_unit_end(zs);
+    }
+    if (s == ZS_OK) s = zs_build(zs);
+    if (s != ZS_OK) {
+        zs_destroy(zs);
+        return s;
+    }
+    *out = zs;
+    return ZS_OK;
+}
+
+static void check_one(const char *cfg_path, const layout *l, int stage, int d, int variant,
+                      int world) {
+    char what[512];
+    describe(what, sizeof what, l, stage, dtypes[d], variant, world);
+    const char *list[8];
+    char stage_set[32], dtype_set[32];
+    snprintf(stage_set, sizeof stage_set, "zero.stage=%d", stage);
+    snprintf(dtype_set, sizeof dtype_set, "precision.dtype=%s", dtypes[d]);
+    int n = 0;
+    list[n++] = stage_set;
+    list[n++] = dtype_set;
+    for (int i = 0; variants[variant][i]; i++) list[n++] = variants[variant][i];
+    zs_config *cfg = NULL;
+    ZT_OK(zs_config_load(cfg_path, &cfg));
+    if (!cfg) return;
+    zs_status s = zs_config_override_list(cfg, n, list);
+    ZT_CHECK_MSG(s == ZS_OK, "%s: overrides refused: %s", what, zs_last_error());
+    if (s != ZS_OK) {
+        zs_config_destroy(cfg);
+        return;
+    }
+
+    zs_memory_stats est, got;
+    memset(&est, 0, sizeof est);
+    zs_status es = zs_estimate_memory(cfg, world, l->unit_count, l->params_per_unit, l->numel, &est);
+    ZT_CHECK_MSG(es == ZS_OK, "%s: zs_estimate_memory failed: %s", what, zs_last_error());
+    zs_ctx *zs = NULL;
+    s = build(cfg, l, &zs);
+    zs_config_destroy(cfg);
+    ZT_CHECK_MSG(s == ZS_OK, "%s: zs_build failed: %s", what, zs_last_error());
+    if (s != ZS_OK || es != ZS_OK) return;
+    ZT_OK(zs_memory_report(zs, &got));
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
+        ZT_CHECK_MSG(got.current[t] == est.current[t],
+                     "%s: tag %s: measured %llu bytes, estimated %llu", what,
+                     zs_mem_tag_name((zs_mem_tag)t), (unsigned long long)got.current[t],
+                     (unsigned long long)est.current[t]);
+    ZT_CHECK_MSG(got.total_current == est.total_current, "%s: total: measured %llu, estimated %llu",
+                 what, (unsigned long long)got.total_current,
+                 (unsigned long long)est.total_current);
+    ZT_CHECK_MSG(got.live_bytes_budget == est.live_bytes_budget,
+                 "%s: live_bytes_budget: measured %llu, estimated %llu", what,
+                 (unsigned long long)got.live_bytes_budget,
+                 (unsigned long long)est.live_bytes_budget);
+    zs_destroy(zs);
+}
+
+/* A live budget too small for the largest unit: both refuse it alike. */
+static void check_too_small(const char *cfg_path, int world) {
+    const layout *l = &layouts[2];
+    zs_config *cfg = NULL;
+    ZT_OK(zs_config_load(cfg_path, &cfg));
+    if (!cfg) return;
+    const char *list[] = {"zero.stage=3", "zero.live_bytes=4096"};
+    ZT_OK(zs_config_override_list(cfg, 2, list));
+    zs_memory_stats est;
+    ZT_FAILS_WITH(zs_estimate_memory(cfg, world, l->unit_count, l->params_per_unit, l->numel, &est),
+                  ZS_ERR_CONFIG, "zero.live_bytes");
+    zs_ctx *zs = NULL;
+    ZT_FAILS_WITH(build(cfg, l, &zs), ZS_ERR_CONFIG, "zero.live_bytes");
+    zs_config_destroy(cfg);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
+    int world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (argc != 2) {
+        if (zt_rank == 0) fprintf(stderr, "usage: test_estimate_equal <work dir>\n");
+        MPI_Finalize();
+        return 2;
+    }
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/estimate_np%d.cfg", argv[1], world);
+    if (zt_rank == 0) {
+        FILE *f = fopen(cfg_path, "w");
+        if (!f) {
+            fprintf(stderr, "test_estimate_equal: cannot write %s\n", cfg_path);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        fprintf(f, "seed = 11;\noptimizer: { type = \"adamw\"; lr = 0.001; };\n");
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    int cases = 0;
+    for (int li = 0; li < LAYOUTS; li++)
+        for (int stage = 0; stage < 4; stage++)
+            for (int d = 0; d < 3; d++)
+                for (int v = 0; v < VARIANTS; v++, cases++)
+                    check_one(cfg_path, &layouts[li], stage, d, v, world);
+    check_too_small(cfg_path, world);
+    if (zt_rank == 0) printf("test_estimate_equal: %d configurations on %d rank%s\n", cases, world,
+                             world == 1 ? "" : "s");
+    int rc = zt_finish("test_estimate_equal");
+    MPI_Finalize();
+    return rc;
+}
