@@ -366,16 +366,18 @@ static const char *human(char *buf, size_t cap, double bytes) {
 
 static uint64_t model_state(const zs_memory_stats *m) {
     return m->current[ZS_MEM_PARAMS] + m->current[ZS_MEM_GRADS] + m->current[ZS_MEM_MASTER] +
-           m->current[ZS_MEM_OPTIM];
+           m->current[ZS_MEM_OPTIM] + m->current[ZS_MEM_HOST_STATE] + m->current[ZS_MEM_HOST_PARAMS];
 }
 
-/* Offload options: one column each in the tables. Only "none" exists
- * today; a mode adds its name here and the overrides that select it. */
+/* Offload options: one column each in the tables; a mode adds its name
+ * here and the overrides that select it. */
 typedef struct offload_mode {
     const char *name;
     const char *overrides[2]; /* applied after zero.stage; NULL-terminated */
 } offload_mode;
-static const offload_mode offload_modes[] = {{"none", {NULL}}};
+/* Every mode sets the key, since the configuration keeps the last value. */
+static const offload_mode offload_modes[] = {{"none", {"offload.optimizer=\"none\"", NULL}},
+                                             {"host", {"offload.optimizer=\"host\"", NULL}}};
 #define OFFLOAD_MODES ((int)(sizeof offload_modes / sizeof offload_modes[0]))
 
 typedef struct run_info {
@@ -469,22 +471,34 @@ static int print_stage(const run_info *r, int stage, int world) {
     return 1;
 }
 
-/* --device-memory: fits with the given world, or the smallest world. */
-static void print_fit(const run_info *r, uint64_t memory, int world) {
+/* What must fit the device: the tags that live there (offloaded state and
+ * host buffers do not). */
+static uint64_t device_share(const zs_memory_stats *m) {
+    const zs_mem_tag on_device[] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_MASTER, ZS_MEM_OPTIM,
+                                    ZS_MEM_LIVE_PARAMS, ZS_MEM_LIVE_GRADS, ZS_MEM_LIVE_FREE};
+    uint64_t sum = 0;
+    for (size_t i = 0; i < sizeof on_device / sizeof on_device[0]; i++) sum += m->current[on_device[i]];
+    return sum;
+}
+
+/* --device-memory: fits with the given world, or the smallest world, for
+ * every offload mode; what must fit is the device's share of the estimate. */
+static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mode) {
     char h[32], hm[32];
     human(hm, sizeof hm, (double)memory);
-    printf("device memory %s (%" PRIu64 " bytes) per rank, offload none:\n", hm, memory);
+    printf("device memory %s (%" PRIu64 " bytes) per rank, offload %s:\n", hm, memory,
+           offload_modes[mode].name);
     for (int stage = 0; stage < 4; stage++) {
         zs_memory_stats m;
         if (world > 0) {
-            if (estimate(r, stage, 0, world, &m) != ZS_OK) {
+            if (estimate(r, stage, mode, world, &m) != ZS_OK) {
                 printf("  stage %d cannot be planned on %d ranks: %s\n", stage, world,
                        zs_last_error());
                 continue;
             }
             printf("  stage %d %s on %d rank%s: %s per rank\n", stage,
-                   m.total_current <= memory ? "fits" : "does not fit", world, world == 1 ? "" : "s",
-                   human(h, sizeof h, (double)m.total_current));
+                   device_share(&m) <= memory ? "fits" : "does not fit", world, world == 1 ? "" : "s",
+                   human(h, sizeof h, (double)device_share(&m)));
             continue;
         }
         int found = 0;
@@ -492,20 +506,20 @@ static void print_fit(const run_info *r, uint64_t memory, int world) {
         const char *error = NULL;
         char error_copy[512];
         for (int n = 1; n <= ZS_ESTIMATE_MAX_WORLD; n++) {
-            if (estimate(r, stage, 0, n, &m) != ZS_OK) {
+            if (estimate(r, stage, mode, n, &m) != ZS_OK) {
                 snprintf(error_copy, sizeof error_copy, "%s", zs_last_error());
                 error = error_copy;
                 break;
             }
-            if (m.total_current < smallest) smallest = m.total_current;
-            if (m.total_current <= memory) {
+            if (device_share(&m) < smallest) smallest = device_share(&m);
+            if (device_share(&m) <= memory) {
                 found = n;
                 break;
             }
         }
         if (found)
             printf("  stage %d fits from %d rank%s: %s per rank\n", stage, found,
-                   found == 1 ? "" : "s", human(h, sizeof h, (double)m.total_current));
+                   found == 1 ? "" : "s", human(h, sizeof h, (double)device_share(&m)));
         else if (error)
             printf("  stage %d cannot be planned: %s\n", stage, error);
         else
@@ -513,6 +527,11 @@ static void print_fit(const run_info *r, uint64_t memory, int world) {
                    ZS_ESTIMATE_MAX_WORLD, human(h, sizeof h, (double)smallest));
     }
 }
+
+static void print_fit(const run_info *r, uint64_t memory, int world) {
+    for (int mode = 0; mode < OFFLOAD_MODES; mode++) print_fit_mode(r, memory, world, mode);
+}
+
 
 /* ------------------------------------------------------------------ main */
 

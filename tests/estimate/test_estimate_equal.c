@@ -46,7 +46,8 @@ static const layout layouts[] = {
 /* Settings beside stage and dtype, as override lists: gradient
  * accumulation (an fp32 gradient shard in stages 2-3), fp32 reductions
  * (staging), buckets (staging), a given live budget (not a multiple of the
- * live alignment), and the optimizers' state counts. */
+ * live alignment), the optimizers' state counts, and the host tier of
+ * offload (state charged to host tags, a master copy in fp32 too). */
 static const char *const variants[][6] = {
     {NULL},
     {"gradient_accumulation_steps=4", NULL},
@@ -59,6 +60,8 @@ static const char *const variants[][6] = {
      "zero.align=1", NULL},
     {"optimizer.type=sgd", "optimizer.momentum=0.9", NULL},
     {"optimizer.type=sgd", NULL},
+    {"offload.optimizer=\"host\"", "offload.buffer_bytes=8192", NULL},
+    {"offload.optimizer=\"host\"", "optimizer.type=sgd", "gradient_accumulation_steps=2", NULL},
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 

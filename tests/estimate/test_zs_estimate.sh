@@ -36,22 +36,27 @@ done
 # --- the inverse question ---------------------------------------------------
 "$tool" --preset 124M --dtype bf16 --device-memory 1GiB > "$work/fit.txt" 2>&1 ||
     fail "--device-memory exited $?: $(cat "$work/fit.txt")"
-n=$(sed -n 's/^  stage 3 fits from \([0-9]*\) ranks\{0,1\}: .* per rank$/\1/p' "$work/fit.txt")
+# The "offload none" answers come first (then "offload host").
+none_part() { sed -n '/offload none:$/,/offload host:$/p' "$1"; }
+n=$(none_part "$work/fit.txt" | sed -n 's/^  stage 3 fits from \([0-9]*\) ranks\{0,1\}: .* per rank$/\1/p')
 if [ -z "$n" ] || [ "$n" -lt 2 ]; then
     fail "expected 'stage 3 fits from N ranks' (N >= 2) in: $(cat "$work/fit.txt")"
 else
     "$tool" --preset 124M --dtype bf16 --device-memory 1GiB --world "$n" > "$work/fit_n.txt" 2>&1
-    grep -q "^  stage 3 fits on $n ranks" "$work/fit_n.txt" ||
+    none_part "$work/fit_n.txt" | grep -q "^  stage 3 fits on $n ranks" ||
         fail "stage 3 should fit on $n ranks: $(cat "$work/fit_n.txt")"
     "$tool" --preset 124M --dtype bf16 --device-memory 1GiB --world $((n - 1)) > "$work/fit_m.txt" 2>&1
-    grep -q "^  stage 3 does not fit on $((n - 1)) rank" "$work/fit_m.txt" ||
+    none_part "$work/fit_m.txt" | grep -q "^  stage 3 does not fit on $((n - 1)) rank" ||
         fail "stage 3 should not fit on $((n - 1)) ranks: $(cat "$work/fit_m.txt")"
 fi
-grep -q "^  stage 0 does not fit on up to 65536 ranks" "$work/fit.txt" ||
+none_part "$work/fit.txt" | grep -q "^  stage 0 does not fit on up to 65536 ranks" ||
     fail "stage 0 (1.9 GiB at any world size) should not fit 1 GiB: $(cat "$work/fit.txt")"
 "$tool" --preset 124M --dtype bf16 --device-memory 80GB > "$work/fit80.txt" 2>&1
 grep -q "^  stage 0 fits from 1 rank: " "$work/fit80.txt" ||
     fail "80 GB holds stage 0 on 1 rank: $(cat "$work/fit80.txt")"
+# With the optimizer on the host, 124M's device share fits 1 GiB on 1 rank.
+sed -n '/offload host:$/,$p' "$work/fit.txt" | grep -q "^  stage 3 fits from 1 rank: " ||
+    fail "offload host: stage 3 should fit 1 GiB on 1 rank: $(cat "$work/fit.txt")"
 
 # --- checkpoints and safetensors --------------------------------------------
 # "layout N units, P parameters, E elements" (zs-ckpt info) against

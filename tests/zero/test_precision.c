@@ -101,6 +101,22 @@ static void run_dtype(const char *dtype, int world) {
         for (int s = 0; s < STEPS; s++)
             ZT_CHECK_MSG(!r.skipped[s], "%s stage %d: step %d overflowed without injection", dtype,
                          stage, s);
+        /* The same in the other modes of the comm engine: synchronous, and
+         * with prefetch and buckets on its thread. Bit for bit. */
+        for (int mode = 0; mode < 2; mode++) {
+            harness_options o = opt;
+            o.sync = mode == 0;
+            o.gather_ahead = mode == 1;
+            o.bucket_bytes = mode == 1 ? 4096 : 0;
+            harness_result other;
+            ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &other) == 0);
+            ZT_CHECK_MSG(memcmp(other.final, r.final, sizeof(float) * (size_t)r.numel) == 0 &&
+                             memcmp(other.loss, r.loss, sizeof(double) * STEPS) == 0 &&
+                             memcmp(other.grad_norm, r.grad_norm, sizeof(double) * STEPS) == 0,
+                         "%s np %d stage %d: the %s run differs", dtype, world, stage,
+                         mode == 0 ? "synchronous" : "prefetching and bucketed");
+            harness_result_free(&other);
+        }
         ZT_CHECK_MSG(r.loss[STEPS - 1] < r.loss[0], "%s stage %d: loss %g -> %g", dtype, stage,
                      r.loss[0], r.loss[STEPS - 1]);
         if (stage == 0) {
