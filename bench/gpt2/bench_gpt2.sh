@@ -26,11 +26,7 @@ corpus=$src/data/shakespeare/shakespeare.txt
 work=$(mktemp -d /tmp/zs_bench_gpt2.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# median of the ms column of gpt2_train's progress lines, skipping 2 warm-up steps
-median_ms() {
-  grep -E '^step ' "$1" | sed -E 's/.*\| ([0-9.]+) ms$/\1/' | tail -n +3 | sort -g |
-    awk '{v[NR] = $1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
+source "$src/bench/lib/step_times.sh"
 
 printf '%-6s %3s %5s %10s %10s %12s %14s\n' model np stage "ms/step" "tokens/s" "GFLOP/s" "achieved/sgemm"
 declare -A result

@@ -26,10 +26,7 @@ corpus=$src/data/shakespeare/shakespeare.txt
 work=$(mktemp -d /tmp/zs_bench_overlap.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-median_ms() {
-  grep -E '^step ' "$1" | sed -E 's/.*\| ([0-9.]+) ms$/\1/' | tail -n +3 | sort -g |
-    awk '{v[NR] = $1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
+source "$src/bench/lib/step_times.sh"
 
 args=("$src/configs/gpt2_demo.cfg" "app.train_data=$corpus" app.steps=$steps
       scheduler.total_steps=$((steps + 1)) scheduler.warmup_steps=1 app.log_every=1
