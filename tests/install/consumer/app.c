@@ -7,7 +7,9 @@
  *
  * Every rank prints "consumer: rank R of N ..." and exits 0 on success; on a
  * failure it prints the library's message and exits 1. */
+#define _POSIX_C_SOURCE 200809L /* getpid */
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <zeroshard_mpi.h> /* mpi.h too: MPI's flags must reach the program */
@@ -37,8 +39,9 @@ static int write_config(const char *path) {
 
 static int run(const char *workdir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/consumer.cfg", workdir);
-    /* Every rank writes the same bytes: no rank reads a half-written file. */
+    /* One file per process: a rank that truncated a shared file while
+     * another read it made that one read half a configuration. */
+    snprintf(path, sizeof path, "%s/consumer-%ld.cfg", workdir, (long)getpid());
     if (write_config(path) != 0)
         return 1;
 
