@@ -20,13 +20,7 @@ steps=${2:-12}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 train=$build/examples/gpt2/gpt2_train
 model_bench=$build/bench/bench_gpt2_model
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-corpus=$src/data/shakespeare/shakespeare.txt
-[ -f "$corpus" ] || bash "$src/scripts/fetch-shakespeare.sh"
-work=$(mktemp -d /tmp/zs_bench_gpt2.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-
-source "$src/bench/lib/step_times.sh"
+source "$src/bench/lib/common.sh"
 
 printf '%-6s %3s %5s %10s %10s %12s %14s\n' model np stage "ms/step" "tokens/s" "GFLOP/s" "achieved/sgemm"
 declare -A result

@@ -12,12 +12,7 @@ build=${1:-build}
 steps=${2:-12}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 train=$build/examples/gpt2/gpt2_train
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-corpus=$src/data/shakespeare/shakespeare.txt
-[ -f "$corpus" ] || bash "$src/scripts/fetch-shakespeare.sh"
-work=$(mktemp -d /tmp/zs_bench_offload.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-source "$src/bench/lib/step_times.sh"
+source "$src/bench/lib/common.sh"
 
 printf '%-6s %-22s %10s %12s\n' model offload "ms/step" "vs none"
 for model in demo 124M; do

@@ -20,13 +20,7 @@ latency=${3:-200}
 gbps=${4:-0.25}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 train=$build/examples/gpt2/gpt2_train
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-corpus=$src/data/shakespeare/shakespeare.txt
-[ -f "$corpus" ] || bash "$src/scripts/fetch-shakespeare.sh"
-work=$(mktemp -d /tmp/zs_bench_overlap.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-
-source "$src/bench/lib/step_times.sh"
+source "$src/bench/lib/common.sh"
 
 args=("$src/configs/gpt2_demo.cfg" "app.train_data=$corpus" app.steps=$steps
       scheduler.total_steps=$((steps + 1)) scheduler.warmup_steps=1 app.log_every=1

@@ -175,14 +175,6 @@ void zs__engine_submit(zs__engine *e, zs__engine_op *op) {
     pthread_mutex_unlock(&e->lock);
 }
 
-int zs__engine_done(zs__engine *e, const zs__engine_op *op) {
-    if (!e->threaded) return op->done;
-    pthread_mutex_lock(&e->lock);
-    int done = op->done;
-    pthread_mutex_unlock(&e->lock);
-    return done;
-}
-
 zs_status zs__engine_wait(zs__engine *e, zs__engine_op *op) {
     if (e->threaded) {
         pthread_mutex_lock(&e->lock);

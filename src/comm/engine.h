@@ -66,8 +66,6 @@ void zs__engine_submit(zs__engine *engine, zs__engine_op *op);
 /* Waits until `op` (and so every op before it) has run; returns its status,
  * with its message as this thread's last error. */
 zs_status zs__engine_wait(zs__engine *engine, zs__engine_op *op);
-/* 1 when `op` has run (no waiting). */
-int zs__engine_done(zs__engine *engine, const zs__engine_op *op);
 /* Waits for every submitted op; returns the first failure among them (each
  * failure is returned once). */
 zs_status zs__engine_drain(zs__engine *engine);

@@ -118,7 +118,6 @@ void zs__bucket_flush(zs_ctx *zs) {
         for (int i = 0; i < count; i++) {
             b->op.bytes += zs__unit_bytes(zs, units[i]);
             units[i]->in_bucket = 0;
-            units[i]->reducing = 1;
             units[i]->reduced_by = &b->op;
         }
         zs__engine_submit(zs->engine, &b->op);

@@ -61,8 +61,6 @@ struct zs_unit {
     /* The unit's collectives on the comm engine: at most one of each in flight. */
     zs__unit_op gather;          /* stage 3: the owned slice copied in, then all-gathered */
     zs__unit_op reduce;          /* the gradient's reduction (and, stages 2-3, into the shard) */
-    int gathering;               /* `gather` submitted and not yet waited for */
-    int reducing;                /* `reduce` submitted and not yet waited for */
     int prefetched;              /* stage 3: gathered ahead of the program's zs_fetch */
     void *held_grad;             /* stages 2-3: the carve `reduce` reads, returned to the
                                     budget once it completed (at a deterministic point) */

@@ -46,7 +46,6 @@ static zs_status record(zs_ctx *zs, int unit) {
 /* Returns a unit gathered ahead: waits for its gather and gives the carve back. */
 static zs_status drop_prefetched(zs_ctx *zs, zs_unit *unit) {
     zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);
-    unit->gathering = 0;
     unit->prefetched = 0;
     zs->prefetch_bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
     zs__live_give(&zs->live, unit->live_params);

@@ -63,7 +63,6 @@ zs_status zs__reclaim_oldest(zs_ctx *zs) {
     const uint64_t comm_from = zs__metrics_now();
     zs_status st = zs__engine_wait(zs->engine, unit->reduced_by);
     zs->metrics.comm_ns += zs__metrics_now() - comm_from;
-    unit->reducing = 0;
     zs__live_give(&zs->live, unit->held_grad);
     unit->held_grad = NULL;
     zs->open_grads--;
@@ -124,7 +123,6 @@ zs_status zs__residency_step_end(zs_ctx *zs) {
         zs_status reclaimed = zs__reclaim_oldest(zs);
         if (st == ZS_OK) st = reclaimed;
     }
-    for (int u = 0; u < zs->unit_count; u++) zs->units[u]->reducing = 0;
     zs->members_used = zs->open_first = 0;
     zs->bucket_ops_used = 0;
     zs_status prefetched = zs__prefetch_step_end(zs);
@@ -165,7 +163,6 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         }
         if (unit->prefetched) zs->prefetch_bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
         unit->prefetched = 0;
-        unit->gathering = 0;
         const uint64_t wait_from = zs__trace_clock(zs->trace);
         const uint64_t comm_from = zs__metrics_now();
         zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);

@@ -107,7 +107,6 @@ static void prepare(zs__unit_op *u, zs_ctx *zs, zs_unit *unit, void *buf, const 
 void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit) {
     zs__unit_op *u = &unit->gather;
     prepare(u, zs, unit, unit->live_params, "all_gather", run_gather);
-    unit->gathering = 1;
     zs__engine_submit(zs->engine, &u->op);
 }
 
@@ -116,7 +115,6 @@ void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduc
     prepare(u, zs, unit, full, all_reduce ? "all_reduce" : "reduce_scatter", run_reduce);
     u->all_reduce = all_reduce;
     u->to_shard = to_shard;
-    unit->reducing = 1;
     unit->reduced_by = &u->op;
     zs__engine_submit(zs->engine, &u->op);
 }
