@@ -30,9 +30,9 @@ zs_status zs__checkpoint_resume(zs_ctx *zs);
  * exp_avg and exp_avg_sq (Adam/AdamW) or momentum (SGD with momentum). */
 int zs__checkpoint_states(const zs_ctx *zs, zs__ckpt_state *states);
 
-/* This rank's fp32 buffer holding `state` for element `first` of parameter
- * `param` (which this rank owns), contiguous for the rest of the owned range. */
-float *zs__checkpoint_state_at(const zs_ctx *zs, zs__ckpt_state state, int param, int64_t first);
+/* The optimizer-state array (zero/ctx.h) that holds a checkpointed state;
+ * zs__state_read/write and zs__state_ptr reach it wherever it lives. */
+zs__state_array zs__checkpoint_state_array(zs__ckpt_state state);
 
 /* out = dir + "/" + name, or ZS_ERR_INVALID_ARGUMENT if it does not fit. */
 zs_status zs__checkpoint_join(char *out, size_t capacity, const char *dir, const char *name);

@@ -21,23 +21,6 @@
 #include "core/error.h"
 #include "core/log.h"
 
-#define MESSAGE_CAPACITY 1024
-
-/* The lowest failing rank's status and message, on every rank. */
-static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
-    double key = local == ZS_OK ? -1e300 : -(double)zs->rank;
-    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &key, 1, ZS_REDUCE_MAX, what));
-    if (key <= -1e299) return ZS_OK;
-    const int from = (int)(-key);
-    char message[MESSAGE_CAPACITY];
-    int64_t code = local;
-    snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
-    ZS_CHECK(zs__comm_broadcast(zs->comm, &code, sizeof code, from, what));
-    ZS_CHECK(zs__comm_broadcast(zs->comm, message, sizeof message, from, what));
-    if (zs->rank == from) return local;
-    return zs__fail((zs_status)code, "%s (reported by rank %d)", message, from);
-}
-
 /* ------------------------------------------------------------ one step dir */
 
 typedef struct load_state {
@@ -227,17 +210,18 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
                 zs__st_file *file = NULL;
                 const zs__st_entry *entry = NULL;
                 ZS_CHECK(find_entry(ls, t, &file, &entry));
-                float *dst = zs__checkpoint_state_at(zs, states[s], i, lo);
+                const zs__state_array array = zs__checkpoint_state_array(states[s]);
+                float *dst = zs__state_ptr(zs, array, i, lo);
                 const uint64_t offset = (uint64_t)(lo - ct->offset) * sizeof(float);
                 const uint64_t bytes = (uint64_t)(hi - lo) * sizeof(float);
-                if (zs->backend->ops->host_accessible) {
+                if (dst && zs->backend->ops->host_accessible) {
                     ZS_CHECK(zs__st_read(file, entry, offset, dst, bytes));
                 } else {
-                    /* Device memory: read into a host copy and upload it. */
-                    void *copy = malloc(bytes ? (size_t)bytes : 1);
+                    /* Device memory or NVMe: read into a host copy and store it. */
+                    float *copy = malloc(bytes ? (size_t)bytes : 1);
                     if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
                     zs_status st = zs__st_read(file, entry, offset, copy, bytes);
-                    if (st == ZS_OK) st = zs->backend->ops->upload(zs->backend, dst, copy, (size_t)bytes);
+                    if (st == ZS_OK) st = zs__state_write(zs, array, i, lo, hi - lo, copy);
                     free(copy);
                     ZS_CHECK(st);
                 }
@@ -288,16 +272,12 @@ static zs_status finish(zs_ctx *zs, const zs__manifest *m) {
         for (int i = 0; i < zs->param_count; i++) {
             int64_t b, e;
             if (!zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
-            const zs__plan_param *pp = &plan->params[i];
-            const zs__plan_unit *pu = &plan->units[pp->unit];
-            void *param = stage < 3
-                ? zs__buf_at(&zs->params_full, pu->full_offset + pp->offset + b)
-                : zs__buf_at(&zs->params_shard,
-                             pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel);
-            ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype,
-                                      zs__checkpoint_state_at(zs, ZS_CKPT_STATE_MASTER, i, b),
-                                      ZS_DTYPE_FP32, e - b));
+            ZS_CHECK(be->ops->convert(be, zs__param_at(zs, i, b), zs->compute_dtype,
+                                      zs__state_ptr(zs, ZS_STATE_MASTER, i, b), ZS_DTYPE_FP32,
+                                      e - b));
         }
+    } else if (zs->nvme) {
+        ZS_CHECK(zs__params_from_nvme_master(zs));
     }
     /* Stages that keep full buffers gather the slices every rank loaded. */
     for (int u = 0; u < zs->unit_count; u++) {
@@ -344,14 +324,14 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     zs_status local = open_step(&ls, dir, name);
     if (local == ZS_OK) local = check_layout(zs, &ls);
     if (local == ZS_OK) local = index_tensors(&ls);
-    zs_status st = agree(zs, local, "checkpoint manifest");
-    if (st == ZS_OK) st = agree(zs, verify(zs, &ls, keeps), "checkpoint verification");
+    zs_status st = zs__agree_status(zs, local, "checkpoint manifest");
+    if (st == ZS_OK) st = zs__agree_status(zs, verify(zs, &ls, keeps), "checkpoint verification");
     if (st == ZS_OK) {
         local = read_states(zs, &ls, states, nstates);
         if (local == ZS_OK) local = read_user_state(zs, &ls, keeps);
-        st = agree(zs, local, "checkpoint read");
+        st = zs__agree_status(zs, local, "checkpoint read");
     }
-    if (st == ZS_OK) st = agree(zs, finish(zs, ls.m), "checkpoint finish");
+    if (st == ZS_OK) st = zs__agree_status(zs, finish(zs, ls.m), "checkpoint finish");
     if (st == ZS_OK) {
         if (ls.m->config_hash != zs->config_hash)
             ZS_INFO("%s was saved with another configuration (hash %016" PRIx64 ", now %016" PRIx64
@@ -378,7 +358,7 @@ static zs_status share_candidates(zs_ctx *zs, const char *dir, int missing_ok,
     zs_status local = ZS_OK;
     if (zs->rank == 0 && !(missing_ok && zs__fs_is_dir(dir) == 0))
         local = zs__ckpt_candidates_list(dir, c);
-    ZS_CHECK(agree(zs, local, "checkpoint candidates"));
+    ZS_CHECK(zs__agree_status(zs, local, "checkpoint candidates"));
     int64_t head[2] = {c->explicit_dir, c->count};
     ZS_CHECK(zs__comm_broadcast(zs->comm, head, sizeof head, 0, "checkpoint candidates"));
     if (head[1] < 0 || head[1] > ZS_CKPT_ROOT_ENTRIES_MAX)

@@ -171,14 +171,15 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         for (int s = 0; s < nstates; s++) {
             file_plan *f = &files[s == 0 ? 0 : 1];
             state_key(key, sizeof key, zs->params[i]->name, states[s]);
-            const void *data = zs__checkpoint_state_at(zs, states[s], i, b);
-            if (!zs->backend->ops->host_accessible) {
-                /* Device memory: the shard is written from a host copy. */
+            const zs__state_array array = zs__checkpoint_state_array(states[s]);
+            const void *data = zs__state_ptr(zs, array, i, b);
+            if (!data || !zs->backend->ops->host_accessible) {
+                /* Device memory or NVMe: the shard is written from a host copy. */
                 size_t bytes = sizeof(float) * (size_t)(e - b);
                 void *copy = malloc(bytes ? bytes : 1);
                 if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
                 f->host_copies[f->count] = copy;
-                ZS_CHECK(zs->backend->ops->download(zs->backend, copy, data, bytes));
+                ZS_CHECK(zs__state_read(zs, array, i, b, e - b, copy));
                 data = copy;
             }
             add_tensor(f, key, ZS_ST_F32, data, e - b, i, states[s], b);
@@ -399,26 +400,6 @@ static zs_status prepare_root(const zs_ctx *zs, const char *root, int *rootfd, c
     return zs__fs_mkdir_new_at(*rootfd, root, tmp_name);
 }
 
-/* Every rank learns rank `from`'s status and message. */
-static zs_status share_outcome(zs_ctx *zs, zs_status local, int from, const char *what) {
-    char message[MESSAGE_CAPACITY];
-    int64_t code = local;
-    snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
-    ZS_CHECK(zs__comm_broadcast(zs->comm, &code, sizeof code, from, what));
-    ZS_CHECK(zs__comm_broadcast(zs->comm, message, sizeof message, from, what));
-    if (code == ZS_OK) return ZS_OK;
-    if (zs->rank == from) return (zs_status)code;
-    return zs__fail((zs_status)code, "%s (reported by rank %d)", message, from);
-}
-
-/* Agreement after a local phase: the lowest failing rank's error, everywhere. */
-static zs_status agree(zs_ctx *zs, zs_status local, const char *what) {
-    double key = local == ZS_OK ? -1e300 : -(double)zs->rank;
-    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &key, 1, ZS_REDUCE_MAX, what));
-    if (key <= -1e299) return ZS_OK;
-    return share_outcome(zs, local, (int)(-key), what);
-}
-
 static zs_status save_checkpoint(zs_ctx *zs, const char *dir);
 
 zs_status zs_save(zs_ctx *zs, const char *dir) {
@@ -451,7 +432,7 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
         if (zs->units[u]->fetched || zs->units[u]->grads_declared)
             local = zs__fail(ZS_ERR_STATE, "zs_save: unit '%s' is inside a step; save between "
                              "zs_step and the next zs_fetch", zs->units[u]->name);
-    ZS_CHECK(agree(zs, local, "checkpoint preconditions"));
+    ZS_CHECK(zs__agree_status(zs, local, "checkpoint preconditions"));
 
     /* 1. Rank 0 makes the temporary directory and tells everyone its name;
      *    every rank opens it and works from that descriptor. */
@@ -459,7 +440,7 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
     memset(tmp_name, 0, sizeof tmp_name);
     int rootfd = -1, tmpfd = -1;
     if (zs->rank == 0) local = prepare_root(zs, root, &rootfd, tmp_name, sizeof tmp_name);
-    zs_status st = share_outcome(zs, local, 0, "checkpoint directory");
+    zs_status st = zs__share_outcome(zs, local, 0, "checkpoint directory");
     if (st != ZS_OK) {
         if (rootfd >= 0) close(rootfd);
         return zs__fail_context(st, "zs_save(step %lld into '%s')", (long long)zs->step, root);
@@ -480,7 +461,7 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
     for (int k = 0; k < FILES_PER_RANK; k++) summary.tensors += files[k].count;
 
     /* 3. Agreement, and the reports for the manifest. */
-    st = agree(zs, local, "checkpoint shards");
+    st = zs__agree_status(zs, local, "checkpoint shards");
     rank_summary *summaries = NULL;
     tensor_record *records = NULL, *mine = NULL;
     int64_t per_rank = 0;
@@ -526,7 +507,7 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
                 zs__clear_error();
             }
         }
-        st = share_outcome(zs, local, 0, "checkpoint commit");
+        st = zs__share_outcome(zs, local, 0, "checkpoint commit");
     } else if (tmpfd >= 0) {
         /* A failed save leaves nothing behind: every rank removes its own
          * files (each knows them, whatever another rank managed to write). */

@@ -12,7 +12,7 @@ int zs__checkpoint_states(const zs_ctx *zs, zs__ckpt_state *states) {
     int n = 0;
     states[n++] = ZS_CKPT_STATE_MASTER;
     if (zs->settings.optimizer.kind == ZS_OPTIMIZER_SGD) {
-        if (zs->optim_m.ptr) states[n++] = ZS_CKPT_STATE_MOMENTUM;
+        if (zs->settings.optimizer.momentum > 0) states[n++] = ZS_CKPT_STATE_MOMENTUM;
     } else {
         states[n++] = ZS_CKPT_STATE_EXP_AVG;
         states[n++] = ZS_CKPT_STATE_EXP_AVG_SQ;
@@ -20,31 +20,13 @@ int zs__checkpoint_states(const zs_ctx *zs, zs__ckpt_state *states) {
     return n;
 }
 
-float *zs__checkpoint_state_at(const zs_ctx *zs, zs__ckpt_state state, int param, int64_t first) {
-    const zs__plan *plan = zs->plan;
-    const zs__plan_param *pp = &plan->params[param];
-    const zs__plan_unit *pu = &plan->units[pp->unit];
-    const int stage = zs->settings.zero.stage;
-    const int64_t full_index = pu->full_offset + pp->offset + first;
-    const int64_t shard_index =
-        pu->shard_offset + pp->offset + first - (int64_t)zs->rank * pu->shard_numel;
-    const int64_t state_index = stage == 0 ? full_index : shard_index;
+zs__state_array zs__checkpoint_state_array(zs__ckpt_state state) {
     switch (state) {
-    case ZS_CKPT_STATE_MASTER:
-        /* fp32 training: the parameters are the master weights. */
-        if (zs->master.ptr) return zs__buf_at(&zs->master, state_index);
-        return stage < 3 ? zs__buf_at(&zs->params_full, full_index)
-                         : zs__buf_at(&zs->params_shard, shard_index);
     case ZS_CKPT_STATE_EXP_AVG:
-    case ZS_CKPT_STATE_MOMENTUM:
-        return zs->optim_m.ptr ? zs__buf_at(&zs->optim_m, state_index) : NULL;
-    case ZS_CKPT_STATE_EXP_AVG_SQ:
-        return zs->optim_v.ptr ? zs__buf_at(&zs->optim_v, state_index) : NULL;
-    case ZS_CKPT_STATE_USER_GLOBAL:
-    case ZS_CKPT_STATE_USER_RANK:
-        break;
+    case ZS_CKPT_STATE_MOMENTUM: return ZS_STATE_M;
+    case ZS_CKPT_STATE_EXP_AVG_SQ: return ZS_STATE_V;
+    default: return ZS_STATE_MASTER;
     }
-    return NULL;
 }
 
 int zs__checkpoint_is_step_name(const char *name) {

@@ -36,6 +36,28 @@ zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char
     return ZS_OK;
 }
 
+/* Room for a shared error message (a failing rank's zs_last_error). */
+#define ZS_SHARED_MESSAGE_BYTES 1024
+
+zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *what) {
+    char message[ZS_SHARED_MESSAGE_BYTES];
+    int64_t code = local;
+    snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
+    ZS_CHECK(zs__comm_broadcast(zs->comm, &code, sizeof code, from, what));
+    ZS_CHECK(zs__comm_broadcast(zs->comm, message, sizeof message, from, what));
+    if (code == ZS_OK) return ZS_OK;
+    if (zs->rank == from) return (zs_status)code;
+    return zs__fail((zs_status)code, "%s (reported by rank %d)", message, from);
+}
+
+zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what) {
+    /* The maximum of -rank over failing ranks is the lowest failing rank. */
+    double key = local == ZS_OK ? -1e300 : -(double)zs->rank;
+    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &key, 1, ZS_REDUCE_MAX, what));
+    if (key <= -1e299) return ZS_OK;
+    return zs__share_outcome(zs, local, (int)(-key), what);
+}
+
 /* This rank's index among the ranks on its host, learned by exchanging host
  * names through the runtime's communicator (whose waits have deadlines)
  * rather than with MPI_Comm_split_type, which would wait forever for a rank
@@ -195,6 +217,8 @@ void zs_destroy(zs_ctx *zs) {
                        &zs->reduce_staging, &zs->bucket_staging, &zs->offload_staging};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
+    zs__nvme_state_destroy(zs->nvme);
+    zs->nvme = NULL;
     zs__live_destroy(&zs->live);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);
     for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
@@ -243,6 +267,7 @@ uint64_t zs__state_digest(const zs_ctx *zs) {
         if (bufs[i]->ptr)
             XXH3_64bits_update(state, bufs[i]->ptr,
                                (size_t)bufs[i]->count * zs_dtype_size(bufs[i]->dtype));
+    if (zs->nvme) zs__nvme_digest_update(zs, state);
     XXH3_64bits_update(state, &zs->step, sizeof zs->step);
     uint64_t digest = XXH3_64bits_digest(state);
     XXH3_freeState(state);

@@ -3,6 +3,7 @@
 #define ZS_ZERO_CTX_H
 
 #include <stdint.h>
+#include <xxhash.h>
 
 #include "backend/backend.h"
 #include "comm/comm.h"
@@ -11,6 +12,7 @@
 #include "core/memory.h"
 #include "core/trace.h"
 #include "mixed_precision/loss_scaler.h"
+#include "offload/nvme_state.h"
 #include "zero/live.h"
 #include "zero/metrics.h"
 #include "zero/plan.h"
@@ -116,6 +118,10 @@ struct zs_ctx {
     /* offload.optimizer = "host": updated parameters go back to the device
      * through this host staging (offload.buffer_bytes, tag offload_staging). */
     zs__buf offload_staging;
+    /* offload.optimizer = "nvme": master weights and moments in this rank's
+     * swap file (offload/nvme_state.h) instead of master/optim_m/optim_v,
+     * which then stay unallocated. */
+    zs__nvme_state *nvme;
     /* The stage-2/3 gradient shard holds the compute dtype when there is one
      * micro-step per step (nothing to accumulate), else
      * precision.accumulate_dtype (fp32 by default). */
@@ -191,6 +197,42 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info);
 /* Every rank contributes a 64-bit digest; fails on every rank (ZS_ERR_MISMATCH)
  * if any differs from rank 0's, naming the first differing rank and `what`. */
 zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char *advice);
+
+/* Agreement after a phase that may fail on some ranks only: every rank
+ * returns the lowest failing rank's status and message ("... (reported by
+ * rank r)"), or ZS_OK when all succeeded. Collective. */
+zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what);
+/* Every rank learns rank `from`'s status and message. Collective. */
+zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *what);
+
+/* Where element `element` of parameter `param` lives (state_io.c): its
+ * index in the optimizer-state arrays (the full layout in stage 0, the
+ * shard in stages 1-3), and its compute-dtype value in the parameter
+ * buffer (full in stages 0-2, the shard in stage 3; owned elements only in
+ * stage 3). */
+typedef enum zs__state_array { ZS_STATE_MASTER = 0, ZS_STATE_M = 1, ZS_STATE_V = 2 } zs__state_array;
+int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element);
+void *zs__param_at(const zs_ctx *zs, int param, int64_t element);
+/* The fp32 state `array` of elements [first, first + count) of a parameter,
+ * wherever it lives (device, host, NVMe), copied to or from host memory.
+ * The master of fp32 training without a separate master is the parameter
+ * itself. Fails for an array this optimizer does not keep. */
+zs_status zs__state_read(zs_ctx *zs, zs__state_array array, int param, int64_t first,
+                         int64_t count, float *dst);
+zs_status zs__state_write(zs_ctx *zs, zs__state_array array, int param, int64_t first,
+                          int64_t count, const float *src);
+/* Where the array lives when it is in memory (NULL on NVMe, or when the
+ * optimizer keeps no such array). */
+float *zs__state_ptr(const zs_ctx *zs, zs__state_array array, int param, int64_t element);
+
+/* offload.optimizer = "nvme" (nvme_tier.c). The per-run directory's name,
+ * rank 0's, on every rank (collective); the tier itself; the compute-dtype
+ * parameters from the master on NVMe (after a load); the state's part of
+ * zs__state_digest. */
+zs_status zs__nvme_runid(zs_ctx *zs, char *runid, size_t cap);
+zs_status zs__nvme_tier_create(zs_ctx *zs, const zs__nvme_layout *layout, const char *runid);
+zs_status zs__params_from_nvme_master(zs_ctx *zs);
+void zs__nvme_digest_update(const zs_ctx *zs, XXH3_state_t *state);
 
 /* A digest of every piece of this rank's training state: parameters (full or
  * shard), master weights, optimizer moments and the step counters. Tests use

@@ -17,12 +17,9 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
                               char *why, size_t why_cap) {
     const zs__plan *plan = zs->plan;
     const int stage = zs->settings.zero.stage;
-    const int mixed = zs->compute_dtype != ZS_DTYPE_FP32;
     zs__backend *be = zs->backend;
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
-        const zs__plan_param *pp = &plan->params[i];
-        const zs__plan_unit *pu = &plan->units[pp->unit];
         int64_t b = 0, e = p->numel;
         if (stage > 0 && !zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
         for (int64_t first = b; first < e; first += ZS_IMPORT_CHUNK) {
@@ -34,16 +31,20 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
                                 "[%lld, %lld): %s", zs->rank, p->name, (long long)first,
                                 (long long)(first + n), why);
             }
-            /* Element `first` in the stage's buffers (zs_build's layout). */
-            int64_t full_index = pu->full_offset + pp->offset + first;
-            int64_t shard_index =
-                pu->shard_offset + pp->offset + first - (int64_t)zs->rank * pu->shard_numel;
-            void *param = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
-                                    : zs__buf_at(&zs->params_shard, shard_index);
-            void *master = !mixed ? param
-                                  : zs__buf_at(&zs->master, stage == 0 ? full_index : shard_index);
+            void *param = zs__param_at(zs, i, first);
+            if (zs->nvme) {
+                /* The master goes to the tier; the parameters are converted
+                 * from the same host values (host memory is the backend's). */
+                ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
+                ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, host, ZS_DTYPE_FP32, n));
+                continue;
+            }
+            /* A separate master (mixed precision, or the host tier): the
+             * values land there and are converted; else the parameters are
+             * the master. */
+            void *master = zs__state_ptr(zs, ZS_STATE_MASTER, i, first);
             ZS_CHECK(be->ops->upload(be, master, host, (size_t)n * sizeof(float)));
-            if (mixed)
+            if (master != param)
                 ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, master, ZS_DTYPE_FP32, n));
         }
     }
@@ -69,6 +70,7 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
                                    &host.ptr);
     char why[512];
     if (local == ZS_OK) local = import_local(zs, source, user, host.ptr, why, sizeof why);
+    if (local == ZS_OK && zs->nvme) local = zs__nvme_state_flush(zs->nvme);
     zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host.ptr, ZS_IMPORT_CHUNK * sizeof(float));
     char message[1024];
     snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <dirent.h>
+
 #include <string.h>
 
 int zt_failures = 0;
@@ -48,4 +50,14 @@ void zt_read_text(const char *path, char *out, size_t cap) {
     size_t n = fread(out, 1, cap - 1, f);
     out[n] = '\0';
     fclose(f);
+}
+
+int zt_dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
 }

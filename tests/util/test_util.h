@@ -83,6 +83,8 @@ void zt_fails_with_(zs_status got, zs_status expected, const char *text, const c
 /* Reads up to cap - 1 bytes of a small file into out, NUL-terminated; out is
  * "" when the file cannot be opened. */
 void zt_read_text(const char *path, char *out, size_t cap);
+/* Entries in dir besides . and .. (-1 when it cannot be opened). */
+int zt_dir_entries(const char *dir);
 
 /* Abort the test right away (after printing) when continuing makes no sense. */
 #define ZT_REQUIRE(cond)                                                            \

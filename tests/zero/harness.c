@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint/checkpoint.h" /* zs__checkpoint_state_at */
+#include "checkpoint/checkpoint.h" /* zs__checkpoint_states */
 #include "zero/ctx.h" /* zs__state_digest */
 #include "zeroshard_mpi.h"
 
@@ -104,16 +104,23 @@ static int gather_all(zs_ctx *zs, zs_param **params, float *dst, harness_result 
  * every rank: ownership is disjoint, so OR-ing the bit patterns of zero-filled
  * arrays rebuilds each value exactly (signed zeros included). */
 static int gather_state(MPI_Comm comm, zs_ctx *zs, harness_result *out) {
-    static const zs__ckpt_state states[3] = {ZS_CKPT_STATE_MASTER, ZS_CKPT_STATE_EXP_AVG,
-                                             ZS_CKPT_STATE_EXP_AVG_SQ};
+    /* The arrays this optimizer keeps (master always, then its moments). */
+    zs__ckpt_state states[4];
+    const int nstates = zs__checkpoint_states(zs, states);
+    int kept[3] = {0, 0, 0};
+    for (int k = 0; k < nstates; k++) kept[zs__checkpoint_state_array(states[k])] = 1;
     for (int s = 0; s < 3; s++) {
         uint32_t *bits = calloc((size_t)out->numel, sizeof(uint32_t));
         if (!bits) return -1;
-        for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+        for (int i = 0; i < 2 * TINY_LAYERS && kept[s]; i++) {
             int64_t b, e;
             if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
-            const float *src = zs__checkpoint_state_at(zs, states[s], i, b);
-            if (src) memcpy(bits + param_start(i) + b, src, sizeof(float) * (size_t)(e - b));
+            /* Wherever the state lives: device, host or NVMe. */
+            if (zs__state_read(zs, (zs__state_array)s, i, b, e - b,
+                               (float *)(bits + param_start(i) + b)) != ZS_OK) {
+                free(bits);
+                return -1;
+            }
         }
         MPI_Allreduce(MPI_IN_PLACE, bits, (int)out->numel, MPI_UINT32_T, MPI_BOR, comm);
         out->gathered_state[s] = (float *)bits;
@@ -298,10 +305,12 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
                 int64_t next = step + 1;
                 H_CHECK(zs_user_state_set(zs, "next_step", &next, sizeof next, 0));
             }
+            if (micro == gas - 1 && opt->before_step) opt->before_step(zs, step, opt->before_step_arg);
             zs_step_info info;
             zs_status st = zs_step(zs, &info);
             if (st != ZS_OK) {
                 out->status = st;
+                snprintf(out->error, sizeof out->error, "%s", zs_last_error());
                 rc = -1;
                 break;
             }
@@ -459,4 +468,25 @@ int harness_save_steps_3_and_4(MPI_Comm comm, const char *root) {
     if (harness_run(comm, &opt, &r) != 0) return -1;
     harness_result_free(&r);
     return 0;
+}
+
+void harness_shared_tmpdir(char *dir, size_t cap, const char *pattern) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        snprintf(dir, cap, "%s", pattern);
+        if (!mkdtemp(dir)) dir[0] = '\0';
+    }
+    MPI_Bcast(dir, (int)cap, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+void harness_remove_tree(const char *dir) {
+    int rank = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
 }

@@ -52,6 +52,10 @@ typedef struct harness_options {
     int stop_after;           /* if > 0, stop the loop after this many steps (the schedule
                                  still spans `steps`) */
     const char *config_extra; /* more top-level settings (e.g. a checkpoint group) */
+    /* Called on every rank just before each optimizer step's zs_step (fault
+     * injection). */
+    void (*before_step)(zs_ctx *zs, int step, void *arg);
+    void *before_step_arg;
     int resume;               /* after zs_build, continue from the user state "next_step" if a
                                  checkpoint was loaded (checkpoint.resume) */
 } harness_options;
@@ -73,6 +77,7 @@ typedef struct harness_result {
     zs_comm_stats step_bytes; /* counters of the last step alone */
     int world;
     zs_status status;         /* of the first failing call, ZS_OK if none */
+    char error[1024];         /* zs_last_error() of a failed zs_step */
     int first_step;           /* the step training started from (after a load) */
     uint64_t final_digest;    /* zs__state_digest after the last step */
     /* fp32 master weights, first and second moments after the last step,
@@ -95,6 +100,12 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out);
 void harness_reference(const harness_options *opt, const float *initial, harness_result *out);
 
 void harness_result_free(harness_result *r);
+
+/* A temporary directory made by rank 0 from a mkdtemp pattern, known to
+ * every rank of MPI_COMM_WORLD ("" on failure); and its removal (rm -rf by
+ * rank 0 after a barrier). */
+void harness_shared_tmpdir(char *dir, size_t cap, const char *pattern);
+void harness_remove_tree(const char *dir);
 
 /* The checkpoint fixture of the corruption tests: trains the tiny model
  * (fp32, stage 2, AdamW) on `comm` and saves root/step_00000003, then again
