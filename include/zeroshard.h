@@ -353,9 +353,10 @@ int64_t zs_step_count(const zs_ctx *zs);
     X(ZS_MEM_LIVE_PARAMS, "live_params", "stage-3 gathered units, carved from zero.live_bytes") \
     X(ZS_MEM_LIVE_GRADS, "live_grads", "stage-2/3 transient full gradients of units, carved from zero.live_bytes") \
     X(ZS_MEM_LIVE_FREE, "live_free", "the part of zero.live_bytes not carved for a unit now")   \
-    X(ZS_MEM_HOST_STATE, "host_state", "offload.optimizer = host: master weights, moments and gradient shard in host memory") \
+    X(ZS_MEM_HOST_STATE, "host_state", "offload.optimizer = host/nvme: master weights and moments (host), the gradient shard, the swap checksums (nvme)") \
     X(ZS_MEM_HOST_PARAMS, "host_params", "offload.params = host: the stage-3 parameter shard in host memory") \
-    X(ZS_MEM_OFFLOAD_STAGING, "offload_staging", "offload.buffer_bytes of host staging between host and device") \
+    X(ZS_MEM_OFFLOAD_STAGING, "offload_staging", "offload.buffer_bytes of host staging between host and device; with nvme also the three swap I/O buffers") \
+    X(ZS_MEM_NVME_STATE, "nvme_state", "offload.optimizer = nvme: master weights and moments in this rank's swap file (disk: not part of the memory total)") \
     X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction)") \
     X(ZS_MEM_SCRATCH, "scratch", "working buffers: initialization (freed after zs_build); on CUDA also the bounded host-transfer and norm staging buffers")
 

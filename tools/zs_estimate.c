@@ -50,6 +50,8 @@ static const char usage_text[] =
     "the ZeRO paper's formula beside it. Activations, the program's own buffers\n"
     "and the CUDA context are not included; the numbers are the CPU backend's\n"
     "(on CUDA the same buffers live on the device, plus small staging buffers).\n"
+    "Each stage has a column per offload.optimizer setting: none, host and nvme\n"
+    "(nvme: stages 1-3; its nvme_state row is disk, left out of the total).\n"
     "\n"
     "Layout (one of):\n"
     "  --preset 124M|350M|774M|1558M   GPT-2 as the example trainer registers it:\n"
@@ -366,18 +368,22 @@ static const char *human(char *buf, size_t cap, double bytes) {
 
 static uint64_t model_state(const zs_memory_stats *m) {
     return m->current[ZS_MEM_PARAMS] + m->current[ZS_MEM_GRADS] + m->current[ZS_MEM_MASTER] +
-           m->current[ZS_MEM_OPTIM] + m->current[ZS_MEM_HOST_STATE] + m->current[ZS_MEM_HOST_PARAMS];
+           m->current[ZS_MEM_OPTIM] + m->current[ZS_MEM_HOST_STATE] + m->current[ZS_MEM_HOST_PARAMS] +
+           m->current[ZS_MEM_NVME_STATE];
 }
 
 /* Offload options: one column each in the tables; a mode adds its name
  * here and the overrides that select it. */
 typedef struct offload_mode {
     const char *name;
-    const char *overrides[2]; /* applied after zero.stage; NULL-terminated */
+    const char *overrides[3]; /* applied after zero.stage; NULL-terminated */
 } offload_mode;
-/* Every mode sets the key, since the configuration keeps the last value. */
-static const offload_mode offload_modes[] = {{"none", {"offload.optimizer=\"none\"", NULL}},
-                                             {"host", {"offload.optimizer=\"host\"", NULL}}};
+/* Every mode sets the key, since the configuration keeps the last value.
+ * The NVMe tier's sizes do not depend on where its directory is. */
+static const offload_mode offload_modes[] = {
+    {"none", {"offload.optimizer=\"none\"", NULL}},
+    {"host", {"offload.optimizer=\"host\"", NULL}},
+    {"nvme", {"offload.nvme_path=\"/\"", "offload.optimizer=\"nvme\"", NULL}}};
 #define OFFLOAD_MODES ((int)(sizeof offload_modes / sizeof offload_modes[0]))
 
 typedef struct run_info {
@@ -413,13 +419,25 @@ static double paper_bytes(int stage, double psi, double n, double k) {
 static const char *const paper_text[4] = {"(2+2+K)Psi", "2Psi+2Psi+K*Psi/N", "2Psi+(2+K)Psi/N",
                                           "(2+2+K)Psi/N"};
 
+/* One cell of a table: bytes, human-readable and exact, or n/a. */
+static void print_cell(int planned, uint64_t bytes) {
+    char h[32];
+    if (!planned) printf("  %10s %18s", "n/a", "");
+    else printf("  %10s %18" PRIu64, human(h, sizeof h, (double)bytes), bytes);
+}
+
 static int print_stage(const run_info *r, int stage, int world) {
     zs_memory_stats m[OFFLOAD_MODES];
-    for (int o = 0; o < OFFLOAD_MODES; o++)
-        if (estimate(r, stage, o, world, &m[o]) != ZS_OK) {
+    int planned[OFFLOAD_MODES];
+    for (int o = 0; o < OFFLOAD_MODES; o++) {
+        planned[o] = estimate(r, stage, o, world, &m[o]) == ZS_OK;
+        /* An offload mode may not exist in a stage (nvme in stage 0): its
+         * column says so; the stage itself must plan without offload. */
+        if (!planned[o] && o == 0) {
             printf("stage %d: cannot be planned: %s\n\n", stage, zs_last_error());
             return 0;
         }
+    }
     char h[32], title[64];
     snprintf(title, sizeof title, "stage %d on %d rank%s", stage, world, world == 1 ? "" : "s");
     printf("%-26s", title);
@@ -432,18 +450,13 @@ static int print_stage(const run_info *r, int stage, int world) {
     for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
         printf("  %-24s", zs_mem_tag_name((zs_mem_tag)t));
         for (int o = 0; o < OFFLOAD_MODES; o++)
-            printf("  %10s %18" PRIu64, human(h, sizeof h, (double)m[o].current[t]),
-                   m[o].current[t]);
+            print_cell(planned[o], m[o].current[t]);
         printf("\n");
     }
     printf("  %-24s", "model state");
-    for (int o = 0; o < OFFLOAD_MODES; o++)
-        printf("  %10s %18" PRIu64, human(h, sizeof h, (double)model_state(&m[o])),
-               model_state(&m[o]));
+    for (int o = 0; o < OFFLOAD_MODES; o++) print_cell(planned[o], model_state(&m[o]));
     printf("\n  %-24s", "total per rank");
-    for (int o = 0; o < OFFLOAD_MODES; o++)
-        printf("  %10s %18" PRIu64, human(h, sizeof h, (double)m[o].total_current),
-               m[o].total_current);
+    for (int o = 0; o < OFFLOAD_MODES; o++) print_cell(planned[o], m[o].total_current);
     printf("\n");
     if (stage == 3) {
         /* The shard every rank owns: the stage-3 parameters, in elements. */

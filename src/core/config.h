@@ -31,7 +31,8 @@ typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__c
 /* offload.optimizer / offload.params: where the state lives (src/offload). */
 typedef enum zs__offload_tier {
     ZS_OFFLOAD_NONE = 0,   /* on the device, with the parameters */
-    ZS_OFFLOAD_HOST = 1    /* host memory (ZeRO-Offload) */
+    ZS_OFFLOAD_HOST = 1,   /* host memory (ZeRO-Offload) */
+    ZS_OFFLOAD_NVME = 2    /* a per-rank swap file under offload.nvme_path (ZeRO-Infinity) */
 } zs__offload_tier;
 
 typedef enum zs__timeout_policy {
@@ -68,10 +69,11 @@ typedef struct zs__settings {
                                       holds at most this many bytes; 0 = no cap; default 0 */
 
     struct {
-        zs__offload_tier optimizer;  /* offload.optimizer = "none" | "host"; default "none" */
+        zs__offload_tier optimizer;  /* offload.optimizer = "none" | "host" | "nvme"; default "none" */
         zs__offload_tier params;     /* offload.params = "none" | "host"; stage 3 only */
         int64_t buffer_bytes;        /* offload.buffer_bytes; host<->device staging; default 16 MiB */
         int pin_memory;              /* offload.pin_memory; bool; default true (CUDA) */
+        char nvme_path[512];         /* offload.nvme_path; directory of the swap files; default "" */
     } offload;
 
     struct {

@@ -48,8 +48,11 @@ static const char *const reduce_dtype_values[] = {"compute", "fp32", NULL};
 static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
 static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
 static const char *const timeout_policy_values[] = {"abort", "return", NULL};
-static const char *const offload_tier_values[] = {"none", "host", NULL};
-_Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1, "offload values follow the enum");
+static const char *const offload_optimizer_values[] = {"none", "host", "nvme", NULL};
+/* Parameters have no NVMe tier in this version: the value list says so. */
+static const char *const offload_params_values[] = {"none", "host", NULL};
+_Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1 && ZS_OFFLOAD_NVME == 2,
+               "offload values follow the enum");
 
 _Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
                    ZS_COMM_IMPL_MPI == 1 && ZS_LOG_DEBUG == 3,
@@ -82,14 +85,21 @@ const zs__key zs__config_keys[] = {
             "The CPU backend's simulated device: allocations of device state (parameters, "
             "gradients, master weights, moments, the live budget) beyond this many bytes fail, as a "
             "GPU's would; 0 = no cap. (A key of its own: `backend` is already a string.)"),
-    ENUM_KEY("offload.optimizer", offload.optimizer, "none", offload_tier_values,
-             "Where the fp32 master weights, optimizer moments and gradient shard live: on the "
-             "device (none) or in host memory (host, ZeRO-Offload), where the optimizer runs."),
-    ENUM_KEY("offload.params", offload.params, "none", offload_tier_values,
+    ENUM_KEY("offload.optimizer", offload.optimizer, "none", offload_optimizer_values,
+             "Where the fp32 master weights and optimizer moments live: on the device (none), in "
+             "host memory (host, ZeRO-Offload) or in a per-rank swap file under "
+             "offload.nvme_path (nvme, ZeRO-Infinity); with host and nvme the gradient shard is in "
+             "host memory and the optimizer runs there."),
+    ENUM_KEY("offload.params", offload.params, "none", offload_params_values,
              "Stage 3: where the owned parameter shard lives between its gathers: on the device "
              "(none) or in host memory (host), staged in by each gather."),
     INT_KEY("offload.buffer_bytes", offload.buffer_bytes, 16777216, 4096, 1073741824,
-            "Bytes of host staging through which updated parameters go back to the device."),
+            "Bytes of host staging through which updated parameters go back to the device; with "
+            "nvme also the size of each of the three I/O buffers (read-ahead, update, "
+            "write-behind) and of one swap-file block."),
+    STRING_KEY("offload.nvme_path", offload.nvme_path, "",
+               "offload.optimizer = \"nvme\": an existing directory (on a fast local disk) where "
+               "each rank keeps its swap file, in a per-run subdirectory removed at exit."),
     BOOL_KEY("offload.pin_memory", offload.pin_memory, 1,
              "CUDA: page-lock host buffers of offloaded state for fast, asynchronous copies."),
     INT_KEY("zero.stage", zero.stage, 0, 0, 3,

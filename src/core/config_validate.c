@@ -374,6 +374,20 @@ static zs_status check_cross_keys(const validation *v) {
                         "the parameters; stages 0-2 keep them whole on every device); set "
                         "zero.stage = 3 or offload.params = \"none\"", where);
     }
+    if (s->offload.optimizer == ZS_OFFLOAD_NVME && s->offload.nvme_path[0] == '\0') {
+        zs__config_where(v->cfg, seen(v, "offload.optimizer"), where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%soffload.optimizer = \"nvme\" needs offload.nvme_path, an existing "
+                        "directory on a fast local disk for the per-rank swap files; set "
+                        "offload: { nvme_path = \"/local/nvme/zs\"; }", where);
+    }
+    if (s->offload.optimizer == ZS_OFFLOAD_NVME && s->zero.stage == 0) {
+        zs__config_where(v->cfg, seen(v, "offload.optimizer"), where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%soffload.optimizer = \"nvme\" needs zero.stage >= 1 (stage 0 keeps the "
+                        "whole optimizer state on every rank, so every rank would swap all of "
+                        "it); set zero.stage = 1, 2 or 3, or offload.optimizer = \"host\"", where);
+    }
     /* Periodic saves and automatic resume need a place to look. */
     const int auto_resume = strcmp(s->checkpoint.resume, "auto") == 0;
     if ((s->checkpoint.every > 0 || auto_resume) && s->checkpoint.dir[0] == '\0') {

@@ -28,11 +28,14 @@ int zs__mem_tag_on_device(zs_mem_tag tag) {
     }
 }
 
+int zs__mem_tag_on_disk(zs_mem_tag tag) { return tag == ZS_MEM_NVME_STATE; }
+
 void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
     ZS_ASSERT(tag >= 0 && tag < ZS_MEM_TAG_COUNT);
     if (zs__mem_tag_on_device(tag)) mem->device_current += bytes;
     mem->current[tag] += bytes;
     if (mem->current[tag] > mem->peak[tag]) mem->peak[tag] = mem->current[tag];
+    if (zs__mem_tag_on_disk(tag)) return; /* bytes of a file: reported, not memory */
     mem->total_current += bytes;
     if (mem->total_current > mem->total_peak) mem->total_peak = mem->total_current;
     /* Carved live memory is bookkeeping inside one buffer: going past the
@@ -47,7 +50,7 @@ void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
     ZS_ASSERT(mem->current[tag] >= bytes);
     if (zs__mem_tag_on_device(tag)) mem->device_current -= bytes;
     mem->current[tag] -= bytes;
-    mem->total_current -= bytes;
+    if (!zs__mem_tag_on_disk(tag)) mem->total_current -= bytes;
 }
 
 zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **out) {

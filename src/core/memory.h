@@ -29,6 +29,9 @@ typedef struct zs__mem {
  * weights, moments, the live budget), 0 for host memory (offloaded state,
  * staging, communication buffers, scratch). */
 int zs__mem_tag_on_device(zs_mem_tag tag);
+/* 1 for tags that count bytes of a file (the NVMe tier): reported per tag,
+ * left out of the memory totals. */
+int zs__mem_tag_on_disk(zs_mem_tag tag);
 
 /* Host allocations are aligned to this many bytes (a cache line, and enough
  * for any SIMD load the kernels use). */

@@ -50,7 +50,7 @@ struct zs__swap_req {
     size_t bytes;  /* whole blocks */
     uint64_t submit_ns;
     zs_status status;
-    char label[96];
+    char label[256];
     char message[1536];
 };
 
@@ -641,15 +641,15 @@ zs_status zs__swap_create_with(const char *dir, int rank, uint64_t capacity, siz
     ZS_CHECK_GOTO(open_swap_file(sw, runfd), status, fail);
     ZS_CHECK_GOTO(reserve(sw), status, fail);
 
-    sw->meta_bytes = (size_t)blocks * (sizeof *sw->sums + 1);
+    sw->meta_bytes = (size_t)blocks * ZS_SWAP_META_BYTES_PER_BLOCK; /* a sum and a flag */
     if (!(sw->sums = calloc(blocks ? blocks : 1, sizeof *sw->sums)) ||
         !(sw->written = calloc(blocks ? blocks : 1, 1))) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the checksum table (%zu bytes)",
                           sw->path, sw->meta_bytes);
         goto fail;
     }
-    /* The checksum table belongs to the optimizer state it protects. */
-    if (mem) zs__mem_charge(mem, ZS_MEM_OPTIM, sw->meta_bytes);
+    /* The checksum table is host memory kept for the state it protects. */
+    if (mem) zs__mem_charge(mem, ZS_MEM_HOST_STATE, sw->meta_bytes);
 
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -737,7 +737,7 @@ void zs__swap_destroy(zs__swap *sw) {
         pthread_mutex_destroy(&sw->lock);
     }
     if (sw->fd >= 0) close(sw->fd);
-    if (sw->sums && sw->mem) zs__mem_uncharge(sw->mem, ZS_MEM_OPTIM, sw->meta_bytes);
+    if (sw->sums && sw->mem) zs__mem_uncharge(sw->mem, ZS_MEM_HOST_STATE, sw->meta_bytes);
     free(sw->sums);
     free(sw->written);
     leave_run_dir(sw);
@@ -863,3 +863,8 @@ const char *zs__swap_path(const zs__swap *sw) { return sw->path; }
 const char *zs__swap_dir(const zs__swap *sw) { return sw->dir; }
 int zs__swap_is_direct(const zs__swap *sw) { return sw->direct; }
 int zs__swap_fd_for_test(const zs__swap *sw) { return sw->fd; }
+
+int zs__swap_written(const zs__swap *sw, uint64_t offset) {
+    const uint64_t block = offset / sw->block_bytes;
+    return block < sw->block_count && sw->written[block];
+}

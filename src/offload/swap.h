@@ -32,6 +32,8 @@ typedef struct zs__swap_req zs__swap_req; /* one outstanding read or write */
 /* O_DIRECT needs buffers, offsets and sizes aligned to the logical block
  * size of the device; 4096 covers every current NVMe and 4Kn disk. */
 #define ZS_SWAP_ALIGNMENT 4096
+/* Host memory per block: its XXH3-64 and its written flag. */
+#define ZS_SWAP_META_BYTES_PER_BLOCK 9
 
 typedef struct zs__swap_config {
     /* I/O threads, each running one request's pread/pwrite at a time, so
@@ -64,8 +66,8 @@ typedef struct zs__swap_config {
  * ftruncate and an INFO line: space is then claimed at write time and a full
  * disk shows up as ENOSPC from a write). `block_bytes` is the I/O and
  * checksum granularity, a multiple of ZS_SWAP_ALIGNMENT; capacity is rounded
- * up to a whole block. The checksum table (capacity / block_bytes entries) is
- * charged to ZS_MEM_OPTIM in `mem`. Errors name the path and what to do. */
+ * up to a whole block. The checksum table (ZS_SWAP_META_BYTES_PER_BLOCK per
+ * block) is charged to ZS_MEM_HOST_STATE in `mem`. Errors name the path and what to do. */
 zs_status zs__swap_create(const char *dir, int rank, uint64_t capacity, size_t block_bytes,
                           zs__mem *mem, zs__swap **out);
 /* The same with explicit settings; cfg NULL means ZS__SWAP_CONFIG_INIT. */
@@ -104,6 +106,11 @@ zs_status zs__swap_read(zs__swap *sw, uint64_t offset, void *buf, size_t bytes,
  * this file completing: the request stays with the I/O thread (its buffer
  * must stay valid until zs__swap_destroy) and is freed there. */
 zs_status zs__swap_wait(zs__swap *sw, zs__swap_req *req);
+
+/* 1 when the block at `offset` holds a completed write (a read of it is
+ * checked against its checksum); 0 for a block never written or whose last
+ * write failed. */
+int zs__swap_written(const zs__swap *sw, uint64_t offset);
 
 /* The swap file's path (unlinked: it is shown in messages only). */
 const char *zs__swap_path(const zs__swap *sw);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "zero/memory_plan.h"
 
 zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_count,
@@ -21,7 +22,7 @@ zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_coun
     memset(out, 0, sizeof *out);
     for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
         out->current[t] = out->peak[t] = mp.bytes[t];
-        out->total_current += mp.bytes[t];
+        if (!zs__mem_tag_on_disk((zs_mem_tag)t)) out->total_current += mp.bytes[t];
     }
     out->total_peak = out->total_current;
     out->live_bytes_budget = mp.live_budget;

@@ -70,8 +70,10 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     out->params_tag = stage == 3 && s->offload.params != ZS_OFFLOAD_NONE ? ZS_MEM_HOST_PARAMS
                                                                           : ZS_MEM_PARAMS;
     out->grads_tag = stage >= 2 && offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_GRADS;
-    out->master_tag = offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_MASTER;
-    out->optim_tag = offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_OPTIM;
+    out->nvme = s->offload.optimizer == ZS_OFFLOAD_NVME;
+    const zs_mem_tag state_tag = out->nvme ? ZS_MEM_NVME_STATE : ZS_MEM_HOST_STATE;
+    out->master_tag = offload_opt ? state_tag : ZS_MEM_MASTER;
+    out->optim_tag = offload_opt ? state_tag : ZS_MEM_OPTIM;
     out->offload_staging_bytes = offload_opt ? s->offload.buffer_bytes : 0;
     ZS_CHECK(live_budget(s, plan, elem, unit_names, out));
     if (out->reduce_dtype != dt && world > 1) out->reduce_staging_numel = plan->max_unit_padded_numel;
@@ -83,9 +85,18 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     b[out->params_tag] += (uint64_t)out->params_numel * elem;
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
-    b[out->master_tag] += out->has_master ? (uint64_t)out->state_numel * 4 : 0;
-    b[out->optim_tag] += (uint64_t)out->moments * (uint64_t)out->state_numel * 4;
     b[ZS_MEM_OFFLOAD_STAGING] = (uint64_t)out->offload_staging_bytes;
+    if (out->nvme) {
+        /* Whole chunks in the swap file; three of them in memory. */
+        zs__nvme_layout_make(1 + out->moments, out->state_numel, s->offload.buffer_bytes,
+                             &out->nvme_layout);
+        b[ZS_MEM_NVME_STATE] = (uint64_t)out->nvme_layout.chunks * out->nvme_layout.block_bytes;
+        b[ZS_MEM_OFFLOAD_STAGING] += zs__nvme_buffer_bytes(&out->nvme_layout);
+        b[ZS_MEM_HOST_STATE] += zs__nvme_table_bytes(&out->nvme_layout);
+    } else {
+        b[out->master_tag] += out->has_master ? (uint64_t)out->state_numel * 4 : 0;
+        b[out->optim_tag] += (uint64_t)out->moments * (uint64_t)out->state_numel * 4;
+    }
     b[ZS_MEM_LIVE_FREE] = out->live_budget;
     /* The MPI communicator's staging buffer (comm.segment_bytes, whenever
      * there is more than one rank), the fp32 reduction staging, the bucket. */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "offload/nvme_state.h"
 #include "zero/plan.h"
 #include "zeroshard.h"
 
@@ -25,8 +26,11 @@ typedef struct zs__memory_plan {
                                     (the device keeps the parameters, the host their master) */
     /* Where each buffer is charged (device tags, or the host tiers of
      * offload.optimizer / offload.params). */
-    zs_mem_tag params_tag, grads_tag, master_tag, optim_tag;
+    zs_mem_tag params_tag, grads_tag, master_tag, optim_tag; /* nvme: master and optim are
+                                                                 ZS_MEM_NVME_STATE */
     int64_t offload_staging_bytes; /* offload.buffer_bytes when the optimizer is offloaded */
+    int nvme;                    /* offload.optimizer = "nvme": master and moments in the swap file */
+    zs__nvme_layout nvme_layout; /* its chunks (offload/nvme_state.h) */
     uint64_t device_bytes;       /* the sum of the tags that live on the device */
     size_t live_budget;          /* stages 2-3: zero.live_bytes as allocated (0 otherwise) */
     int live_blocks;             /* most carves at once */

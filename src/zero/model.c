@@ -192,7 +192,25 @@ static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, zs_dtype d
     return st;
 }
 
-static zs_status allocate_and_initialize(zs_ctx *zs) {
+/* The NVMe tier's master weights: generated into host memory a round at a
+ * time and written to the tier (its cache gathers them into chunks). */
+static zs_status init_master_on_nvme(zs_ctx *zs, int param, int64_t first, int64_t count) {
+    const int64_t round = count < ZS_INIT_CHUNK ? count : ZS_INIT_CHUNK;
+    if (round <= 0) return ZS_OK;
+    void *host = NULL;
+    ZS_CHECK(zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, (size_t)round * sizeof(float), &host));
+    zs_status st = ZS_OK;
+    for (int64_t done = 0; done < count && st == ZS_OK; done += round) {
+        const int64_t n = count - done < round ? count - done : round;
+        /* Host memory is the backend's here (zs_build refuses NVMe elsewhere). */
+        st = init_range(zs, zs->params[param], host, ZS_DTYPE_FP32, first + done, n);
+        if (st == ZS_OK) st = zs__state_write(zs, ZS_STATE_MASTER, param, first + done, n, host);
+    }
+    zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host, (size_t)round * sizeof(float));
+    return st;
+}
+
+static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     const zs__plan *plan = zs->plan;
     const int stage = zs->settings.zero.stage;
     const zs_dtype dt = zs->compute_dtype;
@@ -212,9 +230,10 @@ static zs_status allocate_and_initialize(zs_ctx *zs) {
 
     if (mp.offload_staging_bytes > 0 && !be->ops->host_accessible)
         return zs__fail(ZS_ERR_UNSUPPORTED,
-                        "offload.optimizer = \"host\" runs on the cpu backend in this version (its "
+                        "offload.optimizer = \"%s\" runs on the cpu backend in this version (its "
                         "CUDA pipeline is not built yet); use backend = \"cpu\" or "
-                        "offload.optimizer = \"none\"");
+                        "offload.optimizer = \"none\"",
+                        mp.nvme ? "nvme" : "host");
     /* A model that cannot fit the (simulated) device fails here, with what
      * it needs per tag, before anything is allocated. */
     const uint64_t cap = (uint64_t)zs->settings.device_memory_bytes;
@@ -241,9 +260,13 @@ static zs_status allocate_and_initialize(zs_ctx *zs) {
     else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
     if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
     else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
-    if (mp.has_master) ZS_CHECK(zs__buf_alloc(be, &zs->master, mp.master_tag, ZS_DTYPE_FP32, mp.state_numel));
-    if (mp.moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
-    if (mp.moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
+    if (mp.nvme) {
+        ZS_CHECK(zs__nvme_tier_create(zs, &mp.nvme_layout, runid));
+    } else {
+        if (mp.has_master) ZS_CHECK(zs__buf_alloc(be, &zs->master, mp.master_tag, ZS_DTYPE_FP32, mp.state_numel));
+        if (mp.moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
+        if (mp.moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
+    }
     if (mp.offload_staging_bytes > 0)
         ZS_CHECK(zs__buf_alloc(be, &zs->offload_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
                                mp.offload_staging_bytes / (int64_t)sizeof(float)));
@@ -272,11 +295,15 @@ static zs_status allocate_and_initialize(zs_ctx *zs) {
             ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_full, full_index), dt, 0, p->numel));
         else if (owned)
             ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_shard, shard_index), dt, b, e - b));
-        if (mixed && stage == 0)
+        if (zs->nvme && owned)
+            ZS_CHECK(init_master_on_nvme(zs, i, b, e - b));
+        else if (mixed && stage == 0)
             ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->master, full_index), ZS_DTYPE_FP32, 0, p->numel));
         else if (mixed && owned)
             ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->master, shard_index), ZS_DTYPE_FP32, b, e - b));
     }
+    /* The last chunk of master weights leaves the tier's cache for the disk. */
+    if (zs->nvme) ZS_CHECK(zs__nvme_state_flush(zs->nvme));
     return ZS_OK;
 }
 
@@ -308,9 +335,17 @@ zs_status zs_build(zs_ctx *zs) {
 
     zs->unit_sums = calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
     zs->held = calloc((size_t)(zs->unit_count ? zs->unit_count : 1), sizeof *zs->held);
-    st = zs->unit_sums && zs->held ? allocate_and_initialize(zs)
+    /* The NVMe tier's per-run directory is named once for the job, before
+     * anything can fail on one rank only. */
+    char runid[64] = "";
+    if (zs->settings.offload.optimizer == ZS_OFFLOAD_NVME)
+        ZS_CHECK(zs__nvme_runid(zs, runid, sizeof runid));
+    st = zs->unit_sums && zs->held ? allocate_and_initialize(zs, runid)
                        : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
-    if (st != ZS_OK) return zs__fail_context(st, "zs_build on rank %d", zs->rank);
+    if (st != ZS_OK) st = zs__fail_context(st, "zs_build on rank %d", zs->rank);
+    /* A disk, a directory or memory that fails on some ranks fails all of
+     * them here, with the first failing rank's reason. */
+    ZS_CHECK(zs__agree_status(zs, st, "zs_build"));
     zs->built = 1;
     /* checkpoint.resume: load a checkpoint over the initial values. */
     ZS_CHECK(zs__checkpoint_resume(zs));

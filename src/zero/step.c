@@ -54,78 +54,131 @@ static zs_k_optim_kind kernel_kind(zs__optimizer_kind kind) {
     return ZS_K_OPTIM_ADAMW;
 }
 
-static float *state_at(const zs__buf *buf, int64_t index) {
-    return buf->ptr ? (float *)zs__buf_at(buf, index) : NULL;
+/* One optimizer pass: the scalars of this step and where updated
+ * parameters go. */
+typedef struct update_pass {
+    zs_ctx *zs;
+    zs_k_optim_kind kind;
+    zs_k_optim_scalars with_decay, no_decay;
+    int mixed;          /* a compute dtype other than fp32 */
+    int offload;        /* the state is on the host or NVMe: new parameters are uploaded */
+    int64_t chunk;      /* most elements per upload (the staging) */
+    int param;          /* NVMe sweep: the first parameter not yet finished */
+} update_pass;
+
+/* Elements [first, first + n) of parameter i, given its state there (m and
+ * v NULL when the optimizer keeps none; master NULL in fp32 training
+ * without offload, where the parameters are the master). */
+static zs_status update_piece(update_pass *u, int i, int64_t first, int64_t n, float *master,
+                              float *m, float *v) {
+    zs_ctx *zs = u->zs;
+    const int stage = zs->settings.zero.stage;
+    const zs__plan_param *pp = &zs->plan->params[i];
+    const zs__plan_unit *pu = &zs->plan->units[pp->unit];
+    const size_t elem = zs_dtype_size(zs->compute_dtype);
+    void *param = zs__param_at(zs, i, first);
+    /* The owned, reduced gradient: the full buffer in stages 0-1, the shard
+     * (at the state's index) in stages 2-3. */
+    const zs_dtype grad_dtype = stage < 2 ? zs->compute_dtype : zs->grad_shard_dtype;
+    const void *grad = stage < 2 ? zs__buf_at(&zs->grads_full, pu->full_offset + pp->offset + first)
+                                 : zs__buf_at(&zs->grads_shard, zs__state_index(zs, i, first));
+    zs_k_optim_scalars scalars = (zs->params[i]->flags & ZS_PARAM_NO_DECAY) ? u->no_decay
+                                                                            : u->with_decay;
+    for (int64_t c = 0; c < n; c += u->chunk) {
+        const int64_t k = n - c < u->chunk ? n - c : u->chunk;
+        float *master_at = (master ? master : (float *)param) + c;
+        void *param_at = (char *)param + (size_t)c * elem;
+        zs__update_args args = {
+            .kind = u->kind,
+            .master = master_at,
+            /* Offloaded: bf16/fp16 parameters are written to the staging
+             * (then copied), fp32 ones are the master chunk itself. */
+            .param = u->mixed ? (u->offload ? zs->offload_staging.ptr : param_at) : NULL,
+            .param_dtype = zs->compute_dtype,
+            .grad = (const char *)grad + (size_t)c * zs_dtype_size(grad_dtype),
+            .grad_dtype = grad_dtype,
+            .m = m ? m + c : NULL,
+            .v = v ? v + c : NULL,
+            .count = k,
+            .scalars = scalars,
+        };
+        ZS_CHECK(zs->backend->ops->optimizer_update(zs->backend, &args));
+        if (u->offload)
+            ZS_CHECK(zs->backend->ops->upload(zs->backend, param_at,
+                                              u->mixed ? zs->offload_staging.ptr : (void *)master_at,
+                                              (size_t)k * elem));
+    }
+    return ZS_OK;
 }
 
-/* The fused pass over every element this rank updates: its owned slice of
- * each parameter (stages 1-3), or every element (stage 0, where each rank
- * holds full state and identical reduced gradients). */
+/* The range of parameter i this rank updates: its owned slice (stages
+ * 1-3), or every element (stage 0, where each rank holds full state and
+ * identical reduced gradients). */
+static int updated_range(const zs_ctx *zs, int i, int64_t *b, int64_t *e) {
+    if (zs->settings.zero.stage == 0) {
+        *b = 0;
+        *e = zs->params[i]->numel;
+        return 1;
+    }
+    return zs__plan_owned_range(zs->plan, i, zs->rank, b, e);
+}
+
+/* The NVMe sweep's visitor: the parameters' pieces inside one chunk of the
+ * state index space. Parameters' state ranges increase with their index, so
+ * a cursor finds them. */
+static zs_status update_chunk(void *ctx, int64_t first, int64_t count, float *const *arrays) {
+    update_pass *u = ctx;
+    zs_ctx *zs = u->zs;
+    const int64_t end = first + count;
+    for (; u->param < zs->param_count; u->param++) {
+        int64_t b, e;
+        if (!updated_range(zs, u->param, &b, &e)) continue;
+        const int64_t lo_state = zs__state_index(zs, u->param, b);
+        const int64_t hi_state = lo_state + (e - b);
+        if (lo_state >= end) break;            /* starts in a later chunk */
+        const int64_t lo = lo_state > first ? lo_state : first;
+        const int64_t hi = hi_state < end ? hi_state : end;
+        if (lo < hi) {
+            const size_t at = (size_t)(lo - first);
+            ZS_CHECK(update_piece(u, u->param, b + (lo - lo_state), hi - lo, arrays[0] + at,
+                                  arrays[1] ? arrays[1] + at : NULL,
+                                  arrays[2] ? arrays[2] + at : NULL));
+        }
+        if (hi_state > end) break;             /* continues in the next chunk */
+    }
+    return ZS_OK;
+}
+
+/* The fused pass over every element this rank updates. */
 static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, double clip) {
     const zs__settings *s = &zs->settings;
-    const zs__plan *plan = zs->plan;
-    const int stage = s->zero.stage;
-    const int mixed = zs->compute_dtype != ZS_DTYPE_FP32;
-    const int offload = zs->offload_staging.ptr != NULL;
     const size_t elem = zs_dtype_size(zs->compute_dtype);
+    update_pass u = {.zs = zs, .kind = kernel_kind(s->optimizer.kind),
+                     .mixed = zs->compute_dtype != ZS_DTYPE_FP32,
+                     .offload = zs->offload_staging.ptr != NULL};
     /* Offloaded: the pass runs over host state in chunks that fit the
      * staging, and each chunk of new parameters goes to the device. */
-    const int64_t chunk = offload ? (int64_t)((size_t)zs->offload_staging.count * sizeof(float) / elem)
-                                  : INT64_MAX;
+    u.chunk = u.offload ? (int64_t)((size_t)zs->offload_staging.count * sizeof(float) / elem)
+                        : INT64_MAX;
     const int64_t t = zs->step + 1;
-    zs_k_optim_kind kind = kernel_kind(s->optimizer.kind);
-    zs_k_optim_scalars with_decay = zs_k_optim_scalars_for_step(
-        kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps,
+    u.with_decay = zs_k_optim_scalars_for_step(
+        u.kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps,
         s->optimizer.weight_decay, s->optimizer.momentum, s->optimizer.nesterov, t, grad_div, clip);
-    zs_k_optim_scalars no_decay = zs_k_optim_scalars_for_step(
-        kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps, 0.0,
+    u.no_decay = zs_k_optim_scalars_for_step(
+        u.kind, lr, s->optimizer.beta1, s->optimizer.beta2, s->optimizer.eps, 0.0,
         s->optimizer.momentum, s->optimizer.nesterov, t, grad_div, clip);
-
+    /* NVMe: the state streams through the swap's buffers, chunk by chunk.
+     * The ranks agree before the gathers that follow, so a disk failing on
+     * one rank fails every rank with its message instead of leaving the
+     * others in a collective. */
+    if (zs->nvme)
+        return zs__agree_status(zs, zs__nvme_state_sweep(zs->nvme, update_chunk, &u),
+                                "optimizer step (offload.optimizer = nvme)");
     for (int i = 0; i < zs->param_count; i++) {
-        const zs_param *p = zs->params[i];
-        const zs__plan_param *pp = &plan->params[i];
-        const zs__plan_unit *pu = &plan->units[pp->unit];
         int64_t b, e;
-        if (stage == 0) {
-            b = 0;
-            e = p->numel;
-        } else if (!zs__plan_owned_range(plan, i, zs->rank, &b, &e)) {
-            continue;
-        }
-        /* Element b of the parameter, located in each buffer. */
-        int64_t full_index = pu->full_offset + pp->offset + b;
-        int64_t shard_index = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
-        int64_t state_index = stage == 0 ? full_index : shard_index;
-        void *param = stage < 3 ? zs__buf_at(&zs->params_full, full_index)
-                                : zs__buf_at(&zs->params_shard, shard_index);
-        const zs_dtype grad_dtype = stage < 2 ? zs->compute_dtype : zs->grad_shard_dtype;
-        const char *grad = stage < 2 ? zs__buf_at(&zs->grads_full, full_index)
-                                     : zs__buf_at(&zs->grads_shard, shard_index);
-        for (int64_t c = 0; c < e - b; c += chunk) {
-            const int64_t n = e - b - c < chunk ? e - b - c : chunk;
-            float *master = (zs->master.ptr ? (float *)zs__buf_at(&zs->master, state_index)
-                                            : (float *)param) + c;
-            void *param_at = (char *)param + (size_t)c * elem;
-            zs__update_args args = {
-                .kind = kind,
-                .master = master,
-                /* Offloaded: bf16/fp16 parameters are written to the staging
-                 * (then copied), fp32 ones are the master chunk itself. */
-                .param = mixed ? (offload ? zs->offload_staging.ptr : param_at) : NULL,
-                .param_dtype = zs->compute_dtype,
-                .grad = grad + (size_t)c * zs_dtype_size(grad_dtype),
-                .grad_dtype = grad_dtype,
-                .m = zs->optim_m.ptr ? state_at(&zs->optim_m, state_index) + c : NULL,
-                .v = zs->optim_v.ptr ? state_at(&zs->optim_v, state_index) + c : NULL,
-                .count = n,
-                .scalars = (p->flags & ZS_PARAM_NO_DECAY) ? no_decay : with_decay,
-            };
-            ZS_CHECK(zs->backend->ops->optimizer_update(zs->backend, &args));
-            if (offload)
-                ZS_CHECK(zs->backend->ops->upload(zs->backend, param_at,
-                                                  mixed ? zs->offload_staging.ptr : (void *)master,
-                                                  (size_t)n * elem));
-        }
+        if (!updated_range(zs, i, &b, &e)) continue;
+        ZS_CHECK(update_piece(&u, i, b, e - b, zs__state_ptr(zs, ZS_STATE_MASTER, i, b),
+                              zs__state_ptr(zs, ZS_STATE_M, i, b), zs__state_ptr(zs, ZS_STATE_V, i, b)));
     }
     return ZS_OK;
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # GPT-2 124M does not fit a simulated device of 700 MB per rank at np 2,
 # stage 3, bf16: zs_build refuses it with the bytes needed per tag; with the
-# optimizer (and the parameter shard) offloaded to host memory it trains
-# under the same cap, two steps, and its losses equal those of the run
-# without a cap or offload, bit for bit.
+# optimizer (and the parameter shard) offloaded to host memory, or the
+# optimizer to NVMe, it trains under the same cap, two steps, and its losses
+# equal those of the run without a cap or offload, bit for bit.
+# The tiny model with its optimizer state on NVMe in one-page chunks (so
+# parameters straddle chunks) matches no offload bit for bit in stages 1 and
+# 3; after a killed NVMe run the next run removes the directory it left, and
+# no run leaves anything under offload.nvme_path.
 # Usage: run_gpt2_offload.sh MPIEXEC gpt2_train
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=
 source "$(dirname "$0")/e2e_common.sh"
@@ -28,4 +32,39 @@ run 2 "$work/offloaded.log" "$work/124m.cfg" "$cap" 'offload.optimizer="host"' '
 cmp -s "$work/plain.loss" "$work/offloaded.loss" ||
   { paste "$work/plain.loss" "$work/offloaded.loss"; fail "offloaded losses differ"; }
 echo "trained under the cap with the optimizer and parameters on the host; losses bit-identical"
+mkdir -p "$work/nvme"
+nvme=("offload.optimizer=\"nvme\"" "offload.nvme_path=\"$work/nvme\"")
+left() { find "$work/nvme" -mindepth 1 | head -5; }
+run 2 "$work/nvme124.log" "$work/124m.cfg" "$cap" "${nvme[@]}" "app.loss_log=$work/nvme124.loss"
+cmp -s "$work/plain.loss" "$work/nvme124.loss" ||
+  { paste "$work/plain.loss" "$work/nvme124.loss"; fail "124M with the optimizer on NVMe: losses differ"; }
+[ -z "$(left)" ] || fail "left under nvme_path: $(left)"
+echo "trained under the cap with the optimizer on NVMe; losses bit-identical; nothing left on disk"
+
+for stage in 1 3; do
+  tiny_config "$work/tiny$stage.cfg" $stage bf16
+  run 2 "$work/t$stage.log" "$work/tiny$stage.cfg" app.steps=4 "app.loss_log=$work/t$stage.loss"
+  run 2 "$work/tn$stage.log" "$work/tiny$stage.cfg" app.steps=4 "${nvme[@]}" offload.buffer_bytes=4096 \
+      "app.loss_log=$work/tn$stage.loss"
+  cmp -s "$work/t$stage.loss" "$work/tn$stage.loss" ||
+    { paste "$work/t$stage.loss" "$work/tn$stage.loss"; fail "tiny stage $stage on NVMe: losses differ"; }
+done
+[ -z "$(left)" ] || fail "left under nvme_path: $(left)"
+echo "tiny model, stages 1 and 3, optimizer on NVMe in one-page chunks: losses bit-identical"
+
+# A killed run leaves its per-run directory; the next run removes it.
+"$MPIEXEC" --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
+  "$TRAIN" "$work/tiny3.cfg" app.steps=1000000 "${nvme[@]}" > "$work/killed.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 300); do
+  [ -n "$(find "$work/nvme" -name 'owner-1' 2>/dev/null)" ] && grep -q "step" "$work/killed.log" && break
+  sleep 0.1
+done
+pkill -9 -f "$TRAIN $work/tiny3.cfg app.steps=1000000" || true
+wait "$launcher" 2>/dev/null || true
+[ -n "$(left)" ] || { cat "$work/killed.log"; fail "the killed run left nothing to clean (did it start?)"; }
+echo "killed run left: $(left | tr '\n' ' ')"
+run 2 "$work/after.log" "$work/tiny3.cfg" app.steps=2 "${nvme[@]}"
+[ -z "$(left)" ] || fail "the run after a killed one left: $(left)"
+echo "the next run removed it; nothing left"
 echo "1 passed, 0 failed"

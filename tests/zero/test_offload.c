@@ -1,16 +1,19 @@
-/* The host tier of offload (ZeRO-Offload), at np 2:
- *   - offload.optimizer = "host" (and offload.params = "host" in stage 3)
- *     gives parameters, master weights, moments, losses and gradient norms
- *     bit-identical to no offload, in stages 1-3, fp32/bf16/fp16, with
- *     gradient accumulation and clipping; the state is charged to the
- *     host tags, not to the device's;
+/* The host and NVMe tiers of offload (ZeRO-Offload, ZeRO-Infinity), at np 2:
+ *   - offload.optimizer = "host" or "nvme" (and offload.params = "host" in
+ *     stage 3) gives parameters, master weights, moments, losses and
+ *     gradient norms bit-identical to no offload, in stages 1-3,
+ *     fp32/bf16/fp16, with gradient accumulation and clipping; the state is
+ *     charged to the host and nvme_state tags, not to the device's, and no
+ *     swap file or directory is left after zs_destroy;
  *   - the simulated device (device_memory_bytes) refuses, at zs_build and
  *     with the bytes needed per tag, a model that does not fit without
  *     offload, and trains it with offload under the same cap (the cap is
  *     computed from the memory the two runs report);
- *   - a checkpoint saved with offload loads without it and the other way
- *     round, and training continues bit for bit as if uninterrupted. */
+ *   - a checkpoint saved under any of none / host / nvme loads under each
+ *     of the others, and training continues bit for bit as if
+ *     uninterrupted. */
 #define _DEFAULT_SOURCE /* mkdtemp */
+#include <dirent.h>
 #include <stdlib.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -41,8 +44,35 @@ int main(int argc, char **argv) {
             harness_options opt = {.optimizer = "adamw", .steps = STEPS, .mode = TINY_GRAD_TRUE,
                                    .max_live_units = 2, .scheduler = "warmup_cosine",
                                    .stage = stage, .dtype = dtypes[d], .gas = 2, .clip = 0.5};
-            harness_result none, host, both;
+            harness_result none, host, both, nvme;
             ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &none) == 0);
+            /* NVMe, with chunks of one page per array (buffer_bytes 4096),
+             * so the state spans many chunks and parameters straddle them. */
+            char swapdir[64], extra[256];
+            harness_shared_tmpdir(swapdir, sizeof swapdir, "/tmp/zs_nvme_XXXXXX");
+            ZT_REQUIRE(swapdir[0] != '\0');
+            snprintf(extra, sizeof extra, "offload: { optimizer = \"nvme\"; nvme_path = \"%s\"; "
+                     "buffer_bytes = 4096; %s};", swapdir, stage == 3 ? "params = \"host\"; " : "");
+            opt.config_extra = extra;
+            ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &nvme) == 0);
+            opt.config_extra = NULL;
+            char what_nvme[96];
+            snprintf(what_nvme, sizeof what_nvme, "%s stage %d, optimizer on NVMe", dtypes[d], stage);
+            compare(&none, &nvme, what_nvme);
+            ZT_EQ_U64(nvme.memory.current[ZS_MEM_MASTER] + nvme.memory.current[ZS_MEM_OPTIM], 0);
+            ZT_CHECK_MSG(nvme.memory.current[ZS_MEM_NVME_STATE] >=
+                         (uint64_t)nvme.numel / 2 * 3 * sizeof(float),
+                         "%s: the swap file holds %llu bytes", what_nvme,
+                         (unsigned long long)nvme.memory.current[ZS_MEM_NVME_STATE]);
+            uint64_t in_memory = 0;
+            for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
+                if (t != ZS_MEM_NVME_STATE) in_memory += nvme.memory.current[t];
+            ZT_EQ_U64(nvme.memory.total_current, in_memory); /* the disk is not memory */
+            MPI_Barrier(MPI_COMM_WORLD);
+            ZT_CHECK_MSG(zt_dir_entries(swapdir) == 0, "%s: %d entries left in %s", what_nvme,
+                         zt_dir_entries(swapdir), swapdir);
+            harness_remove_tree(swapdir);
+            harness_result_free(&nvme);
             opt.config_extra = "offload: { optimizer = \"host\"; buffer_bytes = 4096; };";
             ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &host) == 0);
             char what[96];
@@ -114,36 +144,37 @@ int main(int argc, char **argv) {
                                .dtype = "bf16"};
         harness_result straight;
         ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &straight) == 0);
-        for (int first_host = 0; first_host < 2; first_host++) {
-            char dir[64] = "";
-            if (zt_rank == 0) {
-                snprintf(dir, sizeof dir, "/tmp/zs_offload_ckpt_XXXXXX");
-                if (!mkdtemp(dir)) dir[0] = '\0';
+        char swapdir[64], nvme[200];
+        harness_shared_tmpdir(swapdir, sizeof swapdir, "/tmp/zs_nvme_XXXXXX");
+        ZT_REQUIRE(swapdir[0] != '\0');
+        snprintf(nvme, sizeof nvme, "offload: { optimizer = \"nvme\"; nvme_path = \"%s\"; "
+                 "buffer_bytes = 4096; };", swapdir);
+        const char *tiers[3] = {NULL, host, nvme};
+        const char *tier_names[3] = {"none", "host", "nvme"};
+        for (int from = 0; from < 3; from++)
+            for (int to = 0; to < 3; to++) {
+                if (from == to) continue;
+                char dir[64];
+                harness_shared_tmpdir(dir, sizeof dir, "/tmp/zs_offload_ckpt_XXXXXX");
+                ZT_REQUIRE(dir[0] != '\0');
+                harness_options first = opt, second = opt;
+                first.save_dir = dir;
+                first.save_after = 3;
+                first.stop_after = 3;
+                first.config_extra = tiers[from];
+                second.load_dir = dir;
+                second.config_extra = tiers[to];
+                harness_result a, b;
+                ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &first, &a) == 0);
+                ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &second, &b) == 0);
+                ZT_CHECK_MSG(memcmp(straight.final, b.final, sizeof(float) * (size_t)b.numel) == 0,
+                             "saved with offload %s, resumed with %s: parameters differ from a "
+                             "straight run", tier_names[from], tier_names[to]);
+                harness_result_free(&a);
+                harness_result_free(&b);
+                harness_remove_tree(dir);
             }
-            MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-            ZT_REQUIRE(dir[0] != '\0');
-            harness_options first = opt, second = opt;
-            first.save_dir = dir;
-            first.save_after = 3;
-            first.stop_after = 3;
-            first.config_extra = first_host ? host : NULL;
-            second.load_dir = dir;
-            second.config_extra = first_host ? NULL : host;
-            harness_result a, b;
-            ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &first, &a) == 0);
-            ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &second, &b) == 0);
-            ZT_CHECK_MSG(memcmp(straight.final, b.final, sizeof(float) * (size_t)b.numel) == 0,
-                         "saved %s offload, resumed %s: parameters differ from a straight run",
-                         first_host ? "with" : "without", first_host ? "without" : "with");
-            harness_result_free(&a);
-            harness_result_free(&b);
-            MPI_Barrier(MPI_COMM_WORLD);
-            if (zt_rank == 0) {
-                char cmd[128];
-                snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-                if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-            }
-        }
+        harness_remove_tree(swapdir);
         harness_result_free(&straight);
     }
     int rc = zt_finish("test_offload");

@@ -1,0 +1,268 @@
+/* The optimizer state's NVMe tier (nvme_state.h). */
+#include "offload/nvme_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "offload/swap.h"
+
+#define SLOTS 3 /* read-ahead, update, write-behind */
+#define PAGE_FLOATS (ZS_SWAP_ALIGNMENT / (int64_t)sizeof(float))
+
+struct zs__nvme_state {
+    zs__swap *swap;
+    zs__mem *mem;
+    zs__nvme_layout layout;
+    float *slot[SLOTS];
+    zs__swap_req *req[SLOTS];
+    /* The get/put cache lives in slot 0 between sweeps. */
+    int64_t cached;  /* chunk in slot 0, or -1 */
+    int dirty;
+    int stuck;         /* a request passed its deadline (see destroy) */
+    uint64_t charged;  /* bytes charged to ZS_MEM_NVME_STATE */
+    /* After a failed read or write the state on disk is not what the
+     * optimizer last computed; every later use fails with the first reason
+     * instead of training on from it. */
+    zs_status lost;
+    char lost_message[768];
+    zs__nvme_namer namer;
+    void *namer_ctx;
+};
+
+void zs__nvme_layout_make(int arrays, int64_t state_numel, int64_t buffer_bytes,
+                          zs__nvme_layout *out) {
+    memset(out, 0, sizeof *out);
+    out->arrays = arrays;
+    out->state_numel = state_numel;
+    int64_t pages = buffer_bytes / (int64_t)sizeof(float) / arrays / PAGE_FLOATS;
+    if (pages < 1) pages = 1;
+    out->chunk_numel = pages * PAGE_FLOATS;
+    /* No chunk larger than the state itself (rounded to a page). */
+    const int64_t state_pages = (state_numel + PAGE_FLOATS - 1) / PAGE_FLOATS;
+    if (state_pages > 0 && out->chunk_numel > state_pages * PAGE_FLOATS)
+        out->chunk_numel = state_pages * PAGE_FLOATS;
+    out->chunks = (state_numel + out->chunk_numel - 1) / out->chunk_numel;
+    out->block_bytes = (size_t)arrays * (size_t)out->chunk_numel * sizeof(float);
+}
+
+uint64_t zs__nvme_buffer_bytes(const zs__nvme_layout *layout) {
+    return (uint64_t)SLOTS * layout->block_bytes;
+}
+
+uint64_t zs__nvme_table_bytes(const zs__nvme_layout *layout) {
+    return (uint64_t)layout->chunks * ZS_SWAP_META_BYTES_PER_BLOCK;
+}
+
+static zs_status check_usable(const zs__nvme_state *ns) {
+    if (ns->lost == ZS_OK) return ZS_OK;
+    return zs__fail(ns->lost, "%s: the optimizer state on NVMe was lost by an earlier failure "
+                    "(%s); load the last checkpoint", zs__swap_path(ns->swap), ns->lost_message);
+}
+
+static zs_status lose(zs__nvme_state *ns, zs_status st) {
+    if (st != ZS_OK && ns->lost == ZS_OK) {
+        ns->lost = st;
+        snprintf(ns->lost_message, sizeof ns->lost_message, "%s", zs_last_error());
+    }
+    return st;
+}
+
+static void chunk_label(const zs__nvme_state *ns, int64_t chunk, char *out, size_t cap) {
+    const int64_t first = chunk * ns->layout.chunk_numel;
+    int64_t end = first + ns->layout.chunk_numel;
+    if (end > ns->layout.state_numel) end = ns->layout.state_numel;
+    char what[160] = "";
+    if (ns->namer) ns->namer(ns->namer_ctx, first, end, what, sizeof what);
+    snprintf(out, cap, "optimizer state chunk %lld (state elements [%lld, %lld)%s%s)",
+             (long long)chunk, (long long)first, (long long)end, what[0] ? " of " : "", what);
+}
+
+static uint64_t chunk_offset(const zs__nvme_state *ns, int64_t chunk) {
+    return (uint64_t)chunk * ns->layout.block_bytes;
+}
+
+static int64_t chunk_count(const zs__nvme_state *ns, int64_t chunk) {
+    const int64_t first = chunk * ns->layout.chunk_numel;
+    const int64_t left = ns->layout.state_numel - first;
+    return left < ns->layout.chunk_numel ? left : ns->layout.chunk_numel;
+}
+
+/* Starts reading chunk k into slot s; a chunk never written is zeros. */
+static zs_status start_read(zs__nvme_state *ns, int64_t k, int s) {
+    ns->req[s] = NULL;
+    if (!zs__swap_written(ns->swap, chunk_offset(ns, k))) {
+        memset(ns->slot[s], 0, ns->layout.block_bytes);
+        return ZS_OK;
+    }
+    char label[320];
+    chunk_label(ns, k, label, sizeof label);
+    return zs__swap_read(ns->swap, chunk_offset(ns, k), ns->slot[s], ns->layout.block_bytes,
+                         label, &ns->req[s]);
+}
+
+static zs_status start_write(zs__nvme_state *ns, int64_t k, int s) {
+    char label[320];
+    chunk_label(ns, k, label, sizeof label);
+    return zs__swap_write(ns->swap, chunk_offset(ns, k), ns->slot[s], ns->layout.block_bytes,
+                          label, &ns->req[s]);
+}
+
+static zs_status finish(zs__nvme_state *ns, int s) {
+    zs__swap_req *r = ns->req[s];
+    ns->req[s] = NULL;
+    zs_status st = r ? zs__swap_wait(ns->swap, r) : ZS_OK;
+    if (st == ZS_ERR_TIMEOUT) ns->stuck = 1;
+    return st;
+}
+
+zs_status zs__nvme_state_create(const char *dir, int rank, const char *runid,
+                                const zs__nvme_layout *layout, zs__mem *mem,
+                                zs__nvme_state **out) {
+    *out = NULL;
+    zs__nvme_state *ns = calloc(1, sizeof *ns);
+    if (!ns) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "offload.nvme: out of host memory");
+    ns->layout = *layout;
+    ns->mem = mem;
+    ns->cached = -1;
+    zs__swap_config cfg = ZS__SWAP_CONFIG_INIT;
+    cfg.runid = runid;
+    const uint64_t capacity = (uint64_t)layout->chunks * layout->block_bytes;
+    zs_status st = zs__swap_create_with(dir, rank, capacity, layout->block_bytes, &cfg, mem, &ns->swap);
+    for (int s = 0; s < SLOTS && st == ZS_OK; s++)
+        st = zs__swap_buffer_alloc(ns->swap, layout->block_bytes, ZS_MEM_OFFLOAD_STAGING,
+                                   (void **)&ns->slot[s]);
+    if (st != ZS_OK) {
+        zs__nvme_state_destroy(ns);
+        return st;
+    }
+    if (mem) {
+        zs__mem_charge(mem, ZS_MEM_NVME_STATE, (size_t)capacity);
+        ns->charged = capacity;
+    }
+    *out = ns;
+    return ZS_OK;
+}
+
+void zs__nvme_state_destroy(zs__nvme_state *ns) {
+    if (!ns) return;
+    if (ns->charged) zs__mem_uncharge(ns->mem, ZS_MEM_NVME_STATE, (size_t)ns->charged);
+    /* A request past its deadline still owns its buffer until the swap is
+     * destroyed (which then leaks itself rather than free what a stuck
+     * thread uses): then the buffers are left alone too. */
+    for (int s = 0; s < SLOTS && !ns->stuck; s++)
+        if (ns->slot[s]) zs__swap_buffer_free(ns->swap, ns->slot[s], ns->layout.block_bytes,
+                                              ZS_MEM_OFFLOAD_STAGING);
+    zs__swap_destroy(ns->swap);
+    free(ns);
+}
+
+static zs_status flush_cache(zs__nvme_state *ns) {
+    if (!ns->dirty) return ZS_OK;
+    ns->dirty = 0;
+    zs_status st = start_write(ns, ns->cached, 0);
+    if (st == ZS_OK) st = finish(ns, 0);
+    return lose(ns, st);
+}
+
+zs_status zs__nvme_state_flush(zs__nvme_state *ns) {
+    ZS_CHECK(check_usable(ns));
+    return flush_cache(ns);
+}
+
+static zs_status cache_chunk(zs__nvme_state *ns, int64_t k) {
+    if (ns->cached == k) return ZS_OK;
+    ZS_CHECK(flush_cache(ns));
+    ns->cached = -1;
+    zs_status st = start_read(ns, k, 0);
+    if (st == ZS_OK) st = finish(ns, 0);
+    if (st != ZS_OK) return lose(ns, st);
+    ns->cached = k;
+    return ZS_OK;
+}
+
+/* get and put: the same walk over the chunks of a range. */
+static zs_status copy_range(zs__nvme_state *ns, int array, int64_t index, int64_t count, float *dst,
+                            const float *src) {
+    ZS_CHECK(check_usable(ns));
+    const zs__nvme_layout *l = &ns->layout;
+    if (array < 0 || array >= l->arrays || index < 0 || count < 0 || index + count > l->state_numel)
+        return zs__fail(ZS_ERR_INTERNAL, "%s: state range [%lld, %lld) of array %d is outside "
+                        "the %lld x %d elements held", zs__swap_path(ns->swap), (long long)index,
+                        (long long)(index + count), array, (long long)l->state_numel, l->arrays);
+    while (count > 0) {
+        const int64_t k = index / l->chunk_numel;
+        const int64_t at = index - k * l->chunk_numel;
+        const int64_t n = l->chunk_numel - at < count ? l->chunk_numel - at : count;
+        ZS_CHECK(cache_chunk(ns, k));
+        float *cell = ns->slot[0] + (size_t)array * (size_t)l->chunk_numel + (size_t)at;
+        if (dst) {
+            memcpy(dst, cell, (size_t)n * sizeof(float));
+            dst += n;
+        } else {
+            memcpy(cell, src, (size_t)n * sizeof(float));
+            src += n;
+            ns->dirty = 1;
+        }
+        index += n;
+        count -= n;
+    }
+    return ZS_OK;
+}
+
+zs_status zs__nvme_state_get(zs__nvme_state *ns, int array, int64_t index, int64_t count,
+                             float *dst) {
+    return copy_range(ns, array, index, count, dst, NULL);
+}
+
+zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64_t count,
+                             const float *src) {
+    return copy_range(ns, array, index, count, NULL, src);
+}
+
+zs_status zs__nvme_state_sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
+    ZS_CHECK(check_usable(ns));
+    ZS_CHECK(flush_cache(ns));
+    ns->cached = -1; /* slot 0 is the sweep's now */
+    const zs__nvme_layout *l = &ns->layout;
+    zs_status st = l->chunks > 0 ? start_read(ns, 0, 0) : ZS_OK;
+    for (int64_t k = 0; k < l->chunks && st == ZS_OK; k++) {
+        const int s = (int)(k % SLOTS);
+        if (k + 1 < l->chunks) {
+            /* The next chunk's slot held chunk k - 2, written behind. */
+            const int next = (int)((k + 1) % SLOTS);
+            st = finish(ns, next);
+            if (st == ZS_OK) st = start_read(ns, k + 1, next);
+            if (st != ZS_OK) break;
+        }
+        st = finish(ns, s);
+        if (st != ZS_OK) break;
+        float *arrays[3] = {NULL, NULL, NULL};
+        for (int a = 0; a < l->arrays; a++) arrays[a] = ns->slot[s] + (size_t)a * (size_t)l->chunk_numel;
+        st = visit(ctx, k * l->chunk_numel, chunk_count(ns, k), arrays);
+        if (st == ZS_OK) st = start_write(ns, k, s);
+    }
+    /* Drain: every request waited for, so no buffer is in use on return. */
+    char first_error[768] = "";
+    if (st != ZS_OK) snprintf(first_error, sizeof first_error, "%s", zs_last_error());
+    zs_status drained = ZS_OK;
+    for (int s = 0; s < SLOTS; s++) {
+        zs_status d = finish(ns, s);
+        if (d != ZS_OK && drained == ZS_OK) drained = d;
+    }
+    if (st != ZS_OK) {
+        lose(ns, zs__fail(st, "%s", first_error));
+        return zs__fail(st, "%s", first_error);
+    }
+    return lose(ns, drained);
+}
+
+void zs__nvme_state_set_namer(zs__nvme_state *ns, zs__nvme_namer namer, void *ctx) {
+    ns->namer = namer;
+    ns->namer_ctx = ctx;
+}
+
+const zs__nvme_layout *zs__nvme_state_layout(const zs__nvme_state *ns) { return &ns->layout; }
+const char *zs__nvme_state_path(const zs__nvme_state *ns) { return zs__swap_path(ns->swap); }
+int zs__nvme_state_fd_for_test(const zs__nvme_state *ns) { return zs__swap_fd_for_test(ns->swap); }
