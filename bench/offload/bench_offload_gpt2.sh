@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # GPT-2 step time with offload none / host (optimizer) / host (optimizer and
-# parameters), np 2, stage 3, bf16, in one run (issue 12, part c), for the
+# parameters) / nvme (optimizer, swap files under the scratch directory),
+# np 2, stage 3, bf16, in one run (issue 12, part c), for the
 # demo's model and GPT-2 124M (T 64, B 1). On the CPU backend "device" and
 # host are the same memory, so this measures the cost of the offloaded path
 # itself (the staging copy of new parameters, the gradient shard and state
-# in other buffers), not a PCIe link.
+# in other buffers), not a PCIe link; nvme adds reading and writing the
+# master weights and moments on the scratch directory's disk every step.
 #
 #   bash bench/offload/bench_offload_gpt2.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
@@ -24,11 +26,13 @@ for model in demo 124M; do
       "$src/configs/gpt2_demo.cfg" > "$config"
   fi
   base=
-  for mode in none host host+params; do
+  for mode in none host host+params nvme; do
     case $mode in
       none) extra=() ;;
       host) extra=('offload.optimizer="host"') ;;
       host+params) extra=('offload.optimizer="host"' 'offload.params="host"') ;;
+      nvme) mkdir -p "$work/nvme"
+            extra=("offload.nvme_path=\"$work/nvme\"" 'offload.optimizer="nvme"') ;;
     esac
     log=$work/$model.$mode.log
     mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \

@@ -10,9 +10,6 @@
  * benchmark wants >= 0.7 for write + read together). With R > 1 the best of R
  * rounds of each is kept. Not part of ctest. */
 #define _GNU_SOURCE /* O_DIRECT, fallocate */
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,69 +18,13 @@
 
 #include "core/error.h"
 #include "offload/swap.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-typedef struct raw_job {
-    int fd, is_write, stride, first;
-    size_t block;
-    uint64_t blocks;
-    unsigned char *buf;
-    int failed;
-} raw_job;
-
-/* One raw thread: blocks first, first + stride, ... with pwrite/pread. */
-static void *raw_thread(void *arg) {
-    raw_job *j = arg;
-    for (uint64_t b = (uint64_t)j->first; b < j->blocks; b += (uint64_t)j->stride) {
-        size_t done = 0;
-        while (done < j->block) {
-            off_t at = (off_t)(b * j->block + done);
-            ssize_t n = j->is_write ? pwrite(j->fd, j->buf + done, j->block - done, at)
-                                    : pread(j->fd, j->buf + done, j->block - done, at);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-                j->failed = n < 0 ? errno : EIO;
-                return NULL;
-            }
-            done += (size_t)n;
-        }
-    }
-    return NULL;
-}
-
-/* Seconds to move every block once with q threads; -1 on failure. */
-static double raw_pass(int fd, int is_write, size_t block, uint64_t blocks, int q,
-                       unsigned char **bufs) {
-    pthread_t th[64];
-    raw_job jobs[64];
-    double t0 = now_s();
-    for (int k = 0; k < q; k++) {
-        jobs[k] = (raw_job){fd, is_write, q, k, block, blocks, bufs[k], 0};
-        pthread_create(&th[k], NULL, raw_thread, &jobs[k]);
-    }
-    int failed = 0;
-    for (int k = 0; k < q; k++) {
-        pthread_join(th[k], NULL);
-        if (jobs[k].failed) failed = jobs[k].failed;
-    }
-    if (failed) {
-        fprintf(stderr, "bench_swap: raw %s failed: %s\n", is_write ? "pwrite" : "pread",
-                strerror(failed));
-        return -1;
-    }
-    return now_s() - t0;
-}
+#include "raw_disk.h"
 
 /* Seconds to move every block once through the swap with q in flight. */
 static double swap_pass(zs__swap *sw, int is_write, size_t block, uint64_t blocks, int q,
                         unsigned char **bufs) {
     zs__swap_req *reqs[64] = {0};
-    double t0 = now_s();
+    double t0 = raw_disk_now();
     for (uint64_t b = 0; b < blocks + (uint64_t)q; b++) {
         int slot = (int)(b % (uint64_t)q);
         if (reqs[slot] && zs__swap_wait(sw, reqs[slot]) != ZS_OK) {
@@ -100,7 +41,7 @@ static double swap_pass(zs__swap *sw, int is_write, size_t block, uint64_t block
             return -1;
         }
     }
-    return now_s() - t0;
+    return raw_disk_now() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -146,35 +87,25 @@ int main(int argc, char **argv) {
     }
 
     /* The raw file: same directory, same flags, same block size, unlinked. */
-    char raw_path[4096];
-    snprintf(raw_path, sizeof raw_path, "%s/zs-bench-raw-%ld", dir, (long)getpid());
     int direct = zs__swap_is_direct(sw);
-    int fd = open(raw_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
-    if (fd < 0) {
-        fprintf(stderr, "bench_swap: %s: %s\n", raw_path, strerror(errno));
-        return 1;
-    }
-    unlink(raw_path);
-    if (fallocate(fd, 0, 0, (off_t)bytes) != 0 && ftruncate(fd, (off_t)bytes) != 0) {
-        fprintf(stderr, "bench_swap: %s: cannot reserve: %s\n", raw_path, strerror(errno));
-        return 1;
-    }
+    int fd = raw_disk_open(dir, direct, bytes);
+    if (fd < 0) return 1;
 
     double raw_w = 1e30, raw_r = 1e30, raw1_w = 1e30, raw1_r = 1e30, sw_w = 1e30, sw_r = 1e30;
     for (long round = 0; round < repeat; round++) {
         double t;
         /* Interleaved, so drift in the device's speed hits both alike. */
-        if ((t = raw_pass(fd, 1, (size_t)block, blocks, (int)q, bufs)) < 0) return 1;
+        if ((t = raw_disk_pass(fd, 1, (size_t)block, blocks, (int)q, bufs)) < 0) return 1;
         if (t < raw_w) raw_w = t;
         if ((t = swap_pass(sw, 1, (size_t)block, blocks, (int)q, bufs)) < 0) return 1;
         if (t < sw_w) sw_w = t;
-        if ((t = raw_pass(fd, 0, (size_t)block, blocks, (int)q, bufs)) < 0) return 1;
+        if ((t = raw_disk_pass(fd, 0, (size_t)block, blocks, (int)q, bufs)) < 0) return 1;
         if (t < raw_r) raw_r = t;
         if ((t = swap_pass(sw, 0, (size_t)block, blocks, (int)q, bufs)) < 0) return 1;
         if (t < sw_r) sw_r = t;
-        if ((t = raw_pass(fd, 1, (size_t)block, blocks, 1, bufs)) < 0) return 1;
+        if ((t = raw_disk_pass(fd, 1, (size_t)block, blocks, 1, bufs)) < 0) return 1;
         if (t < raw1_w) raw1_w = t;
-        if ((t = raw_pass(fd, 0, (size_t)block, blocks, 1, bufs)) < 0) return 1;
+        if ((t = raw_disk_pass(fd, 0, (size_t)block, blocks, 1, bufs)) < 0) return 1;
         if (t < raw1_r) raw1_r = t;
     }
     close(fd);
