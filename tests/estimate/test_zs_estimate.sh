@@ -20,8 +20,9 @@ rm -rf "$work" && mkdir -p "$work" || exit 1
 "$tool" --preset 124M --world 2 --dtype bf16 > "$work/124M.txt" 2> "$work/124M.err" ||
     fail "124M exited $?: $(cat "$work/124M.err")"
 stage3=$(sed -n '/^stage 3 on 2 ranks/,/^$/p' "$work/124M.txt")
-params=$(echo "$stage3" | awk '$1 == "params" {print $NF}')
-state=$(echo "$stage3" | awk '$1 == "model" && $2 == "state" {print $NF}')
+# Columns: none, host, nvme, each "human exact"; the none column's exact bytes.
+params=$(echo "$stage3" | awk '$1 == "params" {print $4}')
+state=$(echo "$stage3" | awk '$1 == "model" && $2 == "state" {print $5}')
 shard=$(echo "$stage3" | awk '$1 == "shard" {print $4}')
 [ -n "$shard" ] && [ -n "$state" ] || fail "no stage-3 shard or model state in: $stage3"
 [ "$state" = "$((16 * shard))" ] || fail "stage-3 model state $state != 16 x shard $shard"
@@ -30,8 +31,19 @@ shard=$(echo "$stage3" | awk '$1 == "shard" {print $4}')
 echo "$stage3" | grep -q "ZeRO paper  *(2+2+K)Psi/N = $state bytes .*K = 12" ||
     fail "no paper formula line with $state bytes in: $stage3"
 for s in 0 1 2 3; do
-    grep -q "^stage $s on 2 ranks  *offload: none" "$work/124M.txt" || fail "no stage $s table"
+    grep -q "^stage $s on 2 ranks  *offload: none  *offload: host  *offload: nvme" "$work/124M.txt" ||
+        fail "no stage $s table"
 done
+# The nvme column: master and moments (12 bytes per shard element, whole
+# chunks) in nvme_state, which the memory total leaves out.
+nvme_state=$(echo "$stage3" | awk '$1 == "nvme_state" {print $NF}')
+nvme_total=$(echo "$stage3" | awk '$1 == "total" {print $NF}')
+none_total=$(echo "$stage3" | awk '$1 == "total" {print $6}')
+[ -n "$nvme_state" ] && [ "$nvme_state" -ge "$((12 * shard))" ] ||
+    fail "stage-3 nvme_state $nvme_state < 12 x shard $shard"
+[ -n "$nvme_total" ] && [ "$nvme_total" -lt "$((none_total - 12 * shard + 100000000))" ] ||
+    fail "stage-3 total with nvme $nvme_total counts the disk (none: $none_total)"
+grep -q "^  nvme_state  *0 B  *0  *0 B  *0  *n/a" "$work/124M.txt" || fail "stage 0 nvme column is not n/a"
 
 # --- the inverse question ---------------------------------------------------
 "$tool" --preset 124M --dtype bf16 --device-memory 1GiB > "$work/fit.txt" 2>&1 ||

@@ -67,4 +67,27 @@ echo "killed run left: $(left | tr '\n' ' ')"
 run 2 "$work/after.log" "$work/tiny3.cfg" app.steps=2 "${nvme[@]}"
 [ -z "$(left)" ] || fail "the run after a killed one left: $(left)"
 echo "the next run removed it; nothing left"
+
+# A real full disk: a 64 KiB tmpfs cannot hold the tiny model's swap files;
+# zs_build fails on both ranks, saying how many bytes the tier needs where,
+# and leaves nothing there. (Needs root for the mount; skipped otherwise.)
+mkdir -p "$work/small"
+if mount -t tmpfs -o size=64k tmpfs "$work/small" 2>/dev/null; then
+  trap 'umount "$work/small" 2>/dev/null; rm -rf "$work"' EXIT
+  if "$MPIEXEC" --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
+       "$TRAIN" "$work/tiny3.cfg" app.steps=2 "offload.nvme_path=\"$work/small\"" \
+       'offload.optimizer="nvme"' > "$work/full.log" 2>&1; then
+    cat "$work/full.log"; fail "trained with its swap files on a 64 KiB file system"
+  fi
+  # Both ranks print the lowest failing rank's error, the other one adding
+  # where it came from.
+  pattern="No space left on device (the NVMe tier needs [0-9]* bytes under offload.nvme_path = $work/small"
+  [ "$(grep -c "$pattern" "$work/full.log")" = 2 ] && grep -q "$pattern.*(reported by rank 0)" "$work/full.log" ||
+    { cat "$work/full.log"; fail "no clear ENOSPC error on both ranks"; }
+  [ -z "$(find "$work/small" -mindepth 1 | head -1)" ] || fail "left on the full disk: $(find "$work/small" -mindepth 1)"
+  umount "$work/small"
+  echo "a 64 KiB tmpfs: zs_build failed on both ranks with ENOSPC and the bytes needed; nothing left"
+else
+  echo "skipped the full-disk case: cannot mount a tmpfs here (not root)"
+fi
 echo "1 passed, 0 failed"
