@@ -27,7 +27,7 @@
 #include "zeroshard_mpi.h"
 
 #define UNITS 8
-#define IO_THREADS 2 /* zs__swap's default */
+#define IO_THREADS 3 /* the tier's: one per array (master, two moments) */
 
 #define B_CHECK(call)                                                              \
     do {                                                                           \
@@ -133,21 +133,21 @@ int main(int argc, char **argv) {
     /* The raw disk: the swap's block size, its file size, its threads. */
     zs__nvme_layout layout;
     zs__nvme_layout_make(3, params, buffer, &layout);
-    const uint64_t blocks = swap_bytes / layout.block_bytes;
+    const uint64_t blocks = swap_bytes / layout.io_bytes;
     unsigned char *bufs[IO_THREADS];
     for (int k = 0; k < IO_THREADS; k++) {
-        bufs[k] = aligned_alloc(ZS_SWAP_ALIGNMENT, layout.block_bytes);
+        bufs[k] = aligned_alloc(ZS_SWAP_ALIGNMENT, layout.io_bytes);
         if (!bufs[k]) return 1;
-        memset(bufs[k], 0x5a + k, layout.block_bytes);
+        memset(bufs[k], 0x5a + k, layout.io_bytes);
     }
     const int fd = raw_disk_open(work, 1, swap_bytes);
     if (fd < 0) return 1;
     double raw_w = 1e30, raw_r = 1e30;
     for (int round = 0; round < 3; round++) {
-        double t = raw_disk_pass(fd, 1, layout.block_bytes, blocks, IO_THREADS, bufs);
+        double t = raw_disk_pass(fd, 1, layout.io_bytes, blocks, IO_THREADS, bufs);
         if (t < 0) return 1;
         if (t < raw_w) raw_w = t;
-        if ((t = raw_disk_pass(fd, 0, layout.block_bytes, blocks, IO_THREADS, bufs)) < 0) return 1;
+        if ((t = raw_disk_pass(fd, 0, layout.io_bytes, blocks, IO_THREADS, bufs)) < 0) return 1;
         if (t < raw_r) raw_r = t;
     }
     close(fd);
@@ -158,7 +158,7 @@ int main(int argc, char **argv) {
     const double mb = (double)swap_bytes / 1e6;
     printf("bench_nvme_step: %lld parameters on 1 rank (stage 1, bf16, AdamW), swap file %.1f MB "
            "in blocks of %zu bytes under %s, median of %d steps\n",
-           params, mb, layout.block_bytes, dir, steps);
+           params, mb, layout.io_bytes, dir, steps);
     printf("  raw disk (O_DIRECT, %d threads): write %.1f MB/s, read %.1f MB/s, write+read %.1f MB/s\n",
            IO_THREADS, mb / raw_w, mb / raw_r, 2 * mb / (raw_w + raw_r));
     printf("  step, state in host memory:  %8.1f ms (the update alone)\n", 1e3 * host_s);

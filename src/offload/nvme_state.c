@@ -16,7 +16,7 @@ struct zs__nvme_state {
     zs__mem *mem;
     zs__nvme_layout layout;
     float *slot[SLOTS];
-    zs__swap_req *req[SLOTS];
+    zs__swap_req *req[SLOTS][3]; /* one request per array of the slot's chunk */
     /* The get/put cache lives in slot 0 between sweeps. */
     int64_t cached;  /* chunk in slot 0, or -1 */
     int dirty;
@@ -44,7 +44,8 @@ void zs__nvme_layout_make(int arrays, int64_t state_numel, int64_t buffer_bytes,
     if (state_pages > 0 && out->chunk_numel > state_pages * PAGE_FLOATS)
         out->chunk_numel = state_pages * PAGE_FLOATS;
     out->chunks = (state_numel + out->chunk_numel - 1) / out->chunk_numel;
-    out->block_bytes = (size_t)arrays * (size_t)out->chunk_numel * sizeof(float);
+    out->io_bytes = (size_t)out->chunk_numel * sizeof(float);
+    out->block_bytes = (size_t)arrays * out->io_bytes;
 }
 
 uint64_t zs__nvme_buffer_bytes(const zs__nvme_layout *layout) {
@@ -52,7 +53,7 @@ uint64_t zs__nvme_buffer_bytes(const zs__nvme_layout *layout) {
 }
 
 uint64_t zs__nvme_table_bytes(const zs__nvme_layout *layout) {
-    return (uint64_t)layout->chunks * ZS_SWAP_META_BYTES_PER_BLOCK;
+    return (uint64_t)layout->chunks * (uint64_t)layout->arrays * ZS_SWAP_META_BYTES_PER_BLOCK;
 }
 
 static zs_status check_usable(const zs__nvme_state *ns) {
@@ -69,18 +70,26 @@ static zs_status lose(zs__nvme_state *ns, zs_status st) {
     return st;
 }
 
-static void chunk_label(const zs__nvme_state *ns, int64_t chunk, char *out, size_t cap) {
+static void chunk_label(const zs__nvme_state *ns, int64_t chunk, int array, char *out, size_t cap) {
+    static const char *const arrays[3] = {"master weights", "first moments", "second moments"};
     const int64_t first = chunk * ns->layout.chunk_numel;
     int64_t end = first + ns->layout.chunk_numel;
     if (end > ns->layout.state_numel) end = ns->layout.state_numel;
     char what[160] = "";
     if (ns->namer) ns->namer(ns->namer_ctx, first, end, what, sizeof what);
-    snprintf(out, cap, "optimizer state chunk %lld (state elements [%lld, %lld)%s%s)",
-             (long long)chunk, (long long)first, (long long)end, what[0] ? " of " : "", what);
+    snprintf(out, cap, "%s of optimizer state chunk %lld (state elements [%lld, %lld)%s%s)",
+             arrays[array], (long long)chunk, (long long)first, (long long)end,
+             what[0] ? " of " : "", what);
 }
 
-static uint64_t chunk_offset(const zs__nvme_state *ns, int64_t chunk) {
-    return (uint64_t)chunk * ns->layout.block_bytes;
+/* Array a of chunk k: one swap block (its own request and checksum), so a
+ * chunk moves as `arrays` requests at once, one per I/O thread. */
+static uint64_t block_offset(const zs__nvme_state *ns, int64_t k, int a) {
+    return ((uint64_t)k * (uint64_t)ns->layout.arrays + (uint64_t)a) * ns->layout.io_bytes;
+}
+
+static float *block_at(const zs__nvme_state *ns, int s, int a) {
+    return ns->slot[s] + (size_t)a * (size_t)ns->layout.chunk_numel;
 }
 
 static int64_t chunk_count(const zs__nvme_state *ns, int64_t chunk) {
@@ -89,32 +98,48 @@ static int64_t chunk_count(const zs__nvme_state *ns, int64_t chunk) {
     return left < ns->layout.chunk_numel ? left : ns->layout.chunk_numel;
 }
 
-/* Starts reading chunk k into slot s; a chunk never written is zeros. */
+/* Starts reading chunk k into slot s; a block never written is zeros. */
 static zs_status start_read(zs__nvme_state *ns, int64_t k, int s) {
-    ns->req[s] = NULL;
-    if (!zs__swap_written(ns->swap, chunk_offset(ns, k))) {
-        memset(ns->slot[s], 0, ns->layout.block_bytes);
-        return ZS_OK;
-    }
     char label[320];
-    chunk_label(ns, k, label, sizeof label);
-    return zs__swap_read(ns->swap, chunk_offset(ns, k), ns->slot[s], ns->layout.block_bytes,
-                         label, &ns->req[s]);
+    for (int a = 0; a < ns->layout.arrays; a++) {
+        ns->req[s][a] = NULL;
+        chunk_label(ns, k, a, label, sizeof label);
+        if (!zs__swap_written(ns->swap, block_offset(ns, k, a))) {
+            memset(block_at(ns, s, a), 0, ns->layout.io_bytes);
+            continue;
+        }
+        ZS_CHECK(zs__swap_read(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
+                               ns->layout.io_bytes, label, &ns->req[s][a]));
+    }
+    return ZS_OK;
 }
 
 static zs_status start_write(zs__nvme_state *ns, int64_t k, int s) {
     char label[320];
-    chunk_label(ns, k, label, sizeof label);
-    return zs__swap_write(ns->swap, chunk_offset(ns, k), ns->slot[s], ns->layout.block_bytes,
-                          label, &ns->req[s]);
+    for (int a = 0; a < ns->layout.arrays; a++) {
+        chunk_label(ns, k, a, label, sizeof label);
+        ZS_CHECK(zs__swap_write(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
+                                ns->layout.io_bytes, label, &ns->req[s][a]));
+    }
+    return ZS_OK;
 }
 
+/* Waits for every request of slot s; the first failure is returned (all
+ * are waited for, so the slot's buffer is free either way). */
 static zs_status finish(zs__nvme_state *ns, int s) {
-    zs__swap_req *r = ns->req[s];
-    ns->req[s] = NULL;
-    zs_status st = r ? zs__swap_wait(ns->swap, r) : ZS_OK;
-    if (st == ZS_ERR_TIMEOUT) ns->stuck = 1;
-    return st;
+    zs_status first = ZS_OK;
+    char message[768] = "";
+    for (int a = 0; a < 3; a++) {
+        zs__swap_req *r = ns->req[s][a];
+        ns->req[s][a] = NULL;
+        zs_status st = r ? zs__swap_wait(ns->swap, r) : ZS_OK;
+        if (st == ZS_ERR_TIMEOUT) ns->stuck = 1;
+        if (st != ZS_OK && first == ZS_OK) {
+            first = st;
+            snprintf(message, sizeof message, "%s", zs_last_error());
+        }
+    }
+    return first == ZS_OK ? ZS_OK : zs__fail(first, "%s", message);
 }
 
 zs_status zs__nvme_state_create(const char *dir, int rank, const char *runid,
@@ -128,8 +153,9 @@ zs_status zs__nvme_state_create(const char *dir, int rank, const char *runid,
     ns->cached = -1;
     zs__swap_config cfg = ZS__SWAP_CONFIG_INIT;
     cfg.runid = runid;
+    cfg.io_threads = layout->arrays; /* a chunk's arrays move at once */
     const uint64_t capacity = (uint64_t)layout->chunks * layout->block_bytes;
-    zs_status st = zs__swap_create_with(dir, rank, capacity, layout->block_bytes, &cfg, mem, &ns->swap);
+    zs_status st = zs__swap_create_with(dir, rank, capacity, layout->io_bytes, &cfg, mem, &ns->swap);
     for (int s = 0; s < SLOTS && st == ZS_OK; s++)
         st = zs__swap_buffer_alloc(ns->swap, layout->block_bytes, ZS_MEM_OFFLOAD_STAGING,
                                    (void **)&ns->slot[s]);

@@ -3,10 +3,11 @@
  * (swap.h), not in memory.
  *
  * Layout: the rank's state index space [0, state_numel) (the shard layout
- * of zs_build) is cut into chunks of chunk_numel elements. Chunk k is one
- * swap block holding, one after another, chunk_numel elements of each array
- * (master, then the first moment, then the second), so a chunk is one
- * aligned read and one aligned write, and one checksum.
+ * of zs_build) is cut into chunks of chunk_numel elements. Chunk k holds,
+ * one after another, chunk_numel elements of each array (master, then the
+ * first moment, then the second), each a swap block with its own checksum:
+ * a chunk moves as one aligned request per array, all in flight at once on
+ * as many I/O threads.
  *
  * Two ways in:
  *   - the sweep, for the optimizer step: every chunk in order through three
@@ -33,7 +34,9 @@ typedef struct zs__nvme_layout {
     int64_t state_numel;    /* elements of each array on this rank */
     int64_t chunk_numel;    /* elements of each array per chunk */
     int64_t chunks;         /* ceil(state_numel / chunk_numel) */
-    size_t block_bytes;     /* arrays x chunk_numel x 4: a multiple of ZS_SWAP_ALIGNMENT */
+    size_t io_bytes;        /* chunk_numel x 4: one array's part, a swap block (a multiple of
+                               ZS_SWAP_ALIGNMENT) */
+    size_t block_bytes;     /* arrays x io_bytes: one chunk, one I/O buffer */
 } zs__nvme_layout;
 
 /* Chunks as large as fit `buffer_bytes` (offload.buffer_bytes), in whole

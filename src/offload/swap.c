@@ -50,7 +50,7 @@ struct zs__swap_req {
     size_t bytes;  /* whole blocks */
     uint64_t submit_ns;
     zs_status status;
-    char label[256];
+    char label[320];
     char message[1536];
 };
 
