@@ -48,9 +48,11 @@ test-sanitize: deps
 	@cmake --build $(BUILD_DIR)-sanitize -j $(JOBS)
 	cd $(BUILD_DIR)-sanitize && ctest --output-on-failure --timeout 600
 
-# The comm engine under ThreadSanitizer: its thread, the program's thread and
-# the trace rings, through the engine and stage tests (CPU-only build).
-TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise
+# The comm engine and the NVMe tier under ThreadSanitizer: the engine's
+# thread, the swap's I/O threads, the program's thread and the trace rings,
+# through the engine, stage and offload tests (CPU-only build).
+TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise|test_swap|test_nvme_state|test_offload|test_nvme_faults
+
 test-tsan: deps
 	@cmake -S . -B $(BUILD_DIR)-tsan -DZS_WERROR=ON -DZS_TSAN=ON -DZS_CUDA=OFF
 	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS)
