@@ -837,15 +837,18 @@ zs_status zs__swap_wait(zs__swap *sw, zs__swap_req *r) {
         uint64_t last = sw->progress_ns > r->submit_ns ? sw->progress_ns : r->submit_ns;
         uint64_t now = now_ns();
         if (now - last >= limit) {
+            /* The message is formatted under the lock: once it is released
+             * the I/O thread may finish the abandoned request and free it. */
             r->abandoned = 1;
             int queued = r->state == REQ_QUEUED;
+            zs_status st = zs__fail(ZS_ERR_TIMEOUT,
+                                    "%s: %s of '%s' at byte %llu (%zu bytes) made no progress for "
+                                    "%g s (%s); the device looks stuck: check it and the kernel log",
+                                    sw->path, r->is_write ? "write" : "read", r->label,
+                                    (unsigned long long)r->offset, r->bytes, sw->cfg.timeout_s,
+                                    queued ? "still queued behind other requests" : "in the kernel");
             pthread_mutex_unlock(&sw->lock);
-            return zs__fail(ZS_ERR_TIMEOUT,
-                            "%s: %s of '%s' at byte %llu (%zu bytes) made no progress for %g s "
-                            "(%s); the device looks stuck: check it and the kernel log",
-                            sw->path, r->is_write ? "write" : "read", r->label,
-                            (unsigned long long)r->offset, r->bytes, sw->cfg.timeout_s,
-                            queued ? "still queued behind other requests" : "in the kernel");
+            return st;
         }
         uint64_t until = last + limit;
         struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
