@@ -47,9 +47,9 @@ static zs_status cpu_copy(zs__backend *be, void *dst, const void *src, size_t by
     return ZS_OK;
 }
 
-static zs_status cpu_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
-                               int64_t count, zs_k_init_kind kind, double a, double b,
-                               uint64_t key) {
+zs_status zs__cpu_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
+                            int64_t count, zs_k_init_kind kind, double a, double b,
+                            uint64_t key) {
     (void)be;
     if (dtype != ZS_DTYPE_FP32)
         return zs__fail(ZS_ERR_UNSUPPORTED, "cpu backend: initializing %s tensors is not "
@@ -103,7 +103,7 @@ static const zs__backend_ops cpu_ops = {
     .free = cpu_free,
     .zero = cpu_zero,
     .copy = cpu_copy,
-    .init_fill = cpu_init_fill,
+    .init_fill = zs__cpu_init_fill,
     .convert = zs__cpu_convert,
     .accumulate = zs__cpu_accumulate,
     .sum_squares = zs__cpu_sum_squares,

@@ -228,12 +228,6 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     zs->grad_shard_dtype = mp.grad_shard_dtype;
     zs->reduce_dtype = mp.reduce_dtype;
 
-    if (mp.offload_staging_bytes > 0 && !be->ops->host_accessible)
-        return zs__fail(ZS_ERR_UNSUPPORTED,
-                        "offload.optimizer = \"%s\" runs on the cpu backend in this version (its "
-                        "CUDA pipeline is not built yet); use backend = \"cpu\" or "
-                        "offload.optimizer = \"none\"",
-                        mp.nvme ? "nvme" : "host");
     /* A model that cannot fit the (simulated) device fails here, with what
      * it needs per tag, before anything is allocated. */
     const uint64_t cap = (uint64_t)zs->settings.device_memory_bytes;

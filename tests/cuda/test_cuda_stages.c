@@ -5,7 +5,12 @@
  *   - stages 0-3 give bit-identical final parameters at this world size
  *     (stage 0's all-reduce is NCCL reduce-scatter + all-gather, comm.c);
  *   - every stage matches the CPU backend's single-process stage-0 run within
- *     1e-6 relative (max |a-b| / max |b| per tensor).
+ *     1e-6 relative (max |a-b| / max |b| per tensor);
+ *   - offload: in stages 1-3 the optimizer state in pinned host memory
+ *     (offload.optimizer = "host", plus offload.params = "host" in stage 3,
+ *     and once unpinned) and on NVMe (swap files under /tmp) gives the same
+ *     bits as no offload: the host runs the CPU backend's kernels, which
+ *     match the device's bit for bit (test_cuda_kernels).
  * Every rank computes the same gradient, so the average over ranks is that
  * gradient exactly (x + x = 2x and 2x / 2 = x in floating point), and the
  * single-process CPU run is a valid reference at any world size.
@@ -84,7 +89,8 @@ static void gradient(int param, const float *p, float *g, int64_t n) {
     }
 }
 
-static int write_config(const char *backend, int stage, char *path, size_t capacity) {
+static int write_config(const char *backend, int stage, const char *extra, char *path,
+                        size_t capacity) {
     char dir[] = "/tmp/zs_cuda_stages_XXXXXX";
     if (!mkdtemp(dir)) return -1;
     snprintf(path, capacity, "%s/run.cfg", dir);
@@ -96,8 +102,8 @@ static int write_config(const char *backend, int stage, char *path, size_t capac
             "zero: { stage = %d; max_live_units = 2; align = 16; };\n"
             "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
             "             beta2 = 0.99; eps = 1e-8; };\n"
-            "precision: { dtype = \"fp32\"; };\n",
-            backend, stage);
+            "precision: { dtype = \"fp32\"; };\n%s\n",
+            backend, stage, extra ? extra : "");
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -114,9 +120,9 @@ static void remove_config(const char *path) {
 
 /* Trains STEPS steps with `backend` and `stage` on `comm` and downloads the
  * final parameters into out. Returns 0, or -1 after reporting a failure. */
-static int train(MPI_Comm comm, const char *backend, int stage, run *out) {
+static int train(MPI_Comm comm, const char *backend, int stage, const char *extra, run *out) {
     char path[256];
-    if (write_config(backend, stage, path, sizeof path) != 0) {
+    if (write_config(backend, stage, extra, path, sizeof path) != 0) {
         ZT_CHECK_MSG(0, "cannot write a configuration under /tmp");
         return -1;
     }
@@ -222,13 +228,13 @@ static void free_run(run *r) {
     for (int i = 0; i < PARAMS; i++) free(r->final[i]);
 }
 
-static void compare_bitwise(const run *a, const run *b, int stage) {
+static void compare_bitwise(const run *a, const run *b, int stage, const char *what) {
     for (int i = 0; i < PARAMS; i++) {
         int64_t first = -1;
         for (int64_t j = 0; j < a->numel[i] && first < 0; j++)
             if (memcmp(&a->final[i][j], &b->final[i][j], sizeof(float)) != 0) first = j;
-        ZT_CHECK_MSG(first < 0, "stage %d differs from stage 0 in parameter %d element %lld: "
-                     "%.9g vs %.9g", stage, i, (long long)first,
+        ZT_CHECK_MSG(first < 0, "stage %d (%s) differs in parameter %d element %lld: "
+                     "%.9g vs %.9g", stage, what, i, (long long)first,
                      first < 0 ? 0.0 : (double)a->final[i][first],
                      first < 0 ? 0.0 : (double)b->final[i][first]);
     }
@@ -297,15 +303,31 @@ int main(int argc, char **argv) {
      * it alone on MPI_COMM_SELF). */
     run reference;
     memset(&reference, 0, sizeof reference);
-    ZT_REQUIRE(train(MPI_COMM_SELF, "cpu", 0, &reference) == 0);
+    ZT_REQUIRE(train(MPI_COMM_SELF, "cpu", 0, NULL, &reference) == 0);
 
     run runs[4];
     memset(runs, 0, sizeof runs);
     for (int stage = 0; stage < 4; stage++) {
-        ZT_REQUIRE(train(MPI_COMM_WORLD, "cuda", stage, &runs[stage]) == 0);
+        ZT_REQUIRE(train(MPI_COMM_WORLD, "cuda", stage, NULL, &runs[stage]) == 0);
         compare_relative(&runs[stage], &reference, stage);
-        if (stage > 0) compare_bitwise(&runs[stage], &runs[0], stage);
+        if (stage > 0) compare_bitwise(&runs[stage], &runs[0], stage, "against stage 0");
     }
+    /* Offload, against the same stage without it. */
+    static const char *const offloads[] = {
+        "offload: { optimizer = \"host\"; buffer_bytes = 4096; };",
+        "offload: { optimizer = \"host\"; pin_memory = false; };",
+        "offload: { optimizer = \"nvme\"; nvme_path = \"/tmp\"; buffer_bytes = 4096; };",
+        "offload: { optimizer = \"host\"; params = \"host\"; };",
+    };
+    for (int stage = 1; stage < 4; stage++)
+        for (int k = 0; k < 4; k++) {
+            if (k == 3 && stage != 3) continue; /* parameters are sharded in stage 3 only */
+            run offloaded;
+            memset(&offloaded, 0, sizeof offloaded);
+            ZT_REQUIRE(train(MPI_COMM_WORLD, "cuda", stage, offloads[k], &offloaded) == 0);
+            compare_bitwise(&offloaded, &runs[stage], stage, offloads[k]);
+            free_run(&offloaded);
+        }
     for (int stage = 0; stage < 4; stage++) free_run(&runs[stage]);
     free_run(&reference);
 

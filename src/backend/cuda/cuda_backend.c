@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
@@ -55,6 +56,12 @@ typedef struct cuda_impl {
     cudaEvent_t bounce_free[2]; /* recorded after the copy that last used a half */
     double *norm_dev;         /* [ZS_CUDA_NORM_BATCH] device partials */
     double *norm_host;        /* [ZS_CUDA_NORM_BATCH] pinned host partials */
+    /* Offload: the host tags (host_state, host_params, offload_staging) are
+     * host memory, page-locked when offload.pin_memory, and ops whose
+     * operands are there run on the host. 0 = no offload: every operand is
+     * device memory and none of that code runs. */
+    int host_tiers;
+    int pin;
 } cuda_impl;
 
 static cuda_impl *impl_of(zs__backend *be) { return be->impl; }
@@ -149,10 +156,130 @@ static zs_status wait_stream(cuda_impl *c, const char *doing) {
     return wait_event(c, c->done, doing);
 }
 
+/* ------------------------------------------------------------------------
+ * Host tiers (offload.optimizer / offload.params = "host" or "nvme").
+ *
+ * The offloaded state lives in host memory (pinned when offload.pin_memory,
+ * so that copies are DMA), and the step that works on it runs on the host
+ * with the CPU backend's kernels, which give the same bits as the device's
+ * (kernels/ math with --fmad=false; test_cuda_kernels). Before the host
+ * touches such memory the compute stream drains, so every copy into it
+ * enqueued before (a reduced gradient shard going device -> host as its
+ * collective ends) has landed. An op with one operand on each side stages
+ * the device one through host memory. */
+
+static int tag_on_host(zs_mem_tag tag) {
+    return tag == ZS_MEM_HOST_STATE || tag == ZS_MEM_HOST_PARAMS || tag == ZS_MEM_OFFLOAD_STAGING;
+}
+
+/* 1 for host memory (pinned or pageable), 0 for device memory; always 0
+ * without offload. */
+static int is_host(const cuda_impl *c, const void *p) {
+    if (!c->host_tiers || !p) return 0;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* older runtimes: an unregistered host pointer */
+        return 1;
+    }
+    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
+}
+
+static zs_status host_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
+                            void **out) {
+    void *p = NULL;
+    if (c->pin) {
+        cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cudaHostAlloc of %zu "
+                            "pinned bytes for '%s' failed: %s; free host memory, raise the "
+                            "locked-memory limit (ulimit -l), or set offload.pin_memory = false",
+                            c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
+        }
+        memset(p, 0, bytes);
+        zs__mem_charge(be->mem, tag, bytes);
+    } else {
+        ZS_CHECK(zs__mem_host_alloc(be->mem, tag, bytes, &p)); /* zeroed and charged */
+    }
+    *out = p;
+    return ZS_OK;
+}
+
+static void host_free(zs__backend *be, cuda_impl *c, zs_mem_tag tag, void *ptr, size_t bytes) {
+    if (c->pin) {
+        cudaError_t e = cudaFreeHost(ptr); /* waits for copies still using it */
+        if (e != cudaSuccess)
+            ZS_WARN("cuda backend (device %d): cudaFreeHost of %zu bytes of '%s' failed: %s",
+                    c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
+        zs__mem_uncharge(be->mem, tag, bytes);
+    } else {
+        zs__mem_host_free(be->mem, tag, ptr, bytes); /* uncharges */
+    }
+}
+
+static zs_status cuda_download(zs__backend *be, void *host, const void *src, size_t bytes);
+static zs_status cuda_upload(zs__backend *be, void *dst, const void *host, size_t bytes);
+
+/* A host copy of `bytes` at p: p itself when it is host memory, else a
+ * malloc'ed download (*owned set; free it). The stream has drained. */
+static zs_status host_view(zs__backend *be, cuda_impl *c, const void *p, size_t bytes,
+                           const void **view, void **owned) {
+    *owned = NULL;
+    if (is_host(c, p) || !bytes) {
+        *view = p;
+        return ZS_OK;
+    }
+    void *copy = malloc(bytes);
+    if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: no host memory to stage "
+                               "%zu bytes of a host-tier operation", bytes);
+    zs_status st = cuda_download(be, copy, p, bytes);
+    if (st != ZS_OK) {
+        free(copy);
+        return st;
+    }
+    *view = copy;
+    *owned = copy;
+    return ZS_OK;
+}
+
+/* convert (accumulate = 0) or accumulate with at least one host operand:
+ * on the host, the device side staged through host memory. */
+static zs_status host_elementwise(zs__backend *be, cuda_impl *c, void *dst, zs_dtype dst_dtype,
+                                  const void *src, zs_dtype src_dtype, int64_t count,
+                                  int accumulate) {
+    ZS_CHECK(wait_stream(c, "a host-tier operation"));
+    const size_t dst_bytes = (size_t)count * zs_dtype_size(dst_dtype);
+    const void *src_view = NULL, *dst_view = NULL;
+    void *src_owned = NULL, *dst_owned = NULL;
+    zs_status st = host_view(be, c, src, (size_t)count * zs_dtype_size(src_dtype), &src_view,
+                             &src_owned);
+    const int dst_host = is_host(c, dst);
+    if (st == ZS_OK && !dst_host) {
+        /* Accumulating needs the device's values first; a conversion only
+         * overwrites them. */
+        if (accumulate) st = host_view(be, c, dst, dst_bytes, &dst_view, &dst_owned);
+        else if (!(dst_owned = malloc(dst_bytes ? dst_bytes : 1)))
+            st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: no host memory to stage %zu "
+                          "bytes of a host-tier operation", dst_bytes);
+    }
+    void *out = dst_host ? dst : dst_owned;
+    if (st == ZS_OK)
+        st = accumulate ? zs__cpu_accumulate(be, out, dst_dtype, src_view, src_dtype, count)
+                        : zs__cpu_convert(be, out, dst_dtype, src_view, src_dtype, count);
+    if (st == ZS_OK && !dst_host) st = cuda_upload(be, dst, out, dst_bytes);
+    free(src_owned);
+    free(dst_owned);
+    return st;
+}
+
 static zs_status cuda_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
     cuda_impl *c = impl_of(be);
     *out = NULL;
     if (bytes == 0) return ZS_OK;
+    if (c->host_tiers && tag_on_host(tag)) {
+        ZS_CHECK(enter(c, "allocating host memory"));
+        return host_alloc(be, c, tag, bytes, out);
+    }
     ZS_CHECK(enter(c, "allocating device memory"));
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes);
@@ -181,6 +308,11 @@ static zs_status cuda_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void 
 static void cuda_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
     cuda_impl *c = impl_of(be);
     if (!ptr) return;
+    if (c->host_tiers && tag_on_host(tag)) {
+        if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
+        host_free(be, c, tag, ptr, bytes);
+        return;
+    }
     /* cudaFree waits for work that may still use the memory. It cannot fail
      * in a way the caller could act on; the error is logged, the memory
      * counted as returned. */
@@ -196,6 +328,11 @@ static zs_status cuda_zero(zs__backend *be, void *ptr, size_t bytes) {
     cuda_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     ZS_CHECK(enter(c, "zeroing device memory"));
+    if (is_host(c, ptr)) {
+        ZS_CHECK(wait_stream(c, "zeroing host-tier memory"));
+        memset(ptr, 0, bytes);
+        return ZS_OK;
+    }
     CU(c, cudaMemsetAsync(ptr, 0, bytes, c->stream), "zeroing device memory");
     return ZS_OK;
 }
@@ -220,7 +357,11 @@ static zs_status cuda_copy(zs__backend *be, void *dst, const void *src, size_t b
         CU(c, f, "copying overlapping device memory");
         return ZS_OK;
     }
-    CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+    /* With host tiers either side may be host memory: the runtime infers the
+     * direction (unified addressing). Such a copy is stream-ordered like the
+     * others; the host reads its destination only after draining. */
+    CU(c, cudaMemcpyAsync(dst, src, bytes, c->host_tiers ? cudaMemcpyDefault : cudaMemcpyDeviceToDevice,
+                          c->stream),
        "copying device memory");
     return ZS_OK;
 }
@@ -238,6 +379,10 @@ static zs_status cuda_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int6
                         "supported in this version", zs_dtype_name(dtype));
     if (count <= 0) return ZS_OK;
     ZS_CHECK(enter(c, "initializing parameters"));
+    if (is_host(c, dst)) {
+        ZS_CHECK(wait_stream(c, "initializing host-tier memory"));
+        return zs__cpu_init_fill(be, dst, dtype, first, count, kind, a, b, key);
+    }
     CU(c, zs__cuda_launch_init_fill(launch_of(c), dst, first, count, kind, a, b, key),
        "initializing parameters");
     return ZS_OK;
@@ -255,6 +400,8 @@ static zs_status cuda_convert(zs__backend *be, void *dst, zs_dtype dst_dtype, co
     if (dst_dtype == src_dtype)
         return cuda_copy(be, dst, src, (size_t)count * zs_dtype_size(dst_dtype));
     ZS_CHECK(enter(c, "converting"));
+    if (is_host(c, dst) || is_host(c, src))
+        return host_elementwise(be, c, dst, dst_dtype, src, src_dtype, count, 0);
     CU(c, zs__cuda_launch_convert(launch_of(c), dst, dst_dtype, src, src_dtype, count),
        "converting");
     return ZS_OK;
@@ -269,6 +416,8 @@ static zs_status cuda_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype,
                         "fp16 or bf16", (long long)count, (int)src_dtype, (int)dst_dtype);
     if (count == 0) return ZS_OK;
     ZS_CHECK(enter(c, "accumulating gradients"));
+    if (is_host(c, dst) || is_host(c, src))
+        return host_elementwise(be, c, dst, dst_dtype, src, src_dtype, count, 1);
     CU(c, zs__cuda_launch_accumulate(launch_of(c), dst, dst_dtype, src, src_dtype, count),
        "accumulating gradients");
     return ZS_OK;
@@ -300,6 +449,11 @@ static zs_status cuda_sum_squares(zs__backend *be, const void *x, zs_dtype dtype
     *out = 0.0;
     if (count == 0) return ZS_OK;
     ZS_CHECK(enter(c, "summing squares"));
+    if (is_host(c, x)) {
+        /* The CPU kernel adds in the device kernel's order (cpu_reduce.c). */
+        ZS_CHECK(wait_stream(c, "summing squares of host-tier memory"));
+        return zs__cpu_sum_squares(be, x, dtype, count, out);
+    }
     ZS_CHECK(ensure_norm_scratch(be, c));
     const int64_t blocks = (count + ZS_CUDA_NORM_BLOCK - 1) / ZS_CUDA_NORM_BLOCK;
     double total = 0.0;
@@ -318,6 +472,30 @@ static zs_status cuda_sum_squares(zs__backend *be, const void *x, zs_dtype dtype
     }
     *out = total;
     return ZS_OK;
+}
+
+/* The optimizer on host-tier state (master and moments in host memory):
+ * the CPU backend's fused pass. A gradient still on the device (stages 0-1
+ * keep it whole there) and a parameter copy that goes to the device are
+ * staged through host memory. */
+static zs_status host_update(zs__backend *be, cuda_impl *c, const zs__update_args *a) {
+    ZS_CHECK(wait_stream(c, "updating host-tier state"));
+    zs__update_args h = *a;
+    void *grad_owned = NULL, *param_owned = NULL;
+    const size_t param_bytes = a->param ? (size_t)a->count * zs_dtype_size(a->param_dtype) : 0;
+    zs_status st = host_view(be, c, a->grad, (size_t)a->count * zs_dtype_size(a->grad_dtype),
+                             &h.grad, &grad_owned);
+    if (st == ZS_OK && a->param && !is_host(c, a->param)) {
+        if (!(param_owned = malloc(param_bytes)))
+            st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: no host memory to stage %zu "
+                          "bytes of updated parameters", param_bytes);
+        h.param = param_owned;
+    }
+    if (st == ZS_OK) st = zs__cpu_optimizer_update(be, &h);
+    if (st == ZS_OK && param_owned) st = cuda_upload(be, a->param, param_owned, param_bytes);
+    free(grad_owned);
+    free(param_owned);
+    return st;
 }
 
 static zs_status cuda_optimizer_update(zs__backend *be, const zs__update_args *a) {
@@ -347,6 +525,7 @@ static zs_status cuda_optimizer_update(zs__backend *be, const zs__update_args *a
                         !a->master ? "master weights" : "gradient");
     if (a->count == 0) return ZS_OK;
     ZS_CHECK(enter(c, "updating parameters"));
+    if (is_host(c, a->master)) return host_update(be, c, a);
     CU(c, zs__cuda_launch_update(launch_of(c), a->kind, a->master, a->param, a->param_dtype,
                                  a->grad, a->grad_dtype, a->m, a->v, a->count, a->scalars),
        "updating parameters");
@@ -367,6 +546,11 @@ static zs_status cuda_download(zs__backend *be, void *host, const void *src, siz
     cuda_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     ZS_CHECK(enter(c, "downloading"));
+    if (is_host(c, src)) {
+        ZS_CHECK(wait_stream(c, "reading host-tier memory"));
+        memcpy(host, src, bytes);
+        return ZS_OK;
+    }
     ZS_CHECK(ensure_bounce(be, c));
     const size_t pieces = (bytes + ZS_CUDA_BOUNCE_BYTES - 1) / ZS_CUDA_BOUNCE_BYTES;
     for (size_t k = 0; k <= pieces; k++) {
@@ -398,6 +582,11 @@ static zs_status cuda_upload(zs__backend *be, void *dst, const void *host, size_
     cuda_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     ZS_CHECK(enter(c, "uploading"));
+    if (is_host(c, dst)) {
+        ZS_CHECK(wait_stream(c, "writing host-tier memory"));
+        memcpy(dst, host, bytes);
+        return ZS_OK;
+    }
     ZS_CHECK(ensure_bounce(be, c));
     for (size_t off = 0, k = 0; off < bytes; off += ZS_CUDA_BOUNCE_BYTES, k++) {
         const size_t n = bytes - off < ZS_CUDA_BOUNCE_BYTES ? bytes - off : ZS_CUDA_BOUNCE_BYTES;
@@ -499,7 +688,6 @@ int zs__cuda_backend_device(const zs__backend *be) {
 
 zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
                                   zs__backend **out) {
-    (void)settings;
     *out = NULL;
     int devices = 0;
     cudaError_t e = cudaGetDeviceCount(&devices);
@@ -525,6 +713,9 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     be->mem = mem;
     be->impl = c;
     c->device = local_rank % devices;
+    c->host_tiers = settings && (settings->offload.optimizer != ZS_OFFLOAD_NONE ||
+                                 settings->offload.params != ZS_OFFLOAD_NONE);
+    c->pin = settings ? settings->offload.pin_memory : 1;
     zs_status s = ZS_OK;
     const char *doing = "starting the CUDA backend";
     int sms = 0;
