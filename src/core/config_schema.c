@@ -49,8 +49,7 @@ static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
 static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
 static const char *const timeout_policy_values[] = {"abort", "return", NULL};
 static const char *const offload_optimizer_values[] = {"none", "host", "nvme", NULL};
-/* Parameters have no NVMe tier in this version: the value list says so. */
-static const char *const offload_params_values[] = {"none", "host", NULL};
+static const char *const offload_params_values[] = {"none", "host", "nvme", NULL};
 _Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1 && ZS_OFFLOAD_NVME == 2,
                "offload values follow the enum");
 
@@ -92,7 +91,9 @@ const zs__key zs__config_keys[] = {
              "host memory and the optimizer runs there."),
     ENUM_KEY("offload.params", offload.params, "none", offload_params_values,
              "Stage 3: where the owned parameter shard lives between its gathers: on the device "
-             "(none) or in host memory (host), staged in by each gather."),
+             "(none), in host memory (host), staged in by each gather, or on NVMe (nvme, with "
+             "offload.optimizer = \"nvme\": each gather reads the shard's fp32 master weights "
+             "from the swap file and rounds them, so no separate copy is kept)."),
     INT_KEY("offload.buffer_bytes", offload.buffer_bytes, 16777216, 4096, 1073741824,
             "Bytes of host staging through which updated parameters go back to the device; with "
             "nvme also the size of each of the three I/O buffers (read-ahead, update, "

@@ -370,9 +370,18 @@ static zs_status check_cross_keys(const validation *v) {
     if (s->offload.params != ZS_OFFLOAD_NONE && s->zero.stage != 3) {
         zs__config_where(v->cfg, seen(v, "offload.params"), where, sizeof where);
         return zs__fail(ZS_ERR_CONFIG,
-                        "%soffload.params = \"host\" needs zero.stage = 3 (only stage 3 shards "
+                        "%soffload.params = \"%s\" needs zero.stage = 3 (only stage 3 shards "
                         "the parameters; stages 0-2 keep them whole on every device); set "
-                        "zero.stage = 3 or offload.params = \"none\"", where);
+                        "zero.stage = 3 or offload.params = \"none\"",
+                        where, s->offload.params == ZS_OFFLOAD_NVME ? "nvme" : "host");
+    }
+    if (s->offload.params == ZS_OFFLOAD_NVME && s->offload.optimizer != ZS_OFFLOAD_NVME) {
+        zs__config_where(v->cfg, seen(v, "offload.params"), where, sizeof where);
+        return zs__fail(ZS_ERR_CONFIG,
+                        "%soffload.params = \"nvme\" needs offload.optimizer = \"nvme\": the "
+                        "parameters on NVMe are read from the fp32 master weights in the "
+                        "optimizer's swap file; set offload.optimizer = \"nvme\" (and "
+                        "offload.nvme_path), or offload.params = \"host\"", where);
     }
     if (s->offload.optimizer == ZS_OFFLOAD_NVME && s->offload.nvme_path[0] == '\0') {
         zs__config_where(v->cfg, seen(v, "offload.optimizer"), where, sizeof where);

@@ -1,6 +1,7 @@
 /* The optimizer state's NVMe tier (nvme_state.h). */
 #include "offload/nvme_state.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,16 @@ struct zs__nvme_state {
     zs__nvme_layout layout;
     float *slot[SLOTS];
     zs__swap_req *req[SLOTS][3]; /* one request per array of the slot's chunk */
-    /* The get/put cache lives in slot 0 between sweeps. */
-    int64_t cached;  /* chunk in slot 0, or -1 */
-    int dirty;
+    /* The get/put cache lives in slot 0 between sweeps, block by block: a
+     * reader of one array (a stage-3 gather of master weights) reads only
+     * that array's blocks. */
+    int64_t cached;    /* the chunk whose blocks slot 0 holds, or -1 */
+    unsigned valid;    /* bit a: array a's block of `cached` is in slot 0 */
+    unsigned dirty;    /* bit a: ... and was changed by a put */
+    /* Callers may be two threads (the program's, and the comm engine's for
+     * stage-3 gathers of parameters kept on NVMe); every entry point holds
+     * this, so they take turns. */
+    pthread_mutex_t lock;
     int stuck;         /* a request passed its deadline (see destroy) */
     uint64_t charged;  /* bytes charged to ZS_MEM_NVME_STATE */
     /* After a failed read or write the state on disk is not what the
@@ -151,6 +159,7 @@ zs_status zs__nvme_state_create(const char *dir, int rank, const char *runid,
     ns->layout = *layout;
     ns->mem = mem;
     ns->cached = -1;
+    pthread_mutex_init(&ns->lock, NULL);
     zs__swap_config cfg = ZS__SWAP_CONFIG_INIT;
     cfg.runid = runid;
     cfg.io_threads = layout->arrays; /* a chunk's arrays move at once */
@@ -181,30 +190,53 @@ void zs__nvme_state_destroy(zs__nvme_state *ns) {
         if (ns->slot[s]) zs__swap_buffer_free(ns->swap, ns->slot[s], ns->layout.block_bytes,
                                               ZS_MEM_OFFLOAD_STAGING);
     zs__swap_destroy(ns->swap);
+    pthread_mutex_destroy(&ns->lock);
     free(ns);
 }
 
+/* One block (array a of chunk k) into or out of slot s, waited for. */
+static zs_status move_block(zs__nvme_state *ns, int64_t k, int a, int s, int is_write) {
+    char label[320];
+    chunk_label(ns, k, a, label, sizeof label);
+    ns->req[s][a] = NULL;
+    if (!is_write && !zs__swap_written(ns->swap, block_offset(ns, k, a))) {
+        memset(block_at(ns, s, a), 0, ns->layout.io_bytes);
+        return ZS_OK;
+    }
+    zs_status st = is_write ? zs__swap_write(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
+                                             ns->layout.io_bytes, label, &ns->req[s][a])
+                            : zs__swap_read(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
+                                            ns->layout.io_bytes, label, &ns->req[s][a]);
+    if (st == ZS_OK) st = finish(ns, s);
+    return st;
+}
+
 static zs_status flush_cache(zs__nvme_state *ns) {
-    if (!ns->dirty) return ZS_OK;
-    ns->dirty = 0;
-    zs_status st = start_write(ns, ns->cached, 0);
-    if (st == ZS_OK) st = finish(ns, 0);
-    return lose(ns, st);
+    for (int a = 0; a < ns->layout.arrays; a++)
+        if (ns->dirty & (1u << a)) {
+            ns->dirty &= ~(1u << a);
+            ZS_CHECK(lose(ns, move_block(ns, ns->cached, a, 0, 1)));
+        }
+    return ZS_OK;
 }
 
 zs_status zs__nvme_state_flush(zs__nvme_state *ns) {
-    ZS_CHECK(check_usable(ns));
-    return flush_cache(ns);
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = check_usable(ns);
+    if (st == ZS_OK) st = flush_cache(ns);
+    pthread_mutex_unlock(&ns->lock);
+    return st;
 }
 
-static zs_status cache_chunk(zs__nvme_state *ns, int64_t k) {
-    if (ns->cached == k) return ZS_OK;
-    ZS_CHECK(flush_cache(ns));
-    ns->cached = -1;
-    zs_status st = start_read(ns, k, 0);
-    if (st == ZS_OK) st = finish(ns, 0);
-    if (st != ZS_OK) return lose(ns, st);
-    ns->cached = k;
+static zs_status cache_block(zs__nvme_state *ns, int64_t k, int a) {
+    if (ns->cached != k) {
+        ZS_CHECK(flush_cache(ns));
+        ns->cached = k;
+        ns->valid = 0;
+    }
+    if (ns->valid & (1u << a)) return ZS_OK;
+    ZS_CHECK(lose(ns, move_block(ns, k, a, 0, 0)));
+    ns->valid |= 1u << a;
     return ZS_OK;
 }
 
@@ -221,7 +253,7 @@ static zs_status copy_range(zs__nvme_state *ns, int array, int64_t index, int64_
         const int64_t k = index / l->chunk_numel;
         const int64_t at = index - k * l->chunk_numel;
         const int64_t n = l->chunk_numel - at < count ? l->chunk_numel - at : count;
-        ZS_CHECK(cache_chunk(ns, k));
+        ZS_CHECK(cache_block(ns, k, array));
         float *cell = ns->slot[0] + (size_t)array * (size_t)l->chunk_numel + (size_t)at;
         if (dst) {
             memcpy(dst, cell, (size_t)n * sizeof(float));
@@ -229,7 +261,7 @@ static zs_status copy_range(zs__nvme_state *ns, int array, int64_t index, int64_
         } else {
             memcpy(cell, src, (size_t)n * sizeof(float));
             src += n;
-            ns->dirty = 1;
+            ns->dirty |= 1u << array;
         }
         index += n;
         count -= n;
@@ -239,18 +271,34 @@ static zs_status copy_range(zs__nvme_state *ns, int array, int64_t index, int64_
 
 zs_status zs__nvme_state_get(zs__nvme_state *ns, int array, int64_t index, int64_t count,
                              float *dst) {
-    return copy_range(ns, array, index, count, dst, NULL);
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = copy_range(ns, array, index, count, dst, NULL);
+    pthread_mutex_unlock(&ns->lock);
+    return st;
 }
 
 zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64_t count,
                              const float *src) {
-    return copy_range(ns, array, index, count, NULL, src);
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = copy_range(ns, array, index, count, NULL, src);
+    pthread_mutex_unlock(&ns->lock);
+    return st;
 }
 
+static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx);
+
 zs_status zs__nvme_state_sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = sweep(ns, visit, ctx);
+    pthread_mutex_unlock(&ns->lock);
+    return st;
+}
+
+static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
     ZS_CHECK(check_usable(ns));
     ZS_CHECK(flush_cache(ns));
     ns->cached = -1; /* slot 0 is the sweep's now */
+    ns->valid = 0;
     const zs__nvme_layout *l = &ns->layout;
     zs_status st = l->chunks > 0 ? start_read(ns, 0, 0) : ZS_OK;
     for (int64_t k = 0; k < l->chunks && st == ZS_OK; k++) {

@@ -214,7 +214,8 @@ void zs_destroy(zs_ctx *zs) {
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
-                       &zs->reduce_staging, &zs->bucket_staging, &zs->offload_staging};
+                       &zs->reduce_staging, &zs->bucket_staging, &zs->offload_staging,
+                       &zs->gather_staging};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
     zs__nvme_state_destroy(zs->nvme);

@@ -122,6 +122,12 @@ struct zs_ctx {
      * swap file (offload/nvme_state.h) instead of master/optim_m/optim_v,
      * which then stay unallocated. */
     zs__nvme_state *nvme;
+    /* offload.params = "nvme" (stage 3): params_shard is not allocated; a
+     * gather reads the unit's shard of master weights into this fp32
+     * staging (the largest unit's shard, tag offload_staging) and rounds it
+     * into place. */
+    int params_on_nvme;
+    zs__buf gather_staging;
     /* The stage-2/3 gradient shard holds the compute dtype when there is one
      * micro-step per step (nothing to accumulate), else
      * precision.accumulate_dtype (fp32 by default). */
@@ -209,7 +215,8 @@ zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *w
  * index in the optimizer-state arrays (the full layout in stage 0, the
  * shard in stages 1-3), and its compute-dtype value in the parameter
  * buffer (full in stages 0-2, the shard in stage 3; owned elements only in
- * stage 3). */
+ * stage 3; NULL with offload.params = "nvme", where the master on NVMe is
+ * the only copy). */
 typedef enum zs__state_array { ZS_STATE_MASTER = 0, ZS_STATE_M = 1, ZS_STATE_V = 2 } zs__state_array;
 int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element);
 void *zs__param_at(const zs_ctx *zs, int param, int64_t element);

@@ -36,7 +36,8 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
                 /* The master goes to the tier; the parameters are converted
                  * from the same host values (host memory is the backend's). */
                 ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
-                ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, host, ZS_DTYPE_FP32, n));
+                if (param) /* NULL with the parameters on NVMe: the master is all */
+                    ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, host, ZS_DTYPE_FP32, n));
                 continue;
             }
             /* A separate master (mixed precision, or the host tier): the

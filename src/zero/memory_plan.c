@@ -69,6 +69,8 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     out->has_master = dt != ZS_DTYPE_FP32 || offload_opt;
     out->params_tag = stage == 3 && s->offload.params != ZS_OFFLOAD_NONE ? ZS_MEM_HOST_PARAMS
                                                                           : ZS_MEM_PARAMS;
+    out->params_on_nvme = stage == 3 && s->offload.params == ZS_OFFLOAD_NVME;
+    if (out->params_on_nvme) out->gather_staging_numel = plan->max_unit_padded_numel / world;
     out->grads_tag = stage >= 2 && offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_GRADS;
     out->nvme = s->offload.optimizer == ZS_OFFLOAD_NVME;
     const zs_mem_tag state_tag = out->nvme ? ZS_MEM_NVME_STATE : ZS_MEM_HOST_STATE;
@@ -82,7 +84,7 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
         out->bucket_staging_numel = 2 * s->comm.bucket_bytes / (int64_t)elem;
 
     uint64_t *b = out->bytes;
-    b[out->params_tag] += (uint64_t)out->params_numel * elem;
+    if (!out->params_on_nvme) b[out->params_tag] += (uint64_t)out->params_numel * elem;
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
     b[ZS_MEM_OFFLOAD_STAGING] = (uint64_t)out->offload_staging_bytes;
@@ -91,7 +93,8 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
         zs__nvme_layout_make(1 + out->moments, out->state_numel, s->offload.buffer_bytes,
                              &out->nvme_layout);
         b[ZS_MEM_NVME_STATE] = (uint64_t)out->nvme_layout.chunks * out->nvme_layout.block_bytes;
-        b[ZS_MEM_OFFLOAD_STAGING] += zs__nvme_buffer_bytes(&out->nvme_layout);
+        b[ZS_MEM_OFFLOAD_STAGING] += zs__nvme_buffer_bytes(&out->nvme_layout) +
+                                     (uint64_t)out->gather_staging_numel * 4;
         b[ZS_MEM_HOST_STATE] += zs__nvme_table_bytes(&out->nvme_layout);
     } else {
         b[out->master_tag] += out->has_master ? (uint64_t)out->state_numel * 4 : 0;

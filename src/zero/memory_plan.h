@@ -30,6 +30,9 @@ typedef struct zs__memory_plan {
                                                                  ZS_MEM_NVME_STATE */
     int64_t offload_staging_bytes; /* offload.buffer_bytes when the optimizer is offloaded */
     int nvme;                    /* offload.optimizer = "nvme": master and moments in the swap file */
+    int params_on_nvme;          /* offload.params = "nvme": no parameter shard is kept; each
+                                    gather reads the fp32 master through gather staging */
+    int64_t gather_staging_numel; /* fp32 elements of that staging: the largest unit's shard */
     zs__nvme_layout nvme_layout; /* its chunks (offload/nvme_state.h) */
     uint64_t device_bytes;       /* the sum of the tags that live on the device */
     size_t live_budget;          /* stages 2-3: zero.live_bytes as allocated (0 otherwise) */

@@ -251,7 +251,11 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
                         (unsigned long long)cap);
     }
     if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, mp.params_tag, dt, mp.params_numel));
+    else if (mp.params_on_nvme)
+        ZS_CHECK(zs__buf_alloc(be, &zs->gather_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
+                               mp.gather_staging_numel));
     else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
+    zs->params_on_nvme = mp.params_on_nvme;
     if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
     else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
     if (mp.nvme) {
@@ -287,7 +291,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         int64_t shard_index = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
         if (stage < 3)
             ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_full, full_index), dt, 0, p->numel));
-        else if (owned)
+        else if (owned && !zs->params_on_nvme) /* on NVMe: the master below is the parameter */
             ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_shard, shard_index), dt, b, e - b));
         if (zs->nvme && owned)
             ZS_CHECK(init_master_on_nvme(zs, i, b, e - b));

@@ -51,6 +51,7 @@ zs_status zs__nvme_tier_create(zs_ctx *zs, const zs__nvme_layout *layout, const 
 }
 
 zs_status zs__params_from_nvme_master(zs_ctx *zs) {
+    if (zs->params_on_nvme) return ZS_OK; /* each gather rounds the master itself */
     zs__backend *be = zs->backend;
     zs__buf scratch = {0};
     ZS_CHECK(zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, ZS_NVME_ROUND * sizeof(float), &scratch.ptr));

@@ -19,6 +19,7 @@ void *zs__param_at(const zs_ctx *zs, int param, int64_t element) {
     const zs__plan_unit *pu = &zs->plan->units[pp->unit];
     if (zs->settings.zero.stage < 3)
         return zs__buf_at(&zs->params_full, pu->full_offset + pp->offset + element);
+    if (!zs->params_shard.ptr) return NULL; /* offload.params = "nvme": no shard is kept */
     return zs__buf_at(&zs->params_shard, zs__state_index(zs, param, element));
 }
 

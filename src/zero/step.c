@@ -62,6 +62,7 @@ typedef struct update_pass {
     zs_k_optim_scalars with_decay, no_decay;
     int mixed;          /* a compute dtype other than fp32 */
     int offload;        /* the state is on the host or NVMe: new parameters are uploaded */
+    int params_on_nvme; /* ... except when the master on NVMe is the only copy */
     int64_t chunk;      /* most elements per upload (the staging) */
     int param;          /* NVMe sweep: the first parameter not yet finished */
 } update_pass;
@@ -87,13 +88,14 @@ static zs_status update_piece(update_pass *u, int i, int64_t first, int64_t n, f
     for (int64_t c = 0; c < n; c += u->chunk) {
         const int64_t k = n - c < u->chunk ? n - c : u->chunk;
         float *master_at = (master ? master : (float *)param) + c;
-        void *param_at = (char *)param + (size_t)c * elem;
+        void *param_at = param ? (char *)param + (size_t)c * elem : NULL;
         zs__update_args args = {
             .kind = u->kind,
             .master = master_at,
             /* Offloaded: bf16/fp16 parameters are written to the staging
              * (then copied), fp32 ones are the master chunk itself. */
-            .param = u->mixed ? (u->offload ? zs->offload_staging.ptr : param_at) : NULL,
+            .param = u->mixed && !u->params_on_nvme
+                         ? (u->offload ? zs->offload_staging.ptr : param_at) : NULL,
             .param_dtype = zs->compute_dtype,
             .grad = (const char *)grad + (size_t)c * zs_dtype_size(grad_dtype),
             .grad_dtype = grad_dtype,
@@ -103,7 +105,7 @@ static zs_status update_piece(update_pass *u, int i, int64_t first, int64_t n, f
             .scalars = scalars,
         };
         ZS_CHECK(zs->backend->ops->optimizer_update(zs->backend, &args));
-        if (u->offload)
+        if (u->offload && !u->params_on_nvme)
             ZS_CHECK(zs->backend->ops->upload(zs->backend, param_at,
                                               u->mixed ? zs->offload_staging.ptr : (void *)master_at,
                                               (size_t)k * elem));
@@ -155,7 +157,8 @@ static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, doubl
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     update_pass u = {.zs = zs, .kind = kernel_kind(s->optimizer.kind),
                      .mixed = zs->compute_dtype != ZS_DTYPE_FP32,
-                     .offload = zs->offload_staging.ptr != NULL};
+                     .offload = zs->offload_staging.ptr != NULL,
+                     .params_on_nvme = zs->params_on_nvme};
     /* Offloaded: the pass runs over host state in chunks that fit the
      * staging, and each chunk of new parameters goes to the device. */
     u.chunk = u.offload ? (int64_t)((size_t)zs->offload_staging.count * sizeof(float) / elem)

@@ -60,9 +60,18 @@ static zs_status run_gather(zs__engine_op *op) {
     const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     void *mine = (char *)u->buf + (size_t)(zs->rank * pu->shard_numel) * elem;
-    ZS_CHECK(zs->backend->ops->copy(zs->backend, mine,
-                                    zs__buf_at(&zs->params_shard, pu->shard_offset),
-                                    (size_t)pu->shard_numel * elem));
+    if (zs->params_on_nvme) {
+        /* The shard's fp32 master weights from the swap file, rounded: the
+         * same bits the optimizer would have written to a parameter copy. */
+        ZS_CHECK(zs__nvme_state_get(zs->nvme, 0, pu->shard_offset, pu->shard_numel,
+                                    zs->gather_staging.ptr));
+        ZS_CHECK(zs->backend->ops->convert(zs->backend, mine, zs->compute_dtype,
+                                           zs->gather_staging.ptr, ZS_DTYPE_FP32, pu->shard_numel));
+    } else {
+        ZS_CHECK(zs->backend->ops->copy(zs->backend, mine,
+                                        zs__buf_at(&zs->params_shard, pu->shard_offset),
+                                        (size_t)pu->shard_numel * elem));
+    }
     ZS_CHECK(zs__comm_all_gather(zs->comm, u->buf, (size_t)pu->shard_numel, zs->compute_dtype,
                                  u->unit->name));
     return ZS_OK;

@@ -8,7 +8,8 @@
  *     1e-6 relative (max |a-b| / max |b| per tensor);
  *   - offload: in stages 1-3 the optimizer state in pinned host memory
  *     (offload.optimizer = "host", plus offload.params = "host" in stage 3,
- *     and once unpinned) and on NVMe (swap files under /tmp) gives the same
+ *     and once unpinned) and on NVMe (swap files under /tmp; in stage 3 also
+ *     with the parameters there) gives the same
  *     bits as no offload: the host runs the CPU backend's kernels, which
  *     match the device's bit for bit (test_cuda_kernels).
  * Every rank computes the same gradient, so the average over ranks is that
@@ -318,10 +319,11 @@ int main(int argc, char **argv) {
         "offload: { optimizer = \"host\"; pin_memory = false; };",
         "offload: { optimizer = \"nvme\"; nvme_path = \"/tmp\"; buffer_bytes = 4096; };",
         "offload: { optimizer = \"host\"; params = \"host\"; };",
+        "offload: { optimizer = \"nvme\"; params = \"nvme\"; nvme_path = \"/tmp\"; };",
     };
     for (int stage = 1; stage < 4; stage++)
-        for (int k = 0; k < 4; k++) {
-            if (k == 3 && stage != 3) continue; /* parameters are sharded in stage 3 only */
+        for (int k = 0; k < 5; k++) {
+            if (k >= 3 && stage != 3) continue; /* parameters are sharded in stage 3 only */
             run offloaded;
             memset(&offloaded, 0, sizeof offloaded);
             ZT_REQUIRE(train(MPI_COMM_WORLD, "cuda", stage, offloads[k], &offloaded) == 0);

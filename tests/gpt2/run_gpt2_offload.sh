@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPT-2 124M does not fit a simulated device of 700 MB per rank at np 2,
 # stage 3, bf16: zs_build refuses it with the bytes needed per tag; with the
-# optimizer (and the parameter shard) offloaded to host memory, or the
-# optimizer to NVMe, it trains under the same cap, two steps, and its losses
-# equal those of the run without a cap or offload, bit for bit.
+# optimizer (and the parameter shard) offloaded to host memory, or both to
+# NVMe, it trains under the same cap, two steps, and its losses equal those
+# of the run without a cap or offload, bit for bit.
 # The tiny model with its optimizer state on NVMe in one-page chunks (so
 # parameters straddle chunks) matches no offload bit for bit in stages 1 and
 # 3; after a killed NVMe run the next run removes the directory it left, and
@@ -35,11 +35,12 @@ echo "trained under the cap with the optimizer and parameters on the host; losse
 mkdir -p "$work/nvme"
 nvme=("offload.optimizer=\"nvme\"" "offload.nvme_path=\"$work/nvme\"")
 left() { find "$work/nvme" -mindepth 1 | head -5; }
-run 2 "$work/nvme124.log" "$work/124m.cfg" "$cap" "${nvme[@]}" "app.loss_log=$work/nvme124.loss"
+run 2 "$work/nvme124.log" "$work/124m.cfg" "$cap" "${nvme[@]}" 'offload.params="nvme"' \
+    "app.loss_log=$work/nvme124.loss"
 cmp -s "$work/plain.loss" "$work/nvme124.loss" ||
-  { paste "$work/plain.loss" "$work/nvme124.loss"; fail "124M with the optimizer on NVMe: losses differ"; }
+  { paste "$work/plain.loss" "$work/nvme124.loss"; fail "124M with optimizer and parameters on NVMe: losses differ"; }
 [ -z "$(left)" ] || fail "left under nvme_path: $(left)"
-echo "trained under the cap with the optimizer on NVMe; losses bit-identical; nothing left on disk"
+echo "trained under the cap with the optimizer and parameters on NVMe; losses bit-identical; nothing left on disk"
 
 for stage in 1 3; do
   tiny_config "$work/tiny$stage.cfg" $stage bf16
@@ -49,8 +50,12 @@ for stage in 1 3; do
   cmp -s "$work/t$stage.loss" "$work/tn$stage.loss" ||
     { paste "$work/t$stage.loss" "$work/tn$stage.loss"; fail "tiny stage $stage on NVMe: losses differ"; }
 done
+run 2 "$work/tp3.log" "$work/tiny3.cfg" app.steps=4 "${nvme[@]}" 'offload.params="nvme"' \
+    offload.buffer_bytes=4096 "app.loss_log=$work/tp3.loss"
+cmp -s "$work/t3.loss" "$work/tp3.loss" ||
+  { paste "$work/t3.loss" "$work/tp3.loss"; fail "tiny stage 3, parameters on NVMe too: losses differ"; }
 [ -z "$(left)" ] || fail "left under nvme_path: $(left)"
-echo "tiny model, stages 1 and 3, optimizer on NVMe in one-page chunks: losses bit-identical"
+echo "tiny model, stages 1 and 3, optimizer (and in stage 3 parameters) on NVMe in one-page chunks: losses bit-identical"
 
 # A killed run leaves its per-run directory; the next run removes it.
 "$MPIEXEC" --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \

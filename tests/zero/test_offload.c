@@ -1,6 +1,6 @@
 /* The host and NVMe tiers of offload (ZeRO-Offload, ZeRO-Infinity), at np 2:
- *   - offload.optimizer = "host" or "nvme" (and offload.params = "host" in
- *     stage 3) gives parameters, master weights, moments, losses and
+ *   - offload.optimizer = "host" or "nvme" (and offload.params = "host", or
+ *     "nvme" with the optimizer there, in stage 3) gives parameters, master weights, moments, losses and
  *     gradient norms bit-identical to no offload, in stages 1-3,
  *     fp32/bf16/fp16, with gradient accumulation and clipping; the state is
  *     charged to the host and nvme_state tags, not to the device's, and no
@@ -71,6 +71,22 @@ int main(int argc, char **argv) {
             MPI_Barrier(MPI_COMM_WORLD);
             ZT_CHECK_MSG(zt_dir_entries(swapdir) == 0, "%s: %d entries left in %s", what_nvme,
                          zt_dir_entries(swapdir), swapdir);
+            if (stage == 3) {
+                /* The parameters on NVMe too: each gather rounds the master. */
+                snprintf(extra, sizeof extra, "offload: { optimizer = \"nvme\"; params = \"nvme\"; "
+                         "nvme_path = \"%s\"; buffer_bytes = 4096; };", swapdir);
+                opt.config_extra = extra;
+                harness_result all;
+                ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &all) == 0);
+                opt.config_extra = NULL;
+                snprintf(what_nvme, sizeof what_nvme, "%s stage 3, optimizer and parameters on NVMe",
+                         dtypes[d]);
+                compare(&none, &all, what_nvme);
+                ZT_EQ_U64(all.memory.current[ZS_MEM_PARAMS] + all.memory.current[ZS_MEM_HOST_PARAMS], 0);
+                harness_result_free(&all);
+                MPI_Barrier(MPI_COMM_WORLD);
+                ZT_CHECK_MSG(zt_dir_entries(swapdir) == 0, "%s: entries left in %s", what_nvme, swapdir);
+            }
             harness_remove_tree(swapdir);
             harness_result_free(&nvme);
             opt.config_extra = "offload: { optimizer = \"host\"; buffer_bytes = 4096; };";
