@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPT-2 step time with offload none / host (optimizer) / host (optimizer and
-# parameters) / nvme (optimizer, swap files under the scratch directory),
+# parameters) / nvme (optimizer, swap files under the scratch directory) /
+# nvme+params (the parameters read from the master on NVMe at each gather),
 # np 2, stage 3, bf16, in one run (issue 12, part c), for the
 # demo's model and GPT-2 124M (T 64, B 1). On the CPU backend "device" and
 # host are the same memory, so this measures the cost of the offloaded path
@@ -26,13 +27,15 @@ for model in demo 124M; do
       "$src/configs/gpt2_demo.cfg" > "$config"
   fi
   base=
-  for mode in none host host+params nvme; do
+  for mode in none host host+params nvme nvme+params; do
     case $mode in
       none) extra=() ;;
       host) extra=('offload.optimizer="host"') ;;
       host+params) extra=('offload.optimizer="host"' 'offload.params="host"') ;;
       nvme) mkdir -p "$work/nvme"
             extra=("offload.nvme_path=\"$work/nvme\"" 'offload.optimizer="nvme"') ;;
+      nvme+params) extra=("offload.nvme_path=\"$work/nvme\"" 'offload.optimizer="nvme"'
+                          'offload.params="nvme"') ;;
     esac
     log=$work/$model.$mode.log
     mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \

@@ -298,6 +298,11 @@ static zs_status finish(zs_ctx *zs, const zs__manifest *m) {
     zs->step = m->step;
     zs->skipped_total = m->skipped_total;
     zs->micro = 0;
+    /* Training resumes at a step boundary: no gradient of a step that
+     * failed (or was cut short) may leak into the next one. */
+    zs__buf *grads = stage < 2 ? &zs->grads_full : &zs->grads_shard;
+    if (grads->ptr)
+        ZS_CHECK(be->ops->zero(be, grads->ptr, (size_t)grads->count * zs_dtype_size(grads->dtype)));
     /* The scale belongs to the dtype it was found for: it is restored when
      * this run scales dynamically in the same dtype, else it starts fresh. */
     if (zs__loss_scaler_is_dynamic(&zs->scaler) && m->compute_dtype == zs->compute_dtype) {
@@ -327,7 +332,10 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     zs_status st = zs__agree_status(zs, local, "checkpoint manifest");
     if (st == ZS_OK) st = zs__agree_status(zs, verify(zs, &ls, keeps), "checkpoint verification");
     if (st == ZS_OK) {
-        local = read_states(zs, &ls, states, nstates);
+        /* The NVMe tier starts over (and recovers when an I/O failure lost
+         * it): every owned value is written below, the rest is zero. */
+        local = zs->nvme ? zs__nvme_state_reset(zs->nvme) : ZS_OK;
+        if (local == ZS_OK) local = read_states(zs, &ls, states, nstates);
         if (local == ZS_OK) local = read_user_state(zs, &ls, keeps);
         st = zs__agree_status(zs, local, "checkpoint read");
     }

@@ -178,8 +178,12 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
                 size_t bytes = sizeof(float) * (size_t)(e - b);
                 void *copy = malloc(bytes ? bytes : 1);
                 if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
+                zs_status st = zs__state_read(zs, array, i, b, e - b, copy);
+                if (st != ZS_OK) {
+                    free(copy);
+                    return st;
+                }
                 f->host_copies[f->count] = copy;
-                ZS_CHECK(zs__state_read(zs, array, i, b, e - b, copy));
                 data = copy;
             }
             add_tensor(f, key, ZS_ST_F32, data, e - b, i, states[s], b);

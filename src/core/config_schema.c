@@ -97,7 +97,7 @@ const zs__key zs__config_keys[] = {
     INT_KEY("offload.buffer_bytes", offload.buffer_bytes, 16777216, 4096, 1073741824,
             "Bytes of host staging through which updated parameters go back to the device; with "
             "nvme also the size of each of the three I/O buffers (read-ahead, update, "
-            "write-behind) and of one swap-file block."),
+            "write-behind), each holding one chunk: a swap-file block per optimizer array."),
     STRING_KEY("offload.nvme_path", offload.nvme_path, "",
                "offload.optimizer = \"nvme\": an existing directory (on a fast local disk) where "
                "each rank keeps its swap file, in a per-run subdirectory removed at exit."),

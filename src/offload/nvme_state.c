@@ -67,7 +67,8 @@ uint64_t zs__nvme_table_bytes(const zs__nvme_layout *layout) {
 static zs_status check_usable(const zs__nvme_state *ns) {
     if (ns->lost == ZS_OK) return ZS_OK;
     return zs__fail(ns->lost, "%s: the optimizer state on NVMe was lost by an earlier failure "
-                    "(%s); load the last checkpoint", zs__swap_path(ns->swap), ns->lost_message);
+                    "(%s); load the last checkpoint (zs_load, or a new run with "
+                    "checkpoint.resume)", zs__swap_path(ns->swap), ns->lost_message);
 }
 
 static zs_status lose(zs__nvme_state *ns, zs_status st) {
@@ -79,7 +80,10 @@ static zs_status lose(zs__nvme_state *ns, zs_status st) {
 }
 
 static void chunk_label(const zs__nvme_state *ns, int64_t chunk, int array, char *out, size_t cap) {
-    static const char *const arrays[3] = {"master weights", "first moments", "second moments"};
+    /* Two arrays are SGD's master and momentum; three are Adam's. */
+    static const char *const adam[3] = {"master weights", "first moments", "second moments"};
+    static const char *const sgd[2] = {"master weights", "momentum"};
+    const char *const *arrays = ns->layout.arrays == 2 ? sgd : adam;
     const int64_t first = chunk * ns->layout.chunk_numel;
     int64_t end = first + ns->layout.chunk_numel;
     if (end > ns->layout.state_numel) end = ns->layout.state_numel;
@@ -224,6 +228,24 @@ zs_status zs__nvme_state_flush(zs__nvme_state *ns) {
     pthread_mutex_lock(&ns->lock);
     zs_status st = check_usable(ns);
     if (st == ZS_OK) st = flush_cache(ns);
+    pthread_mutex_unlock(&ns->lock);
+    return st;
+}
+
+zs_status zs__nvme_state_reset(zs__nvme_state *ns) {
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = ZS_OK;
+    if (ns->stuck) {
+        st = zs__fail(ZS_ERR_IO, "%s: a read or write is still stuck in the kernel; the NVMe tier "
+                      "cannot start over in this process (%s)", zs__swap_path(ns->swap),
+                      ns->lost_message);
+    } else {
+        zs__swap_forget(ns->swap);
+        ns->cached = -1;
+        ns->valid = ns->dirty = 0;
+        ns->lost = ZS_OK;
+        ns->lost_message[0] = '\0';
+    }
     pthread_mutex_unlock(&ns->lock);
     return st;
 }

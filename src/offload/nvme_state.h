@@ -70,6 +70,10 @@ zs_status zs__nvme_state_get(zs__nvme_state *ns, int array, int64_t index, int64
 zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64_t count,
                              const float *src);
 zs_status zs__nvme_state_flush(zs__nvme_state *ns);
+/* Starts over with every element zero and the state usable again, even
+ * after it was lost (zs_load then writes a checkpoint's values over it).
+ * Fails only when a request is still stuck past its deadline. */
+zs_status zs__nvme_state_reset(zs__nvme_state *ns);
 
 /* One chunk of the sweep: elements [first, first + count) of the state
  * index space, and each array's values for them (arrays[a][0] is element

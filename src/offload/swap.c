@@ -871,3 +871,9 @@ int zs__swap_written(const zs__swap *sw, uint64_t offset) {
     const uint64_t block = offset / sw->block_bytes;
     return block < sw->block_count && sw->written[block];
 }
+
+void zs__swap_forget(zs__swap *sw) {
+    pthread_mutex_lock(&sw->lock);
+    memset(sw->written, 0, sw->block_count);
+    pthread_mutex_unlock(&sw->lock);
+}

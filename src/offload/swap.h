@@ -112,6 +112,11 @@ zs_status zs__swap_wait(zs__swap *sw, zs__swap_req *req);
  * write failed. */
 int zs__swap_written(const zs__swap *sw, uint64_t offset);
 
+/* Forgets every block's contents: each reads as never written until it is
+ * written again (a new start after the data was lost). No request may be
+ * in flight. */
+void zs__swap_forget(zs__swap *sw);
+
 /* The swap file's path (unlinked: it is shown in messages only). */
 const char *zs__swap_path(const zs__swap *sw);
 /* 1 when the file is open with O_DIRECT. */

@@ -34,7 +34,7 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
             void *param = zs__param_at(zs, i, first);
             if (zs->nvme) {
                 /* The master goes to the tier; the parameters are converted
-                 * from the same host values (host memory is the backend's). */
+                 * from the same host values (staged by a device backend). */
                 ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
                 if (param) /* NULL with the parameters on NVMe: the master is all */
                     ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, host, ZS_DTYPE_FP32, n));

@@ -202,7 +202,7 @@ static zs_status init_master_on_nvme(zs_ctx *zs, int param, int64_t first, int64
     zs_status st = ZS_OK;
     for (int64_t done = 0; done < count && st == ZS_OK; done += round) {
         const int64_t n = count - done < round ? count - done : round;
-        /* Host memory is the backend's here (zs_build refuses NVMe elsewhere). */
+        /* Host memory: the CPU backend's own; CUDA fills it on the host. */
         st = init_range(zs, zs->params[param], host, ZS_DTYPE_FP32, first + done, n);
         if (st == ZS_OK) st = zs__state_write(zs, ZS_STATE_MASTER, param, first + done, n, host);
     }
@@ -228,6 +228,12 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     zs->grad_shard_dtype = mp.grad_shard_dtype;
     zs->reduce_dtype = mp.reduce_dtype;
 
+    /* Stage 0 gathers the full optimizer state through the device
+     * communicator after a load, which NCCL cannot do from host memory. */
+    if (stage == 0 && mp.offload_staging_bytes > 0 && !be->ops->host_accessible)
+        return zs__fail(ZS_ERR_UNSUPPORTED, "offload.optimizer with zero.stage = 0 runs on the cpu "
+                        "backend only (stage 0 keeps the whole optimizer state on every rank, "
+                        "which a load all-gathers on the device); use zero.stage >= 1");
     /* A model that cannot fit the (simulated) device fails here, with what
      * it needs per tag, before anything is allocated. */
     const uint64_t cap = (uint64_t)zs->settings.device_memory_bytes;

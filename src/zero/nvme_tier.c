@@ -62,8 +62,7 @@ zs_status zs__params_from_nvme_master(zs_ctx *zs) {
         for (int64_t at = b; at < e && st == ZS_OK; at += ZS_NVME_ROUND) {
             const int64_t n = e - at < ZS_NVME_ROUND ? e - at : ZS_NVME_ROUND;
             st = zs__state_read(zs, ZS_STATE_MASTER, i, at, n, scratch.ptr);
-            /* The host tier's conversion: the NVMe tier runs where host
-             * memory is the backend's (zs_build refuses it elsewhere). */
+            /* From host memory (the backend stages it where it must). */
             if (st == ZS_OK)
                 st = be->ops->convert(be, zs__param_at(zs, i, at), zs->compute_dtype, scratch.ptr,
                                       ZS_DTYPE_FP32, n);

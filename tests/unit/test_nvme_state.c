@@ -2,8 +2,9 @@
  * the chunk layout; get/put of ranges that straddle chunks, through the
  * write-back cache; chunks never written read as zeros; the sweep visits
  * every chunk once, in order, with each array's values, and writes back what
- * the visitor changed; a failing visitor loses the state for good (every
- * later use fails with the first reason); the bytes per tag. */
+ * the visitor changed; a failing visitor loses the state (every later use
+ * fails with the first reason) until a reset, as zs_load does; the bytes
+ * per tag. */
 #define _GNU_SOURCE /* mkdtemp */
 #include <dirent.h>
 #include <stdio.h>
@@ -115,6 +116,18 @@ int main(void) {
     ZT_FAILS_WITH(zs__nvme_state_sweep(ns, add_one, &log), ZS_ERR_NUMERIC, "on purpose");
     ZT_FAILS_WITH(zs__nvme_state_get(ns, 0, 0, 1, got), ZS_ERR_NUMERIC, "was lost by an earlier failure");
     ZT_FAILS_WITH(zs__nvme_state_sweep(ns, add_one, &log), ZS_ERR_NUMERIC, "load the last checkpoint");
+
+    /* Reset (what zs_load does): usable again, every element zero until
+     * written, even the chunks the failed sweep had written. */
+    ZT_OK(zs__nvme_state_reset(ns));
+    ZT_OK(zs__nvme_state_get(ns, 1, 0, NUMEL, got));
+    memset(want, 0, sizeof(float) * NUMEL);
+    ZT_CHECK(memcmp(got, want, sizeof(float) * NUMEL) == 0);
+    ZT_OK(zs__nvme_state_put(ns, 2, 1500, 1, &one));
+    log = (visit_log){0, 0, -1};
+    ZT_OK(zs__nvme_state_sweep(ns, add_one, &log));
+    ZT_OK(zs__nvme_state_get(ns, 2, 1500, 1, got));
+    ZT_CHECK(got[0] == -2.0f);
 
     zs__nvme_state_destroy(ns);
     for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) ZT_EQ_U64(mem.current[t], 0);

@@ -237,6 +237,7 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
     tiny_acts_init(&acts, local_batch);
     int rc = 0;
     const int last = opt->stop_after > 0 && opt->stop_after < opt->steps ? opt->stop_after : opt->steps;
+    int just_recovered = 0;
     for (int step = first_step; step < last && rc == 0; step++) {
         zs_comm_stats before, after;
         H_CHECK(zs_comm_report(zs, &before));
@@ -312,6 +313,17 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
                 out->status = st;
                 snprintf(out->error, sizeof out->error, "%s", zs_last_error());
                 rc = -1;
+                if (opt->recover_dir && !out->recovered) {
+                    /* The same context takes up the last checkpoint. */
+                    int64_t next = 0;
+                    size_t bytes = 0;
+                    H_CHECK(zs_load(zs, opt->recover_dir));
+                    H_CHECK(zs_user_state_get(zs, "next_step", &next, sizeof next, &bytes));
+                    out->recovered = 1;
+                    rc = 0;
+                    step = (int)next - 1; /* the loop's increment makes it `next` */
+                    just_recovered = 1;
+                }
                 break;
             }
             if (info.boundary != (micro == gas - 1)) return fail("boundary flag", ZS_ERR_INTERNAL);
@@ -324,6 +336,10 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
                 out->overflow_rank[step] = info.overflow_rank;
                 out->overflow_unit[step] = info.overflow_unit;
             }
+        }
+        if (just_recovered) { /* nothing of the failed step is kept */
+            just_recovered = 0;
+            continue;
         }
         out->digest_after[step] = zs__state_digest(zs);
         if (opt->save_dir && step + 1 == opt->save_after) H_CHECK(zs_save(zs, opt->save_dir));

@@ -56,6 +56,10 @@ typedef struct harness_options {
      * injection). */
     void (*before_step)(zs_ctx *zs, int step, void *arg);
     void *before_step_arg;
+    /* When a zs_step fails: load this checkpoint in the same context and
+     * go on from the step it recorded (once); the failure is kept in
+     * status/error and `recovered` is set. */
+    const char *recover_dir;
     int resume;               /* after zs_build, continue from the user state "next_step" if a
                                  checkpoint was loaded (checkpoint.resume) */
 } harness_options;
@@ -78,6 +82,7 @@ typedef struct harness_result {
     int world;
     zs_status status;         /* of the first failing call, ZS_OK if none */
     char error[1024];         /* zs_last_error() of a failed zs_step */
+    int recovered;            /* recover_dir was loaded after a failed zs_step */
     int first_step;           /* the step training started from (after a load) */
     uint64_t final_digest;    /* zs__state_digest after the last step */
     /* fp32 master weights, first and second moments after the last step,

@@ -5,9 +5,9 @@
  *     naming the swap file, the byte offset and the chunk, the other rank's
  *     the same message "(reported by rank r)"; nothing hangs;
  *   - no swap file or per-run directory is left after zs_destroy;
- *   - the checkpoint saved after step 1 still loads (with the NVMe tier
- *     again) and training from it ends bit for bit where a run that never
- *     failed ends.
+ *   - the checkpoint saved after step 1 still loads, in a new context and in
+ *     the failed one (zs_load starts the tier over), and training from it
+ *     ends bit for bit where a run that never failed ends.
  * Also: a missing offload.nvme_path fails zs_build on every rank naming the
  * path, and removing the per-run directory while training loses nothing
  * (the swap file is already unlinked; its descriptor keeps the data). */
@@ -31,11 +31,13 @@ typedef struct fault {
     const char *kind;   /* "flip", "truncate", "enospc", "eio", "rmdir" */
     int rank;           /* the rank whose disk fails */
     const char *expect; /* in the message on every rank */
+    int done;           /* injected already (a recovered run passes the step again) */
 } fault;
 
 static void inject(zs_ctx *zs, int step, void *arg) {
-    const fault *f = arg;
-    if (step != FAULT_STEP) return;
+    fault *f = arg;
+    if (step != FAULT_STEP || f->done) return;
+    f->done = 1;
     const int fd = zs__nvme_state_fd_for_test(zs->nvme);
     if (strcmp(f->kind, "rmdir") == 0) {
         /* Every rank: the per-run directory goes away under the job. */
@@ -86,17 +88,20 @@ int main(int argc, char **argv) {
     harness_options base = {.optimizer = "adamw", .steps = STEPS, .mode = TINY_GRAD_TRUE,
                             .max_live_units = 2, .scheduler = "warmup_cosine", .stage = 2,
                             .dtype = "bf16", .gas = 2, .clip = 0.5};
-    harness_result straight;
+    harness_result straight, straight1;
     ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &base, &straight) == 0);
+    harness_options base1 = base;
+    base1.stage = 1; /* bf16 gradients accumulate in bf16 there: other bits than stage 2 */
+    ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &base1, &straight1) == 0);
 
-    const fault faults[] = {
-        {"flip", 1, "checksum mismatch"},
-        {"truncate", 0, "truncated"},
-        {"enospc", 1, "No space left on device"},
-        {"eio", 0, "Input/output error"},
+    fault faults[] = {
+        {"flip", 1, "checksum mismatch", 0},
+        {"truncate", 0, "truncated", 0},
+        {"enospc", 1, "No space left on device", 0},
+        {"eio", 0, "Input/output error", 0},
     };
     for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++) {
-        const fault *f = &faults[k];
+        fault *f = &faults[k];
         harness_shared_tmpdir(ckpt, sizeof ckpt, "/tmp/zs_nvme_ckpt_XXXXXX");
         ZT_REQUIRE(ckpt[0] != '\0');
         harness_options opt = base;
@@ -135,6 +140,30 @@ int main(int argc, char **argv) {
         ZT_CHECK_MSG(memcmp(straight.final, resumed.final, sizeof(float) * (size_t)resumed.numel) == 0,
                      "%s: resumed from the last checkpoint, parameters differ from a straight run",
                      f->kind);
+        /* The same again, recovering in the same context: zs_load of that
+         * checkpoint makes the lost state usable, and training ends bit for
+         * bit where the straight run ends. */
+        f->done = 0;
+        char ckpt2[64];
+        harness_shared_tmpdir(ckpt2, sizeof ckpt2, "/tmp/zs_nvme_ckpt_XXXXXX");
+        ZT_REQUIRE(ckpt2[0] != '\0');
+        harness_options recover = opt;
+        recover.save_dir = ckpt2; /* saved after step 1 by this run itself */
+        recover.recover_dir = ckpt2;
+        /* Stage 1 for half of them: its full gradient buffer is where a
+         * failed step's gradient would linger. */
+        recover.stage = k % 2 == 0 ? 1 : 2;
+        harness_result healed;
+        ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &recover, &healed) == 0);
+        unsetenv("ZS_FAULT_ERRNO");
+        ZT_CHECK_MSG(healed.recovered && healed.status == ZS_ERR_IO, "%s: no failure to recover from "
+                     "(status %d)", f->kind, (int)healed.status);
+        const harness_result *want = recover.stage == 1 ? &straight1 : &straight;
+        ZT_CHECK_MSG(memcmp(want->final, healed.final, sizeof(float) * (size_t)healed.numel) == 0,
+                     "%s: zs_load in the failed context (stage %d), parameters differ from a "
+                     "straight run", f->kind, recover.stage);
+        harness_result_free(&healed);
+        harness_remove_tree(ckpt2);
         harness_result_free(&failed);
         harness_result_free(&resumed);
         harness_remove_tree(ckpt);
@@ -142,7 +171,7 @@ int main(int argc, char **argv) {
 
     /* The per-run directory removed in the middle: training goes on. */
     {
-        const fault rmdir_fault = {"rmdir", 0, ""};
+        fault rmdir_fault = {"rmdir", 0, "", 0};
         harness_options opt = base;
         opt.config_extra = extra;
         opt.before_step = inject;
@@ -170,6 +199,7 @@ int main(int argc, char **argv) {
     }
     harness_remove_tree(swapdir);
     harness_result_free(&straight);
+    harness_result_free(&straight1);
     int rc = zt_finish("test_nvme_faults");
     MPI_Finalize();
     return rc;

@@ -177,10 +177,14 @@ static int tag_on_host(zs_mem_tag tag) {
 static int is_host(const cuda_impl *c, const void *p) {
     if (!c->host_tiers || !p) return 0;
     struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e == cudaErrorInvalidValue) {
         (void)cudaGetLastError(); /* older runtimes: an unregistered host pointer */
         return 1;
     }
+    /* Any other failure (a sticky error of the context) is no evidence of
+     * host memory: the device op runs and reports the real error. */
+    if (e != cudaSuccess) return 0;
     return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
 }
 
@@ -221,7 +225,8 @@ static zs_status cuda_download(zs__backend *be, void *host, const void *src, siz
 static zs_status cuda_upload(zs__backend *be, void *dst, const void *host, size_t bytes);
 
 /* A host copy of `bytes` at p: p itself when it is host memory, else a
- * malloc'ed download (*owned set; free it). The stream has drained. */
+ * download into scratch host memory (*owned set; give it back with
+ * release_view). The stream has drained. */
 static zs_status host_view(zs__backend *be, cuda_impl *c, const void *p, size_t bytes,
                            const void **view, void **owned) {
     *owned = NULL;
@@ -229,17 +234,20 @@ static zs_status host_view(zs__backend *be, cuda_impl *c, const void *p, size_t 
         *view = p;
         return ZS_OK;
     }
-    void *copy = malloc(bytes);
-    if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: no host memory to stage "
-                               "%zu bytes of a host-tier operation", bytes);
+    void *copy = NULL;
+    ZS_CHECK(zs__mem_host_alloc(be->mem, ZS_MEM_SCRATCH, bytes, &copy));
     zs_status st = cuda_download(be, copy, p, bytes);
     if (st != ZS_OK) {
-        free(copy);
+        zs__mem_host_free(be->mem, ZS_MEM_SCRATCH, copy, bytes);
         return st;
     }
     *view = copy;
     *owned = copy;
     return ZS_OK;
+}
+
+static void release_view(zs__backend *be, void *owned, size_t bytes) {
+    if (owned) zs__mem_host_free(be->mem, ZS_MEM_SCRATCH, owned, bytes);
 }
 
 /* convert (accumulate = 0) or accumulate with at least one host operand:
@@ -249,26 +257,26 @@ static zs_status host_elementwise(zs__backend *be, cuda_impl *c, void *dst, zs_d
                                   int accumulate) {
     ZS_CHECK(wait_stream(c, "a host-tier operation"));
     const size_t dst_bytes = (size_t)count * zs_dtype_size(dst_dtype);
+    const size_t src_bytes = (size_t)count * zs_dtype_size(src_dtype);
     const void *src_view = NULL, *dst_view = NULL;
     void *src_owned = NULL, *dst_owned = NULL;
-    zs_status st = host_view(be, c, src, (size_t)count * zs_dtype_size(src_dtype), &src_view,
-                             &src_owned);
-    const int dst_host = is_host(c, dst);
-    if (st == ZS_OK && !dst_host) {
-        /* Accumulating needs the device's values first; a conversion only
-         * overwrites them. */
-        if (accumulate) st = host_view(be, c, dst, dst_bytes, &dst_view, &dst_owned);
-        else if (!(dst_owned = malloc(dst_bytes ? dst_bytes : 1)))
-            st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: no host memory to stage %zu "
-                          "bytes of a host-tier operation", dst_bytes);
+    zs_status st = host_view(be, c, src, src_bytes, &src_view, &src_owned);
+    /* A device destination: its values are needed only to accumulate. */
+    if (st == ZS_OK) {
+        if (accumulate || is_host(c, dst)) {
+            st = host_view(be, c, dst, dst_bytes, &dst_view, &dst_owned);
+        } else {
+            st = zs__mem_host_alloc(be->mem, ZS_MEM_SCRATCH, dst_bytes, &dst_owned);
+            dst_view = dst_owned;
+        }
     }
-    void *out = dst_host ? dst : dst_owned;
+    void *out = (void *)dst_view;
     if (st == ZS_OK)
         st = accumulate ? zs__cpu_accumulate(be, out, dst_dtype, src_view, src_dtype, count)
                         : zs__cpu_convert(be, out, dst_dtype, src_view, src_dtype, count);
-    if (st == ZS_OK && !dst_host) st = cuda_upload(be, dst, out, dst_bytes);
-    free(src_owned);
-    free(dst_owned);
+    if (st == ZS_OK && dst_owned) st = cuda_upload(be, dst, dst_owned, dst_bytes);
+    release_view(be, src_owned, src_bytes);
+    release_view(be, dst_owned, dst_bytes);
     return st;
 }
 
@@ -474,27 +482,36 @@ static zs_status cuda_sum_squares(zs__backend *be, const void *x, zs_dtype dtype
     return ZS_OK;
 }
 
-/* The optimizer on host-tier state (master and moments in host memory):
- * the CPU backend's fused pass. A gradient still on the device (stages 0-1
- * keep it whole there) and a parameter copy that goes to the device are
- * staged through host memory. */
+/* The optimizer with any operand in host memory (offloaded master and
+ * moments, a parameter shard kept on the host): the CPU backend's fused
+ * pass, on host memory. Operands still on the device (a gradient that
+ * stages 0-1 keep whole there; with only the parameters offloaded, the
+ * master and moments) are staged through host memory and the ones the pass
+ * writes go back. */
 static zs_status host_update(zs__backend *be, cuda_impl *c, const zs__update_args *a) {
     ZS_CHECK(wait_stream(c, "updating host-tier state"));
     zs__update_args h = *a;
-    void *grad_owned = NULL, *param_owned = NULL;
-    const size_t param_bytes = a->param ? (size_t)a->count * zs_dtype_size(a->param_dtype) : 0;
-    zs_status st = host_view(be, c, a->grad, (size_t)a->count * zs_dtype_size(a->grad_dtype),
-                             &h.grad, &grad_owned);
-    if (st == ZS_OK && a->param && !is_host(c, a->param)) {
-        if (!(param_owned = malloc(param_bytes)))
-            st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: no host memory to stage %zu "
-                          "bytes of updated parameters", param_bytes);
-        h.param = param_owned;
+    const size_t n = (size_t)a->count;
+    /* master, m, v, param are written; grad is read. */
+    void *targets[4] = {a->master, a->m, a->v, a->param};
+    const size_t sizes[4] = {n * 4, n * 4, n * 4, a->param ? n * zs_dtype_size(a->param_dtype) : 0};
+    void *owned[5] = {NULL, NULL, NULL, NULL, NULL};
+    const void *views[4] = {NULL, NULL, NULL, NULL};
+    zs_status st = ZS_OK;
+    for (int k = 0; k < 4 && st == ZS_OK; k++)
+        if (targets[k]) st = host_view(be, c, targets[k], sizes[k], &views[k], &owned[k]);
+    if (st == ZS_OK)
+        st = host_view(be, c, a->grad, n * zs_dtype_size(a->grad_dtype), &h.grad, &owned[4]);
+    if (st == ZS_OK) {
+        h.master = (float *)views[0];
+        h.m = (float *)views[1];
+        h.v = (float *)views[2];
+        h.param = (void *)views[3];
+        st = zs__cpu_optimizer_update(be, &h);
     }
-    if (st == ZS_OK) st = zs__cpu_optimizer_update(be, &h);
-    if (st == ZS_OK && param_owned) st = cuda_upload(be, a->param, param_owned, param_bytes);
-    free(grad_owned);
-    free(param_owned);
+    for (int k = 0; k < 4 && st == ZS_OK; k++)
+        if (owned[k]) st = cuda_upload(be, targets[k], owned[k], sizes[k]);
+    for (int k = 0; k < 5; k++) release_view(be, owned[k], k < 4 ? sizes[k] : n * zs_dtype_size(a->grad_dtype));
     return st;
 }
 
@@ -525,7 +542,9 @@ static zs_status cuda_optimizer_update(zs__backend *be, const zs__update_args *a
                         !a->master ? "master weights" : "gradient");
     if (a->count == 0) return ZS_OK;
     ZS_CHECK(enter(c, "updating parameters"));
-    if (is_host(c, a->master)) return host_update(be, c, a);
+    if (is_host(c, a->master) || is_host(c, a->m) || is_host(c, a->v) || is_host(c, a->grad) ||
+        is_host(c, a->param))
+        return host_update(be, c, a);
     CU(c, zs__cuda_launch_update(launch_of(c), a->kind, a->master, a->param, a->param_dtype,
                                  a->grad, a->grad_dtype, a->m, a->v, a->count, a->scalars),
        "updating parameters");
