@@ -352,20 +352,6 @@ static int parse_world(const char *text, int *out) {
 
 /* ---------------------------------------------------------------- output */
 
-/* "71.2 GiB", "1.21 GiB", "512 B": three digits at least, so that sizes
- * near a device's memory do not round to the same text. */
-static const char *human(char *buf, size_t cap, double bytes) {
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 5) {
-        bytes /= 1024.0;
-        u++;
-    }
-    if (u == 0) snprintf(buf, cap, "%.0f B", bytes);
-    else snprintf(buf, cap, bytes < 10 ? "%.2f %s" : "%.1f %s", bytes, unit[u]);
-    return buf;
-}
-
 static uint64_t model_state(const zs_memory_stats *m) {
     return m->current[ZS_MEM_PARAMS] + m->current[ZS_MEM_GRADS] + m->current[ZS_MEM_MASTER] +
            m->current[ZS_MEM_OPTIM] + m->current[ZS_MEM_HOST_STATE] + m->current[ZS_MEM_HOST_PARAMS] +
@@ -423,7 +409,7 @@ static const char *const paper_text[4] = {"(2+2+K)Psi", "2Psi+2Psi+K*Psi/N", "2P
 static void print_cell(int planned, uint64_t bytes) {
     char h[32];
     if (!planned) printf("  %10s %18s", "n/a", "");
-    else printf("  %10s %18" PRIu64, human(h, sizeof h, (double)bytes), bytes);
+    else printf("  %10s %18" PRIu64, zs__tool_bytes_text(h, sizeof h, (double)bytes), bytes);
 }
 
 static int print_stage(const run_info *r, int stage, int world) {
@@ -468,7 +454,7 @@ static int print_stage(const run_info *r, int stage, int world) {
     const double paper = paper_bytes(stage, (double)r->l->numel, world, k);
     const double diff = (double)model_state(&m[0]) - paper;
     printf("  %-24s  %s = %.0f bytes (%s), K = %.0f\n", "ZeRO paper", paper_text[stage], paper,
-           human(h, sizeof h, paper), k);
+           zs__tool_bytes_text(h, sizeof h, paper), k);
     printf("  %-24s  %+.0f bytes: ", "estimate - paper", diff);
     if (r->dtype == ZS_DTYPE_FP32)
         printf("in fp32 zeroshard keeps no separate master copy (parameters and gradients "
@@ -498,7 +484,7 @@ static uint64_t device_share(const zs_memory_stats *m) {
  * every offload mode; what must fit is the device's share of the estimate. */
 static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mode) {
     char h[32], hm[32];
-    human(hm, sizeof hm, (double)memory);
+    zs__tool_bytes_text(hm, sizeof hm, (double)memory);
     printf("device memory %s (%" PRIu64 " bytes) per rank, offload %s:\n", hm, memory,
            offload_modes[mode].name);
     for (int stage = 0; stage < 4; stage++) {
@@ -511,7 +497,7 @@ static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mo
             }
             printf("  stage %d %s on %d rank%s: %s per rank\n", stage,
                    device_share(&m) <= memory ? "fits" : "does not fit", world, world == 1 ? "" : "s",
-                   human(h, sizeof h, (double)device_share(&m)));
+                   zs__tool_bytes_text(h, sizeof h, (double)device_share(&m)));
             continue;
         }
         int found = 0;
@@ -532,12 +518,12 @@ static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mo
         }
         if (found)
             printf("  stage %d fits from %d rank%s: %s per rank\n", stage, found,
-                   found == 1 ? "" : "s", human(h, sizeof h, (double)device_share(&m)));
+                   found == 1 ? "" : "s", zs__tool_bytes_text(h, sizeof h, (double)device_share(&m)));
         else if (error)
             printf("  stage %d cannot be planned: %s\n", stage, error);
         else
             printf("  stage %d does not fit on up to %d ranks (at least %s per rank)\n", stage,
-                   ZS_ESTIMATE_MAX_WORLD, human(h, sizeof h, (double)smallest));
+                   ZS_ESTIMATE_MAX_WORLD, zs__tool_bytes_text(h, sizeof h, (double)smallest));
     }
 }
 
@@ -714,7 +700,7 @@ int main(int argc, char **argv) {
     }
     printf("layout         %s\n", l.source);
     printf("               %d units, %d tensors, Psi = %" PRId64 " parameters (%s in fp32)\n",
-           l.unit_count, l.param_count, l.numel, human(h, sizeof h, 4.0 * (double)l.numel));
+           l.unit_count, l.param_count, l.numel, zs__tool_bytes_text(h, sizeof h, 4.0 * (double)l.numel));
     printf("               largest unit %s: %" PRId64 " elements\n", l.unit_names[largest_unit],
            largest);
     if (l.skipped_empty) printf("               %d empty tensors skipped\n", l.skipped_empty);

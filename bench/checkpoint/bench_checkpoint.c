@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lib/stats.h"
+
 #include "zeroshard.h"
 #include "zeroshard_mpi.h"
 
@@ -141,16 +143,6 @@ static uint64_t shard_bytes(const char *step_dir, int r) {
         if (stat(path, &st) == 0) sum += (uint64_t)st.st_size;
     }
     return sum;
-}
-
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv) {
@@ -274,7 +266,7 @@ int main(int argc, char **argv) {
     double gbps[4], mean_bytes = 0, mine = (double)bytes;
     MPI_Allreduce(&mine, &mean_bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     mean_bytes /= world;
-    for (int k = 0; k < 4; k++) gbps[k] = mean_bytes / median(t[k], (int)iters) / 1e9;
+    for (int k = 0; k < 4; k++) gbps[k] = mean_bytes / bench_median(t[k], (int)iters) / 1e9;
     if (rank == 0) {
         printf("bench_checkpoint: %d ranks, %lld params (%lld units), fp32 AdamW, ZeRO stage 3, "
                "dir %s, median of %lld\n",

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/stats.h"
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/reduce.h"
@@ -74,11 +75,6 @@ static int parse(int argc, char **argv, options *o) {
         else return 0;
     }
     return o->min_bytes <= o->max_bytes;
-}
-
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* What the raw row needs to reduce a dtype with MPI's own collective. */
@@ -239,7 +235,7 @@ int main(int argc, char **argv) {
                         timed(comms[k], ops[p], buf, pristine, count, o.dtype, &raw);
             double median[IMPLS], busbw[IMPLS], algbw[IMPLS];
             for (int k = 0; k < IMPLS; k++) {
-                qsort(samples + k * o.iters, (size_t)o.iters, sizeof(double), compare_double);
+                qsort(samples + k * o.iters, (size_t)o.iters, sizeof(double), bench_compare_double);
                 median[k] = samples[k * o.iters + o.iters / 2];
                 algbw[k] = (double)bytes / median[k] / 1e9;
                 busbw[k] = algbw[k] * (size - 1) / size;

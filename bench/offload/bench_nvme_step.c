@@ -23,6 +23,7 @@
 
 #include "offload/nvme_state.h"
 #include "offload/swap.h"
+#include "../lib/stats.h"
 #include "raw_disk.h"
 #include "zeroshard_mpi.h"
 
@@ -36,11 +37,6 @@
             MPI_Abort(MPI_COMM_WORLD, 1);                                          \
         }                                                                          \
     } while (0)
-
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median seconds of zs_step over `steps` steps (after one warm-up), and the
  * swap file's bytes. */
@@ -80,8 +76,7 @@ static double time_steps(const char *cfg_path, const char *const *overrides, lon
     B_CHECK(zs_memory_report(zs, &mem));
     *swap_bytes = mem.current[ZS_MEM_NVME_STATE];
     zs_destroy(zs);
-    qsort(t + 1, (size_t)steps, sizeof *t, by_value);
-    const double median = t[1 + steps / 2];
+    const double median = bench_median(t + 1, steps);
     free(t);
     return median;
 }

@@ -110,29 +110,25 @@ static int64_t chunk_count(const zs__nvme_state *ns, int64_t chunk) {
     return left < ns->layout.chunk_numel ? left : ns->layout.chunk_numel;
 }
 
-/* Starts reading chunk k into slot s; a block never written is zeros. */
-static zs_status start_read(zs__nvme_state *ns, int64_t k, int s) {
-    char label[320];
-    for (int a = 0; a < ns->layout.arrays; a++) {
-        ns->req[s][a] = NULL;
-        chunk_label(ns, k, a, label, sizeof label);
-        if (!zs__swap_written(ns->swap, block_offset(ns, k, a))) {
-            memset(block_at(ns, s, a), 0, ns->layout.io_bytes);
-            continue;
-        }
-        ZS_CHECK(zs__swap_read(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
-                               ns->layout.io_bytes, label, &ns->req[s][a]));
+/* Starts moving array a of chunk k out of slot s (is_write) or into it; a
+ * block never written reads as zeros, at once. */
+static zs_status submit_block(zs__nvme_state *ns, int64_t k, int a, int s, int is_write) {
+    ns->req[s][a] = NULL;
+    if (!is_write && !zs__swap_written(ns->swap, block_offset(ns, k, a))) {
+        memset(block_at(ns, s, a), 0, ns->layout.io_bytes);
+        return ZS_OK;
     }
-    return ZS_OK;
+    char label[320];
+    chunk_label(ns, k, a, label, sizeof label);
+    return is_write ? zs__swap_write(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
+                                     ns->layout.io_bytes, label, &ns->req[s][a])
+                    : zs__swap_read(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
+                                    ns->layout.io_bytes, label, &ns->req[s][a]);
 }
 
-static zs_status start_write(zs__nvme_state *ns, int64_t k, int s) {
-    char label[320];
-    for (int a = 0; a < ns->layout.arrays; a++) {
-        chunk_label(ns, k, a, label, sizeof label);
-        ZS_CHECK(zs__swap_write(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
-                                ns->layout.io_bytes, label, &ns->req[s][a]));
-    }
+/* A whole chunk: every array at once, one request each. */
+static zs_status start_chunk(zs__nvme_state *ns, int64_t k, int s, int is_write) {
+    for (int a = 0; a < ns->layout.arrays; a++) ZS_CHECK(submit_block(ns, k, a, s, is_write));
     return ZS_OK;
 }
 
@@ -200,17 +196,7 @@ void zs__nvme_state_destroy(zs__nvme_state *ns) {
 
 /* One block (array a of chunk k) into or out of slot s, waited for. */
 static zs_status move_block(zs__nvme_state *ns, int64_t k, int a, int s, int is_write) {
-    char label[320];
-    chunk_label(ns, k, a, label, sizeof label);
-    ns->req[s][a] = NULL;
-    if (!is_write && !zs__swap_written(ns->swap, block_offset(ns, k, a))) {
-        memset(block_at(ns, s, a), 0, ns->layout.io_bytes);
-        return ZS_OK;
-    }
-    zs_status st = is_write ? zs__swap_write(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
-                                             ns->layout.io_bytes, label, &ns->req[s][a])
-                            : zs__swap_read(ns->swap, block_offset(ns, k, a), block_at(ns, s, a),
-                                            ns->layout.io_bytes, label, &ns->req[s][a]);
+    zs_status st = submit_block(ns, k, a, s, is_write);
     if (st == ZS_OK) st = finish(ns, s);
     return st;
 }
@@ -322,14 +308,14 @@ static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
     ns->cached = -1; /* slot 0 is the sweep's now */
     ns->valid = 0;
     const zs__nvme_layout *l = &ns->layout;
-    zs_status st = l->chunks > 0 ? start_read(ns, 0, 0) : ZS_OK;
+    zs_status st = l->chunks > 0 ? start_chunk(ns, 0, 0, 0) : ZS_OK;
     for (int64_t k = 0; k < l->chunks && st == ZS_OK; k++) {
         const int s = (int)(k % SLOTS);
         if (k + 1 < l->chunks) {
             /* The next chunk's slot held chunk k - 2, written behind. */
             const int next = (int)((k + 1) % SLOTS);
             st = finish(ns, next);
-            if (st == ZS_OK) st = start_read(ns, k + 1, next);
+            if (st == ZS_OK) st = start_chunk(ns, k + 1, next, 0);
             if (st != ZS_OK) break;
         }
         st = finish(ns, s);
@@ -337,7 +323,7 @@ static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
         float *arrays[3] = {NULL, NULL, NULL};
         for (int a = 0; a < l->arrays; a++) arrays[a] = ns->slot[s] + (size_t)a * (size_t)l->chunk_numel;
         st = visit(ctx, k * l->chunk_numel, chunk_count(ns, k), arrays);
-        if (st == ZS_OK) st = start_write(ns, k, s);
+        if (st == ZS_OK) st = start_chunk(ns, k, s, 1);
     }
     /* Drain: every request waited for, so no buffer is in use on return. */
     char first_error[768] = "";

@@ -124,6 +124,12 @@ static void host_name(char *out, size_t cap) {
             *c = '_';
 }
 
+void zs__swap_default_runid(char *out, size_t cap) {
+    char host[128];
+    host_name(host, sizeof host);
+    snprintf(out, cap, "%.48s-%ld", host, (long)getpid()); /* within the 64-character limit */
+}
+
 static int valid_runid(const char *id) {
     size_t n = strlen(id);
     if (n == 0 || n > 64 || strcmp(id, ".") == 0 || strcmp(id, "..") == 0) return 0;
@@ -611,7 +617,7 @@ zs_status zs__swap_create_with(const char *dir, int rank, uint64_t capacity, siz
                             cfg->runid);
         snprintf(runid, sizeof runid, "%s", cfg->runid);
     } else {
-        snprintf(runid, sizeof runid, "%.60s-%ld", host, (long)getpid());
+        zs__swap_default_runid(runid, sizeof runid);
     }
 
     zs__swap *sw = calloc(1, sizeof *sw);

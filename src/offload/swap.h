@@ -35,6 +35,9 @@ typedef struct zs__swap_req zs__swap_req; /* one outstanding read or write */
 /* Host memory per block: its XXH3-64 and its written flag. */
 #define ZS_SWAP_META_BYTES_PER_BLOCK 9
 
+/* "<host>-<pid>" of this process, a valid runid (at most 64 characters). */
+void zs__swap_default_runid(char *out, size_t cap);
+
 typedef struct zs__swap_config {
     /* I/O threads, each running one request's pread/pwrite at a time, so
      * this many requests are in flight at the device (default 2). */

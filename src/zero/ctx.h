@@ -219,6 +219,10 @@ zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *w
  * the only copy). */
 typedef enum zs__state_array { ZS_STATE_MASTER = 0, ZS_STATE_M = 1, ZS_STATE_V = 2 } zs__state_array;
 int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element);
+/* The elements [*first, *end) of a parameter whose optimizer state this
+ * rank keeps and updates: all of them in stage 0 (every rank holds full
+ * state), its owned slice in stages 1-3. 0 when there are none. */
+int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end);
 void *zs__param_at(const zs_ctx *zs, int param, int64_t element);
 /* The fp32 state `array` of elements [first, first + count) of a parameter,
  * wherever it lives (device, host, NVMe), copied to or from host memory.

@@ -15,13 +15,11 @@
  * reason is left in `why`. */
 static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, float *host,
                               char *why, size_t why_cap) {
-    const zs__plan *plan = zs->plan;
-    const int stage = zs->settings.zero.stage;
     zs__backend *be = zs->backend;
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
-        int64_t b = 0, e = p->numel;
-        if (stage > 0 && !zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
+        int64_t b, e;
+        if (!zs__state_range(zs, i, &b, &e)) continue;
         for (int64_t first = b; first < e; first += ZS_IMPORT_CHUNK) {
             const int64_t n = e - first < ZS_IMPORT_CHUNK ? e - first : ZS_IMPORT_CHUNK;
             why[0] = '\0';

@@ -3,10 +3,10 @@
  * from the master after a load, and the state digest. The optimizer pass itself is step.c's, through the tier's sweep. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "offload/swap.h"
 #include "zero/ctx.h"
 
 /* Host floats per round when a parameter range passes through memory. */
@@ -14,11 +14,8 @@
 
 zs_status zs__nvme_runid(zs_ctx *zs, char *runid, size_t cap) {
     /* One per-run directory for the job: rank 0's host and process id. */
-    char mine[64];
-    char host[48] = "host";
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
-    host[sizeof host - 1] = '\0';
-    snprintf(mine, sizeof mine, "%s-%ld", host, (long)getpid());
+    char mine[80];
+    zs__swap_default_runid(mine, sizeof mine);
     ZS_CHECK(zs__comm_broadcast(zs->comm, mine, sizeof mine, 0, "offload.nvme run id"));
     snprintf(runid, cap, "%s", mine);
     return ZS_OK;

@@ -23,6 +23,15 @@ void *zs__param_at(const zs_ctx *zs, int param, int64_t element) {
     return zs__buf_at(&zs->params_shard, zs__state_index(zs, param, element));
 }
 
+int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end) {
+    if (zs->settings.zero.stage == 0) {
+        *first = 0;
+        *end = zs->params[param]->numel;
+        return 1;
+    }
+    return zs__plan_owned_range(zs->plan, param, zs->rank, first, end);
+}
+
 float *zs__state_ptr(const zs_ctx *zs, zs__state_array array, int param, int64_t element) {
     if (zs->nvme) return NULL;
     const zs__buf *buf = array == ZS_STATE_MASTER ? &zs->master

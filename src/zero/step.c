@@ -113,18 +113,6 @@ static zs_status update_piece(update_pass *u, int i, int64_t first, int64_t n, f
     return ZS_OK;
 }
 
-/* The range of parameter i this rank updates: its owned slice (stages
- * 1-3), or every element (stage 0, where each rank holds full state and
- * identical reduced gradients). */
-static int updated_range(const zs_ctx *zs, int i, int64_t *b, int64_t *e) {
-    if (zs->settings.zero.stage == 0) {
-        *b = 0;
-        *e = zs->params[i]->numel;
-        return 1;
-    }
-    return zs__plan_owned_range(zs->plan, i, zs->rank, b, e);
-}
-
 /* The NVMe sweep's visitor: the parameters' pieces inside one chunk of the
  * state index space. Parameters' state ranges increase with their index, so
  * a cursor finds them. */
@@ -134,7 +122,7 @@ static zs_status update_chunk(void *ctx, int64_t first, int64_t count, float *co
     const int64_t end = first + count;
     for (; u->param < zs->param_count; u->param++) {
         int64_t b, e;
-        if (!updated_range(zs, u->param, &b, &e)) continue;
+        if (!zs__state_range(zs, u->param, &b, &e)) continue;
         const int64_t lo_state = zs__state_index(zs, u->param, b);
         const int64_t hi_state = lo_state + (e - b);
         if (lo_state >= end) break;            /* starts in a later chunk */
@@ -179,7 +167,7 @@ static zs_status update_parameters(zs_ctx *zs, double lr, double grad_div, doubl
                                 "optimizer step (offload.optimizer = nvme)");
     for (int i = 0; i < zs->param_count; i++) {
         int64_t b, e;
-        if (!updated_range(zs, i, &b, &e)) continue;
+        if (!zs__state_range(zs, i, &b, &e)) continue;
         ZS_CHECK(update_piece(&u, i, b, e - b, zs__state_ptr(zs, ZS_STATE_MASTER, i, b),
                               zs__state_ptr(zs, ZS_STATE_M, i, b), zs__state_ptr(zs, ZS_STATE_V, i, b)));
     }
