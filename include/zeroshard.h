@@ -136,6 +136,27 @@ zs_status zs_create(const zs_config *cfg, zs_ctx **out);
  * either, since MPI_Finalize waits for every rank. destroy(NULL) is a no-op. */
 void zs_destroy(zs_ctx *zs);
 
+/* Bits travel only with kernels. The runtime's own CPU kernels give the
+ * same bits at every SIMD level; a program's BLAS usually does not (each
+ * OpenBLAS core type sums in its own way). zs_create compares the runtime's
+ * level across ranks (a difference only costs speed, and is logged at
+ * INFO); programs compare what decides their own bits with
+ * zs_agree_kernels, as the examples do with their BLAS kernel. */
+
+/* The SIMD level of the runtime's CPU kernels in this process: "scalar",
+ * "avx2" or "avx512" (the best the CPU has, or ZS_CPU_ISA). */
+const char *zs_cpu_kernels(void);
+
+/* Collective: every rank says which kernel decides a part of its numerics
+ * (`what`, e.g. "BLAS kernel"; `kernel`, e.g. "Haswell"; at most 63 bytes
+ * each are compared). When they differ, rank 0 logs a warning naming every
+ * group of ranks and its kernel and that results then differ in the last
+ * bits between those ranks, followed by `advice` (what the program's user
+ * can do; may be NULL), and the call returns ZS_OK; with `require` set it
+ * fails instead on every rank with ZS_ERR_MISMATCH and that message. */
+zs_status zs_agree_kernels(zs_ctx *zs, const char *what, const char *kernel, int require,
+                           const char *advice);
+
 /* "cpu" or "cuda": where parameters and gradients live (zeroshard_cuda.h). */
 const char *zs_backend_name(const zs_ctx *zs);
 int zs_rank(const zs_ctx *zs);

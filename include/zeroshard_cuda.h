@@ -9,7 +9,9 @@
  * it must return a value (zs_step waits for the gradient norm).
  *
  * The device is chosen at zs_create: this rank's rank among the ranks of its
- * node, modulo the visible devices. Launch one rank per GPU. */
+ * node, modulo the visible devices. With one rank per GPU the collectives
+ * run on NCCL; ranks beyond a node's GPUs share them, and the collectives
+ * then go through MPI with host staging (comm.impl, docs/GPU.md). */
 #ifndef ZEROSHARD_CUDA_H
 #define ZEROSHARD_CUDA_H
 

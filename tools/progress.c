@@ -12,18 +12,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-const char *zs__tool_bytes_text(char *buf, size_t cap, double bytes) {
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 5) {
-        bytes /= 1024.0;
-        u++;
-    }
-    if (u == 0) snprintf(buf, cap, "%.0f B", bytes);
-    else snprintf(buf, cap, bytes < 10 ? "%.2f %s" : "%.1f %s", bytes, unit[u]);
-    return buf;
-}
-
 static void eta_text(char *out, size_t cap, double seconds) {
     if (seconds < 0) snprintf(out, cap, "?");
     else if (seconds < 100) snprintf(out, cap, "%.0f s", seconds);
@@ -38,9 +26,9 @@ static void print_line(zs__progress *p, double t) {
     const double eta = p->done >= p->total ? 0.0 : rate > 0 ? (double)(p->total - p->done) / rate
                                                               : -1.0;
     char done[32], total[32], speed[32], left[32];
-    zs__tool_bytes_text(done, sizeof done, (double)p->done);
-    zs__tool_bytes_text(total, sizeof total, (double)p->total);
-    zs__tool_bytes_text(speed, sizeof speed, rate);
+    zs__bytes_text(done, sizeof done, (double)p->done);
+    zs__bytes_text(total, sizeof total, (double)p->total);
+    zs__bytes_text(speed, sizeof speed, rate);
     eta_text(left, sizeof left, eta);
     /* The trailing spaces cover a longer previous line on a terminal. */
     fprintf(stderr, "%s%s: %3.0f%% %s / %s, %s/s, ETA %s%s", p->tty ? "\r" : "", p->label,

@@ -15,10 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* "71.2 GiB", "1.21 GiB", "512 B" into buf (returned): binary units, three
- * digits at least, so that sizes near a device's memory do not round to the
- * same text. Used by every tool that prints sizes. */
-const char *zs__tool_bytes_text(char *buf, size_t cap, double bytes);
+/* Sizes are printed with the library's one formatter (core/memory.h). */
+#include "core/memory.h"
 
 /* Seconds a run must last before its first progress line. */
 #define ZS_TOOL_PROGRESS_AFTER_S 2.0

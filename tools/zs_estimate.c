@@ -50,6 +50,10 @@ static const char usage_text[] =
     "the ZeRO paper's formula beside it. Activations, the program's own buffers\n"
     "and the CUDA context are not included; the numbers are the CPU backend's\n"
     "(on CUDA the same buffers live on the device, plus small staging buffers).\n"
+    "The comm row follows the collectives: MPI's ring staging (comm.segment_bytes);\n"
+    "with --set backend=\"cuda\", none for NCCL (comm.impl \"auto\" is planned as one\n"
+    "GPU per rank), or that plus comm.staging_bytes of pinned host staging with\n"
+    "comm.impl = \"mpi\" (ranks sharing a GPU).\n"
     "Each stage has a column per offload.optimizer setting: none, host and nvme\n"
     "(nvme: stages 1-3; its nvme_state row is disk, left out of the total).\n"
     "\n"
@@ -409,7 +413,7 @@ static const char *const paper_text[4] = {"(2+2+K)Psi", "2Psi+2Psi+K*Psi/N", "2P
 static void print_cell(int planned, uint64_t bytes) {
     char h[32];
     if (!planned) printf("  %10s %18s", "n/a", "");
-    else printf("  %10s %18" PRIu64, zs__tool_bytes_text(h, sizeof h, (double)bytes), bytes);
+    else printf("  %10s %18" PRIu64, zs__bytes_text(h, sizeof h, (double)bytes), bytes);
 }
 
 static int print_stage(const run_info *r, int stage, int world) {
@@ -454,7 +458,7 @@ static int print_stage(const run_info *r, int stage, int world) {
     const double paper = paper_bytes(stage, (double)r->l->numel, world, k);
     const double diff = (double)model_state(&m[0]) - paper;
     printf("  %-24s  %s = %.0f bytes (%s), K = %.0f\n", "ZeRO paper", paper_text[stage], paper,
-           zs__tool_bytes_text(h, sizeof h, paper), k);
+           zs__bytes_text(h, sizeof h, paper), k);
     printf("  %-24s  %+.0f bytes: ", "estimate - paper", diff);
     if (r->dtype == ZS_DTYPE_FP32)
         printf("in fp32 zeroshard keeps no separate master copy (parameters and gradients "
@@ -484,7 +488,7 @@ static uint64_t device_share(const zs_memory_stats *m) {
  * every offload mode; what must fit is the device's share of the estimate. */
 static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mode) {
     char h[32], hm[32];
-    zs__tool_bytes_text(hm, sizeof hm, (double)memory);
+    zs__bytes_text(hm, sizeof hm, (double)memory);
     printf("device memory %s (%" PRIu64 " bytes) per rank, offload %s:\n", hm, memory,
            offload_modes[mode].name);
     for (int stage = 0; stage < 4; stage++) {
@@ -497,7 +501,7 @@ static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mo
             }
             printf("  stage %d %s on %d rank%s: %s per rank\n", stage,
                    device_share(&m) <= memory ? "fits" : "does not fit", world, world == 1 ? "" : "s",
-                   zs__tool_bytes_text(h, sizeof h, (double)device_share(&m)));
+                   zs__bytes_text(h, sizeof h, (double)device_share(&m)));
             continue;
         }
         int found = 0;
@@ -518,12 +522,12 @@ static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mo
         }
         if (found)
             printf("  stage %d fits from %d rank%s: %s per rank\n", stage, found,
-                   found == 1 ? "" : "s", zs__tool_bytes_text(h, sizeof h, (double)device_share(&m)));
+                   found == 1 ? "" : "s", zs__bytes_text(h, sizeof h, (double)device_share(&m)));
         else if (error)
             printf("  stage %d cannot be planned: %s\n", stage, error);
         else
             printf("  stage %d does not fit on up to %d ranks (at least %s per rank)\n", stage,
-                   ZS_ESTIMATE_MAX_WORLD, zs__tool_bytes_text(h, sizeof h, (double)smallest));
+                   ZS_ESTIMATE_MAX_WORLD, zs__bytes_text(h, sizeof h, (double)smallest));
     }
 }
 
@@ -700,7 +704,7 @@ int main(int argc, char **argv) {
     }
     printf("layout         %s\n", l.source);
     printf("               %d units, %d tensors, Psi = %" PRId64 " parameters (%s in fp32)\n",
-           l.unit_count, l.param_count, l.numel, zs__tool_bytes_text(h, sizeof h, 4.0 * (double)l.numel));
+           l.unit_count, l.param_count, l.numel, zs__bytes_text(h, sizeof h, 4.0 * (double)l.numel));
     printf("               largest unit %s: %" PRId64 " elements\n", l.unit_names[largest_unit],
            largest);
     if (l.skipped_empty) printf("               %d empty tensors skipped\n", l.skipped_empty);

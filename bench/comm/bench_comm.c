@@ -13,6 +13,10 @@
  * calls MPI_Reduce_scatter_block / MPI_Allgather once on the whole buffer,
  * in place, without zeroshard: the MPI collective used the plain way, to show
  * what the segmenting and packing of the "mpi" implementation cost.
+ * All-gathers get a fourth row, "auto": comm.all_gather = "auto" after its
+ * measurement (zs__comm_all_gather_measure) ran on this run's chunk sizes,
+ * with auto/best = its time over the faster of ring and mpi at that size
+ * (1.00 when it picked the faster one).
  *
  * --dtype picks the element type (default fp32). fp16 and bf16 move half the
  * bytes, and their reduce-scatter adds in fp32 with one rounding per add
@@ -154,21 +158,22 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    enum { IMPLS = 3 };
-    const char *impl_names[IMPLS] = {"ring", "mpi", "raw"};
-    zs__comm *comms[IMPLS] = {NULL, NULL, NULL};
-    zs__mem mems[2], backend_mem;
+    enum { IMPLS = 4 }; /* the fourth, auto, runs for all-gathers only */
+    const char *impl_names[IMPLS] = {"ring", "mpi", "raw", "auto"};
+    zs__comm *comms[IMPLS] = {NULL, NULL, NULL, NULL};
+    zs__mem mems[IMPLS], backend_mem;
     memset(&backend_mem, 0, sizeof backend_mem);
     zs__backend *backend = NULL;
     if (o.backend_add && zs__cpu_backend_create(&backend_mem, &backend) != ZS_OK) {
         fprintf(stderr, "bench_comm: rank %d: %s\n", rank, zs_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < IMPLS; k++) {
+        if (k == 2) continue; /* raw: MPI called directly */
         zs__settings settings;
         memset(&settings, 0, sizeof settings);
         settings.comm.reduce_scatter = k == 0 ? ZS_COMM_IMPL_RING : ZS_COMM_IMPL_MPI;
-        settings.comm.all_gather = settings.comm.reduce_scatter;
+        settings.comm.all_gather = k == 3 ? ZS_COMM_IMPL_AUTO : settings.comm.reduce_scatter;
         settings.comm.segment_bytes = o.segment_bytes;
         settings.comm.timeout_s = 600;
         memset(&mems[k], 0, sizeof mems[k]);
@@ -210,14 +215,32 @@ int main(int argc, char **argv) {
         }
     }
     memcpy(buf, pristine, o.max_bytes);
+    /* auto: measured on the chunk sizes the all-gather rows use. */
+    size_t chunks[64];
+    int nchunks = 0;
+    for (size_t target = o.min_bytes; target <= o.max_bytes && nchunks < 64;
+         target *= (size_t)o.factor) {
+        const size_t count = target / (esize * (size_t)size);
+        if (count > 0) chunks[nchunks++] = count * esize;
+        if (target > o.max_bytes / (size_t)o.factor) break;
+    }
+    if (zs__comm_all_gather_measure(comms[3], buf, chunks, nchunks) != ZS_OK) {
+        fprintf(stderr, "bench_comm: rank %d: %s\n", rank, zs_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0) {
+        const size_t from = zs__comm_all_gather_mpi_from(comms[3], NULL);
+        if (from == SIZE_MAX) printf("# auto: the ring at every size\n");
+        else printf("# auto: MPI's all-gather from %zu bytes per rank\n", from);
+    }
 
     if (rank == 0) {
         printf("# bench_comm: %d ranks, %s, segment_bytes %lld, %d iterations after %d warm-up, "
                "ring add: %s, time = median of max over ranks\n",
                size, zs_dtype_name(o.dtype), (long long)o.segment_bytes, o.iters, o.warmup,
                o.backend_add ? "backend (SIMD)" : "portable");
-        printf("%-15s %-5s %12s %12s %10s %10s %9s %9s\n", "op", "impl", "bytes", "time_us",
-               "algbw_GBs", "busbw_GBs", "ring/mpi", "ring/raw");
+        printf("%-15s %-5s %12s %12s %10s %10s %9s %9s %9s\n", "op", "impl", "bytes", "time_us",
+               "algbw_GBs", "busbw_GBs", "ring/mpi", "ring/raw", "auto/best");
     }
     const zs_comm_op ops[2] = {ZS_COMM_REDUCE_SCATTER, ZS_COMM_ALL_GATHER};
     double started = MPI_Wtime();
@@ -226,25 +249,30 @@ int main(int argc, char **argv) {
             size_t count = target / (esize * (size_t)size);
             if (count == 0) continue;
             size_t bytes = count * esize * (size_t)size;
+            const int impls = ops[p] == ZS_COMM_ALL_GATHER ? IMPLS : IMPLS - 1;
             for (int w = 0; w < o.warmup; w++)
-                for (int k = 0; k < IMPLS; k++)
+                for (int k = 0; k < impls; k++)
                     timed(comms[k], ops[p], buf, pristine, count, o.dtype, &raw);
             for (int it = 0; it < o.iters; it++)
-                for (int k = 0; k < IMPLS; k++)
+                for (int k = 0; k < impls; k++)
                     samples[k * o.iters + it] =
                         timed(comms[k], ops[p], buf, pristine, count, o.dtype, &raw);
             double median[IMPLS], busbw[IMPLS], algbw[IMPLS];
-            for (int k = 0; k < IMPLS; k++) {
+            for (int k = 0; k < impls; k++) {
                 qsort(samples + k * o.iters, (size_t)o.iters, sizeof(double), bench_compare_double);
                 median[k] = samples[k * o.iters + o.iters / 2];
                 algbw[k] = (double)bytes / median[k] / 1e9;
                 busbw[k] = algbw[k] * (size - 1) / size;
             }
             if (rank == 0)
-                for (int k = 0; k < IMPLS; k++)
-                    printf("%-15s %-5s %12zu %12.1f %10.3f %10.3f %9.2f %9.2f\n",
-                           zs_comm_op_name(ops[p]), impl_names[k], bytes, median[k] * 1e6,
-                           algbw[k], busbw[k], busbw[0] / busbw[1], busbw[0] / busbw[2]);
+                for (int k = 0; k < impls; k++) {
+                    const double best = median[0] < median[1] ? median[0] : median[1];
+                    printf("%-15s %-5s %12zu %12.1f %10.3f %10.3f %9.2f %9.2f", zs_comm_op_name(ops[p]),
+                           impl_names[k], bytes, median[k] * 1e6, algbw[k], busbw[k],
+                           busbw[0] / busbw[1], busbw[0] / busbw[2]);
+                    if (k == 3) printf(" %9.2f", median[3] / best);
+                    printf("\n");
+                }
             if (rank == 0) fflush(stdout);
             if (target > o.max_bytes / (size_t)o.factor) break;
         }
@@ -255,7 +283,7 @@ int main(int argc, char **argv) {
     free(buf);
     free(pristine);
     if (raw.sum != MPI_SUM) MPI_Op_free(&raw.sum);
-    for (int k = 0; k < 2; k++) zs__comm_destroy(comms[k]);
+    for (int k = 0; k < IMPLS; k++) zs__comm_destroy(comms[k]);
     zs__backend_destroy(backend);
     MPI_Finalize();
     return 0;

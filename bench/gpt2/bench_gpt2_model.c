@@ -12,7 +12,9 @@
  * the fused head, every block backward, the embedding backward (gradients
  * accumulate; zeroing them is the optimizer's business and not timed).
  * Achieved FLOP/s = gpt2_flops_per_token(T) * B * T / step time (nanoGPT's
- * 6N + 12 L C T, see gpt2_model.h). The reference is cblas_sgemm's FLOP/s on
+ * 6N + 12 L C T, see gpt2_model.h). The reference is the FLOP/s of the
+ * examples' own sgemm (ex_sgemm: fixed tiles of single-threaded BLAS calls on
+ * OpenMP's threads, examples/common/cpu_blas.h) on
  * the MLP's three products (c_fc forward, its weight gradient and its input
  * gradient: [BT, C] x [C, 4C], [4C, BT] x [BT, C], [BT, 4C] x [4C, C]), the
  * bulk of the step's FLOPs, timed the same way; the ratio says how much of
@@ -33,6 +35,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "cpu_blas.h"
 #include "gpt2_backend.h"
 
 static double now_s(void) {
@@ -85,7 +88,7 @@ static double sgemm_rate(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, i
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, N);
+        ex_sgemm(ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, N);
         double t = now_s() - t0;
         if (r > 0 && t < best) { // the first call warms up
             best = t;

@@ -28,6 +28,7 @@
 #include "gpt2_backend.h"
 #include "gpt2_backend_impl.h"
 #include "gpt2_math.h"
+#include "cpu_blas.h"
 
 typedef struct cpu_impl {
     char err[GPT2_ERR_CAP];
@@ -224,8 +225,7 @@ static void cpu_linear_forward(int rows, int in, int out, const float *x, const 
             memcpy(yr, b, sizeof(float) * (size_t)out);
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, W, in,
-                1.0f, y, out);
+    ex_sgemm(0, 1, rows, out, in, 1.0f, x, in, W, in, 1.0f, y, out);
 }
 
 /* The backward of y = x W^T (+ b): dW: [out][in] += dy^T . x, and, when dx is
@@ -233,11 +233,9 @@ static void cpu_linear_forward(int rows, int in, int out, const float *x, const 
  * caller does, possibly fused with another pass.) */
 static void cpu_linear_backward(int rows, int in, int out, const float *x, const float *W,
                                 const float *dy, float *dW, float *dx) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, dy, out, x, in,
-                1.0f, dW, in);
+    ex_sgemm(1, 0, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in);
     if (dx != NULL) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, dy, out, W,
-                    in, 0.0f, dx, in);
+        ex_sgemm(0, 0, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
     }
 }
 
@@ -252,30 +250,33 @@ static void cpu_attention_forward(const gpt2_dims *d, int B, int T, const float 
     const int C = d->n_embd, NH = d->n_head, hs = C / NH;
     const int C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs; // [T][hs], ld 3C
-            const float *k = q + C;
-            float *s = att + ((size_t)b * NH + h) * (size_t)T * T; // [T][T]
-            // s = q . k^T (raw scores; the scale goes into the softmax).
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, k, C3,
-                        0.0f, s, T);
-        }
+    const int heads = B * NH;
+    // One (sequence, head) per iteration: its products are single-threaded
+    // BLAS calls (cpu_blas.h), the threads work on different heads.
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < heads; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs; // [T][hs], ld 3C
+        const float *k = q + C;
+        float *s = att + (size_t)bh * (size_t)T * T; // [T][T]
+        // s = q . k^T (raw scores; the scale goes into the softmax).
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, k, C3, 0.0f,
+                    s, T);
     }
     const long long rows = (long long)B * NH * T;
 #pragma omp parallel for schedule(static)
     for (long long r = 0; r < rows; r++) {
         gpt2_causal_softmax_row((int)(r % T), T, scale, att + (size_t)r * (size_t)T);
     }
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *v = qkv + (size_t)b * T * C3 + 2 * (size_t)C + (size_t)h * hs;
-            const float *p = att + ((size_t)b * NH + h) * (size_t)T * T;
-            float *y = atty + (size_t)b * T * C + (size_t)h * hs; // [T][hs], ld C
-            // y = p . v; p is 0 above the diagonal, which is the causal mask.
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, C3,
-                        0.0f, y, C);
-        }
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < heads; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        const float *v = qkv + (size_t)b * T * C3 + 2 * (size_t)C + (size_t)h * hs;
+        const float *p = att + (size_t)bh * (size_t)T * T;
+        float *y = atty + (size_t)b * T * C + (size_t)h * hs; // [T][hs], ld C
+        // y = p . v; p is 0 above the diagonal, which is the causal mask.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, C3, 0.0f,
+                    y, C);
     }
 }
 
@@ -288,6 +289,8 @@ static void cpu_attention_backward(const gpt2_dims *d, int B, int T, const float
     const int C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++) {
+        // Heads in parallel (datt holds one sequence's heads).
+#pragma omp parallel for schedule(static)
         for (int h = 0; h < NH; h++) {
             const size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
             const float *v = qkv + qoff + 2 * (size_t)C;
@@ -308,6 +311,7 @@ static void cpu_attention_backward(const gpt2_dims *d, int B, int T, const float
             gpt2_causal_softmax_backward_row(r % T, T, scale, pb + (size_t)r * T,
                                              datt + (size_t)r * T);
         }
+#pragma omp parallel for schedule(static)
         for (int h = 0; h < NH; h++) {
             const size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
             const float *q = qkv + qoff;
@@ -485,8 +489,7 @@ static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2
         const float *xc = x + (size_t)r0 * C;
         cpu_layernorm_forward(n, C, xc, w->lnfw, w->lnfb, xn, mean, rstd);
         // logits: [n][V] = xn . wte^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, C, 1.0f, xn, C, w->wte, C,
-                    0.0f, logits, V);
+        ex_sgemm(0, 1, n, V, C, 1.0f, xn, C, w->wte, C, 0.0f, logits, V);
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < n; i++) {
             losses[r0 + i] = gpt2_xent_row(V, logits + (size_t)i * V, targets[r0 + i],
@@ -586,6 +589,7 @@ gpt2_backend *gpt2_cpu_backend_create(void) {
         free(impl);
         return NULL;
     }
+    ex_blas_init();
     be->ops = &cpu_ops;
     be->impl = impl;
     return be;

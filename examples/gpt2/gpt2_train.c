@@ -62,6 +62,7 @@
 #include "gpt2_sample.h"
 #include "gpt2_train_cuda.h"
 #include "gpt2_units.h"
+#include "numerics.h"
 #include "zeroshard.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -81,6 +82,7 @@ typedef struct app_settings {
     const char *prompt, *tokenizer;
     double target_val_loss;
     int beat_unigram, save_final;
+    int require_same_kernels; /* a rank with another BLAS kernel or GPU model is an error */
     const char *loss_log, *memory_file;
 } app_settings;
 
@@ -225,6 +227,7 @@ static zs_status read_settings(zs_config *cfg, app_settings *a, gpt2_llmc_model 
         (st = zs_config_app_bool(cfg, "save_final", 0, &a->save_final)) ||
         (st = zs_config_app_string(cfg, "loss_log", "", &a->loss_log)) ||
         (st = zs_config_app_string(cfg, "memory_file", "", &a->memory_file)) ||
+        (st = zs_config_app_bool(cfg, "require_same_kernels", 0, &a->require_same_kernels)) ||
         (st = zs_config_app_finish(cfg)))
         return st;
     return ZS_OK;
@@ -668,6 +671,7 @@ int main(int argc, char **argv) {
     TRY(zs_create(cfg, &tr.zs));
     tr.rank = zs_rank(tr.zs);
     tr.world = zs_world_size(tr.zs);
+    TRY(ex_numerics_check(tr.zs, tr.app.require_same_kernels));
     /* Every rank opens the data (cheap: streams are mapped, not read), so a
      * missing file is reported by every rank; they agree before going on. */
     int data_failed = open_data(&tr) != 0, any_failed = 0;

@@ -17,7 +17,7 @@ else()
 endif()
 add_library(gpt2_model STATIC ${GPT2_MODEL_SOURCES})
 target_include_directories(gpt2_model PUBLIC ${GPT2_MODEL_DIR})
-target_link_libraries(gpt2_model PUBLIC BLAS::BLAS OpenMP::OpenMP_C m)
+target_link_libraries(gpt2_model PUBLIC ex_cpu_blas BLAS::BLAS OpenMP::OpenMP_C m)
 # The CPU backend's loops between GEMMs (GELU, softmax, LayerNorm, column
 # sums) are written for the vectorizer:
 #   -O3                 turns it on with a cost model that accepts loops of

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
+#include "cpu_blas.h"
 
 /* ---------------------------------------------------------------- hashing */
 
@@ -153,6 +153,7 @@ double mlp_layer_init_std(const mlp_shape *shape, int layer) {
 /* --------------------------------------------------------------- workspace */
 
 int mlp_workspace_init(mlp_workspace *ws, const mlp_shape *shape, int max_batch) {
+    ex_blas_init(); /* OpenMP's threads drive the BLAS (cpu_blas.h) */
     if (ws == NULL) {
         return -1;
     }
@@ -207,8 +208,7 @@ void mlp_layer_forward(int batch, int in_dim, int out_dim, mlp_activation act,
     for (int i = 0; i < batch; i++) {
         memcpy(y + (size_t)i * (size_t)out_dim, b, sizeof(float) * (size_t)out_dim);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out_dim, in_dim, 1.0f, x,
-                in_dim, W, in_dim, 1.0f, y, out_dim);
+    ex_sgemm(0, 1, batch, out_dim, in_dim, 1.0f, x, in_dim, W, in_dim, 1.0f, y, out_dim);
     if (act == MLP_ACT_RELU) {
         const size_t n = (size_t)batch * (size_t)out_dim;
         for (size_t k = 0; k < n; k++) {
@@ -235,8 +235,7 @@ void mlp_layer_backward(int batch, int in_dim, int out_dim, mlp_activation act,
     }
     // dW: [out_dim][in_dim] += dz^T: [out_dim][batch] . x: [batch][in_dim]
     // (beta = 1: the runtime's buffers accumulate).
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, batch, 1.0f, dy,
-                out_dim, x, in_dim, 1.0f, dW, in_dim);
+    ex_sgemm(1, 0, out_dim, in_dim, batch, 1.0f, dy, out_dim, x, in_dim, 1.0f, dW, in_dim);
     // db: [out_dim] += column sums of dz: [batch][out_dim].
     for (int i = 0; i < batch; i++) {
         const float *row = dy + (size_t)i * (size_t)out_dim;
@@ -246,8 +245,7 @@ void mlp_layer_backward(int batch, int in_dim, int out_dim, mlp_activation act,
     }
     // dx: [batch][in_dim] = dz: [batch][out_dim] . W: [out_dim][in_dim].
     if (dx != NULL) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, in_dim, out_dim, 1.0f,
-                    dy, out_dim, W, in_dim, 0.0f, dx, in_dim);
+        ex_sgemm(0, 0, batch, in_dim, out_dim, 1.0f, dy, out_dim, W, in_dim, 0.0f, dx, in_dim);
     }
 }
 

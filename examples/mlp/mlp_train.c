@@ -45,6 +45,7 @@
 
 #include "mlp_cuda.h"
 #include "mlp_model.h"
+#include "numerics.h"
 #include "zeroshard.h"
 
 
@@ -58,6 +59,7 @@ typedef struct app_settings {
     int64_t log_every;
     int64_t eval_samples;
     double target_loss;
+    int require_same_kernels; /* a rank with another BLAS kernel or GPU model is an error */
 } app_settings;
 
 /* One layer = one zeroshard unit holding "layerN.weight" and "layerN.bias". */
@@ -219,6 +221,7 @@ static zs_status read_app_settings(zs_config *cfg, app_settings *app) {
         (st = zs_config_app_int(cfg, "eval_samples", 8192, 1, INT64_C(1) << 30,
                                 &app->eval_samples)) ||
         (st = zs_config_app_float(cfg, "target_loss", 0.5, 0.0, 1e6, &app->target_loss)) ||
+        (st = zs_config_app_bool(cfg, "require_same_kernels", 0, &app->require_same_kernels)) ||
         (st = zs_config_app_finish(cfg))) {
         return st;
     }
@@ -422,6 +425,7 @@ int main(int argc, char **argv) {
     TRY(zs_create(cfg, &zs));
     const int rank = zs_rank(zs);
     const int world = zs_world_size(zs);
+    TRY(ex_numerics_check(zs, app.require_same_kernels));
     if (app.global_batch % world != 0) {
         // Every rank sees the same numbers, so every rank stops here; one
         // copy of the message is enough.

@@ -1,7 +1,7 @@
 /* The backend interface: where tensors live and how element-wise kernels run.
  * The ZeRO orchestration (src/zero) calls only these; the CPU backend (cpu.c)
- * runs kernels as OpenMP loops over the math of kernels/ headers, and a CUDA
- * backend will run the same math as grid-stride kernels.
+ * runs kernels as OpenMP loops over the math of kernels/ headers, and the CUDA
+ * backend (cuda/) runs the same math as grid-stride kernels.
  *
  * Every allocation is charged to a memory tag of the context's accountant.
  *
@@ -84,6 +84,13 @@ typedef struct zs__backend_ops {
     zs_status (*sum_squares)(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                              double *out);
     zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);
+    /* Host memory for transfers: page-locked where the backend copies by DMA
+     * (CUDA: cudaHostAlloc), plain host memory otherwise; zero-filled and
+     * charged to tag. `copy` moves data between it and backend memory in
+     * either direction, in stream order, without a bounce buffer; the host
+     * may read what such a copy wrote after `synchronize`. */
+    zs_status (*host_alloc)(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out);
+    void (*host_free)(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes);
     /* Host <-> backend copies; on return the host buffer holds the data
      * (download) or may be reused (upload). */
     zs_status (*download)(zs__backend *be, void *host, const void *src, size_t bytes);
@@ -95,6 +102,10 @@ typedef struct zs__backend_ops {
      * own stream, zeroshard_cuda.h). */
     void *(*get_stream)(zs__backend *be);
     zs_status (*set_stream)(zs__backend *be, void *stream);
+    /* Devices of this kind visible to the process (CUDA: cudaGetDeviceCount
+     * after CUDA_VISIBLE_DEVICES); 0 for the CPU, which has no devices to
+     * share. Ranks on a node beyond this count share a device. */
+    int (*device_count)(zs__backend *be);
     /* Installs the check run while the backend blocks (NULL removes it). */
     void (*set_health_check)(zs__backend *be, zs__health_fn fn, void *ctx);
     void (*destroy)(zs__backend *be);

@@ -61,6 +61,16 @@ zs_status zs__cpu_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64_t 
     return ZS_OK;
 }
 
+/* Host memory is what the CPU backend has anyway. */
+static zs_status cpu_host_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
+    return zs__mem_host_alloc(be->mem, tag, bytes, out);
+}
+
+static int cpu_device_count(zs__backend *be) {
+    (void)be;
+    return 0;
+}
+
 static zs_status cpu_download(zs__backend *be, void *host, const void *src, size_t bytes) {
     return cpu_copy(be, host, src, bytes);
 }
@@ -108,11 +118,14 @@ static const zs__backend_ops cpu_ops = {
     .accumulate = zs__cpu_accumulate,
     .sum_squares = zs__cpu_sum_squares,
     .optimizer_update = zs__cpu_optimizer_update,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .download = cpu_download,
     .upload = cpu_upload,
     .synchronize = cpu_synchronize,
     .get_stream = cpu_get_stream,
     .set_stream = cpu_set_stream,
+    .device_count = cpu_device_count,
     .set_health_check = cpu_set_health_check,
     .destroy = cpu_destroy,
 };

@@ -28,7 +28,18 @@ const char *zs_comm_op_name(zs_comm_op op) {
 }
 
 static const char *impl_name(zs__comm_impl impl) {
-    return impl == ZS_COMM_IMPL_RING ? "ring" : "mpi";
+    return impl == ZS_COMM_IMPL_RING ? "ring" : impl == ZS_COMM_IMPL_MPI ? "mpi" : "auto";
+}
+
+zs__comm_impl zs__comm_all_gather_choice(const zs__comm *comm, zs__comm_impl impl,
+                                         size_t chunk_bytes) {
+    if (impl != ZS_COMM_IMPL_AUTO) return impl;
+    return chunk_bytes >= comm->all_gather_mpi_from ? ZS_COMM_IMPL_MPI : ZS_COMM_IMPL_RING;
+}
+
+size_t zs__comm_all_gather_mpi_from(const zs__comm *comm, int *measured) {
+    if (measured) *measured = comm->all_gather_measured;
+    return comm->all_gather_mpi_from;
 }
 
 zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
@@ -44,6 +55,9 @@ zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
     comm->size = size;
     comm->reduce_scatter_impl = settings->comm.reduce_scatter;
     comm->all_gather_impl = settings->comm.all_gather;
+    comm->all_gather_mpi_from = settings->comm.all_gather_mpi_from_bytes > 0
+                                    ? (size_t)settings->comm.all_gather_mpi_from_bytes
+                                    : SIZE_MAX;
     comm->segment_bytes = (size_t)settings->comm.segment_bytes;
     comm->host = MPI_COMM_NULL;
     comm->tag_period = 4096; /* 8 * 4096 < 32767, the smallest MPI_TAG_UB allowed */
@@ -211,19 +225,25 @@ zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dt
     return ZS_OK;
 }
 
-zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
-                              const char *label) {
+zs_status zs__comm_all_gather_as(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                 zs__comm_impl impl, const char *label) {
     ZS_CHECK(check_usable(comm, "all_gather", label));
     ZS_CHECK(check_chunked(comm, "all_gather", buf, count, dtype, label));
     char what[128];
-    describe_chunked(what, sizeof what, comm, count, dtype, comm->all_gather_impl);
+    describe_chunked(what, sizeof what, comm, count, dtype,
+                     zs__comm_all_gather_choice(comm, impl, count * zs_dtype_size(dtype)));
     zs__comm_call call = begin_call(comm, "all_gather", label, what,
                                     (uint64_t)comm->size * count * zs_dtype_size(dtype));
     ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_ALL_GATHER, ring_bytes(comm, count, dtype));
     if (comm->size == 1 || count == 0) return ZS_OK;
-    ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, comm->all_gather_impl, &call));
+    ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, impl, &call));
     return ZS_OK;
+}
+
+zs_status zs__comm_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                              const char *label) {
+    return zs__comm_all_gather_as(comm, buf, count, dtype, comm->all_gather_impl, label);
 }
 
 zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
@@ -233,7 +253,8 @@ zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype 
     char what[160];
     snprintf(what, sizeof what, "%d chunks of %zu %s elements (%s reduce-scatter, %s all-gather)",
              comm->size, count, zs_dtype_name(dtype), impl_name(comm->reduce_scatter_impl),
-             impl_name(comm->all_gather_impl));
+             impl_name(zs__comm_all_gather_choice(comm, comm->all_gather_impl,
+                                                  count * zs_dtype_size(dtype))));
     zs__comm_call call = begin_call(comm, "all_reduce", label, what,
                                     (uint64_t)comm->size * count * zs_dtype_size(dtype));
     ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));

@@ -50,8 +50,48 @@ void zs__comm_destroy(zs__comm *comm);
 
 /* Lets ring reductions add segments with `backend`'s accumulate op (SIMD on
  * the CPU) instead of the portable loop; results are bit-identical. The
- * backend must outlive the communicator. NULL restores the portable loop. */
+ * backend must outlive the communicator and add host memory (the CPU
+ * backend). NULL restores the portable loop. */
 void zs__comm_use_backend(zs__comm *comm, zs__backend *backend);
+
+/* MPI communicators only: from now on the buffers of the data collectives
+ * (reduce_scatter, all_gather, all_reduce) are `backend`'s memory, which
+ * the host may not address; each collective passes through a host staging
+ * buffer of `staging_bytes` from the backend's host_alloc, charged to
+ * ZS_MEM_COMM (staging.h: comm.impl = "mpi" on CUDA, comm.host_staging on
+ * the CPU). Results are the unstaged ones, bit for bit, with the ring
+ * reduce-scatter. The backend must outlive the communicator. Every rank
+ * gets the same answer (ZS_ERR_CONFIG when staging_bytes cannot hold one
+ * element per rank). */
+zs_status zs__comm_stage_through(zs__comm *comm, zs__backend *backend, size_t staging_bytes);
+
+/* The algorithm an all-gather of `chunk_bytes` per rank runs with `impl`
+ * (comm.all_gather): ring or mpi as configured, or for "auto" MPI's from
+ * the communicator's threshold on (comm.all_gather_mpi_from_bytes, or what
+ * zs__comm_all_gather_measure found; the ring until either is known). */
+zs__comm_impl zs__comm_all_gather_choice(const zs__comm *comm, zs__comm_impl impl,
+                                         size_t chunk_bytes);
+
+/* comm.all_gather = "auto" with comm.all_gather_mpi_from_bytes = 0:
+ * collective; times ring and MPI all-gathers of each of `n` message sizes
+ * (`chunk_bytes[i]` bytes per rank, ascending) on `buf` (the collectives'
+ * memory, backend memory on a staged communicator; size * the largest
+ * chunk bytes, clobbered), takes each algorithm's time as the slowest
+ * rank's, and sets the threshold from which MPI's all-gather runs: the
+ * smallest measured size from which MPI's is faster at every larger
+ * measured size. Every rank gets the same threshold, logged at INFO by
+ * rank 0. The moves are counted like any all-gather. A no-op for other
+ * settings, on one rank, and on communicators without a choice (NCCL). */
+zs_status zs__comm_all_gather_measure(zs__comm *comm, void *buf, const size_t *chunk_bytes,
+                                      int n);
+/* The threshold that measurement picks from per-size times (pure; unit
+ * tested): SIZE_MAX when MPI's is not faster at the largest size. */
+size_t zs__comm_all_gather_threshold(const size_t *chunk_bytes, const double *ring_s,
+                                     const double *mpi_s, int n);
+/* MPI's all-gather from this many bytes per rank (SIZE_MAX: the ring
+ * always), and whether it was measured (1) or configured (0); for logs and
+ * tests. */
+size_t zs__comm_all_gather_mpi_from(const zs__comm *comm, int *measured);
 
 int zs__comm_rank(const zs__comm *comm);
 int zs__comm_size(const zs__comm *comm);

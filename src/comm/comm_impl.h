@@ -1,6 +1,6 @@
 /* The inside of a communicator, shared by comm.c (checks, numbering,
  * accounting, logging) and the implementations behind zs__comm_ops (mpi.c
- * today, nccl.c later). An implementation only moves data: comm.c has already
+ * and nccl/nccl.c). An implementation only moves data: comm.c has already
  * validated the arguments, numbered the call and counted its bytes, so every
  * implementation counts the same way. */
 #ifndef ZS_COMM_COMM_IMPL_H
@@ -51,6 +51,11 @@ struct zs__comm {
     int size;
     zs__comm_impl reduce_scatter_impl;
     zs__comm_impl all_gather_impl;
+    /* comm.all_gather = "auto": MPI's all-gather for chunks of at least this
+     * many bytes per rank, the ring below (SIZE_MAX: always the ring, until
+     * measured or configured). */
+    size_t all_gather_mpi_from;
+    int all_gather_measured;
     size_t segment_bytes;            /* settings->comm.segment_bytes */
     uint64_t seq;                    /* collectives started so far; the Nth is "#N" */
     zs_comm_stats stats;
@@ -73,6 +78,11 @@ struct zs__comm {
     zs_status failed;
     char failure[2048];
 };
+
+/* zs__comm_all_gather with the algorithm `impl` instead of comm.all_gather
+ * (the measurement of "auto"); numbered, checked and counted the same way. */
+zs_status zs__comm_all_gather_as(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                 zs__comm_impl impl, const char *label);
 
 /* Allocates a communicator around an implementation's state and copies the
  * settings it needs. Called by an implementation's create function, which

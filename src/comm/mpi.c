@@ -26,6 +26,7 @@
 #include "comm/comm_impl.h"
 #include "comm/mpi_host.h"
 #include "comm/reduce.h"
+#include "comm/staging.h"
 #include "comm/wait.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -36,6 +37,8 @@ typedef struct mpi_state {
     size_t staging_bytes;
     MPI_Op sum_fp16;          /* user ops for MPI_Reduce_scatter_block on MPI_UINT16_T */
     MPI_Op sum_bf16;
+    zs__staging stage;        /* data in backend memory goes through it (staging.h);
+                                 stage.backend is NULL while buffers are host memory */
 } mpi_state;
 
 /* The name of the MPI function in a failing call, without its arguments. */
@@ -247,24 +250,49 @@ static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
 
 /* ------------------------------------------------------------- the table */
 
-static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
-                                   zs__comm_impl impl, const zs__comm_call *call) {
+/* The collectives on host memory: `buf` is host memory, the staged piece of
+ * backend memory or the backend's own memory where the host can address
+ * it. */
+static zs_status host_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                     zs__comm_impl impl, const zs__comm_call *call) {
     mpi_state *st = comm->state;
     if (impl == ZS_COMM_IMPL_RING) return ring_reduce_scatter(comm, st, buf, count, dtype, call);
     return mpi_reduce_scatter(comm, st, buf, count, dtype, call);
 }
 
-static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
-                               zs__comm_impl impl, const zs__comm_call *call) {
+/* "auto" is decided here, by the size of the message the host moves (a
+ * staged piece can be smaller than the caller's chunk). */
+static zs_status host_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                 zs__comm_impl impl, const zs__comm_call *call) {
     mpi_state *st = comm->state;
     size_t esize = zs_dtype_size(dtype);
-    if (impl == ZS_COMM_IMPL_RING) return ring_all_gather(comm, st, buf, count, esize, call);
+    if (zs__comm_all_gather_choice(comm, impl, count * esize) == ZS_COMM_IMPL_RING)
+        return ring_all_gather(comm, st, buf, count, esize, call);
     return zs__mpi_all_gather_native(comm, buf, count * esize,
                                      comm->segment_bytes - comm->segment_bytes % esize, call);
 }
 
+static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                                   zs__comm_impl impl, const zs__comm_call *call) {
+    mpi_state *st = comm->state;
+    if (st->stage.backend)
+        return zs__staged_reduce_scatter(comm, &st->stage, buf, count, dtype, impl, call,
+                                         host_reduce_scatter);
+    return host_reduce_scatter(comm, buf, count, dtype, impl, call);
+}
+
+static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
+                               zs__comm_impl impl, const zs__comm_call *call) {
+    mpi_state *st = comm->state;
+    if (st->stage.backend)
+        return zs__staged_all_gather(comm, &st->stage, buf, count, dtype, impl, call,
+                                     host_all_gather);
+    return host_all_gather(comm, buf, count, dtype, impl, call);
+}
+
 static void free_state(mpi_state *st, zs__mem *mem) {
     if (!st) return;
+    zs__staging_destroy(&st->stage);
     zs__mem_host_free(mem, ZS_MEM_COMM, st->staging, st->staging_bytes);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -316,10 +344,10 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
                         finalized ? "already finalized" : "not initialized");
     const zs__comm_impl rs = settings->comm.reduce_scatter, ag = settings->comm.all_gather;
     if ((rs != ZS_COMM_IMPL_RING && rs != ZS_COMM_IMPL_MPI) ||
-        (ag != ZS_COMM_IMPL_RING && ag != ZS_COMM_IMPL_MPI))
+        (ag != ZS_COMM_IMPL_RING && ag != ZS_COMM_IMPL_MPI && ag != ZS_COMM_IMPL_AUTO))
         return zs__fail(ZS_ERR_CONFIG,
-                        "comm.reduce_scatter (%d) and comm.all_gather (%d) must be \"ring\" or "
-                        "\"mpi\"", (int)rs, (int)ag);
+                        "comm.reduce_scatter (%d) must be \"ring\" or \"mpi\", and "
+                        "comm.all_gather (%d) \"ring\", \"mpi\" or \"auto\"", (int)rs, (int)ag);
     if (settings->comm.timeout_s < 1)
         return zs__fail(ZS_ERR_CONFIG, "comm.timeout_s = %lld must be at least 1 second",
                         (long long)settings->comm.timeout_s);
@@ -398,11 +426,28 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
     ZS_CHECK_GOTO(zs__comm_new(&mpi_ops, st, rank, size, settings, mem, out), status, fail);
     zs__comm_set_host(*out, st->comm);
     ZS_DEBUG("comm: created on %d ranks; reduce_scatter=%s all_gather=%s segment_bytes=%lld",
-             size, rs == ZS_COMM_IMPL_RING ? "ring" : "mpi", ag == ZS_COMM_IMPL_RING ? "ring" : "mpi",
+             size, rs == ZS_COMM_IMPL_RING ? "ring" : "mpi",
+             ag == ZS_COMM_IMPL_RING ? "ring" : ag == ZS_COMM_IMPL_MPI ? "mpi" : "auto",
              (long long)segment);
     return ZS_OK;
 
 fail:
     free_state(st, mem);
     return status;
+}
+
+zs_status zs__comm_stage_through(zs__comm *comm, zs__backend *backend, size_t staging_bytes) {
+    if (comm->ops != &mpi_ops)
+        return zs__fail(ZS_ERR_INTERNAL, "zs__comm_stage_through: the '%s' communicator has no "
+                        "host staging", comm->ops->name);
+    mpi_state *st = comm->state;
+    if (st->stage.backend)
+        return zs__fail(ZS_ERR_INTERNAL, "zs__comm_stage_through: staging is already set up");
+    if (comm->size == 1) return ZS_OK; /* no data collective ever moves anything */
+    ZS_CHECK(zs__staging_create(&st->stage, backend, comm->mem, staging_bytes, comm->size));
+    /* The ring adds staged pieces on the host: with the CPU's kernels. */
+    zs__comm_use_backend(comm, st->stage.host_adder ? st->stage.host_adder : backend);
+    ZS_DEBUG("comm: collectives staged through %zu bytes of host memory (backend %s)",
+             staging_bytes, backend->ops->name);
+    return ZS_OK;
 }

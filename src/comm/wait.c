@@ -247,11 +247,16 @@ zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer
     return zs__fail(ZS_ERR_TIMEOUT, "%s", comm->failure);
 }
 
-/* Gives up on requests that will not complete: receives are cancelled, all
- * are freed (MPI finishes or drops them in the background). */
+/* Gives up on requests that will not complete: point-to-point receives are
+ * cancelled, and point-to-point requests freed (MPI finishes or drops them
+ * in the background). A request of MPI's own non-blocking collectives (peer
+ * -1: MPI_Iallgather, MPI_Ireduce_scatter_block) may be neither cancelled
+ * nor freed (MPI 3.1, 5.12: erroneous; Open MPI's answer is an invalid
+ * request error on MPI_COMM_WORLD, which is fatal), so it is left as it is:
+ * the communicator is marked failed and never waits on it again. */
 static void abandon(zs__pending *p, int n) {
     for (int i = 0; i < n; i++) {
-        if (p[i].request == MPI_REQUEST_NULL) continue;
+        if (p[i].request == MPI_REQUEST_NULL || p[i].peer < 0) continue;
         if (p[i].receiving) MPI_Cancel(&p[i].request);
         MPI_Request_free(&p[i].request);
     }

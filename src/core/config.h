@@ -23,9 +23,24 @@ typedef enum zs__schedule_kind {
     ZS_SCHEDULE_WARMUP_COSINE = 1
 } zs__schedule_kind;
 
-/* Which algorithm carries a collective: a ring over MPI point-to-point, or the
- * MPI library's own collective (MPI_Reduce_scatter_block, MPI_Allgather). */
-typedef enum zs__comm_impl { ZS_COMM_IMPL_RING = 0, ZS_COMM_IMPL_MPI = 1 } zs__comm_impl;
+/* Which algorithm carries a collective on the MPI path: a ring over MPI
+ * point-to-point, or the MPI library's own collective
+ * (MPI_Reduce_scatter_block, MPI_Allgather). All-gathers may also be "auto":
+ * the faster of the two for each message size, decided once per context
+ * (comm/mpi.h); reduce-scatter keeps one fixed summation order. */
+typedef enum zs__comm_impl {
+    ZS_COMM_IMPL_RING = 0,
+    ZS_COMM_IMPL_MPI = 1,
+    ZS_COMM_IMPL_AUTO = 2   /* comm.all_gather only */
+} zs__comm_impl;
+
+/* comm.impl: which library carries the data collectives of a device
+ * backend. The CPU backend always uses MPI. */
+typedef enum zs__comm_library {
+    ZS_COMM_LIBRARY_AUTO = 0, /* nccl where every node has a GPU per rank, else mpi */
+    ZS_COMM_LIBRARY_NCCL = 1, /* NCCL on device memory: one GPU per rank */
+    ZS_COMM_LIBRARY_MPI = 2   /* MPI on host memory: device data staged through pinned buffers */
+} zs__comm_library;
 
 /* comm.on_timeout: what a collective past comm.timeout_s does after logging. */
 /* offload.optimizer / offload.params: where the state lives (src/offload). */
@@ -121,8 +136,17 @@ typedef struct zs__settings {
     } precision;
 
     struct {
+        zs__comm_library impl;        /* comm.impl = "auto" | "nccl" | "mpi"; default "auto";
+                                         zs_create replaces "auto" with what it chose */
         zs__comm_impl reduce_scatter; /* comm.reduce_scatter = "ring" | "mpi"; default "ring" */
-        zs__comm_impl all_gather;     /* comm.all_gather = "ring" | "mpi"; default "ring" */
+        zs__comm_impl all_gather;     /* comm.all_gather = "auto" | "ring" | "mpi"; default "auto" */
+        int64_t all_gather_mpi_from_bytes; /* comm.all_gather_mpi_from_bytes; 0 = measured at
+                                         zs_build; > 0: MPI's all-gather from this many bytes
+                                         per rank, the ring below */
+        int64_t staging_bytes;        /* comm.staging_bytes; host staging of device collectives
+                                         (comm.impl = "mpi"); default 16 MiB */
+        int host_staging;             /* comm.host_staging; bool; default false: the CPU backend
+                                         stages like a device backend (tests) */
         int64_t segment_bytes;        /* comm.segment_bytes; 4096..1 GiB; default 4 MiB */
         int64_t timeout_s;            /* comm.timeout_s; 1..86400; default 600: the longest any
                                          collective (MPI or NCCL, creation included) may wait

@@ -14,6 +14,7 @@ _Static_assert(sizeof(zs__backend_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__optimizer_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__schedule_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__comm_impl) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__comm_library) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs_log_level) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__reduce_dtype) == sizeof(int), "enum size");
@@ -42,6 +43,8 @@ static const char *const backend_values[] = {"cpu", "cuda", NULL};
 static const char *const optimizer_values[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedule_values[] = {"constant", "warmup_cosine", NULL};
 static const char *const comm_impl_values[] = {"ring", "mpi", NULL};
+static const char *const all_gather_values[] = {"ring", "mpi", "auto", NULL};
+static const char *const comm_library_values[] = {"auto", "nccl", "mpi", NULL};
 static const char *const log_level_values[] = {"error", "warn", "info", "debug", NULL};
 static const char *const dtype_values[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const reduce_dtype_values[] = {"compute", "fp32", NULL};
@@ -54,7 +57,9 @@ _Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1 && ZS_OFFLOAD_NVME =
                "offload values follow the enum");
 
 _Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
-                   ZS_COMM_IMPL_MPI == 1 && ZS_LOG_DEBUG == 3,
+                   ZS_COMM_IMPL_MPI == 1 && ZS_COMM_IMPL_AUTO == 2 && ZS_LOG_DEBUG == 3 &&
+                   ZS_COMM_LIBRARY_AUTO == 0 && ZS_COMM_LIBRARY_NCCL == 1 &&
+                   ZS_COMM_LIBRARY_MPI == 2,
                "the value lists above must follow the C enums");
 _Static_assert(ZS_DTYPE_FP32 == 0 && ZS_DTYPE_FP16 == 1 && ZS_DTYPE_BF16 == 2 &&
                    ZS_REDUCE_DTYPE_COMPUTE == 0 && ZS_REDUCE_DTYPE_FP32 == 1 &&
@@ -189,10 +194,34 @@ const zs__key zs__config_keys[] = {
              "Check gradients for Inf/NaN before every update and skip the step on overflow; "
              "must be true in fp16."),
 
+    ENUM_KEY("comm.impl", comm.impl, "auto", comm_library_values,
+             "Library of the cuda backend's data collectives: nccl (device memory, one GPU per "
+             "rank) or mpi (device buffers staged through pinned host memory into the MPI "
+             "collectives below: ranks may share a GPU, clusters without NCCL can train); auto "
+             "picks nccl where every node has at least one GPU per rank, else mpi, and says so "
+             "in one INFO line. The cpu backend always uses MPI (nccl is refused)."),
     ENUM_KEY("comm.reduce_scatter", comm.reduce_scatter, "ring", comm_impl_values,
-             "Algorithm of gradient reduce-scatter: our ring over point-to-point, or MPI's own."),
-    ENUM_KEY("comm.all_gather", comm.all_gather, "ring", comm_impl_values,
-             "Algorithm of parameter all-gather: our ring over point-to-point, or MPI's own."),
+             "Algorithm of gradient reduce-scatter on the MPI path: our ring over point-to-point, "
+             "or MPI's own; each fixes its summation order, so there is no auto."),
+    ENUM_KEY("comm.all_gather", comm.all_gather, "auto", all_gather_values,
+             "Algorithm of all-gather on the MPI path: our ring over point-to-point, MPI's own, "
+             "or auto: the faster of the two for each message size, measured at zs_build on the "
+             "model's own unit sizes and agreed by all ranks (logged at INFO), or chosen by "
+             "comm.all_gather_mpi_from_bytes. An all-gather only moves bits: every choice gives "
+             "the same results."),
+    INT_KEY("comm.all_gather_mpi_from_bytes", comm.all_gather_mpi_from_bytes, 0, 0,
+            INT64_MAX,
+            "comm.all_gather = \"auto\": 0 measures at zs_build; a positive value skips the "
+            "measurement and uses MPI's all-gather for messages of at least this many bytes "
+            "per rank, the ring for smaller ones."),
+    INT_KEY("comm.staging_bytes", comm.staging_bytes, 16777216, 1024, 1073741824,
+            "comm.impl = \"mpi\" on the cuda backend: bytes of the pinned host buffer that "
+            "device data passes through on its way into and out of MPI's collectives, at most "
+            "this much of a collective at a time (counted under the comm tag)."),
+    BOOL_KEY("comm.host_staging", comm.host_staging, 0,
+             "Testing: the cpu backend passes collectives through the staging buffer of "
+             "comm.impl = \"mpi\" as a device backend does (same results, more copies), so "
+             "that path runs on machines without a GPU."),
     INT_KEY("comm.segment_bytes", comm.segment_bytes, 4194304, 4096, 1073741824,
             "Size of one collective staging buffer in bytes (default 4 MiB, at most 1 GiB)."),
     INT_KEY("comm.timeout_s", comm.timeout_s, 600, 1, 86400,

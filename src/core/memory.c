@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,4 +86,16 @@ int zs__mul_size(size_t a, size_t b, size_t *out) {
 
 int zs__add_size(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
+}
+
+const char *zs__bytes_text(char *buf, size_t cap, double bytes) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 5) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, cap, "%.0f B", bytes);
+    else snprintf(buf, cap, bytes < 10 ? "%.2f %s" : "%.1f %s", bytes, unit[u]);
+    return buf;
 }

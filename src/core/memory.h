@@ -47,6 +47,11 @@ zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **
 /* ptr may be NULL; bytes must be what was requested. */
 void zs__mem_host_free(zs__mem *mem, zs_mem_tag tag, void *ptr, size_t bytes);
 
+/* "71.2 GiB", "1.21 GiB", "512 B" into buf (returned): binary units, three
+ * digits at least, so that sizes near a device's memory do not round to the
+ * same text. The one byte formatter of the library and its tools. */
+const char *zs__bytes_text(char *buf, size_t cap, double bytes);
+
 /* Overflow-checked a * b and a + b for sizes; return 0 on overflow. */
 int zs__mul_size(size_t a, size_t b, size_t *out);
 int zs__add_size(size_t a, size_t b, size_t *out);

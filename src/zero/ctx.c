@@ -58,11 +58,12 @@ zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what) {
     return zs__share_outcome(zs, local, (int)(-key), what);
 }
 
-/* This rank's index among the ranks on its host, learned by exchanging host
- * names through the runtime's communicator (whose waits have deadlines)
- * rather than with MPI_Comm_split_type, which would wait forever for a rank
- * that never arrives. */
-static zs_status node_rank(zs_ctx *zs, int *out) {
+/* This rank's index among the ranks on its host, and how many ranks its
+ * host runs, learned by exchanging host names through the runtime's
+ * communicator (whose waits have deadlines) rather than with
+ * MPI_Comm_split_type, which would wait forever for a rank that never
+ * arrives. */
+static zs_status node_ranks(zs_ctx *zs, int *local, int *on_node) {
     typedef struct { char name[MPI_MAX_PROCESSOR_NAME + 1]; } host_name;
     host_name mine;
     memset(&mine, 0, sizeof mine);
@@ -71,12 +72,69 @@ static zs_status node_rank(zs_ctx *zs, int *out) {
     host_name *all = calloc((size_t)zs->world_size, sizeof *all);
     if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (host names)");
     zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "host names");
-    int local = 0;
-    for (int r = 0; st == ZS_OK && r < zs->rank; r++)
-        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) local++;
+    *local = 0;
+    *on_node = 0;
+    for (int r = 0; st == ZS_OK && r < zs->world_size; r++)
+        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) {
+            if (r < zs->rank) ++*local;
+            ++*on_node;
+        }
     free(all);
-    *out = local;
     return st;
+}
+
+/* comm.impl: which library carries the data collectives, the same choice
+ * on every rank (the configuration is agreed, and so is whether any node
+ * has more ranks than GPUs). The CPU backend uses MPI on its own memory, or
+ * through host staging (comm.host_staging, tests). A device backend uses
+ * NCCL when every rank has its own GPU, and otherwise MPI with its buffers
+ * staged through pinned host memory (comm/staging.h), so that ranks can
+ * share a GPU. zs->settings.comm.impl is the choice afterwards (the memory
+ * plan reads it). */
+static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm, int on_node) {
+    zs__settings *s = &zs->settings;
+    zs__backend *be = zs->backend;
+    if (be->ops->host_accessible) {
+        if (s->comm.impl == ZS_COMM_LIBRARY_NCCL)
+            return zs__fail(ZS_ERR_CONFIG, "comm.impl = \"nccl\" needs backend = \"cuda\"; the "
+                            "%s backend's collectives run over MPI (comm.impl = \"mpi\" or "
+                            "\"auto\")", be->ops->name);
+        s->comm.impl = ZS_COMM_LIBRARY_MPI;
+        if (s->comm.host_staging)
+            return zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes);
+        zs__comm_use_backend(zs->comm, be);
+        return ZS_OK;
+    }
+    const int devices = be->ops->device_count(be);
+    double shared = on_node > devices ? 1.0 : 0.0;
+    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &shared, 1, ZS_REDUCE_MAX, "GPUs per rank"));
+    if (s->comm.impl == ZS_COMM_LIBRARY_NCCL && shared > 0)
+        return zs__fail(ZS_ERR_CONFIG,
+                        "comm.impl = \"nccl\" needs one GPU per rank, but a node runs more ranks "
+                        "than it has GPUs (rank %d's node: %d rank%s, %d visible GPU%s; NCCL "
+                        "refuses two ranks on one GPU); use comm.impl = \"auto\" or \"mpi\" "
+                        "(ranks share a GPU through host staging), or launch at most one rank "
+                        "per GPU",
+                        zs->rank, on_node, on_node == 1 ? "" : "s", devices,
+                        devices == 1 ? "" : "s");
+    if (s->comm.impl == ZS_COMM_LIBRARY_AUTO) {
+        s->comm.impl = shared > 0 ? ZS_COMM_LIBRARY_MPI : ZS_COMM_LIBRARY_NCCL;
+        if (shared > 0)
+            ZS_INFO("comm.impl = \"auto\": a node runs more ranks than it has GPUs (this "
+                    "one: %d rank%s, %d GPU%s), so the ranks share GPUs and collectives go "
+                    "through MPI with host staging (comm.impl = \"mpi\"); one rank per GPU "
+                    "uses NCCL",
+                    on_node, on_node == 1 ? "" : "s", devices, devices == 1 ? "" : "s");
+    }
+    if (s->comm.impl == ZS_COMM_LIBRARY_MPI)
+        return zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes);
+    /* NCCL on device memory. The MPI communicator was only needed to agree
+     * on the configuration and the choice. */
+    zs__comm *device_comm = NULL;
+    ZS_CHECK(zs__comm_create_nccl(comm, s, &zs->mem, be, &device_comm));
+    zs__comm_destroy(zs->comm);
+    zs->comm = device_comm;
+    return ZS_OK;
 }
 
 /* The comm engine runs collectives on its own thread when comm.overlap is on,
@@ -131,27 +189,30 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
              zs_config_path(cfg));
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
     /* The device of a GPU rank is picked by its rank among the ranks of its node. */
-    int local_rank = 0;
-    ZS_CHECK_GOTO(node_rank(zs, &local_rank), st, fail);
+    int local_rank = 0, on_node = 1;
+    ZS_CHECK_GOTO(node_ranks(zs, &local_rank, &on_node), st, fail);
     ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, local_rank, &zs->backend), st, fail);
-    if (zs->backend->ops->host_accessible) {
-        zs__comm_use_backend(zs->comm, zs->backend);
-    } else {
-        /* Device memory: data collectives move to NCCL. The MPI communicator
-         * was only needed to agree on the configuration. */
-        zs__comm *device_comm = NULL;
-        ZS_CHECK_GOTO(zs__comm_create_nccl(comm, &zs->settings, &zs->mem, zs->backend,
-                                           &device_comm), st, fail);
-        zs__comm_destroy(zs->comm);
-        zs->comm = device_comm;
-    }
+    ZS_CHECK_GOTO(choose_collectives(zs, comm, on_node), st, fail);
+    /* The runtime's CPU kernels give the same bits at every SIMD level, so
+     * a difference between hosts costs only speed: said at INFO. */
+    char groups[1536];
+    int differ = 0;
+    ZS_CHECK_GOTO(zs__kernels_compare(zs, "runtime CPU kernel levels", zs_cpu_kernels(), groups,
+                                      sizeof groups, &differ), st, fail);
+    if (differ)
+        ZS_INFO("the runtime's CPU kernels run at different SIMD levels (%s); every level gives "
+                "the same bits, the lower levels are slower", groups);
 
     ZS_CHECK_GOTO(create_engine(zs), st, fail);
     ZS_CHECK_GOTO(zs__metrics_open(zs), st, fail);
-    ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d, %s collectives",
+    ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d, %s %s collectives",
             zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
             zs->backend->ops->name, zs->settings.zero.max_live_units,
-            zs__engine_threaded(zs->engine) ? "overlapped" : "synchronous");
+            zs__engine_threaded(zs->engine) ? "overlapped" : "synchronous",
+            zs->settings.comm.impl == ZS_COMM_LIBRARY_NCCL ? "NCCL"
+            : zs->settings.comm.host_staging || !zs->backend->ops->host_accessible
+                ? "MPI (host-staged)"
+                : "MPI");
     *out = zs;
     return ZS_OK;
 fail:

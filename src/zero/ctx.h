@@ -24,6 +24,12 @@
 #define ZS_PARAM_NAME_MAX 240
 #define ZS_MAX_DIMS 8
 
+/* Collective: all-gathers every rank's `kernel` name (kernels_agree.c);
+ * *differ = 1 when they are not all equal, and `groups` then lists every
+ * name with its ranks ("ranks 0-1: 'Zen'; rank 2: 'Haswell'"). */
+zs_status zs__kernels_compare(zs_ctx *zs, const char *what, const char *kernel, char *groups,
+                              size_t cap, int *differ);
+
 struct zs_param {
     zs_ctx *ctx;
     zs_unit *unit;

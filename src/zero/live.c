@@ -7,12 +7,15 @@
 
 #include "core/error.h"
 
-#define MIB (1024.0 * 1024.0)
-
-/* "512 bytes" or "78.6 MiB (82411520 bytes)". */
+/* "512 bytes" or "78.6 MiB (82411520 bytes)": the exact count too, since
+ * budgets are set in bytes. */
 static const char *human(size_t bytes, char *out, size_t cap) {
-    if (bytes < 1024 * 1024) snprintf(out, cap, "%zu bytes", bytes);
-    else snprintf(out, cap, "%.1f MiB (%zu bytes)", (double)bytes / MIB, bytes);
+    if (bytes < 1024 * 1024) {
+        snprintf(out, cap, "%zu bytes", bytes);
+    } else {
+        char text[32];
+        snprintf(out, cap, "%s (%zu bytes)", zs__bytes_text(text, sizeof text, (double)bytes), bytes);
+    }
     return out;
 }
 

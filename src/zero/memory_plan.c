@@ -49,6 +49,12 @@ static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t
     return ZS_OK;
 }
 
+zs__comm_path zs__comm_path_of(const zs__settings *s) {
+    if (s->backend == ZS_BACKEND_CPU)
+        return s->comm.host_staging ? ZS_COMM_PATH_MPI_STAGED : ZS_COMM_PATH_MPI;
+    return s->comm.impl == ZS_COMM_LIBRARY_MPI ? ZS_COMM_PATH_MPI_STAGED : ZS_COMM_PATH_NCCL;
+}
+
 zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
                                const char *const *unit_names, zs__memory_plan *out) {
     memset(out, 0, sizeof *out);
@@ -101,10 +107,17 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
         b[out->optim_tag] += (uint64_t)out->moments * (uint64_t)out->state_numel * 4;
     }
     b[ZS_MEM_LIVE_FREE] = out->live_budget;
-    /* The MPI communicator's staging buffer (comm.segment_bytes, whenever
-     * there is more than one rank), the fp32 reduction staging, the bucket. */
-    b[ZS_MEM_COMM] = (world > 1 ? (uint64_t)s->comm.segment_bytes : 0) +
-                     (uint64_t)out->reduce_staging_numel * 4 +
+    /* The MPI communicator's ring staging (comm.segment_bytes) and, where
+     * the collectives' buffers are not host memory the MPI path can use,
+     * the host staging (comm.staging_bytes), whenever there is more than one
+     * rank; NCCL stages nothing of ours. Then the fp32 reduction staging and
+     * the bucket. */
+    const zs__comm_path path = zs__comm_path_of(s);
+    uint64_t comm_staging = 0;
+    if (world > 1 && path != ZS_COMM_PATH_NCCL)
+        comm_staging = (uint64_t)s->comm.segment_bytes +
+                       (path == ZS_COMM_PATH_MPI_STAGED ? (uint64_t)s->comm.staging_bytes : 0);
+    b[ZS_MEM_COMM] = comm_staging + (uint64_t)out->reduce_staging_numel * 4 +
                      (uint64_t)out->bucket_staging_numel * elem;
     for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
         if (zs__mem_tag_on_device((zs_mem_tag)t)) out->device_bytes += b[t];

@@ -42,6 +42,17 @@ typedef struct zs__memory_plan {
     uint64_t bytes[ZS_MEM_TAG_COUNT]; /* per tag when zs_build returns (CPU backend) */
 } zs__memory_plan;
 
+/* How the data collectives move data, which decides the comm tag's
+ * staging. zs_create resolves comm.impl = "auto" (a node with more ranks
+ * than GPUs takes MPI); a configuration still saying "auto" (zs-estimate,
+ * zs_estimate_memory) is planned as one GPU per rank: NCCL on CUDA. */
+typedef enum zs__comm_path {
+    ZS_COMM_PATH_MPI = 0,        /* MPI on the backend's host memory */
+    ZS_COMM_PATH_MPI_STAGED = 1, /* MPI through host staging (comm.staging_bytes) */
+    ZS_COMM_PATH_NCCL = 2        /* NCCL on device memory: nothing staged of ours */
+} zs__comm_path;
+zs__comm_path zs__comm_path_of(const zs__settings *s);
+
 /* Fails with ZS_ERR_CONFIG (naming the largest unit, from unit_names when
  * given, and the bytes needed) when zero.live_bytes cannot hold it. */
 zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,

@@ -311,6 +311,48 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     return ZS_OK;
 }
 
+/* comm.all_gather = "auto": the all-gather algorithm per size is measured
+ * on this model's own message sizes (each unit's chunk per rank; up to four
+ * of them, smallest to largest), in memory that is allocated and idle now:
+ * the live budget of stages 2-3 (it holds the largest unit), or the full
+ * gradient of stages 0-1, zeroed again afterwards. */
+static zs_status measure_all_gather(zs_ctx *zs) {
+    if (zs->world_size < 2 || zs->unit_count == 0 ||
+        zs->settings.comm.all_gather != ZS_COMM_IMPL_AUTO ||
+        zs->settings.comm.all_gather_mpi_from_bytes > 0)
+        return ZS_OK;
+    const size_t elem = zs_dtype_size(zs->compute_dtype);
+    size_t *sizes = malloc(sizeof *sizes * (size_t)zs->unit_count);
+    if (!sizes) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    int n = 0;
+    for (int u = 0; u < zs->unit_count; u++) {
+        const size_t chunk = (size_t)zs->plan->units[u].shard_numel * elem;
+        int seen = 0;
+        for (int k = 0; k < n && !seen; k++) seen = sizes[k] == chunk;
+        if (!seen && chunk > 0) sizes[n++] = chunk;
+    }
+    for (int i = 1; i < n; i++) /* ascending; few distinct sizes */
+        for (int k = i; k > 0 && sizes[k - 1] > sizes[k]; k--) {
+            const size_t t = sizes[k];
+            sizes[k] = sizes[k - 1];
+            sizes[k - 1] = t;
+        }
+    size_t picked[4];
+    int m = 0;
+    for (int q = 0; q < 4 && n > 0; q++) {
+        const size_t chunk = sizes[(size_t)q * (size_t)(n - 1) / 3];
+        if (m == 0 || picked[m - 1] != chunk) picked[m++] = chunk;
+    }
+    free(sizes);
+    void *buf = zs->settings.zero.stage >= 2 ? zs->live.storage.ptr : zs->grads_full.ptr;
+    ZS_CHECK(zs__comm_all_gather_measure(zs->comm, buf, picked, m));
+    if (zs->settings.zero.stage < 2)
+        ZS_CHECK(zs->backend->ops->zero(zs->backend, zs->grads_full.ptr,
+                                        (size_t)zs->grads_full.count *
+                                            zs_dtype_size(zs->grads_full.dtype)));
+    return ZS_OK;
+}
+
 zs_status zs_build(zs_ctx *zs) {
     ZS_CHECK(check_buildable(zs, "zs_build"));
     if (zs->open_unit)
@@ -350,6 +392,7 @@ zs_status zs_build(zs_ctx *zs) {
     /* A disk, a directory or memory that fails on some ranks fails all of
      * them here, with the first failing rank's reason. */
     ZS_CHECK(zs__agree_status(zs, st, "zs_build"));
+    ZS_CHECK(measure_all_gather(zs));
     zs->built = 1;
     /* checkpoint.resume: load a checkpoint over the initial values. */
     ZS_CHECK(zs__checkpoint_resume(zs));

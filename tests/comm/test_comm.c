@@ -13,7 +13,14 @@
  * checked on exact data (subnormals included), against a simulation of the
  * ring's hop order with one rounding per hop, against the exact sum within
  * half an ulp per hop, for repeatability, all_reduce == reduce_scatter +
- * all_gather, overflow to infinity and NaN propagation. */
+ * all_gather, overflow to infinity and NaN propagation.
+ *
+ * Host staging (zs__comm_stage_through, the path of comm.impl = "mpi" on a
+ * GPU) is run here on the CPU backend: every collective, in pieces far
+ * smaller than the chunks, gives the unstaged bits; the staging is charged
+ * to the comm tag and too small a buffer is refused on every rank. And
+ * comm.all_gather = "auto": the threshold rule, and a measurement whose
+ * result every rank shares. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -545,6 +552,113 @@ static void check_backend_add(zs__comm_impl impl, size_t count) {
     zs__backend_destroy(be);
 }
 
+/* Collectives through host staging of `staging` bytes equal the unstaged
+ * ones bit for bit, for every collective and dtype, with counts that fill
+ * many pieces and a last short one. */
+static void check_staged(zs__comm_impl impl, size_t staging, size_t count) {
+    zs__mem mem[3];
+    memset(mem, 0, sizeof mem);
+    zs__backend *be = NULL;
+    ZT_OK(zs__cpu_backend_create(&mem[0], &be));
+    zs__comm *plain = create(impl, 4096, &mem[1]);
+    zs__comm *staged = create(impl, 4096, &mem[2]);
+    zs__comm_use_backend(plain, be);
+    ZT_OK(zs__comm_stage_through(staged, be, staging));
+    /* The staging is the backend's allocation, charged to its accountant
+     * (one and the same in the runtime). */
+    ZT_EQ_U64(mem[2].current[ZS_MEM_COMM], g_size > 1 ? 4096 : 0);
+    ZT_EQ_U64(mem[0].current[ZS_MEM_COMM], g_size > 1 ? (uint64_t)staging : 0);
+    const size_t total = count * (size_t)g_size;
+    for (int d = 0; d < 3; d++) {
+        const zs_dtype dtype = d == 0 ? ZS_DTYPE_FP32 : d == 1 ? ZS_DTYPE_FP16 : ZS_DTYPE_BF16;
+        const size_t esize = zs_dtype_size(dtype);
+        unsigned char *a = malloc(total * esize), *b = malloc(total * esize);
+        ZT_REQUIRE(a && b);
+        for (int op = 0; op < 3; op++) {
+            if (dtype == ZS_DTYPE_FP32) fill((float *)a, total, rough_value);
+            else fill_halves((uint16_t *)a, total, dtype, half_rough);
+            memcpy(b, a, total * esize);
+            const char *name = op == 0 ? "reduce_scatter" : op == 1 ? "all_gather" : "all_reduce";
+            if (op == 0) {
+                ZT_OK(zs__comm_reduce_scatter(plain, a, count, dtype, "unstaged"));
+                ZT_OK(zs__comm_reduce_scatter(staged, b, count, dtype, "staged"));
+            } else if (op == 1) {
+                ZT_OK(zs__comm_all_gather(plain, a, count, dtype, "unstaged"));
+                ZT_OK(zs__comm_all_gather(staged, b, count, dtype, "staged"));
+            } else {
+                ZT_OK(zs__comm_all_reduce(plain, a, count, dtype, "unstaged"));
+                ZT_OK(zs__comm_all_reduce(staged, b, count, dtype, "staged"));
+            }
+            /* reduce-scatter: only this rank's chunk is defined. */
+            const size_t from = op == 0 ? (size_t)g_rank * count * esize : 0;
+            const size_t bytes = op == 0 ? count * esize : total * esize;
+            ZT_CHECK_MSG(memcmp(a + from, b + from, bytes) == 0,
+                         "%s of %zu %s elements through %zu bytes of staging differs from the "
+                         "unstaged one", name, count, zs_dtype_name(dtype), staging);
+        }
+        free(a);
+        free(b);
+    }
+    zs__comm_destroy(plain);
+    zs__comm_destroy(staged);
+    ZT_EQ_U64(mem[2].current[ZS_MEM_COMM], 0);
+    ZT_EQ_U64(mem[0].current[ZS_MEM_COMM], 0);
+    /* Too small for one element per rank: refused alike on every rank. */
+    if (g_size > 1) {
+        zs__comm *tiny = create(impl, 4096, &mem[2]);
+        ZT_FAILS_WITH(zs__comm_stage_through(tiny, be, (size_t)g_size * 4 - 1), ZS_ERR_CONFIG,
+                      "comm.staging_bytes");
+        zs__comm_destroy(tiny);
+    }
+    zs__backend_destroy(be);
+}
+
+/* The threshold rule of comm.all_gather = "auto", on made-up timings. */
+static void check_threshold_rule(void) {
+    const size_t sizes[4] = {1024, 65536, 1u << 20, 16u << 20};
+    const double ring[4] = {1.0, 2.0, 4.0, 8.0};
+    const double faster[4] = {2.0, 2.5, 3.0, 6.0};  /* MPI's wins from 1 MiB on */
+    ZT_EQ_U64(zs__comm_all_gather_threshold(sizes, ring, faster, 4), 1u << 20);
+    const double gap[4] = {0.5, 1.0, 9.0, 6.0};     /* wins below, loses at 1 MiB: only the top */
+    ZT_EQ_U64(zs__comm_all_gather_threshold(sizes, ring, gap, 4), 16u << 20);
+    const double slower[4] = {2.0, 3.0, 5.0, 9.0};  /* never */
+    ZT_EQ_U64(zs__comm_all_gather_threshold(sizes, ring, slower, 4), SIZE_MAX);
+    const double always[4] = {0.5, 1.0, 2.0, 4.0};
+    ZT_EQ_U64(zs__comm_all_gather_threshold(sizes, ring, always, 4), 1024);
+    const double near[4] = {0.5, 1.0, 2.0, 7.9};    /* within the 5% margin at the top */
+    ZT_EQ_U64(zs__comm_all_gather_threshold(sizes, ring, near, 4), SIZE_MAX);
+}
+
+/* A measurement: every rank ends with the same threshold, marked measured,
+ * and all-gathers afterwards still deliver every rank's chunk. */
+static void check_all_gather_measure(void) {
+    zs__mem mem;
+    memset(&mem, 0, sizeof mem);
+    zs__settings settings;
+    memset(&settings, 0, sizeof settings);
+    settings.comm.reduce_scatter = ZS_COMM_IMPL_RING;
+    settings.comm.all_gather = ZS_COMM_IMPL_AUTO;
+    settings.comm.segment_bytes = 4096;
+    settings.comm.timeout_s = 600;
+    zs__comm *comm = NULL;
+    ZT_OK(zs__comm_create_mpi(MPI_COMM_WORLD, &settings, &mem, &comm));
+    const size_t sizes[3] = {64, 4096, 1u << 16};
+    float *buf = alloc_floats((size_t)g_size * (1u << 14));
+    ZT_OK(zs__comm_all_gather_measure(comm, buf, sizes, 3));
+    int measured = 0;
+    const size_t from = zs__comm_all_gather_mpi_from(comm, &measured);
+    ZT_EQ_INT(measured, g_size > 1);
+    unsigned long long mine = (unsigned long long)from, lowest = 0, highest = 0;
+    MPI_Allreduce(&mine, &lowest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &highest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    ZT_CHECK_MSG(lowest == highest, "ranks chose different all-gather thresholds (%llu .. %llu)",
+                 lowest, highest);
+    ZT_CHECK(from == SIZE_MAX || from == 64 || from == 4096 || from == (1u << 16));
+    for (size_t c = 1; c <= (1u << 14); c *= 32) check_all_gather(comm, c, ZS_DTYPE_FP32);
+    free(buf);
+    zs__comm_destroy(comm);
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -593,6 +707,13 @@ int main(int argc, char **argv) {
     zs__comm_destroy(NULL);
     check_backend_add(impl, 1000003);
     check_backend_add(impl, 7);
+    /* Pieces of 1, 2 and 61 elements per rank and chunk (staging of
+     * g_size * 4, 64 and 1000 bytes at g_size <= 4). */
+    check_staged(impl, (size_t)g_size * 4, 7);
+    check_staged(impl, 64, 1000);
+    check_staged(impl, 1000, 5000);
+    check_threshold_rule();
+    check_all_gather_measure();
 
     /* Settings the communicator cannot honour fail on every rank alike. */
     zs__mem mem;

@@ -91,7 +91,11 @@ static void test_defaults(void) {
     ZT_EQ_INT(s->scheduler.total_steps, 0);
     ZT_CHECK(s->scheduler.min_lr == 0.0);
     ZT_EQ_INT(s->comm.reduce_scatter, ZS_COMM_IMPL_RING);
-    ZT_EQ_INT(s->comm.all_gather, ZS_COMM_IMPL_RING);
+    ZT_EQ_INT(s->comm.all_gather, ZS_COMM_IMPL_AUTO);
+    ZT_EQ_INT(s->comm.all_gather_mpi_from_bytes, 0);
+    ZT_EQ_INT(s->comm.impl, ZS_COMM_LIBRARY_AUTO);
+    ZT_EQ_INT(s->comm.staging_bytes, 16777216);
+    ZT_EQ_INT(s->comm.host_staging, 0);
     ZT_EQ_INT(s->comm.segment_bytes, 4194304);
     ZT_EQ_INT(s->log.level, ZS_LOG_INFO);
     ZT_CHECK(strcmp(s->log.file, "") == 0);

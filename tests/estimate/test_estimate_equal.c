@@ -45,7 +45,7 @@ static const layout layouts[] = {
 
 /* Settings beside stage and dtype, as override lists: gradient
  * accumulation (an fp32 gradient shard in stages 2-3), fp32 reductions
- * (staging), buckets (staging), a given live budget (not a multiple of the
+ * (staging), buckets (staging), host-staged collectives, a given live budget (not a multiple of the
  * live alignment), the optimizers' state counts, and the host tier of
  * offload (state charged to host tags, a master copy in fp32 too), and the
  * NVMe tier. */
@@ -54,6 +54,8 @@ static const char *const variants[][6] = {
     {"gradient_accumulation_steps=4", NULL},
     {"precision.reduce_dtype=fp32", NULL},
     {"comm.bucket_bytes=4096", NULL},
+    /* Host staging of the collectives (comm.impl = "mpi" on a GPU). */
+    {"comm.host_staging=true", "comm.staging_bytes=3000", NULL},
     {"zero.live_bytes=1000003", NULL},
     {"gradient_accumulation_steps=3", "precision.accumulate_dtype=compute",
      "comm.bucket_bytes=65536", "zero.live_bytes=2000000", "zero.max_live_units=3", NULL},

@@ -2,6 +2,7 @@
 #include "gpt2_test_model.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,4 +213,84 @@ void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed) {
     for (int i = 0; i < n; i++) {
         out[i] = (int)(gpt2_tm_uniform(&state) * vocab);
     }
+}
+
+int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
+                     int threads, gpt2_tm_result *out) {
+    memset(out, 0, sizeof *out);
+    omp_set_num_threads(threads);
+    gpt2_tm m;
+    int s = gpt2_tm_init(&m, be, d, B, T, chunk_rows);
+    if (s != 0) return s;
+    const int BT = B * T;
+    float *params = malloc(sizeof(float) * (size_t)m.n_params);
+    int *tokens = malloc(sizeof(int) * (size_t)BT), *targets = malloc(sizeof(int) * (size_t)BT);
+    out->n_grads = (size_t)m.n_params;
+    out->n_resid = (size_t)(d->n_layer + 1) * (size_t)BT * (size_t)d->n_embd;
+    out->n_acts = (size_t)d->n_layer * (size_t)gpt2_block_acts_numel(d, B, T);
+    out->n_losses = (size_t)BT;
+    out->grads = malloc(sizeof(float) * out->n_grads);
+    out->resid = malloc(sizeof(float) * out->n_resid);
+    out->acts = malloc(sizeof(float) * out->n_acts);
+    out->losses = malloc(sizeof(float) * out->n_losses);
+    if (!params || !tokens || !targets || !out->grads || !out->resid || !out->acts || !out->losses)
+        s = GPT2_ERR_NOMEM;
+    if (s == 0) {
+        gpt2_tm_init_params(d, params, 5, 3.0, 0.1);
+        gpt2_tm_random_tokens(BT, d->vocab, tokens, 6);
+        gpt2_tm_random_tokens(BT, d->vocab, targets, 7);
+        s = gpt2_tm_set_params(&m, params);
+    }
+    if (s == 0) s = gpt2_tm_set_data(&m, tokens, targets);
+    if (s == 0) s = gpt2_tm_step(&m, 1.0f / (float)BT, 1, &out->loss);
+    if (s == 0) s = be->ops->download(be, out->grads, m.grads, sizeof(float) * out->n_grads);
+    if (s == 0) s = be->ops->download(be, out->resid, m.resid, sizeof(float) * out->n_resid);
+    if (s == 0) s = be->ops->download(be, out->acts, m.acts_mem, sizeof(float) * out->n_acts);
+    if (s == 0) s = be->ops->download(be, out->losses, m.losses, sizeof(float) * out->n_losses);
+    free(params);
+    free(tokens);
+    free(targets);
+    gpt2_tm_free(&m);
+    if (s != 0) gpt2_tm_result_free(out);
+    return s;
+}
+
+void gpt2_tm_result_free(gpt2_tm_result *r) {
+    free(r->grads);
+    free(r->resid);
+    free(r->acts);
+    free(r->losses);
+    memset(r, 0, sizeof *r);
+}
+
+long long gpt2_tm_first_diff(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return (long long)i;
+    return -1;
+}
+
+int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, char *what,
+                           size_t cap) {
+    if (memcmp(&a->loss, &b->loss, sizeof(double)) != 0) {
+        snprintf(what, cap, "loss %.17g vs %.17g", a->loss, b->loss);
+        return 1;
+    }
+    const struct {
+        const char *name;
+        const float *x, *y;
+        size_t n;
+    } arrays[4] = {{"gradient", a->grads, b->grads, a->n_grads},
+                   {"residual stream", a->resid, b->resid, a->n_resid},
+                   {"activations", a->acts, b->acts, a->n_acts},
+                   {"losses", a->losses, b->losses, a->n_losses}};
+    for (int i = 0; i < 4; i++) {
+        const long long k = gpt2_tm_first_diff(arrays[i].x, arrays[i].y, arrays[i].n);
+        if (k >= 0) {
+            snprintf(what, cap, "%s [%lld]: %.9g vs %.9g", arrays[i].name, k,
+                     (double)arrays[i].x[k], (double)arrays[i].y[k]);
+            return 1;
+        }
+    }
+    snprintf(what, cap, "equal");
+    return 0;
 }

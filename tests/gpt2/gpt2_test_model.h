@@ -67,4 +67,25 @@ void gpt2_tm_init_params(const gpt2_dims *d, float *host_params, uint64_t seed, 
                          double jitter);
 void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed);
 
+/* Everything one training step produces, on the host: the mean loss, every
+ * gradient, the residual stream, the block activations and the losses. */
+typedef struct gpt2_tm_result {
+    double loss;
+    float *grads, *resid, *acts, *losses;
+    size_t n_grads, n_resid, n_acts, n_losses;
+} gpt2_tm_result;
+
+/* One step of a model of dims `d` (parameters from seed 5 with gain 3 and
+ * jitter 0.1, tokens and targets from seeds 6 and 7) on `be` with `threads`
+ * OpenMP threads; 0 or a gpt2_status. */
+int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
+                     int threads, gpt2_tm_result *out);
+void gpt2_tm_result_free(gpt2_tm_result *r);
+/* Index of the first float whose bits differ, or -1. */
+long long gpt2_tm_first_diff(const float *a, const float *b, size_t n);
+/* 0 when the two are bit for bit equal; else 1 with the first difference
+ * described in `what`. */
+int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, char *what,
+                           size_t cap);
+
 #endif /* GPT2_TEST_MODEL_H */

@@ -14,6 +14,17 @@ add_test(NAME test_gpt2_model COMMAND test_gpt2_model)
 set_tests_properties(test_gpt2_model PROPERTIES LABELS unit TIMEOUT 120
                      ENVIRONMENT "${ZS_TEST_ENV}")
 
+# The examples' threading (examples/common/cpu_blas.h) with the environment
+# a user with 2 cores might set: OpenMP drives single-threaded OpenBLAS, and
+# no result depends on the number of threads.
+add_executable(test_gpt2_threads ${GPT2_TEST_DIR}/test_gpt2_threads.c)
+target_link_libraries(test_gpt2_threads PRIVATE gpt2_test_model ${CMAKE_DL_LIBS})
+add_test(NAME test_gpt2_threads COMMAND test_gpt2_threads)
+set(GPT2_THREADS_ENV ${ZS_TEST_ENV})
+list(FILTER GPT2_THREADS_ENV EXCLUDE REGEX "^(OMP|OPENBLAS)_NUM_THREADS=")
+set_tests_properties(test_gpt2_threads PROPERTIES LABELS unit TIMEOUT 120
+                     ENVIRONMENT "${GPT2_THREADS_ENV};OMP_NUM_THREADS=2;OPENBLAS_NUM_THREADS=2")
+
 # The CUDA backend against the CPU backend (losses, residual stream, every
 # gradient, logits) and its determinism. Built only with CUDA; exits 77
 # (skipped) where no device is usable.

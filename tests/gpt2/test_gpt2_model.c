@@ -290,87 +290,20 @@ static void test_gradient_check(gpt2_backend *be) {
 
 /* ---------------------------------------------------------- determinism */
 
-/* Everything a step produces, on the host. */
-typedef struct step_result {
-    double loss;
-    float *grads, *resid, *acts, *losses;
-    size_t n_grads, n_resid, n_acts, n_losses;
-} step_result;
-
-static void run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk,
-                     int threads, step_result *out) {
-    omp_set_num_threads(threads);
-    gpt2_tm m;
-    REQUIRE(gpt2_tm_init(&m, be, d, B, T, chunk) == 0);
-    const int BT = B * T;
-    float *params = malloc(sizeof(float) * (size_t)m.n_params);
-    int *tokens = malloc(sizeof(int) * BT), *targets = malloc(sizeof(int) * BT);
-    REQUIRE(params && tokens && targets);
-    gpt2_tm_init_params(d, params, 5, 3.0, 0.1);
-    gpt2_tm_random_tokens(BT, d->vocab, tokens, 6);
-    gpt2_tm_random_tokens(BT, d->vocab, targets, 7);
-    REQUIRE(gpt2_tm_set_params(&m, params) == 0);
-    REQUIRE(gpt2_tm_set_data(&m, tokens, targets) == 0);
-    REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &out->loss) == 0);
-    out->n_grads = (size_t)m.n_params;
-    out->n_resid = (size_t)(d->n_layer + 1) * BT * d->n_embd;
-    out->n_acts = (size_t)d->n_layer * (size_t)gpt2_block_acts_numel(d, B, T);
-    out->n_losses = (size_t)BT;
-    out->grads = malloc(sizeof(float) * out->n_grads);
-    out->resid = malloc(sizeof(float) * out->n_resid);
-    out->acts = malloc(sizeof(float) * out->n_acts);
-    out->losses = malloc(sizeof(float) * out->n_losses);
-    REQUIRE(out->grads && out->resid && out->acts && out->losses);
-    REQUIRE(be->ops->download(be, out->grads, m.grads, sizeof(float) * out->n_grads) == 0);
-    REQUIRE(be->ops->download(be, out->resid, m.resid, sizeof(float) * out->n_resid) == 0);
-    REQUIRE(be->ops->download(be, out->acts, m.acts_mem, sizeof(float) * out->n_acts) == 0);
-    REQUIRE(be->ops->download(be, out->losses, m.losses, sizeof(float) * out->n_losses) == 0);
-    free(params);
-    free(tokens);
-    free(targets);
-    gpt2_tm_free(&m);
-}
-
-static void free_step(step_result *r) {
-    free(r->grads);
-    free(r->resid);
-    free(r->acts);
-    free(r->losses);
-}
-
-/* Index of the first differing float, or -1. */
-static long long first_diff(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-            return (long long)i;
-        }
-    }
-    return -1;
-}
-
 static void test_threads(gpt2_backend *be) {
     // Big enough that every OpenMP loop splits: C = 128 is two column tiles,
     // 4C eight; 3 x 40 rows; the head's 48-row chunks end mid-sequence.
     const gpt2_dims d = {.n_layer = 2, .n_head = 4, .n_embd = 128, .vocab = 203,
                          .block_size = 48};
-    step_result one, two;
-    run_step(be, &d, 3, 40, 48, 1, &one);
-    run_step(be, &d, 3, 40, 48, 2, &two);
+    gpt2_tm_result one, two;
+    REQUIRE(gpt2_tm_run_step(be, &d, 3, 40, 48, 1, &one) == 0);
+    REQUIRE(gpt2_tm_run_step(be, &d, 3, 40, 48, 2, &two) == 0);
     omp_set_num_threads(1);
-    long long k;
-    CHECK_MSG(memcmp(&one.loss, &two.loss, sizeof(double)) == 0,
-              "loss with 1 thread %.17g, with 2 threads %.17g", one.loss, two.loss);
-    k = first_diff(one.grads, two.grads, one.n_grads);
-    CHECK_MSG(k < 0, "gradient [%lld]: 1 thread %.9g, 2 threads %.9g", k,
-              k < 0 ? 0.0 : one.grads[k], k < 0 ? 0.0 : two.grads[k]);
-    k = first_diff(one.resid, two.resid, one.n_resid);
-    CHECK_MSG(k < 0, "residual stream [%lld]: 1 thread %.9g, 2 threads %.9g", k,
-              k < 0 ? 0.0 : one.resid[k], k < 0 ? 0.0 : two.resid[k]);
-    k = first_diff(one.acts, two.acts, one.n_acts);
-    CHECK_MSG(k < 0, "activations [%lld]: 1 thread %.9g, 2 threads %.9g", k,
-              k < 0 ? 0.0 : one.acts[k], k < 0 ? 0.0 : two.acts[k]);
-    free_step(&one);
-    free_step(&two);
+    char diff[256];
+    CHECK_MSG(gpt2_tm_result_compare(&one, &two, diff, sizeof diff) == 0,
+              "1 thread vs 2 threads: %s", diff);
+    gpt2_tm_result_free(&one);
+    gpt2_tm_result_free(&two);
 }
 
 /* block_forward again on the same input (activation recomputation) rewrites
@@ -406,10 +339,10 @@ static void test_recompute(gpt2_backend *be) {
     REQUIRE(be->ops->block_forward(be, &tiny, B, T, &m.w[1], x, &m.acts[1], y) == 0);
     REQUIRE(be->ops->download(be, acts2, m.acts_mem + na, sizeof(float) * na) == 0);
     REQUIRE(be->ops->download(be, y2, y, sizeof(float) * ny) == 0);
-    long long k = first_diff(acts1, acts2, na);
+    long long k = gpt2_tm_first_diff(acts1, acts2, na);
     CHECK_MSG(k < 0, "recomputed activation [%lld]: %.9g, first time %.9g", k,
               k < 0 ? 0.0 : acts2[k], k < 0 ? 0.0 : acts1[k]);
-    k = first_diff(y1, y2, ny);
+    k = gpt2_tm_first_diff(y1, y2, ny);
     CHECK_MSG(k < 0, "recomputed output [%lld]: %.9g, first time %.9g", k, k < 0 ? 0.0 : y2[k],
               k < 0 ? 0.0 : y1[k]);
     free(acts1);
@@ -448,7 +381,7 @@ static void test_head_and_accumulate(gpt2_backend *be) {
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss_train) == 0);
     REQUIRE(be->ops->download(be, lfb, m.losses, sizeof(float) * BT) == 0);
     REQUIRE(be->ops->download(be, g1, m.grads, sizeof(float) * (size_t)m.n_params) == 0);
-    long long k = first_diff(lf, lfb, BT);
+    long long k = gpt2_tm_first_diff(lf, lfb, BT);
     CHECK_MSG(k < 0, "position %lld: head_forward loss %.9g, head_forward_backward %.9g", k,
               k < 0 ? 0.0 : lf[k], k < 0 ? 0.0 : lfb[k]);
 

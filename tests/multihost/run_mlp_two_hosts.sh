@@ -5,6 +5,15 @@
 # exported parameters (cmp of the safetensors files) and the same printed
 # losses. Also checks that ranks 0-1 ran in host 0's namespace and ranks 2-3
 # in host 1's, and that OMP_NUM_THREADS reached the remote ranks through -x.
+#
+# Bitwise equality across hosts needs the same kernels on every host: the
+# remote ranks start with a cleared environment, so whatever selects the
+# numerics (OPENBLAS_CORETYPE picks OpenBLAS's kernel; see docs/MULTIHOST.md)
+# travels with -x whenever it is set here. When OPENBLAS_CORETYPE is set
+# (ctest's mlp_two_hosts_coretype sets one this machine would not pick by
+# itself), the test also leaves it behind on purpose: the ranks must then
+# warn that they compute with different BLAS kernels, naming the ranks and
+# the kernels, and with app.require_same_kernels = true refuse to train.
 # Exits 77 when network namespaces cannot be made here (not root).
 # Usage: run_mlp_two_hosts.sh NETNS_HOSTS MPIRUN TRAINER ZS_CKPT CONFIG WHERE
 set -u
@@ -29,8 +38,13 @@ trap 'exit 130' INT TERM
 args=("$config" app.steps=60 scheduler.total_steps=60 app.target_loss=2.3
       checkpoint.every=60 app.log_every=10)
 # What must reach the remote ranks: the agent starts them with a cleared
-# environment, as ssh would.
+# environment, as ssh would. The threads and the log level, and every
+# variable that selects the numerics when it is set (docs/MULTIHOST.md).
 travel=(-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x ZS_LOG_LEVEL)
+numerics=(OPENBLAS_CORETYPE MKL_CBWR MKL_ENABLE_INSTRUCTIONS ZS_CPU_ISA)
+for name in "${numerics[@]}"; do
+    [ -z "${!name+set}" ] || travel+=(-x "$name")
+done
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$mpirun" --oversubscribe --bind-to none -np 4 "$trainer" "${args[@]}" "checkpoint.dir=$dir/one" \
@@ -84,4 +98,39 @@ done
 cmp "$dir/one.safetensors" "$dir/two.safetensors" ||
     fail "the exported parameters differ between one host and two hosts"
 echo "$(grep '^final:' "$dir/one.losses")"
+
+# The kernel check, where this machine's environment chose a BLAS kernel.
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+    partial=()
+    for item in "${travel[@]}"; do
+        [ "$item" = OPENBLAS_CORETYPE ] && { unset 'partial[${#partial[@]}-1]'; continue; }
+        partial+=("$item")
+    done
+    short=("$config" app.steps=2 scheduler.total_steps=30 app.target_loss=100 app.log_every=1)
+    bash "$netns" mpirun "$state" --oversubscribe --bind-to none -np 4 "${partial[@]}" \
+        "$trainer" "${short[@]}" > "$dir/mixed.log" 2>&1
+    rc=$?
+    local_kernel=$(sed -n 's/^numerics: BLAS kernel \([^,]*\),.*/\1/p' "$dir/mixed.log")
+    if grep -q "ranks compute with different BLAS kernels" "$dir/mixed.log"; then
+        line=$(grep -m1 "ranks compute with different BLAS kernels" "$dir/mixed.log")
+        echo "$line"
+        [ $rc -eq 0 ] || { cat "$dir/mixed.log"; fail "the mixed-kernel run exited $rc (a warning must not stop it)"; }
+        echo "$line" | grep -q "ranks 0-1: '$local_kernel'" ||
+            fail "the warning does not name ranks 0-1 with kernel '$local_kernel'"
+        echo "$line" | grep -Eq "ranks 2-3: '[^']+'" || fail "the warning does not name ranks 2-3 and their kernel"
+        echo "$line" | grep -q "OPENBLAS_CORETYPE" || fail "the warning does not say what to forward"
+        bash "$netns" mpirun "$state" --oversubscribe --bind-to none -np 4 "${partial[@]}" \
+            "$trainer" "${short[@]}" app.require_same_kernels=true > "$dir/strict.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] || { cat "$dir/strict.log"; fail "app.require_same_kernels = true did not stop the mixed-kernel run"; }
+        grep -q "ZS_ERR_MISMATCH.*ranks compute with different BLAS kernels" "$dir/strict.log" ||
+            { cat "$dir/strict.log"; fail "the refusal does not name the kernels"; }
+        echo "app.require_same_kernels = true: refused with ZS_ERR_MISMATCH"
+    else
+        cat "$dir/mixed.log"
+        [ $rc -eq 0 ] || fail "the run without OPENBLAS_CORETYPE on host 1 exited $rc"
+        grep -q "^numerics: BLAS kernel" "$dir/mixed.log" || fail "no numerics line"
+        echo "note: OpenBLAS picks '$local_kernel' here by itself too; the mismatch check was not exercised"
+    fi
+fi
 echo "1 passed, 0 failed"

@@ -1,7 +1,13 @@
 /* A training program in which one rank misbehaves, for run_deadlines.sh:
  *
- *   misbehave <scenario> <bad_rank> <stage> <timeout_s> <on_timeout> <workdir>
+ *   misbehave <scenario> <bad_rank> <stage> <timeout_s> <on_timeout> <workdir> [backend]
+ *             [algorithms]
  *
+ * backend is "cpu" (default) or "cuda" (ranks beyond a node's GPUs share
+ * them: comm.impl = "auto" stages the collectives through MPI then);
+ * algorithms is "default" (comm.all_gather = "auto", the ring's
+ * reduce-scatter) or "mpi" (MPI's own non-blocking collectives for both,
+ * whose requests a timeout must leave alone).
  * Every rank trains a small model of four units (sizes that divide by
  * nothing) with constant synthetic gradients through the public API. At step
  * 3 rank <bad_rank> does what the scenario says, while the others go on
@@ -27,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grad_fill.h"
 #include "zeroshard.h"
 #include "zeroshard_mpi.h"
 
@@ -43,17 +50,20 @@ static void check(zs_status st, const char *what) {
     _exit(3);
 }
 
-static void fill_grad(zs_param *p, int64_t numel, float value) {
+static void fill_grad(zs_ctx *zs, zs_param *p, int64_t numel, float value) {
     float *g = zs_param_grad(p);
     if (!g) check(ZS_ERR_STATE, "zs_param_grad");
-    for (int64_t i = 0; i < numel; i++) g[i] += value;
+    check(grad_fill_add(zs, g, numel, value), "writing a gradient");
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) {
-        fprintf(stderr, "usage: misbehave scenario bad_rank stage timeout_s on_timeout workdir\n");
+    if (argc < 7 || argc > 9) {
+        fprintf(stderr, "usage: misbehave scenario bad_rank stage timeout_s on_timeout workdir "
+                        "[backend] [algorithms]\n");
         return 2;
     }
+    const char *backend = argc >= 8 ? argv[7] : "cpu";
+    const int mpi_algorithms = argc == 9 && strcmp(argv[8], "mpi") == 0;
     const char *scenario = argv[1];
     const int bad_rank = atoi(argv[2]);
     int provided = 0;
@@ -68,10 +78,12 @@ int main(int argc, char **argv) {
     FILE *f = fopen(path, "w");
     if (!f) return 2;
     fprintf(f,
+            "backend = \"%s\";\n"
             "zero: { stage = %s; max_live_units = 2; };\n"
             "optimizer: { type = \"adamw\"; lr = 0.01; };\n"
-            "comm: { timeout_s = %s; on_timeout = \"%s\"; check_collectives = %s; };\n",
-            argv[3], argv[4], argv[5], strcmp(scenario, "desync") == 0 ? "true" : "false");
+            "comm: { timeout_s = %s; on_timeout = \"%s\"; check_collectives = %s; %s };\n",
+            backend, argv[3], argv[4], argv[5], strcmp(scenario, "desync") == 0 ? "true" : "false",
+            mpi_algorithms ? "all_gather = \"mpi\"; reduce_scatter = \"mpi\";" : "");
     fclose(f);
     zs_config *cfg = NULL;
     check(zs_config_load(path, &cfg), "zs_config_load");
@@ -112,7 +124,7 @@ int main(int argc, char **argv) {
                 MPI_Finalize();
                 return 0;
             }
-            fill_grad(params[u], numel[u], 0.001f * (float)(g_rank + 1));
+            fill_grad(zs, params[u], numel[u], 0.001f * (float)(g_rank + 1));
             check(zs_grads_ready(zs, units[u]), "zs_grads_ready");
             check(zs_release(zs, units[u]), "zs_release (backward)");
         }

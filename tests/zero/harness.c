@@ -69,13 +69,14 @@ static int write_config(const harness_options *opt, char *path, size_t cap) {
             "optimizer: { type = \"%s\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
             "             beta2 = 0.99; eps = 1e-8; momentum = %.17g; nesterov = %s; };\n"
             "scheduler: { type = \"%s\"; warmup_steps = 3; total_steps = %d; min_lr = 0.001; };\n"
-            "comm: { segment_bytes = 4096; overlap = %s; bucket_bytes = %d; };\n"
+            "comm: { segment_bytes = 4096; overlap = %s; bucket_bytes = %d; %s };\n"
             "precision: { dtype = \"%s\"; reduce_dtype = \"%s\"; %s };\n"
             "gradient_accumulation_steps = %d;\n"
             "gradient_clipping = %.17g;\n%s\n",
             opt->stage, opt->max_live_units, HARNESS_ALIGN, opt->gather_ahead ? 67108864 : 0,
             opt->optimizer, opt->momentum, opt->nesterov ? "true" : "false", opt->scheduler,
             opt->steps, opt->sync ? "false" : "true", opt->bucket_bytes,
+            opt->comm_extra ? opt->comm_extra : "",
             opt->dtype ? opt->dtype : "fp32", opt->reduce_dtype ? opt->reduce_dtype : "compute",
             opt->precision_extra ? opt->precision_extra : "", opt->gas > 0 ? opt->gas : 1, opt->clip,
             opt->config_extra ? opt->config_extra : "");

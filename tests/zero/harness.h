@@ -52,6 +52,7 @@ typedef struct harness_options {
     int stop_after;           /* if > 0, stop the loop after this many steps (the schedule
                                  still spans `steps`) */
     const char *config_extra; /* more top-level settings (e.g. a checkpoint group) */
+    const char *comm_extra;   /* more settings inside the generated comm group */
     /* Called on every rank just before each optimizer step's zs_step (fault
      * injection). */
     void (*before_step)(zs_ctx *zs, int step, void *arg);

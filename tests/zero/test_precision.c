@@ -102,19 +102,23 @@ static void run_dtype(const char *dtype, int world) {
             ZT_CHECK_MSG(!r.skipped[s], "%s stage %d: step %d overflowed without injection", dtype,
                          stage, s);
         /* The same in the other modes of the comm engine: synchronous, and
-         * with prefetch and buckets on its thread. Bit for bit. */
-        for (int mode = 0; mode < 2; mode++) {
+         * with prefetch and buckets on its thread; and through host staging
+         * in pieces of 1 KiB (comm.impl = "mpi" on a GPU). Bit for bit. */
+        static const char *const modes[3] = {"synchronous", "prefetching and bucketed",
+                                             "host-staged"};
+        for (int mode = 0; mode < 3; mode++) {
             harness_options o = opt;
             o.sync = mode == 0;
-            o.gather_ahead = mode == 1;
-            o.bucket_bytes = mode == 1 ? 4096 : 0;
+            o.gather_ahead = mode >= 1;
+            o.bucket_bytes = mode >= 1 ? 4096 : 0;
+            o.comm_extra = mode == 2 ? "host_staging = true; staging_bytes = 1024;" : NULL;
             harness_result other;
             ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &other) == 0);
             ZT_CHECK_MSG(memcmp(other.final, r.final, sizeof(float) * (size_t)r.numel) == 0 &&
                              memcmp(other.loss, r.loss, sizeof(double) * STEPS) == 0 &&
                              memcmp(other.grad_norm, r.grad_norm, sizeof(double) * STEPS) == 0,
                          "%s np %d stage %d: the %s run differs", dtype, world, stage,
-                         mode == 0 ? "synchronous" : "prefetching and bucketed");
+                         modes[mode]);
             harness_result_free(&other);
         }
         ZT_CHECK_MSG(r.loss[STEPS - 1] < r.loss[0], "%s stage %d: loss %g -> %g", dtype, stage,

@@ -8,7 +8,12 @@
  *   - model-state bytes per tag equal the ZeRO formula computed here from the
  *     layout rules, and stage 3 never holds more than max_live_units units;
  *   - bytes sent per step equal 2Ψ(n-1)/n (stages 0-2) or 3Ψ(n-1)/n (stage 3)
- *     for the padded Ψ, and are within padding of the unpadded Ψ. */
+ *     for the padded Ψ, and are within padding of the unpadded Ψ;
+ *   - collectives staged through host buffers (comm.host_staging, the path
+ *     of comm.impl = "mpi" on a GPU) in pieces of 1 KiB give the same bits,
+ *     with buckets and prefetch, and the staging is counted under comm;
+ *   - every all-gather choice (ring, MPI's, auto measured, auto from a
+ *     threshold between the unit sizes) gives the same bits. */
 #include <mpi.h>
 #include <math.h>
 #include <string.h>
@@ -124,7 +129,12 @@ int main(int argc, char **argv) {
      * no gathering ahead, for the exact memory checks; sync[]: the same on
      * the calling thread (comm.overlap = false); ahead[]: with stage-3
      * prefetch in the recorded order. All must agree bit for bit. */
-    static harness_result runs[4], sync[4], ahead[4], buckets[4];
+    static harness_result runs[4], sync[4], ahead[4], buckets[4], staged[4];
+    static harness_result gathers[4][3];
+    /* Chunks per rank here are 0.1-1 KiB: 512 bytes puts the threshold
+     * between the units. */
+    static const char *const gather_choices[3] = {
+        "all_gather = \"ring\";", "all_gather = \"mpi\";", "all_gather_mpi_from_bytes = 512;"};
     harness_options opt = {.optimizer = "adamw", .steps = STEPS, .mode = TINY_GRAD_TRUE,
                            .max_live_units = MAX_LIVE, .prefetch = 1, .scheduler = "warmup_cosine"};
     for (int stage = 0; stage < 4; stage++) {
@@ -149,7 +159,28 @@ int main(int argc, char **argv) {
             ZT_CHECK_MSG(buckets[stage].step_bytes.calls[stage == 0 ? ZS_COMM_ALL_REDUCE : ZS_COMM_REDUCE_SCATTER] <
                              runs[stage].step_bytes.calls[stage == 0 ? ZS_COMM_ALL_REDUCE : ZS_COMM_REDUCE_SCATTER],
                          "stage %d: buckets did not reduce the number of gradient collectives", stage);
+        /* The same through host staging: 1 KiB holds 256 / world elements
+         * of each chunk, so units go in several pieces. */
+        o.comm_extra = "host_staging = true; staging_bytes = 1024;";
+        ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &staged[stage]) == 0);
+        o.comm_extra = NULL;
+        ZT_EQ_U64(staged[stage].memory.current[ZS_MEM_COMM],
+                  buckets[stage].memory.current[ZS_MEM_COMM] + (world > 1 ? 1024 : 0));
+        o = opt;
+        for (int g = 0; g < 3; g++) {
+            o.comm_extra = gather_choices[g];
+            ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &gathers[stage][g]) == 0);
+        }
         const size_t bytes = sizeof(float) * (size_t)runs[stage].numel;
+        ZT_CHECK_MSG(memcmp(buckets[stage].final, staged[stage].final, bytes) == 0 &&
+                         memcmp(buckets[stage].grad_norm, staged[stage].grad_norm, sizeof(double) * STEPS) == 0 &&
+                         memcmp(buckets[stage].loss, staged[stage].loss, sizeof(double) * STEPS) == 0,
+                     "np %d stage %d: runs with and without host staging differ", world, stage);
+        for (int g = 0; g < 3; g++)
+            ZT_CHECK_MSG(memcmp(runs[stage].final, gathers[stage][g].final, bytes) == 0 &&
+                             memcmp(runs[stage].grad_norm, gathers[stage][g].grad_norm, sizeof(double) * STEPS) == 0,
+                         "np %d stage %d: all-gather with '%s' differs from auto", world, stage,
+                         gather_choices[g]);
         ZT_CHECK_MSG(memcmp(runs[stage].final, buckets[stage].final, bytes) == 0 &&
                          memcmp(runs[stage].grad_norm, buckets[stage].grad_norm, sizeof(double) * STEPS) == 0,
                      "np %d stage %d: runs with and without buckets differ", world, stage);
@@ -194,6 +225,8 @@ int main(int argc, char **argv) {
         harness_result_free(&sync[stage]);
         harness_result_free(&ahead[stage]);
         harness_result_free(&buckets[stage]);
+        harness_result_free(&staged[stage]);
+        for (int g = 0; g < 3; g++) harness_result_free(&gathers[stage][g]);
     }
     int rc = zt_finish("test_stages");
     MPI_Finalize();

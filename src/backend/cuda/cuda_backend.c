@@ -44,6 +44,7 @@
 
 typedef struct cuda_impl {
     int device;
+    int devices;              /* visible to this process */
     int max_blocks;
     cudaStream_t own;         /* created here; destroyed at destroy */
     cudaStream_t stream;      /* the compute stream: `own` or the program's */
@@ -188,37 +189,62 @@ static int is_host(const cuda_impl *c, const void *p) {
     return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
 }
 
-static zs_status host_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
-                            void **out) {
+/* Page-locked host memory charged to tag: copies to and from it are DMA,
+ * asynchronous on the stream. */
+static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
+                              const char *advice, void **out) {
     void *p = NULL;
-    if (c->pin) {
-        cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cudaHostAlloc of %zu "
-                            "pinned bytes for '%s' failed: %s; free host memory, raise the "
-                            "locked-memory limit (ulimit -l), or set offload.pin_memory = false",
-                            c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
-        }
-        memset(p, 0, bytes);
-        zs__mem_charge(be->mem, tag, bytes);
-    } else {
-        ZS_CHECK(zs__mem_host_alloc(be->mem, tag, bytes, &p)); /* zeroed and charged */
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cudaHostAlloc of %zu "
+                        "pinned bytes for '%s' failed: %s; free host memory, raise the "
+                        "locked-memory limit (ulimit -l), or %s",
+                        c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e), advice);
     }
+    memset(p, 0, bytes);
+    zs__mem_charge(be->mem, tag, bytes);
     *out = p;
     return ZS_OK;
 }
 
+static void pinned_free(zs__backend *be, cuda_impl *c, zs_mem_tag tag, void *ptr, size_t bytes) {
+    cudaError_t e = cudaFreeHost(ptr); /* waits for copies still using it */
+    if (e != cudaSuccess)
+        ZS_WARN("cuda backend (device %d): cudaFreeHost of %zu bytes of '%s' failed: %s",
+                c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
+    zs__mem_uncharge(be->mem, tag, bytes);
+}
+
+static zs_status host_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
+                            void **out) {
+    if (c->pin)
+        return pinned_alloc(be, c, tag, bytes, "set offload.pin_memory = false", out);
+    return zs__mem_host_alloc(be->mem, tag, bytes, out); /* zeroed and charged */
+}
+
 static void host_free(zs__backend *be, cuda_impl *c, zs_mem_tag tag, void *ptr, size_t bytes) {
-    if (c->pin) {
-        cudaError_t e = cudaFreeHost(ptr); /* waits for copies still using it */
-        if (e != cudaSuccess)
-            ZS_WARN("cuda backend (device %d): cudaFreeHost of %zu bytes of '%s' failed: %s",
-                    c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
-        zs__mem_uncharge(be->mem, tag, bytes);
-    } else {
+    if (c->pin)
+        pinned_free(be, c, tag, ptr, bytes);
+    else
         zs__mem_host_free(be->mem, tag, ptr, bytes); /* uncharges */
-    }
+}
+
+/* The backend's host_alloc op: transfer buffers (the staging of comm.impl =
+ * "mpi") are always pinned, so their copies are DMA on the stream. */
+static zs_status cuda_host_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
+    cuda_impl *c = impl_of(be);
+    *out = NULL;
+    if (bytes == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "allocating pinned host memory"));
+    return pinned_alloc(be, c, tag, bytes, "lower comm.staging_bytes", out);
+}
+
+static void cuda_host_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    if (!ptr) return;
+    if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
+    pinned_free(be, c, tag, ptr, bytes);
 }
 
 static zs_status cuda_download(zs__backend *be, void *host, const void *src, size_t bytes);
@@ -365,12 +391,11 @@ static zs_status cuda_copy(zs__backend *be, void *dst, const void *src, size_t b
         CU(c, f, "copying overlapping device memory");
         return ZS_OK;
     }
-    /* With host tiers either side may be host memory: the runtime infers the
-     * direction (unified addressing). Such a copy is stream-ordered like the
-     * others; the host reads its destination only after draining. */
-    CU(c, cudaMemcpyAsync(dst, src, bytes, c->host_tiers ? cudaMemcpyDefault : cudaMemcpyDeviceToDevice,
-                          c->stream),
-       "copying device memory");
+    /* Either side may be host memory (a host tier, a pinned staging buffer
+     * of host_alloc): the runtime infers the direction from the addresses
+     * (unified addressing). Such a copy is stream-ordered like the others;
+     * the host reads its destination only after synchronizing. */
+    CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), "copying device memory");
     return ZS_OK;
 }
 
@@ -628,6 +653,8 @@ static zs_status cuda_synchronize(zs__backend *be) {
     return wait_stream(c, "waiting for the compute stream");
 }
 
+static int cuda_device_count(zs__backend *be) { return impl_of(be)->devices; }
+
 static void *cuda_get_stream(zs__backend *be) { return (void *)impl_of(be)->stream; }
 
 static zs_status cuda_set_stream(zs__backend *be, void *stream) {
@@ -691,11 +718,14 @@ static const zs__backend_ops cuda_ops = {
     .accumulate = cuda_accumulate,
     .sum_squares = cuda_sum_squares,
     .optimizer_update = cuda_optimizer_update,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .download = cuda_download,
     .upload = cuda_upload,
     .synchronize = cuda_synchronize,
     .get_stream = cuda_get_stream,
     .set_stream = cuda_set_stream,
+    .device_count = cuda_device_count,
     .set_health_check = cuda_set_health_check,
     .destroy = cuda_destroy,
 };
@@ -732,6 +762,7 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     be->mem = mem;
     be->impl = c;
     c->device = local_rank % devices;
+    c->devices = devices;
     c->host_tiers = settings && (settings->offload.optimizer != ZS_OFFLOAD_NONE ||
                                  settings->offload.params != ZS_OFFLOAD_NONE);
     c->pin = settings ? settings->offload.pin_memory : 1;

@@ -572,7 +572,8 @@ static zs_status create_nccl(nccl_state *st) {
                         st->rank, st->device, st->size, st->timeout_s, NCCL_TIMEOUT_KEY);
     return zs__fail(ZS_ERR_COMM,
                     "creating the NCCL communicator failed on rank %d (CUDA device %d) of %d: "
-                    "%s: %s (%s); each rank needs its own GPU (launch one rank per GPU); " NCCL_HINT,
+                    "%s: %s (%s); NCCL needs a GPU per rank (ranks that share a GPU need "
+                    "comm.impl = \"mpi\" or \"auto\"); " NCCL_HINT,
                     st->rank, st->device, st->size, function, ncclGetErrorString(rc), detail);
 }
 

@@ -1,0 +1,78 @@
+/* The examples' CPU matrix products (cpu_blas.h). */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include "cpu_blas.h"
+
+#include <dlfcn.h>
+#include <omp.h>
+#include <stdio.h>
+
+#include <cblas.h>
+
+/* Tiles of a product: rows of C in blocks of EX_TILE_ROWS; when that gives
+ * fewer than EX_MIN_TILES blocks (few rows, e.g. a chunk of logits), the
+ * columns are cut too, in blocks that are multiples of EX_TILE_COLS_STEP.
+ * Constants of the layout, not tuning knobs of the run: they fix which
+ * elements each BLAS call computes, hence the bits. */
+#define EX_TILE_ROWS 64
+#define EX_MIN_TILES 32
+#define EX_TILE_COLS_STEP 64
+
+/* OpenBLAS's entry points, looked up at run time so that the examples link
+ * with any BLAS (find_package(BLAS)) and the program still runs with
+ * another one. */
+typedef void (*set_threads_fn)(int);
+typedef char *(*corename_fn)(void);
+typedef int (*parallel_fn)(void);
+
+void ex_blas_init(void) {
+    set_threads_fn set = (set_threads_fn)(void (*)(void))dlsym(RTLD_DEFAULT,
+                                                               "openblas_set_num_threads");
+    if (set) set(1);
+}
+
+const char *ex_blas_kernel(void) {
+    corename_fn core = (corename_fn)(void (*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    if (core) {
+        const char *name = core();
+        return name && *name ? name : "OpenBLAS (unknown core)";
+    }
+    return "not OpenBLAS";
+}
+
+void ex_blas_threading(char *out, int capacity) {
+    parallel_fn parallel = (parallel_fn)(void (*)(void))dlsym(RTLD_DEFAULT, "openblas_get_parallel");
+    const char *build = !parallel            ? "a BLAS that is not OpenBLAS"
+                        : parallel() == 0    ? "OpenBLAS (sequential build)"
+                        : parallel() == 1    ? "OpenBLAS (pthreads build)"
+                                             : "OpenBLAS (OpenMP build)";
+    snprintf(out, (size_t)capacity, "%d OpenMP thread%s over single-threaded %s",
+             omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s", build);
+}
+
+void ex_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+              int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    const int row_tiles = (M + EX_TILE_ROWS - 1) / EX_TILE_ROWS;
+    int col_tile = N;
+    if (row_tiles < EX_MIN_TILES) {
+        const int want = (EX_MIN_TILES + row_tiles - 1) / row_tiles;
+        col_tile = (N + want - 1) / want;
+        col_tile = (col_tile + EX_TILE_COLS_STEP - 1) / EX_TILE_COLS_STEP * EX_TILE_COLS_STEP;
+        if (col_tile > N) col_tile = N;
+    }
+    const int col_tiles = (N + col_tile - 1) / col_tile;
+    const int tiles = row_tiles * col_tiles;
+    const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+#pragma omp parallel for schedule(static) if (tiles > 1 && !omp_in_parallel())
+    for (int t = 0; t < tiles; t++) {
+        const int r0 = t / col_tiles * EX_TILE_ROWS, c0 = t % col_tiles * col_tile;
+        const int rows = M - r0 < EX_TILE_ROWS ? M - r0 : EX_TILE_ROWS;
+        const int cols = N - c0 < col_tile ? N - c0 : col_tile;
+        /* Row r of op(A) and column c of op(B). */
+        const float *a = trans_a ? A + r0 : A + (size_t)r0 * (size_t)lda;
+        const float *b = trans_b ? B + (size_t)c0 * (size_t)ldb : B + c0;
+        cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, K, alpha, a, lda, b, ldb, beta,
+                    C + (size_t)r0 * (size_t)ldc + c0, ldc);
+    }
+}
