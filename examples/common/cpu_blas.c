@@ -27,7 +27,14 @@ typedef int (*parallel_fn)(void);
 void ex_blas_init(void) {
     set_threads_fn set = (set_threads_fn)(void (*)(void))dlsym(RTLD_DEFAULT,
                                                                "openblas_set_num_threads");
-    if (set) set(1);
+    if (!set) return;
+    /* An OpenMP build of OpenBLAS up to 0.3.21 implements this with
+     * omp_set_num_threads(1), which would leave every OpenMP loop of the
+     * program (ours, the runtime's) on one thread: the program's count is
+     * restored, and OpenBLAS keeps its own count of 1. */
+    const int threads = omp_get_max_threads();
+    set(1);
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
 }
 
 const char *ex_blas_kernel(void) {

@@ -12,7 +12,12 @@
  *
  * Reduce-scatter gets no such choice: its algorithm fixes the order of the
  * sums, and a choice by timing would make the bits depend on the machine's
- * mood. */
+ * mood.
+ *
+ * The sizes measured are the units' chunks in the compute dtype (zs_build
+ * passes them). Stage 0's all-reduces in fp32 (reduce_dtype) and bucketed
+ * reductions move other sizes; they get the choice of the nearest measured
+ * size below or above, which is an extrapolation, not a measurement. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -260,14 +260,12 @@ static zs_status host_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs
     return mpi_reduce_scatter(comm, st, buf, count, dtype, call);
 }
 
-/* "auto" is decided here, by the size of the message the host moves (a
- * staged piece can be smaller than the caller's chunk). */
+/* `impl` is concrete here (op_all_gather resolved "auto"). */
 static zs_status host_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                  zs__comm_impl impl, const zs__comm_call *call) {
     mpi_state *st = comm->state;
     size_t esize = zs_dtype_size(dtype);
-    if (zs__comm_all_gather_choice(comm, impl, count * esize) == ZS_COMM_IMPL_RING)
-        return ring_all_gather(comm, st, buf, count, esize, call);
+    if (impl == ZS_COMM_IMPL_RING) return ring_all_gather(comm, st, buf, count, esize, call);
     return zs__mpi_all_gather_native(comm, buf, count * esize,
                                      comm->segment_bytes - comm->segment_bytes % esize, call);
 }
@@ -284,16 +282,26 @@ static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_d
 static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                zs__comm_impl impl, const zs__comm_call *call) {
     mpi_state *st = comm->state;
+    /* "auto" is decided once, by the caller's chunk (what the measurement
+     * timed and what the logs describe), not again per staged piece. */
+    impl = zs__comm_all_gather_choice(comm, impl, count * zs_dtype_size(dtype));
     if (st->stage.backend)
         return zs__staged_all_gather(comm, &st->stage, buf, count, dtype, impl, call,
                                      host_all_gather);
     return host_all_gather(comm, buf, count, dtype, impl, call);
 }
 
-static void free_state(mpi_state *st, zs__mem *mem) {
+/* `abandoned`: a collective timed out, and requests of MPI's own
+ * collectives that could be neither cancelled nor freed (wait.c) may still
+ * write into the staging buffers if a slow peer wakes up: those buffers are
+ * left allocated (the process is ending anyway) rather than freed under
+ * MPI's feet. */
+static void free_state(mpi_state *st, zs__mem *mem, int abandoned) {
     if (!st) return;
-    zs__staging_destroy(&st->stage);
-    zs__mem_host_free(mem, ZS_MEM_COMM, st->staging, st->staging_bytes);
+    if (!abandoned) {
+        zs__staging_destroy(&st->stage);
+        zs__mem_host_free(mem, ZS_MEM_COMM, st->staging, st->staging_bytes);
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     /* After MPI_Finalize the duplicate and the ops are gone with everything
@@ -306,7 +314,9 @@ static void free_state(mpi_state *st, zs__mem *mem) {
     free(st);
 }
 
-static void op_destroy(zs__comm *comm) { free_state(comm->state, comm->mem); }
+static void op_destroy(zs__comm *comm) {
+    free_state(comm->state, comm->mem, comm->failed == ZS_ERR_TIMEOUT);
+}
 
 static const zs__comm_ops mpi_ops = {
     .name = "mpi",
@@ -432,7 +442,7 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
     return ZS_OK;
 
 fail:
-    free_state(st, mem);
+    free_state(st, mem, 0);
     return status;
 }
 

@@ -40,17 +40,26 @@ static size_t piece_of(const zs__staging *s, int size, size_t esize, size_t coun
 
 /* Copies piece [off, off + len) of chunk `first` .. `last` - 1 of the
  * backend buffer into the staging (out = 1), or back (out = 0), skipping
- * chunk `skip` (-1 for none). With the whole chunks in one pass and nothing
- * skipped, the pieces are contiguous on both sides: one copy. */
+ * chunk `skip` (-1 for none). With the whole chunks in one pass the pieces
+ * are contiguous on both sides: one copy, or two around a skipped chunk. */
 static zs_status move_pieces(const zs__staging *s, unsigned char *data, size_t count,
                              size_t esize, size_t off, size_t len, int first, int last, int skip,
                              int out) {
     zs__backend *be = s->backend;
-    if (len == count && skip < 0) {
-        unsigned char *device = data + (size_t)first * count * esize;
-        unsigned char *host = s->host + (size_t)first * len * esize;
-        const size_t bytes = (size_t)(last - first) * count * esize;
-        return out ? be->ops->copy(be, host, device, bytes) : be->ops->copy(be, device, host, bytes);
+    if (len == count) {
+        /* Whole chunks: chunks [first, skip) and (skip, last) are each one
+         * contiguous range on both sides. */
+        const int split = skip >= first && skip < last ? skip : last;
+        const int ranges[2][2] = {{first, split}, {split < last ? split + 1 : last, last}};
+        for (int k = 0; k < 2; k++) {
+            if (ranges[k][1] <= ranges[k][0]) continue;
+            unsigned char *device = data + (size_t)ranges[k][0] * count * esize;
+            unsigned char *host = s->host + (size_t)ranges[k][0] * len * esize;
+            const size_t bytes = (size_t)(ranges[k][1] - ranges[k][0]) * count * esize;
+            ZS_CHECK(out ? be->ops->copy(be, host, device, bytes)
+                         : be->ops->copy(be, device, host, bytes));
+        }
+        return ZS_OK;
     }
     for (int j = first; j < last; j++) {
         if (j == skip) continue;

@@ -75,6 +75,8 @@ zs_status zs_agree_kernels(zs_ctx *zs, const char *what, const char *kernel, int
                            const char *advice) {
     if (!zs || !what || !kernel)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_agree_kernels: zs, what and kernel are required");
+    /* A direct collective: the engine's queue must be empty first. */
+    if (zs->engine) ZS_CHECK(zs__engine_drain(zs->engine));
     char groups[1536];
     int differ = 0;
     ZS_CHECK(zs__kernels_compare(zs, what, kernel, groups, sizeof groups, &differ));
