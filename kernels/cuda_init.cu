@@ -1,8 +1,8 @@
 /* Parameter initialization on CUDA: element j gets zs_k_init_value of its
  * global index first + j (kernels/init.h), the same counter-based value the
  * CPU backend computes, so any rank can fill any range. */
-#include "backend/cuda/cuda_elem.cuh"
-#include "backend/cuda/cuda_kernels.h"
+#include "kernels/cuda_elem.cuh"
+#include "kernels/cuda_launch.h"
 
 __global__ void zs__cuda_init_fill_kernel(float *dst, int64_t first, int64_t n,
                                           zs_k_init_kind kind, double a, double b,

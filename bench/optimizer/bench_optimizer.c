@@ -12,6 +12,13 @@
  *
  *   build/bench/optimizer/bench_optimizer [--n 67108864] [--reps 10]
  *   OMP_NUM_THREADS overrides the default of 2 threads.
+ *
+ * --backend cuda measures the runtime's CUDA kernels (fused update, convert,
+ * accumulate, sum of squares) on the device instead, each against a
+ * device-to-device copy of the same bytes (bench_optimizer_cuda.c; a build
+ * or machine without CUDA says so and exits 0). There --reps is the number
+ * of timed repetitions whose median is shown, and --n defaults to 2^28
+ * elements, or as many as fit the device.
  */
 #include <math.h>
 #include <omp.h>
@@ -21,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_isa.h"
+#include "bench_cuda.h"
 #include "kernels/convert.h"
 
 typedef struct arrays {
@@ -134,16 +142,29 @@ static double run_stream(arrays *a, int64_t n, int sixteen) {
 }
 
 int main(int argc, char **argv) {
-    int64_t n = (int64_t)1 << 26;
-    int reps = 10;
+    int64_t n = 0; /* 0: each half's default */
+    int reps = 10, usage = argc % 2 == 0;
+    const char *backend = "cpu";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--n") == 0) n = atoll(argv[i + 1]);
-        else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--n") == 0) {
+            n = atoll(argv[i + 1]);
+            usage |= n <= 0;
+        } else if (strcmp(argv[i], "--reps") == 0) {
+            reps = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--backend") == 0) {
+            backend = argv[i + 1];
+        } else {
+            usage = 1;
+        }
     }
-    if (n <= 0 || reps <= 0) {
-        fprintf(stderr, "usage: bench_optimizer [--n parameters] [--reps repetitions]\n");
+    const int cuda = strcmp(backend, "cuda") == 0;
+    if (usage || reps <= 0 || (!cuda && strcmp(backend, "cpu") != 0)) {
+        fprintf(stderr, "usage: bench_optimizer [--backend cpu|cuda] [--n parameters] "
+                        "[--reps repetitions]\n");
         return 2;
     }
+    if (cuda) return bench_optimizer_cuda(n, reps);
+    if (n == 0) n = (int64_t)1 << 26;
     if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(2);
     const int threads = omp_get_max_threads();
 

@@ -8,8 +8,9 @@
  * Ordering: every op is ordered after the previous ops of the same backend
  * (the CPU backend runs them on the calling thread; the CUDA backend enqueues
  * them on its compute stream). Ops that return a value to the host
- * (sum_squares, download) wait for it. Collectives on device memory are
- * ordered against the compute stream by the communicator (src/comm/nccl).
+ * (sum_squares, sum_squares_many, download) wait for it. Collectives on
+ * device memory are ordered against the compute stream by the communicator
+ * (src/comm/nccl).
  * Host code reads or writes backend memory only through upload/download,
  * unless host_accessible is set. */
 #ifndef ZS_BACKEND_BACKEND_H
@@ -20,6 +21,7 @@
 
 #include "core/config.h"
 #include "core/memory.h"
+#include "core/trace.h"
 #include "kernels/init.h"
 #include "kernels/optimizer.h"
 #include "zeroshard.h"
@@ -83,6 +85,14 @@ typedef struct zs__backend_ops {
      * overflow check of mixed precision. */
     zs_status (*sum_squares)(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                              double *out);
+    /* out[a] = sum_squares of ptrs[a][0..counts[a]) (dtype dtypes[a]), for
+     * a < n: each value is the bits sum_squares gives, and the backend
+     * blocks the host at most once for the whole call (CUDA: one wait for
+     * every array, where sum_squares waits once per call). Synchronous:
+     * out holds the values on return. The arrays are any mix of backend and
+     * host-tier memory; n >= 0. */
+    zs_status (*sum_squares_many)(zs__backend *be, int n, const void *const *ptrs,
+                                  const zs_dtype *dtypes, const int64_t *counts, double *out);
     zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);
     /* Host memory for transfers: page-locked where the backend copies by DMA
      * (CUDA: cudaHostAlloc), plain host memory otherwise; zero-filled and
@@ -102,10 +112,12 @@ typedef struct zs__backend_ops {
      * own stream, zeroshard_cuda.h). */
     void *(*get_stream)(zs__backend *be);
     zs_status (*set_stream)(zs__backend *be, void *stream);
-    /* Devices of this kind visible to the process (CUDA: cudaGetDeviceCount
-     * after CUDA_VISIBLE_DEVICES); 0 for the CPU, which has no devices to
-     * share. Ranks on a node beyond this count share a device. */
-    int (*device_count)(zs__backend *be);
+    /* The physical device this backend computes on, as a string unique
+     * across hosts (CUDA: the GPU's UUID, "GPU-" and 32 hex digits, the same
+     * whatever CUDA_VISIBLE_DEVICES numbering a rank sees), written into
+     * out (cap bytes, NUL-terminated); "" for the CPU, which has no device
+     * to share. Ranks whose identities are equal share a device. */
+    void (*device_identity)(zs__backend *be, char *out, size_t cap);
     /* Installs the check run while the backend blocks (NULL removes it). */
     void (*set_health_check)(zs__backend *be, zs__health_fn fn, void *ctx);
     void (*destroy)(zs__backend *be);
@@ -115,6 +127,12 @@ struct zs__backend {
     const zs__backend_ops *ops;
     zs__mem *mem;
     void *impl;
+    /* The context's trace, or NULL: a backend that blocks the host records
+     * each wait there as a span on the compute track (CUDA: "device wait").
+     * Set by the context once its trace exists and cleared before the trace
+     * is destroyed; ops run on the thread that drives the context, the
+     * recording thread of that track (core/trace.h). */
+    zs__trace *trace;
 };
 
 /* Creates the backend named by settings->backend; ZS_ERR_UNSUPPORTED with a

@@ -66,9 +66,9 @@ static zs_status cpu_host_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, v
     return zs__mem_host_alloc(be->mem, tag, bytes, out);
 }
 
-static int cpu_device_count(zs__backend *be) {
+static void cpu_device_identity(zs__backend *be, char *out, size_t cap) {
     (void)be;
-    return 0;
+    if (cap > 0) out[0] = '\0';
 }
 
 static zs_status cpu_download(zs__backend *be, void *host, const void *src, size_t bytes) {
@@ -117,6 +117,7 @@ static const zs__backend_ops cpu_ops = {
     .convert = zs__cpu_convert,
     .accumulate = zs__cpu_accumulate,
     .sum_squares = zs__cpu_sum_squares,
+    .sum_squares_many = zs__cpu_sum_squares_many,
     .optimizer_update = zs__cpu_optimizer_update,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_free,
@@ -125,7 +126,7 @@ static const zs__backend_ops cpu_ops = {
     .synchronize = cpu_synchronize,
     .get_stream = cpu_get_stream,
     .set_stream = cpu_set_stream,
-    .device_count = cpu_device_count,
+    .device_identity = cpu_device_identity,
     .set_health_check = cpu_set_health_check,
     .destroy = cpu_destroy,
 };

@@ -20,6 +20,8 @@ zs_status zs__cpu_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype, con
                              zs_dtype src_dtype, int64_t count);
 zs_status zs__cpu_sum_squares(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                               double *out);
+zs_status zs__cpu_sum_squares_many(zs__backend *be, int n, const void *const *ptrs,
+                                   const zs_dtype *dtypes, const int64_t *counts, double *out);
 zs_status zs__cpu_optimizer_update(zs__backend *be, const zs__update_args *args);
 zs_status zs__cpu_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
                             int64_t count, zs_k_init_kind kind, double a, double b, uint64_t key);

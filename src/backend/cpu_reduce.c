@@ -38,3 +38,17 @@ zs_status zs__cpu_sum_squares(zs__backend *be, const void *x, zs_dtype dtype, in
     *out = total;
     return ZS_OK;
 }
+
+/* The CPU never blocks on another party, so many arrays cost no more than
+ * one call each: the same loop, the same values. */
+zs_status zs__cpu_sum_squares_many(zs__backend *be, int n, const void *const *ptrs,
+                                   const zs_dtype *dtypes, const int64_t *counts, double *out) {
+    if (n < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cpu backend: sums of squares of %d arrays; "
+                        "the number of arrays must be >= 0", n);
+    for (int a = 0; a < n; a++) {
+        zs_status st = zs__cpu_sum_squares(be, ptrs[a], dtypes[a], counts[a], &out[a]);
+        if (st != ZS_OK) return zs__fail_context(st, "array %d of %d", a, n);
+    }
+    return ZS_OK;
+}

@@ -58,12 +58,11 @@ zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what) {
     return zs__share_outcome(zs, local, (int)(-key), what);
 }
 
-/* This rank's index among the ranks on its host, and how many ranks its
- * host runs, learned by exchanging host names through the runtime's
- * communicator (whose waits have deadlines) rather than with
- * MPI_Comm_split_type, which would wait forever for a rank that never
- * arrives. */
-static zs_status node_ranks(zs_ctx *zs, int *local, int *on_node) {
+/* This rank's index among the ranks on its host, learned by exchanging
+ * host names through the runtime's communicator (whose waits have
+ * deadlines) rather than with MPI_Comm_split_type, which would wait forever
+ * for a rank that never arrives. */
+static zs_status local_rank_of(zs_ctx *zs, int *local) {
     typedef struct { char name[MPI_MAX_PROCESSOR_NAME + 1]; } host_name;
     host_name mine;
     memset(&mine, 0, sizeof mine);
@@ -73,25 +72,51 @@ static zs_status node_ranks(zs_ctx *zs, int *local, int *on_node) {
     if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (host names)");
     zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "host names");
     *local = 0;
-    *on_node = 0;
-    for (int r = 0; st == ZS_OK && r < zs->world_size; r++)
-        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) {
-            if (r < zs->rank) ++*local;
-            ++*on_node;
-        }
+    for (int r = 0; st == ZS_OK && r < zs->rank; r++)
+        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) ++*local;
+    free(all);
+    return st;
+}
+
+/* Whether two ranks compute on one physical device: each rank's device
+ * identity (the GPU's UUID) is exchanged and compared, so that the answer
+ * holds whatever CUDA_VISIBLE_DEVICES each rank was given (counting ranks
+ * and GPUs per host would take two ranks that each see "device 0" of
+ * different GPUs for sharers). The same on every rank: *a < *b are the
+ * first two ranks that share, or -1. */
+typedef struct { char id[64]; } device_identity;
+
+static zs_status first_sharing_ranks(zs_ctx *zs, int *a, int *b, char *id, size_t cap) {
+    device_identity mine;
+    memset(&mine, 0, sizeof mine);
+    zs->backend->ops->device_identity(zs->backend, mine.id, sizeof mine.id);
+    device_identity *all = calloc((size_t)zs->world_size, sizeof *all);
+    if (!all)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (device identities)");
+    zs_status st =
+        zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "device identities");
+    *a = *b = -1;
+    for (int i = 0; st == ZS_OK && *a < 0 && i < zs->world_size; i++)
+        for (int j = i + 1; all[i].id[0] != '\0' && j < zs->world_size; j++)
+            if (memcmp(all[i].id, all[j].id, sizeof all[i].id) == 0) {
+                *a = i;
+                *b = j;
+                snprintf(id, cap, "%s", all[i].id);
+                break;
+            }
     free(all);
     return st;
 }
 
 /* comm.impl: which library carries the data collectives, the same choice
- * on every rank (the configuration is agreed, and so is whether any node
- * has more ranks than GPUs). The CPU backend uses MPI on its own memory, or
- * through host staging (comm.host_staging, tests). A device backend uses
- * NCCL when every rank has its own GPU, and otherwise MPI with its buffers
- * staged through pinned host memory (comm/staging.h), so that ranks can
- * share a GPU. zs->settings.comm.impl is the choice afterwards (the memory
- * plan reads it). */
-static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm, int on_node) {
+ * on every rank (the configuration is agreed, and so is whether two ranks
+ * share a device). The CPU backend uses MPI on its own memory, or through
+ * host staging (comm.host_staging, tests). A device backend uses NCCL when
+ * every rank has its own GPU, and otherwise MPI with its buffers staged
+ * through pinned host memory (comm/staging.h), so that ranks can share a
+ * GPU. zs->settings.comm.impl is the choice afterwards (the memory plan
+ * reads it). */
+static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm) {
     zs__settings *s = &zs->settings;
     zs__backend *be = zs->backend;
     if (be->ops->host_accessible) {
@@ -105,29 +130,31 @@ static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm, int on_node) {
         zs__comm_use_backend(zs->comm, be);
         return ZS_OK;
     }
-    const int devices = be->ops->device_count(be);
-    double shared = on_node > devices ? 1.0 : 0.0;
-    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &shared, 1, ZS_REDUCE_MAX, "GPUs per rank"));
-    if (s->comm.impl == ZS_COMM_LIBRARY_NCCL && shared > 0)
+    int a = -1, b = -1;
+    char id[64] = "";
+    ZS_CHECK(first_sharing_ranks(zs, &a, &b, id, sizeof id));
+    const int shared = a >= 0;
+    if (s->comm.impl == ZS_COMM_LIBRARY_NCCL && shared)
         return zs__fail(ZS_ERR_CONFIG,
-                        "comm.impl = \"nccl\" needs one GPU per rank, but a node runs more ranks "
-                        "than it has GPUs (rank %d's node: %d rank%s, %d visible GPU%s; NCCL "
-                        "refuses two ranks on one GPU); use comm.impl = \"auto\" or \"mpi\" "
-                        "(ranks share a GPU through host staging), or launch at most one rank "
-                        "per GPU",
-                        zs->rank, on_node, on_node == 1 ? "" : "s", devices,
-                        devices == 1 ? "" : "s");
+                        "comm.impl = \"nccl\" needs one GPU per rank, but ranks %d and %d both "
+                        "compute on %s (NCCL refuses two ranks on one GPU); use comm.impl = "
+                        "\"auto\" or \"mpi\" (ranks share a GPU through host staging), or launch "
+                        "at most one rank per GPU",
+                        a, b, id);
     if (s->comm.impl == ZS_COMM_LIBRARY_AUTO) {
-        s->comm.impl = shared > 0 ? ZS_COMM_LIBRARY_MPI : ZS_COMM_LIBRARY_NCCL;
-        if (shared > 0)
-            ZS_INFO("comm.impl = \"auto\": a node runs more ranks than it has GPUs (this "
-                    "one: %d rank%s, %d GPU%s), so the ranks share GPUs and collectives go "
-                    "through MPI with host staging (comm.impl = \"mpi\"); one rank per GPU "
-                    "uses NCCL",
-                    on_node, on_node == 1 ? "" : "s", devices, devices == 1 ? "" : "s");
+        s->comm.impl = shared ? ZS_COMM_LIBRARY_MPI : ZS_COMM_LIBRARY_NCCL;
+        if (shared)
+            ZS_INFO("comm.impl = \"auto\": ranks %d and %d both compute on %s, so the ranks "
+                    "share GPUs and collectives go through MPI with host staging (comm.impl = "
+                    "\"mpi\"); one rank per GPU uses NCCL",
+                    a, b, id);
     }
+    /* Pinned staging buffers can run out on one rank only: every rank
+     * learns it (still over MPI) rather than meeting a peer that left. */
     if (s->comm.impl == ZS_COMM_LIBRARY_MPI)
-        return zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes);
+        return zs__agree_status(
+            zs, zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes),
+            "host staging buffers");
     /* NCCL on device memory. The MPI communicator was only needed to agree
      * on the configuration and the choice. */
     zs__comm *device_comm = NULL;
@@ -139,9 +166,12 @@ static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm, int on_node) {
 
 /* The comm engine runs collectives on its own thread when comm.overlap is on,
  * the ranks are more than one, MPI allows calls from several threads (the
- * program's own MPI calls go on meanwhile), and the backend is the host: on
- * CUDA the NCCL calls only enqueue on the communication stream, so the device
- * overlaps without a host thread and the engine runs ops inline. */
+ * program's own MPI calls go on meanwhile), and the backend is the host. On
+ * CUDA the engine runs ops inline, whichever library carries them: NCCL
+ * calls only enqueue on the communication stream, so the device overlaps
+ * without a host thread; the host-staged MPI path (ranks sharing a GPU)
+ * synchronizes the compute stream for each collective, which a second host
+ * thread would only contend for, so it does not overlap. */
 static zs_status create_engine(zs_ctx *zs) {
     int threaded = zs->settings.comm.overlap && zs->world_size > 1 &&
                    zs->backend->ops->host_accessible;
@@ -160,6 +190,8 @@ static zs_status create_engine(zs_ctx *zs) {
     }
     ZS_CHECK(zs__trace_create(zs->settings.trace.file, zs->rank,
                               (size_t)zs->settings.trace.capacity, &zs->trace));
+    /* The backend's blocking waits show on the compute track. */
+    zs->backend->trace = zs->trace;
     return zs__engine_create(threaded, zs->trace, &zs->engine);
 }
 
@@ -189,10 +221,10 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
              zs_config_path(cfg));
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
     /* The device of a GPU rank is picked by its rank among the ranks of its node. */
-    int local_rank = 0, on_node = 1;
-    ZS_CHECK_GOTO(node_ranks(zs, &local_rank, &on_node), st, fail);
+    int local_rank = 0;
+    ZS_CHECK_GOTO(local_rank_of(zs, &local_rank), st, fail);
     ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, local_rank, &zs->backend), st, fail);
-    ZS_CHECK_GOTO(choose_collectives(zs, comm, on_node), st, fail);
+    ZS_CHECK_GOTO(choose_collectives(zs, comm), st, fail);
     /* The runtime's CPU kernels give the same bits at every SIMD level, so
      * a difference between hosts costs only speed: said at INFO. */
     char groups[1536];
@@ -258,6 +290,7 @@ void zs_destroy(zs_ctx *zs) {
     zs__engine_destroy(zs->engine);
     zs->engine = NULL;
     zs__metrics_close(zs);
+    if (zs->backend) zs->backend->trace = NULL; /* its last waits go unrecorded */
     zs__trace_destroy(zs->trace); /* writes the file */
     zs->trace = NULL;
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
@@ -287,6 +320,9 @@ void zs_destroy(zs_ctx *zs) {
     free(zs->params);
     free(zs->units);
     free(zs->unit_sums);
+    free(zs->norm_ptrs);
+    free(zs->norm_dtypes);
+    free(zs->norm_counts);
     free(zs->held);
     free(zs->bucket_members);
     free(zs->bucket_ops);

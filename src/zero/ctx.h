@@ -178,6 +178,12 @@ struct zs_ctx {
     int64_t skipped_total;
     int64_t micro;               /* micro-steps done in the current accumulation window */
     double *unit_sums;           /* [unit_count] squared norms of this rank's owned gradients */
+    /* [unit_count] each unit's owned gradient, its dtype and elements: the
+     * arguments of the one sum_squares_many call of a step (allocated at
+     * zs_build, so a step allocates nothing). */
+    const void **norm_ptrs;
+    zs_dtype *norm_dtypes;
+    int64_t *norm_counts;
     zs__loss_scaler scaler;
 
     /* Checkpoints (src/checkpoint): user state to save, or as restored. */

@@ -380,14 +380,19 @@ zs_status zs_build(zs_ctx *zs) {
     if (st != ZS_OK) return zs__fail_context(st, "zs_build");
 
     zs->unit_sums = calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
-    zs->held = calloc((size_t)(zs->unit_count ? zs->unit_count : 1), sizeof *zs->held);
+    const size_t units = (size_t)(zs->unit_count ? zs->unit_count : 1);
+    zs->norm_ptrs = calloc(units, sizeof *zs->norm_ptrs);
+    zs->norm_dtypes = calloc(units, sizeof *zs->norm_dtypes);
+    zs->norm_counts = calloc(units, sizeof *zs->norm_counts);
+    zs->held = calloc(units, sizeof *zs->held);
     /* The NVMe tier's per-run directory is named once for the job, before
      * anything can fail on one rank only. */
     char runid[64] = "";
     if (zs->settings.offload.optimizer == ZS_OFFLOAD_NVME)
         ZS_CHECK(zs__nvme_runid(zs, runid, sizeof runid));
-    st = zs->unit_sums && zs->held ? allocate_and_initialize(zs, runid)
-                       : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    st = zs->unit_sums && zs->held && zs->norm_ptrs && zs->norm_dtypes && zs->norm_counts
+             ? allocate_and_initialize(zs, runid)
+             : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     if (st != ZS_OK) st = zs__fail_context(st, "zs_build on rank %d", zs->rank);
     /* A disk, a directory or memory that fails on some ranks fails all of
      * them here, with the first failing rank's reason. */

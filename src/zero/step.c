@@ -233,17 +233,20 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
 
     /* One all-reduce carries the squared norm of the owned gradient (which
      * is also the overflow check: any non-finite element makes it
-     * non-finite) and the number of ranks that are not ready. */
+     * non-finite) and the number of ranks that are not ready. The units'
+     * sums come from one backend call, so a device backend blocks the host
+     * once per step for all of them (not once per unit); each unit's value
+     * is kept to locate an overflow, and they are added in unit order. */
     double *unit_sums = zs->unit_sums;
     double sums[2] = {0.0, local == ZS_OK ? 0.0 : 1.0};
     if (boundary) {
         for (int u = 0; u < zs->unit_count; u++) {
-            zs_dtype dtype;
-            const void *grad = owned_grad(zs, u, &dtype);
-            ZS_CHECK(zs->backend->ops->sum_squares(zs->backend, grad, dtype,
-                                                   zs->plan->units[u].shard_numel, &unit_sums[u]));
-            sums[0] += unit_sums[u];
+            zs->norm_ptrs[u] = owned_grad(zs, u, &zs->norm_dtypes[u]);
+            zs->norm_counts[u] = zs->plan->units[u].shard_numel;
         }
+        ZS_CHECK(zs->backend->ops->sum_squares_many(zs->backend, zs->unit_count, zs->norm_ptrs,
+                                                    zs->norm_dtypes, zs->norm_counts, unit_sums));
+        for (int u = 0; u < zs->unit_count; u++) sums[0] += unit_sums[u];
     }
     zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement");
     zs->metrics.comm_ns += zs__metrics_now() - comm_from;

@@ -3,6 +3,13 @@
  * element math of kernels/ headers, nvcc builds them with --fmad=false, and
  * the sum of squares uses the CPU's block and lane order).
  *
+ * The element-wise kernels read and write 16 bytes at a time where every
+ * pointer of a call can be aligned together, and one element at a time
+ * elsewhere; the vector sum of squares needs a 16-byte aligned array. So
+ * every kernel also runs on views at odd element offsets (aligned together,
+ * and not), over counts that are not multiples of the vector width, and the
+ * memory around each view must stay untouched.
+ *
  * Two documented exceptions:
  *   - results of arithmetic that are NaN compare as "both NaN": x86 keeps an
  *     operand's NaN payload where the GPU returns the canonical NaN. Pure
@@ -23,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -61,6 +69,51 @@ static void *from_gpu(const void *dev, size_t bytes) {
 }
 
 static void gpu_free(void *p, size_t bytes) { gpu->ops->free(gpu, ZS_MEM_SCRATCH, p, bytes); }
+
+/* Bytes of guard before and after a view, filled with GUARD_BYTE. */
+#define GUARD 64
+#define GUARD_BYTE 0xa5
+
+/* A device array viewed `off` elements past the allocation's start
+ * (cudaMalloc's 256-byte alignment), as the runtime's parameter offsets make
+ * them, with GUARD bytes of a known pattern on either side. */
+typedef struct view {
+    unsigned char *base;
+    size_t bytes; /* of the view */
+    size_t total; /* of the allocation */
+    void *at;
+} view;
+
+static view view_make(const void *host, size_t bytes, size_t off_bytes) {
+    view v;
+    v.bytes = bytes;
+    v.total = GUARD + off_bytes + bytes + GUARD;
+    unsigned char *fill = malloc(v.total);
+    ZT_REQUIRE(fill != NULL);
+    memset(fill, GUARD_BYTE, v.total);
+    if (host && bytes) memcpy(fill + GUARD + off_bytes, host, bytes);
+    v.base = to_gpu(fill, v.total);
+    v.at = v.base + GUARD + off_bytes;
+    free(fill);
+    return v;
+}
+
+/* The view's bytes (malloc'ed); checks that the guards kept their pattern. */
+static void *view_read(const view *v, const char *what) {
+    unsigned char *all = from_gpu(v->base, v->total);
+    const size_t at = (size_t)((unsigned char *)v->at - v->base);
+    size_t touched = 0;
+    for (size_t i = 0; i < v->total; i++)
+        if ((i < at || i >= at + v->bytes) && all[i] != GUARD_BYTE) touched++;
+    ZT_CHECK_MSG(touched == 0, "%s: %zu bytes outside the view were written", what, touched);
+    void *out = malloc(v->bytes ? v->bytes : 1);
+    ZT_REQUIRE(out != NULL);
+    memcpy(out, all + at, v->bytes);
+    free(all);
+    return out;
+}
+
+static void view_free(view *v) { gpu_free(v->base, v->total); }
 
 static float elem_f32(const void *a, zs_dtype d, int64_t i) {
     float f;
@@ -144,6 +197,60 @@ static void test_convert(void) {
     free(bits);
 }
 
+/* Random bit patterns of n elements of dtype d (NaNs and infinities
+ * included). */
+static void *random_bits(zs_dtype d, int64_t n) {
+    const size_t bytes = (size_t)n * dsize(d);
+    unsigned char *out = malloc(bytes ? bytes : 1);
+    ZT_REQUIRE(out != NULL);
+    for (size_t i = 0; i < bytes; i++) out[i] = (unsigned char)rnd();
+    return out;
+}
+
+/* Element offsets of the two operands: equal (the vector path after a
+ * scalar head) or different (no common alignment for most pairs: the
+ * element-by-element path). */
+static const int offset_pairs[][2] = {{0, 0}, {1, 1}, {3, 3}, {7, 7}, {1, 2}, {2, 5}, {0, 3}};
+#define OFFSET_PAIRS ((int)(sizeof offset_pairs / sizeof offset_pairs[0]))
+/* Counts below, at and around the vector width (8) and a multiple of it. */
+static const int64_t odd_counts[] = {1, 2, 5, 7, 8, 9, 15, 16, 17, 23, 31, 33, 100, 1003};
+#define ODD_COUNTS ((int)(sizeof odd_counts / sizeof odd_counts[0]))
+
+static void check_convert_views(zs_dtype sd, zs_dtype dd, int64_t n, int src_off, int dst_off) {
+    void *src = random_bits(sd, n);
+    void *want = malloc((size_t)n * dsize(dd));
+    ZT_REQUIRE(want != NULL);
+    ZT_OK(cpu->ops->convert(cpu, want, dd, src, sd, n));
+    view gs = view_make(src, (size_t)n * dsize(sd), (size_t)src_off * dsize(sd));
+    view gd = view_make(NULL, (size_t)n * dsize(dd), (size_t)dst_off * dsize(dd));
+    ZT_OK(gpu->ops->convert(gpu, gd.at, dd, gs.at, sd, n));
+    char label[128];
+    snprintf(label, sizeof label, "convert %s -> %s, n %lld, offsets %d/%d", dname(sd),
+             dname(dd), (long long)n, src_off, dst_off);
+    void *got = view_read(&gd, label);
+    compare(label, want, got, dd, n, 0);
+    free(got);
+    free(src);
+    free(want);
+    view_free(&gs);
+    view_free(&gd);
+}
+
+static void test_convert_views(void) {
+    const zs_dtype dts[3] = {ZS_DTYPE_FP32, ZS_DTYPE_FP16, ZS_DTYPE_BF16};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            if (a == b) continue; /* a copy, not a kernel */
+            for (int o = 0; o < OFFSET_PAIRS; o++) {
+                for (int c = 0; c < ODD_COUNTS; c++)
+                    check_convert_views(dts[a], dts[b], odd_counts[c], offset_pairs[o][0],
+                                        offset_pairs[o][1]);
+                check_convert_views(dts[a], dts[b], 1000003, offset_pairs[o][0],
+                                    offset_pairs[o][1]);
+            }
+        }
+}
+
 /* Random values of dtype d (through fp32), with a few non-finite ones. */
 static void *random_array(zs_dtype d, int64_t n, float lo, float hi, int specials) {
     float *f = malloc((size_t)n * sizeof *f);
@@ -190,12 +297,66 @@ static void test_accumulate(void) {
         }
 }
 
+static void check_accumulate_views(zs_dtype dd, zs_dtype sd, int64_t n, int dst_off, int src_off) {
+    void *dst = random_array(dd, n, -100.0f, 100.0f, 1);
+    void *src = random_array(sd, n, -100.0f, 100.0f, 0);
+    view gd = view_make(dst, (size_t)n * dsize(dd), (size_t)dst_off * dsize(dd));
+    view gs = view_make(src, (size_t)n * dsize(sd), (size_t)src_off * dsize(sd));
+    ZT_OK(cpu->ops->accumulate(cpu, dst, dd, src, sd, n));
+    ZT_OK(gpu->ops->accumulate(gpu, gd.at, dd, gs.at, sd, n));
+    char label[128];
+    snprintf(label, sizeof label, "accumulate %s += %s, n %lld, offsets %d/%d", dname(dd),
+             dname(sd), (long long)n, dst_off, src_off);
+    void *got = view_read(&gd, label);
+    compare(label, dst, got, dd, n, 1);
+    free(got);
+    /* x += x on the view. */
+    ZT_OK(cpu->ops->accumulate(cpu, dst, dd, dst, dd, n));
+    ZT_OK(gpu->ops->accumulate(gpu, gd.at, dd, gd.at, dd, n));
+    got = view_read(&gd, label);
+    compare("accumulate x += x (view)", dst, got, dd, n, 1);
+    free(got);
+    free(dst);
+    free(src);
+    view_free(&gd);
+    view_free(&gs);
+}
+
+static void test_accumulate_views(void) {
+    const zs_dtype dts[3] = {ZS_DTYPE_FP32, ZS_DTYPE_FP16, ZS_DTYPE_BF16};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int o = 0; o < OFFSET_PAIRS; o++) {
+                for (int c = 0; c < ODD_COUNTS; c++)
+                    check_accumulate_views(dts[a], dts[b], odd_counts[c], offset_pairs[o][0],
+                                           offset_pairs[o][1]);
+                check_accumulate_views(dts[a], dts[b], 100003, offset_pairs[o][0],
+                                       offset_pairs[o][1]);
+            }
+}
+
+static int same_double(double a, double b) {
+    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
+}
+
+/* x (host) summed on both backends; on the device `off` elements into its
+ * allocation, which is 16-byte aligned only when off * size is. */
+static void check_sumsq_at(const void *x, zs_dtype d, int64_t n, int off, const char *what) {
+    double want = -1.0, got = -2.0;
+    ZT_OK(cpu->ops->sum_squares(cpu, x, d, n, &want));
+    view gx = view_make(x, (size_t)n * dsize(d), (size_t)off * dsize(d));
+    ZT_OK(gpu->ops->sum_squares(gpu, gx.at, d, n, &got));
+    ZT_CHECK_MSG(same_double(want, got), "sum_squares %s (%s, n=%lld, offset %d): cpu %.17g, "
+                 "cuda %.17g", what, dname(d), (long long)n, off, want, got);
+    view_free(&gx);
+}
+
 static void check_sumsq(const void *x, zs_dtype d, int64_t n, const char *what) {
     double want = -1.0, got = -2.0;
     ZT_OK(cpu->ops->sum_squares(cpu, x, d, n, &want));
     void *gx = to_gpu(x, (size_t)n * dsize(d));
     ZT_OK(gpu->ops->sum_squares(gpu, gx, d, n, &got));
-    int same = memcmp(&want, &got, sizeof want) == 0 || (isnan(want) && isnan(got));
+    int same = same_double(want, got);
     ZT_CHECK_MSG(same, "sum_squares %s (%s, n=%lld): cpu %.17g, cuda %.17g", what, dname(d),
                  (long long)n, want, got);
     gpu_free(gx, (size_t)n * dsize(d));
@@ -209,6 +370,11 @@ static void test_sum_squares(void) {
             int64_t n = sizes[s];
             void *x = random_array(dts[a], n, -3.0f, 3.0f, 0);
             check_sumsq(x, dts[a], n, "finite");
+            /* Views: 16-byte aligned (the vector kernel) or not (the
+             * element kernel), each block's last row short or whole. */
+            const int offs[] = {1, 2, 3, 4, 8};
+            for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++)
+                check_sumsq_at(x, dts[a], n, offs[o], "view");
             free(x);
         }
     /* Non-finite elements make the result non-finite on both. */
@@ -226,73 +392,223 @@ static void test_sum_squares(void) {
     free(x);
 }
 
+/* sum_squares_many against the CPU's single calls, with the number of
+ * blocking waits of the call. */
+static void check_many(zs__backend *be, int n, const void *const *dev, const void *const *host,
+                       const zs_dtype *dtypes, const int64_t *counts, const char *what) {
+    double *got = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    ZT_REQUIRE(got != NULL);
+    for (int a = 0; a < n; a++) got[a] = -1.0;
+    int any = 0;
+    for (int a = 0; a < n; a++) any |= counts[a] > 0;
+    const uint64_t waits = zs__cuda_backend_waits(be);
+    ZT_OK(be->ops->sum_squares_many(be, n, dev, dtypes, counts, got));
+    const uint64_t used = zs__cuda_backend_waits(be) - waits;
+    ZT_CHECK_MSG(used == (uint64_t)any, "sum_squares_many %s (%d arrays): %llu blocking waits, "
+                 "expected %d", what, n, (unsigned long long)used, any);
+    int bad = 0;
+    for (int a = 0; a < n; a++) {
+        double want = -2.0;
+        ZT_OK(cpu->ops->sum_squares(cpu, host[a], dtypes[a], counts[a], &want));
+        if (!same_double(want, got[a]) && bad++ < 5)
+            fprintf(stderr, "  %s: array %d (%s, n=%lld): cpu %.17g, cuda %.17g\n", what, a,
+                    dname(dtypes[a]), (long long)counts[a], want, got[a]);
+    }
+    ZT_CHECK_MSG(bad == 0, "sum_squares_many %s: %d of %d arrays differ from the cpu", what, bad,
+                 n);
+    free(got);
+}
+
+/* Many arrays in one call: more arrays than one fold launch takes, views at
+ * any offset, empty arrays, arrays cut by the partials' batch boundary, the
+ * one wait per call, host-tier arrays mixed in, and argument errors. */
+static void test_sum_squares_many(void) {
+    const zs_dtype dts[3] = {ZS_DTYPE_FP32, ZS_DTYPE_FP16, ZS_DTYPE_BF16};
+    enum { MANY = 150 };
+    const void *host[MANY], *dev[MANY];
+    zs_dtype dtypes[MANY];
+    int64_t counts[MANY];
+    view views[MANY];
+    for (int a = 0; a < MANY; a++) {
+        dtypes[a] = dts[rnd() % 3];
+        const int64_t shapes[] = {0, 1, 7, 8, 4095, 4096, 4097, 8192 + 3,
+                                  (int64_t)(rnd() % 50000)};
+        counts[a] = shapes[rnd() % (sizeof shapes / sizeof shapes[0])];
+        host[a] = random_array(dtypes[a], counts[a], -3.0f, 3.0f, a % 37 == 5);
+        views[a] = view_make(host[a], (size_t)counts[a] * dsize(dtypes[a]),
+                             (size_t)(rnd() % 9) * dsize(dtypes[a]));
+        dev[a] = views[a].at;
+    }
+    check_many(gpu, MANY, dev, host, dtypes, counts, "150 views");
+    check_many(gpu, 1, dev, host, dtypes, counts, "one array");
+    check_many(gpu, 0, dev, host, dtypes, counts, "no arrays");
+    const int64_t zeros[3] = {0, 0, 0};
+    check_many(gpu, 3, dev, host, dtypes, zeros, "empty arrays");
+
+    /* Arrays cut by the batch of 2^16 block partials (the same big array
+     * twice, between small ones): runs continued across folds. */
+    const int64_t big = ((int64_t)1 << 27) + 4096 * 5 + 3;
+    void *bx = random_array(ZS_DTYPE_FP16, big, -2.0f, 2.0f, 0);
+    void *gbx = to_gpu(bx, (size_t)big * 2);
+    {
+        const void *h[5] = {host[3], bx, host[4], bx, host[5]};
+        const void *d[5] = {dev[3], gbx, dev[4], gbx, dev[5]};
+        const zs_dtype t[5] = {dtypes[3], ZS_DTYPE_FP16, dtypes[4], ZS_DTYPE_FP16, dtypes[5]};
+        const int64_t c[5] = {counts[3], big, counts[4], big, counts[5]};
+        check_many(gpu, 5, d, h, t, c, "across batches");
+    }
+    gpu_free(gbx, (size_t)big * 2);
+    free(bx);
+
+    /* Argument errors name the array. */
+    double out[3];
+    const zs_dtype bad[3] = {ZS_DTYPE_FP32, (zs_dtype)9, ZS_DTYPE_FP32};
+    ZT_FAILS_WITH(gpu->ops->sum_squares_many(gpu, 3, dev, bad, counts, out),
+                  ZS_ERR_INVALID_ARGUMENT, "array 1 of 3");
+    const int64_t negative[2] = {4, -1};
+    ZT_FAILS_WITH(gpu->ops->sum_squares_many(gpu, 2, dev, dtypes, negative, out),
+                  ZS_ERR_INVALID_ARGUMENT, "array 1 of 2");
+
+    /* Host tiers: a backend with offload on keeps ZS_MEM_HOST_STATE in
+     * (pinned) host memory, which the CPU kernel sums after the same single
+     * wait. */
+    zs__settings settings;
+    memset(&settings, 0, sizeof settings);
+    settings.offload.optimizer = ZS_OFFLOAD_HOST;
+    settings.offload.pin_memory = 1;
+    zs__mem tier_mem;
+    memset(&tier_mem, 0, sizeof tier_mem);
+    zs__backend *tiered = NULL;
+    ZT_REQUIRE(zs__cuda_backend_create(&settings, &tier_mem, 0, &tiered) == ZS_OK);
+    enum { MIXED = 12 };
+    void *mixed[MIXED];
+    size_t mixed_bytes[MIXED];
+    for (int a = 0; a < MIXED; a++) {
+        mixed_bytes[a] = (size_t)counts[a] * dsize(dtypes[a]);
+        const zs_mem_tag tag = a % 3 == 1 ? ZS_MEM_HOST_STATE : ZS_MEM_SCRATCH;
+        mixed[a] = NULL;
+        ZT_OK(tiered->ops->alloc(tiered, tag, mixed_bytes[a], &mixed[a]));
+        ZT_OK(tiered->ops->upload(tiered, mixed[a], host[a], mixed_bytes[a]));
+    }
+    check_many(tiered, MIXED, (const void *const *)mixed, host, dtypes, counts,
+               "host and device arrays");
+    for (int a = 0; a < MIXED; a++)
+        tiered->ops->free(tiered, a % 3 == 1 ? ZS_MEM_HOST_STATE : ZS_MEM_SCRATCH, mixed[a],
+                          mixed_bytes[a]);
+    zs__backend_destroy(tiered);
+    ZT_EQ_U64(tier_mem.total_current, 0);
+
+    for (int a = 0; a < MANY; a++) {
+        view_free(&views[a]);
+        free((void *)host[a]);
+    }
+}
+
+/* Element offsets of the update's arrays on the device: master, m, v,
+ * grad, param. */
+typedef struct update_offsets {
+    int master, m, v, grad, param;
+} update_offsets;
+
 /* One optimizer configuration: several steps on both backends, then every
- * array compared. */
-static void check_update(zs_k_optim_kind kind, double momentum, int nesterov, zs_dtype gd,
-                         int param_dtype /* -1: none */) {
-    const int64_t n = 300007;
+ * array compared, and the memory around each device view untouched. */
+static void check_update_views(zs_k_optim_kind kind, double momentum, int nesterov, zs_dtype gd,
+                               int param_dtype /* -1: none */, int64_t n, update_offsets off) {
     const int has_m = kind != ZS_K_OPTIM_SGD || momentum > 0, has_v = kind != ZS_K_OPTIM_SGD;
     float *master = random_array(ZS_DTYPE_FP32, n, -1.0f, 1.0f, 0);
     float *m = has_m ? random_array(ZS_DTYPE_FP32, n, -0.1f, 0.1f, 0) : NULL;
     float *v = has_v ? random_array(ZS_DTYPE_FP32, n, 0.0f, 0.01f, 0) : NULL;
     const zs_dtype pd = param_dtype < 0 ? ZS_DTYPE_FP32 : (zs_dtype)param_dtype;
     void *param = param_dtype < 0 ? NULL : calloc((size_t)n, dsize(pd));
-    float *g_master = to_gpu(master, (size_t)n * 4);
-    float *g_m = m ? to_gpu(m, (size_t)n * 4) : NULL, *g_v = v ? to_gpu(v, (size_t)n * 4) : NULL;
-    void *g_param = NULL;
-    if (param) ZT_REQUIRE(gpu->ops->alloc(gpu, ZS_MEM_SCRATCH, (size_t)n * dsize(pd), &g_param) == ZS_OK);
+    const size_t f32 = sizeof(float);
+    view g_master = view_make(master, (size_t)n * f32, (size_t)off.master * f32);
+    view g_m = {0}, g_v = {0}, g_param = {0};
+    if (m) g_m = view_make(m, (size_t)n * f32, (size_t)off.m * f32);
+    if (v) g_v = view_make(v, (size_t)n * f32, (size_t)off.v * f32);
+    if (param) g_param = view_make(param, (size_t)n * dsize(pd), (size_t)off.param * dsize(pd));
     for (int t = 1; t <= 3; t++) {
         void *grad = random_array(gd, n, -4000.0f, 4000.0f, 0);
-        void *g_grad = to_gpu(grad, (size_t)n * dsize(gd));
+        view g_grad = view_make(grad, (size_t)n * dsize(gd), (size_t)off.grad * dsize(gd));
         zs__update_args a = {
             .kind = kind, .master = master, .param = param, .param_dtype = pd, .grad = grad,
             .grad_dtype = gd, .m = m, .v = v, .count = n,
             .scalars = zs_k_optim_scalars_for_step(kind, 1e-3, 0.9, 0.999, 1e-8, 0.01,
                                                    momentum, nesterov, t, 3.0 * 1024.0, 0.75)};
         ZT_OK(cpu->ops->optimizer_update(cpu, &a));
-        a.master = g_master;
-        a.param = g_param;
-        a.grad = g_grad;
-        a.m = g_m;
-        a.v = g_v;
+        a.master = g_master.at;
+        a.param = param ? g_param.at : NULL;
+        a.grad = g_grad.at;
+        a.m = m ? g_m.at : NULL;
+        a.v = v ? g_v.at : NULL;
         ZT_OK(gpu->ops->optimizer_update(gpu, &a));
-        gpu_free(g_grad, (size_t)n * dsize(gd));
+        view_free(&g_grad);
         free(grad);
     }
-    char label[128];
-    snprintf(label, sizeof label, "update kind %d mom %g nest %d grad %s param %s: ", (int)kind,
-             momentum, nesterov, dname(gd), param ? dname(pd) : "none");
-    char what[160];
-    float *h = from_gpu(g_master, (size_t)n * 4);
+    char label[192];
+    snprintf(label, sizeof label, "update kind %d mom %g nest %d grad %s param %s n %lld "
+             "offsets %d/%d/%d/%d/%d: ", (int)kind, momentum, nesterov, dname(gd),
+             param ? dname(pd) : "none", (long long)n, off.master, off.m, off.v, off.grad,
+             off.param);
+    char what[256];
     snprintf(what, sizeof what, "%smaster", label);
+    float *h = view_read(&g_master, what);
     compare(what, master, h, ZS_DTYPE_FP32, n, 1);
     free(h);
     if (m) {
-        h = from_gpu(g_m, (size_t)n * 4);
         snprintf(what, sizeof what, "%sm", label);
+        h = view_read(&g_m, what);
         compare(what, m, h, ZS_DTYPE_FP32, n, 1);
         free(h);
+        view_free(&g_m);
     }
     if (v) {
-        h = from_gpu(g_v, (size_t)n * 4);
         snprintf(what, sizeof what, "%sv", label);
+        h = view_read(&g_v, what);
         compare(what, v, h, ZS_DTYPE_FP32, n, 1);
         free(h);
+        view_free(&g_v);
     }
     if (param) {
-        void *hp = from_gpu(g_param, (size_t)n * dsize(pd));
         snprintf(what, sizeof what, "%sparam", label);
+        void *hp = view_read(&g_param, what);
         compare(what, param, hp, pd, n, 1);
         free(hp);
-        gpu_free(g_param, (size_t)n * dsize(pd));
+        view_free(&g_param);
     }
-    gpu_free(g_master, (size_t)n * 4);
-    if (g_m) gpu_free(g_m, (size_t)n * 4);
-    if (g_v) gpu_free(g_v, (size_t)n * 4);
+    view_free(&g_master);
     free(master);
     free(m);
     free(v);
     free(param);
+}
+
+static void check_update(zs_k_optim_kind kind, double momentum, int nesterov, zs_dtype gd,
+                         int param_dtype /* -1: none */) {
+    const update_offsets aligned = {0, 0, 0, 0, 0};
+    check_update_views(kind, momentum, nesterov, gd, param_dtype, 300007, aligned);
+}
+
+/* Views at odd offsets: all arrays shifted alike (a scalar head, then
+ * vectors) or differently (element by element), over odd counts. */
+static void test_update_views(void) {
+    const update_offsets offs[] = {
+        {1, 1, 1, 1, 1}, {3, 3, 3, 3, 3}, {5, 5, 5, 5, 5},
+        {1, 1, 1, 2, 1}, {0, 4, 0, 0, 0}, {2, 0, 1, 3, 6},
+    };
+    const int64_t counts[] = {1, 7, 8, 9, 17, 1003, 100003};
+    const zs_dtype grads[2] = {ZS_DTYPE_FP32, ZS_DTYPE_BF16};
+    const int params[3] = {-1, ZS_DTYPE_BF16, ZS_DTYPE_FP16};
+    for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+            for (int g = 0; g < 2; g++)
+                for (int p = 0; p < 3; p++) {
+                    check_update_views(ZS_K_OPTIM_ADAMW, 0.0, 0, grads[g], params[p], counts[c],
+                                       offs[o]);
+                    check_update_views(ZS_K_OPTIM_SGD, 0.9, 1, grads[g], params[p], counts[c],
+                                       offs[o]);
+                    check_update_views(ZS_K_OPTIM_SGD, 0.0, 0, grads[g], params[p], counts[c],
+                                       offs[o]);
+                }
 }
 
 static void test_update(void) {
@@ -446,9 +762,13 @@ int main(void) {
     ZT_CHECK(strcmp(gpu->ops->name, "cuda") == 0 && gpu->ops->host_accessible == 0);
     test_memory();
     test_convert();
+    test_convert_views();
     test_accumulate();
+    test_accumulate_views();
     test_sum_squares();
+    test_sum_squares_many();
     test_update();
+    test_update_views();
     test_init_fill();
     test_streams();
     ZT_OK(gpu->ops->synchronize(gpu));

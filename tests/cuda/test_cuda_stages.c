@@ -17,7 +17,12 @@
  *     and once unpinned) and on NVMe (swap files under /tmp; in stage 3 also
  *     with the parameters there) gives the same
  *     bits as no offload: the host runs the CPU backend's kernels, which
- *     match the device's bit for bit (test_cuda_kernels).
+ *     match the device's bit for bit (test_cuda_kernels);
+ *   - one host synchronization per optimizer step: at np 1 without offload
+ *     (NCCL, whose collectives only enqueue), zs_step blocks the host
+ *     exactly once in every stage, for the gradient's sums of squares of
+ *     all units together (the CUDA backend's wait count,
+ *     zs__cuda_blocking_waits).
  * Every rank computes the same gradient, so the average over ranks is that
  * gradient exactly (x + x = 2x and 2x / 2 = x in floating point), and the
  * single-process CPU run is a valid reference at any world size.
@@ -34,6 +39,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "zero/cuda/stream_api.h"
 #include "zeroshard.h"
 #include "zeroshard_cuda.h"
 #include "zeroshard_mpi.h"
@@ -172,6 +178,12 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
     host_p = malloc((size_t)largest * sizeof(float));
     host_g = malloc((size_t)largest * sizeof(float));
     ZT_REQUIRE(host_p && host_g);
+    /* The step's host synchronizations are counted where nothing but the
+     * norm needs one: one process (its collectives enqueue on the device)
+     * and no offload (whose host-tier update drains the stream). */
+    int ranks = 0;
+    MPI_Comm_size(comm, &ranks);
+    const int count_waits = is_cuda(zs) && ranks == 1 && !extra;
 
     for (int step = 0; step < STEPS; step++) {
         /* Forward does nothing here; backward runs in reverse unit order. */
@@ -196,9 +208,15 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
             if (st != ZS_OK) goto done;
         }
         zs_step_info info;
+        const uint64_t waits_before = zs__cuda_blocking_waits(zs);
         st = zs_step(zs, &info);
+        const uint64_t waits = zs__cuda_blocking_waits(zs) - waits_before;
         ZT_OK(st);
         if (st != ZS_OK) goto done;
+        if (count_waits)
+            ZT_CHECK_MSG(waits == 1, "%s stage %d step %d: zs_step blocked the host %llu times; "
+                         "exactly one wait (the gradient's sums of squares) was expected",
+                         backend, stage, step, (unsigned long long)waits);
         ZT_CHECK_MSG(!info.skipped && isfinite(info.grad_norm), "%s stage %d step %d: skipped %d, "
                      "grad norm %g", backend, stage, step, info.skipped, info.grad_norm);
     }

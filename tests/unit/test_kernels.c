@@ -111,6 +111,24 @@ static void test_cpu_loops(void) {
     for (int64_t i = 0; i < n; i++) plain += (double)g[i] * g[i];
     ZT_CHECK_MSG(memcmp(&one, &two, sizeof one) == 0, "norm depends on threads: %.17g vs %.17g", one, two);
     ZT_CHECK_MSG(fabs(one - plain) <= 1e-12 * plain, "norm %.17g vs plain sum %.17g", one, plain);
+    /* Many arrays at once (zs_step's call): each value is the single call's
+     * bits, empty arrays give 0, and a bad dtype names its array. */
+    {
+        const void *ptrs[4] = {g, g + 5, m, g};
+        const zs_dtype dtypes[4] = {ZS_DTYPE_FP32, ZS_DTYPE_FP32, ZS_DTYPE_BF16, ZS_DTYPE_FP32};
+        const int64_t counts[4] = {n, n - 5, 0, 4097};
+        double many[4] = {-1, -1, -1, -1}, single;
+        ZT_OK(be->ops->sum_squares_many(be, 4, ptrs, dtypes, counts, many));
+        for (int a = 0; a < 4; a++) {
+            ZT_OK(be->ops->sum_squares(be, ptrs[a], dtypes[a], counts[a], &single));
+            ZT_CHECK_MSG(memcmp(&many[a], &single, sizeof single) == 0,
+                         "sum_squares_many array %d: %.17g, sum_squares %.17g", a, many[a], single);
+        }
+        ZT_OK(be->ops->sum_squares_many(be, 0, NULL, NULL, NULL, NULL));
+        const zs_dtype bad[4] = {ZS_DTYPE_FP32, ZS_DTYPE_FP32, (zs_dtype)7, ZS_DTYPE_FP32};
+        ZT_FAILS_WITH(be->ops->sum_squares_many(be, 4, ptrs, bad, counts, many),
+                      ZS_ERR_INVALID_ARGUMENT, "array 2 of 4");
+    }
 
     /* Initialization by range equals element-by-element values. */
     uint64_t key = zs_k_param_key(42, "block.0.weight");

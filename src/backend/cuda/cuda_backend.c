@@ -1,10 +1,14 @@
 /* The CUDA backend: device memory charged to the accountant, one compute
  * stream on which every op is enqueued in call order, and the kernels of
- * kernels/cuda_*.cu (through cuda_kernels.h). Ops that hand a value to the host
- * (download, sum_squares, synchronize) block by polling, never by a bare
- * cudaStreamSynchronize: while they wait they call the registered health
+ * kernels/cuda_*.cu (through kernels/cuda_launch.h). Ops that hand a value to
+ * the host (download, sum_squares, synchronize) block by polling, never by a
+ * bare cudaStreamSynchronize: while they wait they call the registered health
  * check, so an NCCL failure of a peer that our stream waits on becomes an
- * error instead of a hang.
+ * error instead of a hang. Every such wait is counted
+ * (zs__cuda_backend_waits) and, when the context traces, recorded as a
+ * "device wait" span, so that the host synchronizations of a step can be
+ * seen and tested: an optimizer step without offload has exactly one, the
+ * gradient's sums of squares (sum_squares_many).
  *
  * Not thread-safe, like the rest of a context: one thread drives it. Each op
  * makes the backend's device current first, so a program that switches
@@ -18,9 +22,10 @@
 #include "backend/backend.h"
 #include "backend/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
+#include "kernels/cuda_launch.h"
 
 /* Bytes of each of the two halves of the pinned bounce buffer: large enough
  * that a transfer runs near PCIe speed, small enough to be negligible next to
@@ -28,8 +33,11 @@
  * one half on the host overlaps the DMA of the other. */
 #define ZS_CUDA_BOUNCE_BYTES ((size_t)4 << 20)
 
-/* Block partials of a sum of squares held at once (512 KiB of doubles): one
- * launch covers 2^28 elements, enough threads to fill a GPU. */
+/* Block partials of sums of squares held at once (512 KiB of doubles): one
+ * batch covers 2^28 elements, enough threads to fill a GPU. Larger calls
+ * run in batches whose partials are folded into the per-array totals before
+ * the next batch reuses the buffer, so the scratch does not grow with the
+ * model. */
 #define ZS_CUDA_NORM_BATCH ((int64_t)1 << 16)
 
 /* A wait spins this long before it starts sleeping (small kernels finish in
@@ -39,12 +47,11 @@
 #define ZS_CUDA_SLEEP_NS 50000
 #define ZS_CUDA_HEALTH_NS 5000000
 
-/* Grids are capped at this many blocks per SM; grid-stride loops do the rest. */
-#define ZS_CUDA_BLOCKS_PER_SM 8
-
 typedef struct cuda_impl {
+    zs__backend *be;          /* the backend this is the state of (its trace) */
     int device;
     int devices;              /* visible to this process */
+    char identity[48];        /* "GPU-" and the device's UUID (device_identity) */
     int max_blocks;
     cudaStream_t own;         /* created here; destroyed at destroy */
     cudaStream_t stream;      /* the compute stream: `own` or the program's */
@@ -55,8 +62,13 @@ typedef struct cuda_impl {
     /* Lazily allocated scratch (charged to ZS_MEM_SCRATCH). */
     unsigned char *bounce;    /* pinned host, 2 halves */
     cudaEvent_t bounce_free[2]; /* recorded after the copy that last used a half */
-    double *norm_dev;         /* [ZS_CUDA_NORM_BATCH] device partials */
-    double *norm_host;        /* [ZS_CUDA_NORM_BATCH] pinned host partials */
+    double *norm_dev;         /* device: [ZS_CUDA_NORM_BATCH] block partials, then
+                                 [norm_cap] per-array totals */
+    double *norm_host;        /* pinned host: [norm_cap] totals, copied from the device */
+    unsigned char *norm_where; /* [norm_cap] 1 where an array of the call is host memory */
+    int norm_cap;             /* arrays the totals hold */
+    size_t norm_bytes;        /* charged to ZS_MEM_SCRATCH for the two above */
+    uint64_t waits;           /* blocking waits so far (wait_event calls) */
     /* Offload: the host tags (host_state, host_params, offload_staging) are
      * host memory, page-locked when offload.pin_memory, and ops whose
      * operands are there run on the host. 0 = no offload: every operand is
@@ -125,9 +137,9 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Waits for `event` (already recorded) by polling: spin briefly, then sleep
- * between queries, and run the health check every ZS_CUDA_HEALTH_NS. */
-static zs_status wait_event(cuda_impl *c, cudaEvent_t event, const char *doing) {
+/* Polls `event` (already recorded) until it completes: spin briefly, then
+ * sleep between queries, and run the health check every ZS_CUDA_HEALTH_NS. */
+static zs_status poll_event(cuda_impl *c, cudaEvent_t event, const char *doing) {
     const int64_t start = now_ns();
     int64_t last_check = start;
     for (;;) {
@@ -147,6 +159,23 @@ static zs_status wait_event(cuda_impl *c, cudaEvent_t event, const char *doing) 
             nanosleep(&nap, NULL);
         }
     }
+}
+
+/* Every blocking wait of the backend: counted, and recorded as a span on
+ * the context's compute track when it traces (the backend runs on the
+ * thread that drives the context, the recording thread of that track).
+ * `doing` is a string literal, as the trace keeps it by pointer. */
+static zs_status wait_event(cuda_impl *c, cudaEvent_t event, const char *doing) {
+    zs__trace *trace = c->be->trace;
+    const uint64_t from = zs__trace_clock(trace);
+    c->waits++;
+    zs_status s = poll_event(c, event, doing);
+    if (trace) {
+        zs__trace_args args = ZS_TRACE_ARGS_INIT;
+        args.op = doing;
+        zs__trace_span(trace, ZS_TRACE_COMPUTE, "device wait", from, zs__trace_now(), &args);
+    }
+    return s;
 }
 
 /* Waits for every op enqueued so far on the compute stream (an event rather
@@ -456,55 +485,156 @@ static zs_status cuda_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype,
     return ZS_OK;
 }
 
-/* Scratch is allocated on first use and kept: norms run every step. */
-static zs_status ensure_norm_scratch(zs__backend *be, cuda_impl *c) {
-    if (c->norm_dev) return ZS_OK;
-    const size_t bytes = (size_t)ZS_CUDA_NORM_BATCH * sizeof(double);
-    CU(c, cudaMalloc((void **)&c->norm_dev, bytes), "allocating sum-of-squares partials");
-    cudaError_t e = cudaMallocHost((void **)&c->norm_host, bytes);
-    if (e != cudaSuccess) {
-        cudaFree(c->norm_dev);
-        c->norm_dev = NULL;
-        c->norm_host = NULL;
-        return cuda_fail(c, e, "cudaMallocHost", "allocating sum-of-squares partials");
+/* Gives back the sum-of-squares scratch (cudaFree and cudaFreeHost wait for
+ * work still using it). */
+static void norm_scratch_free(zs__backend *be, cuda_impl *c) {
+    if (!c->norm_dev) return;
+    cudaFree(c->norm_dev);
+    cudaFreeHost(c->norm_host);
+    zs__mem_uncharge(be->mem, ZS_MEM_SCRATCH, c->norm_bytes);
+    c->norm_dev = c->norm_host = NULL;
+    c->norm_cap = 0;
+    c->norm_bytes = 0;
+}
+
+/* The sum-of-squares scratch for calls of up to `arrays` arrays, charged to
+ * ZS_MEM_SCRATCH: on the device ZS_CUDA_NORM_BATCH block partials (512 KiB)
+ * and one double per array for the totals, and the totals' pinned host copy.
+ * Allocated on the first sum of squares and kept, since norms run every
+ * step; it is reallocated only when a call has more arrays than any before
+ * (zs_step always passes one per unit, so in practice once). The bound is
+ * therefore 8 * (ZS_CUDA_NORM_BATCH + 2 * arrays) bytes for the largest
+ * call: 512 KiB plus 16 bytes per unit, whatever the size of the model. */
+static zs_status ensure_norm_scratch(zs__backend *be, cuda_impl *c, int arrays) {
+    if (c->norm_dev && arrays <= c->norm_cap) return ZS_OK;
+    const int cap = arrays > c->norm_cap ? arrays : c->norm_cap;
+    norm_scratch_free(be, c);
+    const size_t dev_bytes = ((size_t)ZS_CUDA_NORM_BATCH + (size_t)cap) * sizeof(double);
+    const size_t host_bytes = (size_t)cap * sizeof(double);
+    const char *call = "cudaMalloc";
+    cudaError_t e = cudaMalloc((void **)&c->norm_dev, dev_bytes);
+    if (e == cudaSuccess) {
+        call = "cudaMallocHost";
+        e = cudaMallocHost((void **)&c->norm_host, host_bytes);
+        if (e != cudaSuccess) cudaFree(c->norm_dev);
     }
-    zs__mem_charge(be->mem, ZS_MEM_SCRATCH, 2 * bytes);
+    if (e != cudaSuccess) {
+        c->norm_dev = c->norm_host = NULL;
+        (void)cudaGetLastError(); /* out of memory is not sticky: clear it */
+        return cuda_fail(c, e, call, "allocating sum-of-squares scratch");
+    }
+    /* Host bookkeeping of the same calls: which arrays are host memory. */
+    unsigned char *where = realloc(c->norm_where, (size_t)cap);
+    if (!where) {
+        norm_scratch_free(be, c);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory (sums of "
+                        "squares of %d arrays)", arrays);
+    }
+    c->norm_where = where;
+    c->norm_cap = cap;
+    c->norm_bytes = dev_bytes + host_bytes;
+    zs__mem_charge(be->mem, ZS_MEM_SCRATCH, c->norm_bytes);
     return ZS_OK;
+}
+
+/* Enqueues the block partials of every device array of the call and folds
+ * them, in block order, into c->norm_dev's totals (slot a for array a),
+ * then copies the totals into the pinned c->norm_host; nothing waits. The
+ * partials go through the ZS_CUDA_NORM_BATCH buffer in batches: a batch is
+ * folded before the next one overwrites it (stream order), and an array
+ * cut by a batch boundary continues its running total in the next fold,
+ * so every array's additions are exactly the host's sequence
+ * 0.0 + p[0] + p[1] + ... */
+static zs_status enqueue_sums(cuda_impl *c, int n, const void *const *ptrs,
+                              const zs_dtype *dtypes, const int64_t *counts,
+                              const unsigned char *on_host) {
+    double *partials = c->norm_dev, *totals = c->norm_dev + ZS_CUDA_NORM_BATCH;
+    zs__cuda_fold fold;
+    fold.count = 0;
+    int64_t used = 0; /* partials of the current batch */
+    for (int a = 0; a < n; a++) {
+        if (on_host[a] || counts[a] == 0) continue;
+        const int64_t blocks = (counts[a] + ZS_CUDA_NORM_BLOCK - 1) / ZS_CUDA_NORM_BLOCK;
+        for (int64_t done = 0; done < blocks;) {
+            const int64_t room = ZS_CUDA_NORM_BATCH - used;
+            const int64_t take = blocks - done < room ? blocks - done : room;
+            CU(c, zs__cuda_launch_sum_squares(launch_of(c), partials + used, ptrs[a], dtypes[a],
+                                              counts[a], done, take),
+               "summing squares");
+            fold.seg[fold.count++] = (zs__cuda_fold_segment){
+                .first = used, .blocks = take, .slot = a, .cont = done > 0};
+            used += take;
+            done += take;
+            /* A full batch is folded before its buffer is reused; a full
+             * fold argument is launched before it takes more segments. */
+            if (used == ZS_CUDA_NORM_BATCH || fold.count == ZS_CUDA_FOLD_MAX) {
+                CU(c, zs__cuda_launch_sum_squares_fold(launch_of(c), totals, partials, &fold),
+                   "adding sum-of-squares partials");
+                fold.count = 0;
+                if (used == ZS_CUDA_NORM_BATCH) used = 0;
+            }
+        }
+    }
+    CU(c, zs__cuda_launch_sum_squares_fold(launch_of(c), totals, partials, &fold),
+       "adding sum-of-squares partials");
+    CU(c, cudaMemcpyAsync(c->norm_host, totals, (size_t)n * sizeof(double),
+                          cudaMemcpyDeviceToHost, c->stream),
+       "copying sums of squares to the host");
+    return ZS_OK;
+}
+
+/* Sums of squares of n arrays with one host synchronization: the device
+ * arrays' partials and totals are enqueued, their n totals copied to pinned
+ * memory, and the one wait covers the copy; arrays in host memory (offload
+ * tiers) are then summed on the host by the CPU kernel, which adds in the
+ * device kernel's order (cpu_reduce.c), after that same wait has drained
+ * every copy into them. */
+static zs_status cuda_sum_squares_many(zs__backend *be, int n, const void *const *ptrs,
+                                       const zs_dtype *dtypes, const int64_t *counts,
+                                       double *out) {
+    cuda_impl *c = impl_of(be);
+    if (n < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: sums of squares of %d arrays; "
+                        "the number of arrays must be >= 0", n);
+    int any = 0;
+    for (int a = 0; a < n; a++) {
+        if (!dtype_valid(dtypes[a]) || counts[a] < 0)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: sum of squares of array %d "
+                            "of %d (%lld elements of dtype %d): the count must be >= 0 and the "
+                            "dtype fp32, fp16 or bf16", a, n, (long long)counts[a],
+                            (int)dtypes[a]);
+        out[a] = 0.0;
+        any |= counts[a] > 0;
+    }
+    if (!any) return ZS_OK;
+    ZS_CHECK(enter(c, "summing squares"));
+    /* Where each array lives, asked once (a pointer query per array, and
+     * only with host tiers; without them every array is device memory). */
+    ZS_CHECK(ensure_norm_scratch(be, c, n));
+    unsigned char *on_host = c->norm_where;
+    int device_arrays = 0, host_arrays = 0;
+    for (int a = 0; a < n; a++) {
+        on_host[a] = counts[a] > 0 && is_host(c, ptrs[a]);
+        device_arrays += counts[a] > 0 && !on_host[a];
+        host_arrays += on_host[a];
+    }
+    zs_status st = device_arrays ? enqueue_sums(c, n, ptrs, dtypes, counts, on_host) : ZS_OK;
+    if (st == ZS_OK && (device_arrays || host_arrays))
+        st = wait_stream(c, device_arrays ? "summing squares"
+                                          : "summing squares of host-tier memory");
+    for (int a = 0; a < n && st == ZS_OK; a++) {
+        if (counts[a] == 0) continue;
+        if (on_host[a])
+            st = zs__cpu_sum_squares(be, ptrs[a], dtypes[a], counts[a], &out[a]);
+        else
+            out[a] = c->norm_host[a];
+    }
+    return st;
 }
 
 static zs_status cuda_sum_squares(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                                   double *out) {
-    cuda_impl *c = impl_of(be);
-    if (!dtype_valid(dtype) || count < 0)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: sum of squares of %lld "
-                        "elements of dtype %d: the count must be >= 0 and the dtype fp32, "
-                        "fp16 or bf16", (long long)count, (int)dtype);
-    *out = 0.0;
-    if (count == 0) return ZS_OK;
-    ZS_CHECK(enter(c, "summing squares"));
-    if (is_host(c, x)) {
-        /* The CPU kernel adds in the device kernel's order (cpu_reduce.c). */
-        ZS_CHECK(wait_stream(c, "summing squares of host-tier memory"));
-        return zs__cpu_sum_squares(be, x, dtype, count, out);
-    }
-    ZS_CHECK(ensure_norm_scratch(be, c));
-    const int64_t blocks = (count + ZS_CUDA_NORM_BLOCK - 1) / ZS_CUDA_NORM_BLOCK;
-    double total = 0.0;
-    for (int64_t first = 0; first < blocks; first += ZS_CUDA_NORM_BATCH) {
-        const int64_t batch =
-            blocks - first < ZS_CUDA_NORM_BATCH ? blocks - first : ZS_CUDA_NORM_BATCH;
-        CU(c, zs__cuda_launch_sum_squares(launch_of(c), c->norm_dev, x, dtype, count, first,
-                                          batch),
-           "summing squares");
-        CU(c, cudaMemcpyAsync(c->norm_host, c->norm_dev, (size_t)batch * sizeof(double),
-                              cudaMemcpyDeviceToHost, c->stream),
-           "summing squares");
-        ZS_CHECK(wait_stream(c, "summing squares"));
-        /* Block order, as cpu_reduce.c adds its partials. */
-        for (int64_t b = 0; b < batch; b++) total += c->norm_host[b];
-    }
-    *out = total;
-    return ZS_OK;
+    return cuda_sum_squares_many(be, 1, &x, &dtype, &count, out);
 }
 
 /* The optimizer with any operand in host memory (offloaded master and
@@ -653,7 +783,20 @@ static zs_status cuda_synchronize(zs__backend *be) {
     return wait_stream(c, "waiting for the compute stream");
 }
 
-static int cuda_device_count(zs__backend *be) { return impl_of(be)->devices; }
+/* The UUID as nvidia-smi prints it (GPU-8-4-4-4-12 hex digits): the same
+ * device gives the same string in every process, whatever its index under
+ * that process's CUDA_VISIBLE_DEVICES. */
+static void format_identity(const cudaUUID_t *uuid, char *out, size_t cap) {
+    const unsigned char *b = (const unsigned char *)uuid->bytes;
+    size_t at = (size_t)snprintf(out, cap, "GPU-");
+    for (int i = 0; i < 16 && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%02x",
+                               i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", b[i]);
+}
+
+static void cuda_device_identity(zs__backend *be, char *out, size_t cap) {
+    snprintf(out, cap, "%s", impl_of(be)->identity);
+}
 
 static void *cuda_get_stream(zs__backend *be) { return (void *)impl_of(be)->stream; }
 
@@ -685,11 +828,8 @@ static void cuda_set_health_check(zs__backend *be, zs__health_fn fn, void *ctx) 
 static void release(zs__backend *be, cuda_impl *c) {
     if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
     /* cudaFree and cudaFreeHost wait for pending work that uses them. */
-    if (c->norm_dev) {
-        cudaFree(c->norm_dev);
-        cudaFreeHost(c->norm_host);
-        zs__mem_uncharge(be->mem, ZS_MEM_SCRATCH, 2 * (size_t)ZS_CUDA_NORM_BATCH * sizeof(double));
-    }
+    norm_scratch_free(be, c);
+    free(c->norm_where);
     if (c->bounce) {
         cudaFreeHost(c->bounce);
         zs__mem_uncharge(be->mem, ZS_MEM_SCRATCH, 2 * ZS_CUDA_BOUNCE_BYTES);
@@ -717,6 +857,7 @@ static const zs__backend_ops cuda_ops = {
     .convert = cuda_convert,
     .accumulate = cuda_accumulate,
     .sum_squares = cuda_sum_squares,
+    .sum_squares_many = cuda_sum_squares_many,
     .optimizer_update = cuda_optimizer_update,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
@@ -725,7 +866,7 @@ static const zs__backend_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .get_stream = cuda_get_stream,
     .set_stream = cuda_set_stream,
-    .device_count = cuda_device_count,
+    .device_identity = cuda_device_identity,
     .set_health_check = cuda_set_health_check,
     .destroy = cuda_destroy,
 };
@@ -733,6 +874,11 @@ static const zs__backend_ops cuda_ops = {
 int zs__cuda_backend_device(const zs__backend *be) {
     if (!be || be->ops != &cuda_ops) return -1;
     return ((const cuda_impl *)be->impl)->device;
+}
+
+uint64_t zs__cuda_backend_waits(const zs__backend *be) {
+    if (!be || be->ops != &cuda_ops) return 0;
+    return ((const cuda_impl *)be->impl)->waits;
 }
 
 zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
@@ -761,6 +907,7 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     be->ops = &cuda_ops;
     be->mem = mem;
     be->impl = c;
+    c->be = be;
     c->device = local_rank % devices;
     c->devices = devices;
     c->host_tiers = settings && (settings->offload.optimizer != ZS_OFFLOAD_NONE ||
@@ -779,6 +926,9 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     } while (0)
     CU_INIT(cudaSetDevice(c->device));
     CU_INIT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device));
+    struct cudaDeviceProp prop;
+    CU_INIT(cudaGetDeviceProperties(&prop, c->device));
+    format_identity(&prop.uuid, c->identity, sizeof c->identity);
     c->max_blocks = (sms > 0 ? sms : 1) * ZS_CUDA_BLOCKS_PER_SM;
     /* Non-blocking: the program's work on the legacy default stream does
      * not serialize against ours. */

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "zero/ctx.h"
+#include "zero/cuda/stream_api.h"
 
 static int is_cuda(const zs_ctx *zs) {
     return zs && zs->backend && strcmp(zs->backend->ops->name, "cuda") == 0;
@@ -28,4 +29,8 @@ cudaStream_t zs_cuda_stream(const zs_ctx *zs) {
 int zs_cuda_device(const zs_ctx *zs) {
     if (!is_cuda(zs)) return -1;
     return zs__cuda_backend_device(zs->backend);
+}
+
+uint64_t zs__cuda_blocking_waits(const zs_ctx *zs) {
+    return is_cuda(zs) ? zs__cuda_backend_waits(zs->backend) : 0;
 }
