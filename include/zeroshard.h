@@ -451,6 +451,14 @@ zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out);
  * At most 32 names per step, each 1..63 bytes. Not collective. A no-op
  * without log.metrics_file. */
 zs_status zs_log_scalar(zs_ctx *zs, const char *name, double value);
+/* The same for the optimizer step that just finished (the last zs_step at
+ * an accumulation boundary): a value the program knows only after the step,
+ * such as a loss it reads from the device once zs_step has waited for it,
+ * or a validation loss. A step's line is written when the next step begins
+ * (or at zs_destroy), so it can still take these. ZS_ERR_STATE before the
+ * first step has finished. Not collective; a no-op without
+ * log.metrics_file. */
+zs_status zs_log_scalar_previous(zs_ctx *zs, const char *name, double value);
 
 /* Prints both reports of every rank as tables with one column per rank
  * (memory per tag in MiB, current / peak; the live budget and its peak;

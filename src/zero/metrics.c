@@ -33,7 +33,27 @@ zs_status zs__metrics_open(zs_ctx *zs) {
     return ZS_OK;
 }
 
+/* Writes the pending line, if any, and lets it go. */
+static void write_pending(zs_ctx *zs) {
+    zs__metrics *m = &zs->metrics;
+    json_object *line = m->pending;
+    m->pending = m->pending_scalars = NULL;
+    m->pending_scalar_count = 0;
+    if (!line) return;
+    if (m->file) {
+        const char *text = json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN);
+        if (fprintf(m->file, "%s\n", text) < 0 || fflush(m->file) != 0) {
+            ZS_WARN("log.metrics_file: writing %s failed; no more metrics will be written",
+                    m->path);
+            fclose(m->file);
+            m->file = NULL;
+        }
+    }
+    json_object_put(line);
+}
+
 void zs__metrics_close(zs_ctx *zs) {
+    write_pending(zs);
     if (zs->metrics.file) fclose(zs->metrics.file);
     zs->metrics.file = NULL;
 }
@@ -54,6 +74,26 @@ zs_status zs_log_scalar(zs_ctx *zs, const char *name, double value) {
                         "step", name, ZS_METRICS_SCALARS);
     snprintf(m->scalar_names[m->scalar_count], sizeof m->scalar_names[0], "%s", name);
     m->scalar_values[m->scalar_count++] = value;
+    return ZS_OK;
+}
+
+zs_status zs_log_scalar_previous(zs_ctx *zs, const char *name, double value) {
+    if (!zs || !name || !*name || strlen(name) > 63)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_log_scalar_previous: a context and a name "
+                        "of 1..63 bytes are required");
+    zs__metrics *m = &zs->metrics;
+    if (!m->file) return ZS_OK;
+    if (!m->pending)
+        return zs__fail(ZS_ERR_STATE, "zs_log_scalar_previous('%s'): no optimizer step has "
+                        "finished yet", name);
+    json_object *scalars = m->pending_scalars;
+    if (!json_object_object_get_ex(scalars, name, NULL)) {
+        if (m->pending_scalar_count >= ZS_METRICS_SCALARS)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_log_scalar_previous('%s'): at most %d "
+                            "scalars per step", name, ZS_METRICS_SCALARS);
+        m->pending_scalar_count++;
+    }
+    json_object_object_add(scalars, name, json_object_new_double(value));
     return ZS_OK;
 }
 
@@ -95,13 +135,12 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
             json_object_object_add(scalars, m->scalar_names[i],
                                    json_object_new_double(m->scalar_values[i]));
         json_object_object_add(line, "scalars", scalars);
-        const char *text = json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN);
-        int failed = fprintf(m->file, "%s\n", text) < 0 || fflush(m->file) != 0;
-        json_object_put(line);
-        if (failed) {
-            ZS_WARN("log.metrics_file: writing %s failed; no more metrics will be written", m->path);
-            zs__metrics_close(zs);
-        }
+        /* The previous step's line is complete now; this one waits for
+         * zs_log_scalar_previous. */
+        write_pending(zs);
+        m->pending = line;
+        m->pending_scalars = scalars;
+        m->pending_scalar_count = m->scalar_count;
     }
     m->comm_ns = m->optimizer_ns = m->checkpoint_ns = 0;
     m->scalar_count = 0;

@@ -1,5 +1,8 @@
 /* The metrics file (log.metrics_file): one JSON line per optimizer step,
- * written by rank 0, with the step's figures and the program's scalars. */
+ * written by rank 0, with the step's figures and the program's scalars. A
+ * step's line is kept until the next step ends (or the context closes), so
+ * that zs_log_scalar_previous can add what the program learns after zs_step
+ * returned (a loss read from the device without a wait of its own). */
 #ifndef ZS_ZERO_METRICS_H
 #define ZS_ZERO_METRICS_H
 
@@ -21,6 +24,10 @@ typedef struct zs__metrics {
     int scalar_count;
     char scalar_names[ZS_METRICS_SCALARS][64];
     double scalar_values[ZS_METRICS_SCALARS];
+    /* The finished step's line (a json_object) and its scalars object, not
+     * written yet; NULL before the first step. */
+    void *pending, *pending_scalars;
+    int pending_scalar_count;
 } zs__metrics;
 
 uint64_t zs__metrics_now(void);

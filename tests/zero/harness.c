@@ -329,6 +329,9 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
             }
             if (info.boundary != (micro == gas - 1)) return fail("boundary flag", ZS_ERR_INTERNAL);
             if (info.boundary) {
+                /* A value known only after the step, for that step's line
+                 * of log.metrics_file (test_metrics). */
+                H_CHECK(zs_log_scalar_previous(zs, "after_step", (double)step));
                 out->grad_norm[step] = info.grad_norm;
                 out->lr[step] = info.lr;
                 out->loss_scale[step] = info.loss_scale;

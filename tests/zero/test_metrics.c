@@ -1,7 +1,9 @@
 /* log.metrics_file (run under mpirun -np 2): rank 0 writes one JSON line per
  * optimizer step; every line parses (json-c) and agrees with the step infos
  * the program got (step, lr, gradient norm, loss scale, skipped) and with
- * the scalar it logged (zs_log_scalar "loss"), to the bit; the time split
+ * the scalar it logged (zs_log_scalar "loss"), to the bit, and the one it
+ * logged after each step for that step (zs_log_scalar_previous
+ * "after_step"); zs_log_scalar_previous before any step is refused; the time split
  * adds up to the step time; peak memory per tag and bytes per collective
  * are present and plausible. With fp16 and an injected overflow, the skipped
  * step has its line too. */
@@ -36,6 +38,20 @@ int main(int argc, char **argv) {
                            .dtype = "fp16", .clip = 1.0, .config_extra = extra,
                            .inject = 1, .inject_step = 4, .inject_count = 1, .inject_rank = 1,
                            .inject_unit = 1, .inject_value = INFINITY};
+    /* Before any step there is no finished step to add to (rank 0 writes the
+     * file; elsewhere the call is a no-op). */
+    {
+        zs_ctx *zs = NULL;
+        zs_param *params[2 * TINY_LAYERS];
+        ZT_OK(harness_build(MPI_COMM_WORLD, &opt, &zs, params));
+        if (zs) {
+            const zs_status st = zs_log_scalar_previous(zs, "early", 1.0);
+            if (zt_rank == 0) ZT_FAILS_WITH(st, ZS_ERR_STATE, "no optimizer step has finished");
+            else ZT_OK(st);
+        }
+        zs_destroy(zs);
+        if (zt_rank == 0) unlink(path);
+    }
     harness_result r;
     ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &r) == 0);
     if (zt_rank == 0) {
@@ -63,6 +79,9 @@ int main(int argc, char **argv) {
             ZT_CHECK(json_object_object_get_ex(o, "scalars", &scalars));
             ZT_CHECK_MSG(get_double(scalars, "loss") == r.loss[n], "step %d loss %.17g vs %.17g", n,
                          get_double(scalars, "loss"), r.loss[n]);
+            ZT_CHECK_MSG(get_double(scalars, "after_step") == (double)n,
+                         "step %d: the value logged after it says %.17g", n,
+                         get_double(scalars, "after_step"));
             ZT_CHECK(json_object_object_get_ex(o, "time_ms", &time));
             const double total = get_double(time, "step"),
                          parts = get_double(time, "compute") + get_double(time, "exposed_comm") +
