@@ -198,8 +198,8 @@ const zs__key zs__config_keys[] = {
              "Library of the cuda backend's data collectives: nccl (device memory, one GPU per "
              "rank) or mpi (device buffers staged through pinned host memory into the MPI "
              "collectives below: ranks may share a GPU, clusters without NCCL can train); auto "
-             "picks nccl where every node has at least one GPU per rank, else mpi, and says so "
-             "in one INFO line. The cpu backend always uses MPI (nccl is refused)."),
+             "picks nccl where every rank computes on a GPU of its own (GPU UUIDs compared), "
+             "else mpi, and says so in one INFO line. The cpu backend always uses MPI (nccl is refused)."),
     ENUM_KEY("comm.reduce_scatter", comm.reduce_scatter, "ring", comm_impl_values,
              "Algorithm of gradient reduce-scatter on the MPI path: our ring over point-to-point, "
              "or MPI's own; each fixes its summation order, so there is no auto."),
