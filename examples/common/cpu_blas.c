@@ -8,14 +8,18 @@
 
 #include <cblas.h>
 
-/* Tiles of a product: rows of C in blocks of EX_TILE_ROWS; when that gives
- * fewer than EX_MIN_TILES blocks (few rows, e.g. a chunk of logits), the
- * columns are cut too, in blocks that are multiples of EX_TILE_COLS_STEP.
- * Constants of the layout, not tuning knobs of the run: they fix which
- * elements each BLAS call computes, hence the bits. */
-#define EX_TILE_ROWS 64
-#define EX_MIN_TILES 32
-#define EX_TILE_COLS_STEP 64
+/* Tiles of a product: blocks of EX_TILE_ROWS rows by EX_TILE_COLS columns of
+ * C, the last ones smaller. Constants of the layout, not tuning knobs of the
+ * run: they fix which elements each BLAS call computes, hence the bits,
+ * whatever the number of threads. Their size is a trade: each call packs
+ * its block of op(B) (K x cols) and of op(A) (rows x K) again, which costs
+ * about 1/rows + 1/cols of the call's arithmetic, so small tiles are slow
+ * on one thread (64-row tiles cost a rank 5-10% of its step), and few tiles
+ * leave threads idle; 256 x 256 measured as fast as one sgemm call on one
+ * thread (bench_gpt2_model, the demo's shapes) and still gives GPT-2's
+ * products (B*T rows, 3C or 4C columns) tens of tiles. */
+#define EX_TILE_ROWS 256
+#define EX_TILE_COLS 256
 
 /* OpenBLAS's entry points, looked up at run time so that the examples link
  * with any BLAS (find_package(BLAS)) and the program still runs with
@@ -60,22 +64,15 @@ void ex_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     const int row_tiles = (M + EX_TILE_ROWS - 1) / EX_TILE_ROWS;
-    int col_tile = N;
-    if (row_tiles < EX_MIN_TILES) {
-        const int want = (EX_MIN_TILES + row_tiles - 1) / row_tiles;
-        col_tile = (N + want - 1) / want;
-        col_tile = (col_tile + EX_TILE_COLS_STEP - 1) / EX_TILE_COLS_STEP * EX_TILE_COLS_STEP;
-        if (col_tile > N) col_tile = N;
-    }
-    const int col_tiles = (N + col_tile - 1) / col_tile;
+    const int col_tiles = (N + EX_TILE_COLS - 1) / EX_TILE_COLS;
     const int tiles = row_tiles * col_tiles;
     const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
 #pragma omp parallel for schedule(static) if (tiles > 1 && !omp_in_parallel())
     for (int t = 0; t < tiles; t++) {
-        const int r0 = t / col_tiles * EX_TILE_ROWS, c0 = t % col_tiles * col_tile;
+        const int r0 = t / col_tiles * EX_TILE_ROWS, c0 = t % col_tiles * EX_TILE_COLS;
         const int rows = M - r0 < EX_TILE_ROWS ? M - r0 : EX_TILE_ROWS;
-        const int cols = N - c0 < col_tile ? N - c0 : col_tile;
+        const int cols = N - c0 < EX_TILE_COLS ? N - c0 : EX_TILE_COLS;
         /* Row r of op(A) and column c of op(B). */
         const float *a = trans_a ? A + r0 : A + (size_t)r0 * (size_t)lda;
         const float *b = trans_b ? B + (size_t)c0 * (size_t)ldb : B + c0;
