@@ -11,15 +11,18 @@
  * Conventions:
  *   - Every tensor pointer passed to an op is backend memory (host memory for
  *     "cpu", device memory for "cuda"), allocated with ops->alloc or handed
- *     over by someone who knows it is; only upload/download/head_logits take
- *     a host pointer, and their parameters say so. Shapes are in gpt2_model.h;
- *     B*T rows, fp32, row-major; tokens and targets are int32.
+ *     over by someone who knows it is; only upload/download/head_logits and
+ *     the host_* ops take a host pointer, and their parameters say so.
+ *     Shapes are in gpt2_model.h; B*T rows, row-major; tokens and targets are
+ *     int32. Tensors are in the backend's dtype (be->dtype: fp32 on the CPU;
+ *     fp32, bf16 or fp16 on CUDA), LayerNorm statistics and losses in fp32.
  *   - Every fallible op returns 0 on success and nonzero on failure (a
  *     gpt2_status value); then ops->last_error(be) tells what failed and what
  *     to do, until the next failing op. Nothing exits or prints.
  *   - Backward ops ADD into parameter gradients (g += ...), never overwrite:
  *     the caller zeroes them once per step, micro-batches accumulate, and the
  *     tied wte receives both its contributions (embedding and output layer).
+ *     In bf16/fp16 each contribution is added in fp32 and rounded once.
  *     Input gradients (dx) are written.
  *   - Results are deterministic: the same inputs give the same bits on every
  *     run, whatever OMP_NUM_THREADS (no float atomics; every sum has a fixed
@@ -28,11 +31,14 @@
  *   - CUDA: every op is enqueued on the stream given at creation and returns
  *     without waiting, except download and head_logits (which return host
  *     data), upload (which returns when the host buffer may be reused),
- *     synchronize, free and destroy. Launch failures are reported by the op
- *     that launched; a failure during asynchronous execution is reported by
- *     the next op that waits (synchronize, download) or by later launches.
+ *     host_wait, synchronize, free and destroy. A training step therefore
+ *     never blocks the host: tokens go up with upload_async and the loss
+ *     comes back with losses_sum, both through host_alloc memory. Launch
+ *     failures are reported by the op that launched; a failure during
+ *     asynchronous execution is reported by the next op that waits
+ *     (synchronize, download, host_wait) or by later launches.
  *   - CUDA: call the ops with the device that was current at creation
- *     current (the stream and the cuBLAS handle belong to it).
+ *     current (the stream and the cuBLAS handles belong to it).
  *   - Tokens and targets must lie in [0, V). The CPU backend checks and
  *     returns GPT2_ERR_ARG; the CUDA backend cannot without waiting for the
  *     device, so there a bad token makes its row of x NaN and a bad target
@@ -79,36 +85,57 @@ typedef struct gpt2_backend_ops {
     int (*copy)(gpt2_backend *be, void *dst, const void *src, size_t bytes);
     /* Waits for everything queued; reports asynchronous failures. */
     int (*synchronize)(gpt2_backend *be);
+    /* Host memory for transfers that do not block: page-locked on CUDA
+     * (plain on the CPU), zero-filled. host_free(NULL) is a no-op. */
+    int (*host_alloc)(gpt2_backend *be, size_t bytes, void **out);
+    void (*host_free)(gpt2_backend *be, void *host);
+    /* Host -> backend from host_alloc memory, enqueued: returns at once, and
+     * host_src must not be written again before host_wait(be, host_src). */
+    int (*upload_async)(gpt2_backend *be, void *dst, const void *host_src, size_t bytes);
+    /* Waits until every transfer enqueued to or from this host_alloc buffer
+     * (upload_async, losses_sum) has completed; reports failures. */
+    int (*host_wait)(gpt2_backend *be, const void *host);
+    /* Enqueues the sum of losses[0..n) in double, in a fixed order, and its
+     * transfer into *host_out (a host_alloc buffer of at least one double),
+     * readable after host_wait(be, host_out). */
+    int (*losses_sum)(gpt2_backend *be, const float *losses, int n, double *host_out);
     /* The message of the last failure ("" if none); valid until the next op. */
     const char *(*last_error)(const gpt2_backend *be);
 
     /* --- the model (B sequences of T tokens, 1 <= T <= block_size) --- */
 
+    /* Bytes of the scratch block_forward and block_backward take, and of
+     * the head ops' scratch for chunks of chunk_rows rows (it also serves
+     * head_logits for any chunk_rows >= 1); 0 for a bad shape. One scratch
+     * serves every block in turn. */
+    size_t (*block_scratch_bytes)(const gpt2_backend *be, const gpt2_dims *d, int B, int T);
+    size_t (*head_scratch_bytes)(const gpt2_backend *be, const gpt2_dims *d, int chunk_rows);
+
     /* x[b*T + t] = wte[tokens[b*T + t]] + wpe[t].
      * tokens: [BT] in [0, V); x: [BT][C], written. */
     int (*embed_forward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                         const gpt2_embed_w *w, const int *tokens, float *x);
+                         const gpt2_embed_w *w, const int *tokens, void *x);
     /* g->wte[tokens[r]] += dx[r] and g->wpe[t] += dx[b*T + t]; lnfw and lnfb
      * are not touched. Deterministic: each row of wte adds its rows of dx in
      * ascending r. dx: [BT][C]. */
     int (*embed_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                          gpt2_embed_w *g, const int *tokens, const float *dx);
+                          gpt2_embed_w *g, const int *tokens, const void *dx);
 
     /* y = block(x). Writes every activation in acts (carved with
-     * gpt2_block_acts_carve for this B, T) and y: [BT][C]; a pure function of
-     * (w, x), so calling it again (activation recomputation) gives the same
-     * bits. y must not alias x. */
+     * gpt2_block_acts_carve for this B, T and the backend's dtype) and y:
+     * [BT][C]; a pure function of (w, x), so calling it again (activation
+     * recomputation) gives the same bits. y must not alias x. scratch:
+     * block_scratch_bytes, contents on entry and return unspecified. */
     int (*block_forward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                         const gpt2_block_w *w, const float *x, gpt2_block_acts *acts,
-                         float *y);
+                         const gpt2_block_w *w, const void *x, gpt2_block_acts *acts, void *y,
+                         void *scratch);
     /* The block's backward from the activations block_forward left for this
      * x: adds into every tensor of g, writes dx: [BT][C] (dx must not alias
-     * dy, x or acts). scratch: gpt2_block_scratch_numel(d, B, T) floats,
-     * contents on entry and return unspecified. */
+     * dy, x or acts). scratch: block_scratch_bytes, contents on entry and
+     * return unspecified. */
     int (*block_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                          const gpt2_block_w *w, gpt2_block_w *g, const float *x,
-                          const gpt2_block_acts *acts, const float *dy, float *dx,
-                          float *scratch);
+                          const gpt2_block_w *w, gpt2_block_w *g, const void *x,
+                          const gpt2_block_acts *acts, const void *dy, void *dx, void *scratch);
 
     /* The head for training, fused so that the logits never exist for more
      * than chunk_rows rows: per chunk, ln_f, logits = ln_f(x) . wte^T,
@@ -116,25 +143,26 @@ typedef struct gpt2_backend_ops {
      * sum_r dloss_scale * losses[r]: adds into g->wte, g->lnfw, g->lnfb (not
      * wpe) and writes dx: [BT][C]. For the gradient of the mean loss times a
      * loss scale, pass dloss_scale = loss_scale / (B*T).
-     * x: [BT][C]; targets: [BT] in [0, V); losses: [BT], written.
-     * scratch: gpt2_head_scratch_numel(d, chunk_rows) floats. The weight
-     * gradients' sums run chunk by chunk, so their last bits depend on
-     * chunk_rows (not on threads): keep it fixed within a run. */
+     * x: [BT][C]; targets: [BT] in [0, V); losses: [BT] fp32, written.
+     * scratch: head_scratch_bytes(chunk_rows). The weight gradients' sums
+     * run chunk by chunk, so their last bits depend on chunk_rows (not on
+     * threads): keep it fixed within a run. */
     int (*head_forward_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                                 const gpt2_embed_w *w, gpt2_embed_w *g, const float *x,
-                                 const int *targets, float dloss_scale, float *dx,
-                                 float *losses, int chunk_rows, float *scratch);
+                                 const gpt2_embed_w *w, gpt2_embed_w *g, const void *x,
+                                 const int *targets, float dloss_scale, void *dx, float *losses,
+                                 int chunk_rows, void *scratch);
     /* The head for evaluation: losses[r] as above, bit-identical to
      * head_forward_backward's, and no gradients. */
     int (*head_forward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                        const gpt2_embed_w *w, const float *x, const int *targets,
-                        float *losses, int chunk_rows, float *scratch);
+                        const gpt2_embed_w *w, const void *x, const int *targets, float *losses,
+                        int chunk_rows, void *scratch);
     /* The logits of one row (row = b*T + t; for sampling, the last position
-     * of a sequence) into host_logits: [V], HOST memory; returns when they are
-     * there. scratch as for the other head ops (any chunk_rows >= 1). */
+     * of a sequence) into host_logits: [V] fp32, HOST memory; returns when
+     * they are there. scratch as for the other head ops (any chunk_rows >=
+     * 1). */
     int (*head_logits)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                       const gpt2_embed_w *w, const float *x, int row, float *host_logits,
-                       float *scratch);
+                       const gpt2_embed_w *w, const void *x, int row, float *host_logits,
+                       void *scratch);
 
     /* Frees the backend (not memory from alloc: free that first). NULL is a
      * no-op. CUDA: waits for the stream; the stream stays the caller's. */
@@ -143,12 +171,26 @@ typedef struct gpt2_backend_ops {
 
 struct gpt2_backend {
     const gpt2_backend_ops *ops;
-    void *impl; /* the backend's own state */
+    gpt2_dtype dtype; /* what its tensors are stored in, fixed at creation */
+    void *impl;       /* the backend's own state */
 };
 
 /* The CPU backend: plain host memory (aligned_alloc), OpenBLAS sgemm and
- * OpenMP loops over rows. NULL only when host memory runs out. */
+ * OpenMP loops over rows, in fp32. NULL only when host memory runs out. */
 gpt2_backend *gpt2_cpu_backend_create(void);
+
+/* Options of the CUDA backend. */
+typedef struct gpt2_cuda_options {
+    gpt2_dtype dtype; /* fp32 (exact: no TF32), bf16 or fp16 (tensor cores) */
+    /* GELU fused into the c_fc GEMM's epilogue: 0 none, 1 the forward, 2 the
+     * forward and the backward (cuBLASLt's GELU_AUX_BIAS and DGELU), -1
+     * the default: 2 in bf16 and fp16 from compute capability 9.0, where
+     * llm.c measured it faster; 0 before, and 0 in fp32, the exact mode,
+     * which keeps gpt2_math.h's GELU. Shapes cuBLASLt's epilogues refuse
+     * (4 * n_embd not a multiple of 8, ...) run unfused whatever this says.
+     * Other values: GPT2_ERR_ARG. */
+    int gelu_fusion;
+} gpt2_cuda_options;
 
 /* The CUDA backend on the current device, enqueuing everything on
  * cuda_stream (a cudaStream_t; NULL means the legacy default stream). The
@@ -157,7 +199,8 @@ gpt2_backend *gpt2_cpu_backend_create(void);
  * synchronization. Returns GPT2_OK and *out, or a status and a message in err
  * (cap bytes): GPT2_ERR_UNAVAILABLE in builds without CUDA
  * (gpt2_cuda_absent.c) or without a usable device. */
-int gpt2_cuda_backend_create(void *cuda_stream, gpt2_backend **out, char *err, size_t cap);
+int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options,
+                             gpt2_backend **out, char *err, size_t cap);
 
 /* "ok", "bad argument", ... for a gpt2_status. */
 const char *gpt2_status_name(int status);

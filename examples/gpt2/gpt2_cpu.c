@@ -105,6 +105,56 @@ static int cpu_synchronize(gpt2_backend *be) {
     return GPT2_OK;
 }
 
+/* Host memory is this backend's memory: transfers are copies that are done
+ * when they return, so there is never anything to wait for. */
+static int cpu_host_alloc(gpt2_backend *be, size_t bytes, void **out) {
+    return cpu_alloc(be, bytes, out);
+}
+
+static int cpu_upload_async(gpt2_backend *be, void *dst, const void *host_src, size_t bytes) {
+    return cpu_copy(be, dst, host_src, bytes);
+}
+
+static int cpu_host_wait(gpt2_backend *be, const void *host) {
+    (void)be;
+    (void)host;
+    return GPT2_OK;
+}
+
+static int cpu_losses_sum(gpt2_backend *be, const float *losses, int n, double *host_out) {
+    CPU_TRY(gpt2__check_ptr("losses_sum", "losses", losses, CPU_ERR(be)));
+    CPU_TRY(gpt2__check_ptr("losses_sum", "host_out", host_out, CPU_ERR(be)));
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        sum += losses[i];
+    }
+    *host_out = sum;
+    return GPT2_OK;
+}
+
+/* block_backward's scratch: [BT][4C] (c_fc's gradient, then qkv's),
+ * [BT][C], and one sequence's attention-score gradients [NH][T][T];
+ * block_forward needs none. */
+static size_t cpu_block_scratch_bytes(const gpt2_backend *be, const gpt2_dims *d, int B, int T) {
+    (void)be;
+    if (B < 1 || T < 1) {
+        return 0;
+    }
+    const size_t BT = (size_t)B * (size_t)T;
+    return sizeof(float) * (BT * 5 * (size_t)d->n_embd + (size_t)d->n_head * T * T);
+}
+
+/* The head's: per chunk ln_f's output [R][C], mean and rstd [R] each, the
+ * logits [R][V] and their input gradient [R][C]. */
+static size_t cpu_head_scratch_bytes(const gpt2_backend *be, const gpt2_dims *d,
+                                     int chunk_rows) {
+    (void)be;
+    if (chunk_rows < 1) {
+        return 0;
+    }
+    return sizeof(float) * (size_t)chunk_rows * ((size_t)d->vocab + 2 * (size_t)d->n_embd + 2);
+}
+
 static const char *cpu_last_error(const gpt2_backend *be) {
     return ((const cpu_impl *)be->impl)->err;
 }
@@ -341,7 +391,9 @@ static int cpu_check_tokens(gpt2_backend *be, const char *op, const char *what,
 }
 
 static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                             const gpt2_embed_w *w, const int *tokens, float *x) {
+                             const gpt2_embed_w *w, const int *tokens, void *x_out) {
+    float *x = x_out;
+    const float *wte = w->wte, *wpe = w->wpe;
     CPU_TRY(gpt2__check_shape("embed_forward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_embed_w("embed_forward", "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr("embed_forward", "tokens", tokens, CPU_ERR(be)));
@@ -350,8 +402,8 @@ static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     CPU_TRY(cpu_check_tokens(be, "embed_forward", "tokens", tokens, BT, d->vocab));
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
-        const float *te = w->wte + (size_t)tokens[r] * (size_t)C;
-        const float *pe = w->wpe + (size_t)(r % T) * (size_t)C;
+        const float *te = wte + (size_t)tokens[r] * (size_t)C;
+        const float *pe = wpe + (size_t)(r % T) * (size_t)C;
         float *xr = x + (size_t)r * (size_t)C;
         for (int c = 0; c < C; c++) {
             xr[c] = te[c] + pe[c];
@@ -361,7 +413,9 @@ static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
 }
 
 static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                              gpt2_embed_w *g, const int *tokens, const float *dx) {
+                              gpt2_embed_w *g, const int *tokens, const void *dx_in) {
+    const float *dx = dx_in;
+    float *g_wte = g->wte, *g_wpe = g->wpe;
     CPU_TRY(gpt2__check_shape("embed_backward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_embed_w("embed_backward", "g", g, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr("embed_backward", "tokens", tokens, CPU_ERR(be)));
@@ -378,8 +432,8 @@ static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
         const int w = C - c0 < CPU_COL_TILE ? C - c0 : CPU_COL_TILE;
         for (int r = 0; r < BT; r++) {
             const float *dr = dx + (size_t)r * (size_t)C + (size_t)c0;
-            float *te = g->wte + (size_t)tokens[r] * (size_t)C + (size_t)c0;
-            float *pe = g->wpe + (size_t)(r % T) * (size_t)C + (size_t)c0;
+            float *te = g_wte + (size_t)tokens[r] * (size_t)C + (size_t)c0;
+            float *pe = g_wpe + (size_t)(r % T) * (size_t)C + (size_t)c0;
             for (int j = 0; j < w; j++) {
                 te[j] += dr[j];
                 pe[j] += dr[j];
@@ -390,8 +444,9 @@ static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
 }
 
 static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                             const gpt2_block_w *w, const float *x, gpt2_block_acts *a,
-                             float *y) {
+                             const gpt2_block_w *w, const void *x, gpt2_block_acts *a, void *y,
+                             void *scratch) {
+    (void)scratch; /* the CPU's forward keeps everything in acts */
     CPU_TRY(gpt2__check_shape("block_forward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_block_w("block_forward", "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_acts("block_forward", a, CPU_ERR(be)));
@@ -418,9 +473,8 @@ static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
 }
 
 static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                              const gpt2_block_w *w, gpt2_block_w *g, const float *x,
-                              const gpt2_block_acts *a, const float *dy, float *dx,
-                              float *scratch) {
+                              const gpt2_block_w *w, gpt2_block_w *g, const void *x,
+                              const gpt2_block_acts *a, const void *dy, void *dx, void *scratch) {
     CPU_TRY(gpt2__check_shape("block_backward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_block_w("block_backward", "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_block_w("block_backward", "g", g, CPU_ERR(be)));
@@ -457,8 +511,8 @@ static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
 /* --------------------------------------------------------------- head */
 
 static int cpu_check_head(gpt2_backend *be, const char *op, const gpt2_dims *d, int B, int T,
-                          const gpt2_embed_w *w, const float *x, int chunk_rows,
-                          const float *scratch) {
+                          const gpt2_embed_w *w, const void *x, int chunk_rows,
+                          const void *scratch) {
     CPU_TRY(gpt2__check_shape(op, d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_embed_w(op, "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr(op, "x", x, CPU_ERR(be)));
@@ -476,6 +530,7 @@ static int cpu_check_head(gpt2_backend *be, const char *op, const gpt2_dims *d, 
 static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2_embed_w *g,
                          const float *x, const int *targets, float dloss_scale, float *dx,
                          float *losses, int chunk_rows, float *scratch) {
+    const float *wte = w->wte;
     const int C = d->n_embd, V = d->vocab;
     const int R = chunk_rows < BT ? chunk_rows : BT;
     float *xn = scratch;                      // [R][C]  ln_f output
@@ -489,7 +544,7 @@ static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2
         const float *xc = x + (size_t)r0 * C;
         cpu_layernorm_forward(n, C, xc, w->lnfw, w->lnfb, xn, mean, rstd);
         // logits: [n][V] = xn . wte^T
-        ex_sgemm(0, 1, n, V, C, 1.0f, xn, C, w->wte, C, 0.0f, logits, V);
+        ex_sgemm(0, 1, n, V, C, 1.0f, xn, C, wte, C, 0.0f, logits, V);
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < n; i++) {
             losses[r0 + i] = gpt2_xent_row(V, logits + (size_t)i * V, targets[r0 + i],
@@ -499,16 +554,16 @@ static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2
             continue;
         }
         // g->wte: [V][C] += dlogits^T . xn; dxn = dlogits . wte.
-        cpu_linear_backward(n, C, V, xn, w->wte, logits, g->wte, dxn);
+        cpu_linear_backward(n, C, V, xn, wte, logits, g->wte, dxn);
         cpu_layernorm_backward(n, C, dxn, xc, mean, rstd, w->lnfw, NULL, dx + (size_t)r0 * C,
                                g->lnfw, g->lnfb);
     }
 }
 
 static int cpu_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                                     const gpt2_embed_w *w, gpt2_embed_w *g, const float *x,
-                                     const int *targets, float dloss_scale, float *dx,
-                                     float *losses, int chunk_rows, float *scratch) {
+                                     const gpt2_embed_w *w, gpt2_embed_w *g, const void *x,
+                                     const int *targets, float dloss_scale, void *dx,
+                                     float *losses, int chunk_rows, void *scratch) {
     const char *op = "head_forward_backward";
     CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
     CPU_TRY(gpt2__check_embed_w(op, "g", g, CPU_ERR(be)));
@@ -521,8 +576,8 @@ static int cpu_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B
 }
 
 static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                            const gpt2_embed_w *w, const float *x, const int *targets,
-                            float *losses, int chunk_rows, float *scratch) {
+                            const gpt2_embed_w *w, const void *x, const int *targets,
+                            float *losses, int chunk_rows, void *scratch) {
     const char *op = "head_forward";
     CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
     CPU_TRY(gpt2__check_ptr(op, "targets", targets, CPU_ERR(be)));
@@ -533,8 +588,9 @@ static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
 }
 
 static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                           const gpt2_embed_w *w, const float *x, int row, float *host_logits,
-                           float *scratch) {
+                           const gpt2_embed_w *w, const void *x_in, int row, float *host_logits,
+                           void *scratch) {
+    const float *x = x_in;
     const char *op = "head_logits";
     CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, 1, scratch));
     CPU_TRY(gpt2__check_ptr(op, "host_logits", host_logits, CPU_ERR(be)));
@@ -571,6 +627,13 @@ static const gpt2_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .synchronize = cpu_synchronize,
     .last_error = cpu_last_error,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
+    .upload_async = cpu_upload_async,
+    .host_wait = cpu_host_wait,
+    .losses_sum = cpu_losses_sum,
+    .block_scratch_bytes = cpu_block_scratch_bytes,
+    .head_scratch_bytes = cpu_head_scratch_bytes,
     .embed_forward = cpu_embed_forward,
     .embed_backward = cpu_embed_backward,
     .block_forward = cpu_block_forward,
@@ -591,6 +654,7 @@ gpt2_backend *gpt2_cpu_backend_create(void) {
     }
     ex_blas_init();
     be->ops = &cpu_ops;
+    be->dtype = GPT2_F32;
     be->impl = impl;
     return be;
 }

@@ -1,59 +1,31 @@
 // The CUDA backend of gpt2_backend.h: the CPU backend's algorithm (see
-// gpt2_cpu.c) with cuBLAS for the products and kernels that call the same
-// gpt2_math.h functions for everything between them, all enqueued on the
-// stream given at creation.
+// gpt2_cpu.c), in the storage dtype the backend was created with, on the
+// stream given at creation. This file holds the backend's state, its memory
+// and transfer ops, and composes the blocks and the head from the kernels of
+// the files beside it, one per op as in llm.c's llmc/:
+//   gpt2_cuda_matmul.cu      cuBLASLt GEMMs with fused epilogues, batched GEMMs
+//   gpt2_cuda_attention.cu   permutes, the causal softmax, attention fwd/bwd
+//   gpt2_cuda_layernorm.cu   LayerNorm fwd/bwd, a warp per row
+//   gpt2_cuda_encoder.cu     token + position embeddings fwd/bwd
+//   gpt2_cuda_classifier.cu  the fused head: ln_f, logits, cross-entropy
+//   gpt2_cuda_elementwise.cu GELU, bias-gradient column sums, loss sums
+// (gpt2_cuda_common.cuh says what they share: storage types, determinism).
 //
-// Layout: cuBLAS is column-major and our tensors are row-major. A row-major
-// [r][c] matrix with leading dimension ld is, read column-major, its
-// transpose, so gemm_rm below computes a row-major C = op(A) op(B) as the
-// column-major C^T = op(B)^T op(A)^T: it takes the arguments of
-// cblas_sgemm(CblasRowMajor, ...) and every call reads like the CPU's.
-//
-// Precision: all products are fp32 with fp32 accumulation (cublasSgemm in
-// CUBLAS_DEFAULT_MATH: no TF32), the kernels are built with --fmad=false, so
-// the element math gives the CPU's bits and only sums differ in order.
-//
-// Determinism: no float atomics. Column sums (bias and LayerNorm gradients)
-// add fixed blocks of kColRows rows in order and then the blocks in order;
-// the embedding gradient gives every (column, token class) one thread that
-// walks the rows in order; cuBLAS is deterministic on one stream with
-// atomics disallowed (set below).
-//
-// Threads per row: LayerNorm and the attention softmax run one thread per
-// row through the gpt2_math.h row functions (rows of C or T floats, and
-// B*T or B*NH*T rows, so thousands of threads); the cross-entropy's rows of
-// V = 50257 logits get a block each, with gpt2_math.h's element functions.
-#include <cstdarg>
+// A block, forward: ln_1; qkv = ln_1 . W^T + b (bias in the GEMM's epilogue);
+// attention; res1 = x + atty . W^T + b (the residual is the GEMM's C input);
+// ln_2; fch = ln_2 . W^T + b and fch_gelu = gelu(fch) (one GEMM with the
+// GELU_AUX_BIAS epilogue when fused); y = res1 + fch_gelu . W^T + b.
+// Backward: the same in reverse, weight gradients accumulated by GEMMs with
+// beta = 1 into the gradients, bias gradients by deterministic column sums,
+// the GELU's gradient in the DGELU epilogue when fused.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "gpt2_cuda_common.cuh"
 
-#include "gpt2_backend.h"
-#include "gpt2_backend_impl.h"
-#include "gpt2_math.h"
+namespace gpt2cuda {
 
-namespace {
-
-// ------------------------------------------------------------------ state
-
-struct cuda_impl {
-    cudaStream_t stream;
-    cublasHandle_t blas;
-    int device;
-    char err[GPT2_ERR_CAP];
-    // Column-sum partials, grown on demand (cudaMalloc; only the first calls
-    // at a new size allocate).
-    float *work;
-    size_t work_floats;
-};
-
-cuda_impl *impl_of(gpt2_backend *be) { return static_cast<cuda_impl *>(be->impl); }
-
-// Every failure leaves "gpt2 cuda: what failed at file:line: why" in the
-// backend's message and returns a status; nothing exits.
 int fail(gpt2_backend *be, int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -62,423 +34,98 @@ int fail(gpt2_backend *be, int status, const char *fmt, ...) {
     return status;
 }
 
-#define CU_TRY(call)                                                                          \
-    do {                                                                                      \
-        cudaError_t cu_try_err_ = (call);                                                     \
-        if (cu_try_err_ != cudaSuccess) {                                                     \
-            return fail(be,                                                                   \
-                        cu_try_err_ == cudaErrorMemoryAllocation ? GPT2_ERR_NOMEM             \
-                                                                 : GPT2_ERR_DEVICE,           \
-                        "gpt2 cuda: %s failed at %s:%d: %s (%s)", #call, __FILE__, __LINE__,  \
-                        cudaGetErrorName(cu_try_err_), cudaGetErrorString(cu_try_err_));     \
-        }                                                                                     \
-    } while (0)
-
-#define BLAS_TRY(call)                                                                        \
-    do {                                                                                      \
-        cublasStatus_t blas_try_st_ = (call);                                                 \
-        if (blas_try_st_ != CUBLAS_STATUS_SUCCESS) {                                          \
-            return fail(be, GPT2_ERR_DEVICE, "gpt2 cuda: %s failed at %s:%d: %s (%s)", #call, \
-                        __FILE__, __LINE__, cublasGetStatusName(blas_try_st_),                \
-                        cublasGetStatusString(blas_try_st_));                                 \
-        }                                                                                     \
-    } while (0)
-
-// A kernel launch: its configuration errors show at once.
-#define LAUNCHED() CU_TRY(cudaGetLastError())
-
-// Propagate a failure from a helper that already wrote the message.
-#define TRY(call)                                                                             \
-    do {                                                                                      \
-        int try_status_ = (call);                                                             \
-        if (try_status_ != GPT2_OK) return try_status_;                                       \
-    } while (0)
-
-#define ERR_ARGS(be) impl_of(be)->err, GPT2_ERR_CAP
-
-// ----------------------------------------------------------- launch shapes
-
-// Threads per block: a multiple of the warp size; the reductions assume a
-// power of two.
-constexpr int kThreads = 256;
-// Thread-per-row kernels use smaller blocks so that a few thousand rows
-// still spread over every SM.
-constexpr int kRowThreads = 64;
-// Grid-stride kernels need no more blocks than fill the GPU several times.
-constexpr long long kMaxBlocks = 8192;
-// Rows per partial sum of the column-sum kernels: part of the definition of
-// the result's rounding (fixed, so results do not depend on the launch).
-constexpr int kColRows = 32;
-// Token classes of the embedding gradient: thread (c, p) owns column c of
-// every wte row whose token is p mod kTokenClasses.
-constexpr int kTokenClasses = 32;
-
-unsigned grid_for(long long n, int threads) {
-    long long blocks = (n + threads - 1) / threads;
-    if (blocks < 1) blocks = 1;
-    return (unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-}
-
-unsigned blocks_for(long long n, int threads) {
-    long long blocks = (n + threads - 1) / threads;
-    return (unsigned)(blocks < 1 ? 1 : blocks);
-}
-
-#define GRID_STRIDE(k, n)                                                                     \
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < (n);             \
-         k += (long long)gridDim.x * blockDim.x)
-
-// ----------------------------------------------------------------- kernels
-
-// x[r][c] = wte[tokens[r]][c] + wpe[r % T][c]; a token outside [0, V) makes
-// its row NaN (the CPU backend refuses it; here checking would cost a
-// device-to-host wait), so the loss shows it.
-__global__ void embed_forward_kernel(long long BT, int T, int C, int V, const float *wte,
-                                     const float *wpe, const int *tokens, float *x) {
-    GRID_STRIDE(k, BT * C) {
-        const long long r = k / C;
-        const int c = (int)(k % C);
-        const int tok = tokens[r];
-        x[k] = tok >= 0 && tok < V ? wte[(size_t)tok * C + c] + wpe[(size_t)(r % T) * C + c]
-                                   : __int_as_float(0x7fc00000);
-    }
-}
-
-// g_wte[tok][c] += dx[r][c] for every row r, in ascending r. Thread (c, p)
-// handles column c of the tokens with tok % kTokenClasses == p, so no two
-// threads write one element and each element's adds keep row order. The
-// block walks the token list through shared memory.
-__global__ void embed_backward_wte_kernel(int BT, int C, int V, const int *tokens,
-                                          const float *dx, float *g_wte) {
-    __shared__ int s_tok[kThreads];
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const int p = blockIdx.y;
-    for (int r0 = 0; r0 < BT; r0 += kThreads) {
-        const int n = BT - r0 < kThreads ? BT - r0 : kThreads;
-        __syncthreads();
-        if ((int)threadIdx.x < n) s_tok[threadIdx.x] = tokens[r0 + threadIdx.x];
-        __syncthreads();
-        if (c >= C) continue;
-        for (int i = 0; i < n; i++) {
-            const int tok = s_tok[i];
-            if (tok >= 0 && tok < V && tok % kTokenClasses == p) {
-                g_wte[(size_t)tok * C + c] += dx[(size_t)(r0 + i) * C + c];
-            }
-        }
-    }
-}
-
-// g_wpe[t][c] += sum over b of dx[b*T + t][c], b ascending.
-__global__ void embed_backward_wpe_kernel(int B, int T, int C, const float *dx, float *g_wpe) {
-    GRID_STRIDE(k, (long long)T * C) {
-        float sum = g_wpe[k];
-        for (int b = 0; b < B; b++) sum += dx[(size_t)b * T * C + k];
-        g_wpe[k] = sum;
-    }
-}
-
-__global__ void layernorm_forward_kernel(int rows, int C, const float *x, const float *w,
-                                         const float *b, float *out, float *mean, float *rstd) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    const size_t off = (size_t)r * C;
-    gpt2_layernorm_forward_row(C, x + off, w, b, out + off, &mean[r], &rstd[r]);
-}
-
-__global__ void layernorm_backward_kernel(int rows, int C, const float *dout, const float *x,
-                                          const float *mean, const float *rstd, const float *w,
-                                          const float *dres, float *dx) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    const size_t off = (size_t)r * C;
-    gpt2_layernorm_backward_row(C, dout + off, x + off, w, mean[r], rstd[r],
-                                dres != nullptr ? dres + off : nullptr, dx + off);
-}
-
-enum colsum_mode { COLSUM_PLAIN, COLSUM_GELU, COLSUM_LAYERNORM };
-
-// Stage 1 of a column sum over a: [rows][N]: block row y sums rows
-// [y*kColRows, (y+1)*kColRows) of each column in order into part[y][c].
-//   PLAIN:     the values of a.
-//   GELU:      a *= gelu'(pre) in place first (c_fc's gradient through GELU).
-//   LAYERNORM: part[y][c] = sum a * xhat (gain), part2[y][c] = sum a (bias),
-//              xhat recomputed from x, mean, rstd as the forward did.
-template <colsum_mode mode>
-__global__ void colsum_partial_kernel(int rows, int N, float *a, const float *pre,
-                                      const float *x, const float *mean, const float *rstd,
-                                      float *part, float *part2) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= N) return;
-    const int nblocks = (rows + kColRows - 1) / kColRows;
-    // gridDim.y is capped at 65535; larger inputs loop.
-    for (int y = blockIdx.y; y < nblocks; y += gridDim.y) {
-        const int r0 = y * kColRows;
-        const int r1 = r0 + kColRows < rows ? r0 + kColRows : rows;
-        float s = 0.0f, s2 = 0.0f;
-        for (int r = r0; r < r1; r++) {
-            const size_t k = (size_t)r * N + c;
-            float v = a[k];
-            if constexpr (mode == COLSUM_GELU) {
-                v *= gpt2_gelu_grad(pre[k]);
-                a[k] = v;
-            }
-            if constexpr (mode == COLSUM_LAYERNORM) {
-                s += v * gpt2_layernorm_xhat(x[k], mean[r], rstd[r]);
-                s2 += v;
-            } else {
-                s += v;
-            }
-        }
-        part[(size_t)y * N + c] = s;
-        if constexpr (mode == COLSUM_LAYERNORM) part2[(size_t)y * N + c] = s2;
-    }
-}
-
-// Stage 2: out[c] += sum over blocks y (ascending) of part[y][c].
-__global__ void colsum_finish_kernel(int nblocks, int N, const float *part, float *out) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= N) return;
-    float s = 0.0f;
-    for (int y = 0; y < nblocks; y++) s += part[(size_t)y * N + c];
-    out[c] += s;
-}
-
-// y[r][c] = (res ? res[r][c] : 0) + b[c]: the rows a GEMM with beta = 1 then
-// adds onto, so the bias and the residual cost no pass of their own.
-__global__ void rows_init_kernel(long long rows, int N, const float *b, const float *res,
-                                 float *y) {
-    GRID_STRIDE(k, rows * N) {
-        const float bias = b[k % N];
-        y[k] = res != nullptr ? res[k] + bias : bias;
-    }
-}
-
-__global__ void gelu_forward_kernel(long long n, const float *pre, float *post) {
-    GRID_STRIDE(k, n) { post[k] = gpt2_gelu(pre[k]); }
-}
-
-// att rows: [rows][T], row r is query position r % T of its (b, h).
-__global__ void causal_softmax_kernel(long long rows, int T, float scale, float *att) {
-    const long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    gpt2_causal_softmax_row((int)(r % T), T, scale, att + (size_t)r * T);
-}
-
-__global__ void causal_softmax_backward_kernel(long long rows, int T, float scale,
-                                               const float *att, float *datt) {
-    const long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    gpt2_causal_softmax_backward_row((int)(r % T), T, scale, att + (size_t)r * T,
-                                     datt + (size_t)r * T);
-}
-
-// One block per row of logits: [n][V]. losses[i] = the row's cross-entropy;
-// with want_grad, the row becomes dscale * dloss/dlogits. The sums run per
-// thread in index order, then in a fixed tree, so they repeat bit for bit.
-// A target outside [0, V) gives a NaN loss and no one-hot term.
-__global__ void xent_kernel(int V, float *logits, const int *targets, float dscale,
-                            int want_grad, float *losses) {
-    __shared__ float s_red[kThreads];
-    __shared__ float s_target;
-    const int i = blockIdx.x;
-    const int t = threadIdx.x;
-    float *z = logits + (size_t)i * V;
-    const int target = targets[i];
-    const bool valid = target >= 0 && target < V;
-    if (t == 0) s_target = valid ? z[target] : __int_as_float(0x7fc00000);
-
-    float m = z[0];
-    for (int k = t; k < V; k += kThreads) m = z[k] > m ? z[k] : m;
-    s_red[t] = m;
-    __syncthreads();
-    for (int half = kThreads / 2; half > 0; half /= 2) {
-        if (t < half) s_red[t] = s_red[t + half] > s_red[t] ? s_red[t + half] : s_red[t];
-        __syncthreads();
-    }
-    m = s_red[0];
-    __syncthreads(); // everyone has read s_red[0] before it is reused
-
-    float sum = 0.0f;
-    for (int k = t; k < V; k += kThreads) sum += gpt2_expf(z[k] - m);
-    s_red[t] = sum;
-    __syncthreads();
-    for (int half = kThreads / 2; half > 0; half /= 2) {
-        if (t < half) s_red[t] += s_red[t + half];
-        __syncthreads();
-    }
-    sum = s_red[0];
-    // s_target was written before the first barrier; every read of z above
-    // is ordered before the writes below by the barriers.
-    if (t == 0) losses[i] = gpt2_xent_loss(m, sum, s_target);
-    if (want_grad) {
-        const float inv = 1.0f / sum;
-        for (int k = t; k < V; k += kThreads) {
-            z[k] = gpt2_xent_dlogit(gpt2_expf(z[k] - m), inv, valid && k == target, dscale);
-        }
-    }
-}
-
-// ------------------------------------------------------------ products
-
-// Row-major C[M][N] = alpha op(A) op(B) + beta C with cblas_sgemm's
-// row-major arguments (see the top of the file).
-int gemm_rm(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda,
-            const float *B, int ldb, float beta, float *C, int ldc) {
-    const float alpha = 1.0f;
-    BLAS_TRY(cublasSgemm(impl_of(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda, &beta,
-                         C, ldc));
-    return GPT2_OK;
-}
-
-// The same for `count` products whose operands are sA, sB, sC floats apart.
-int gemm_rm_batched(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const float *A,
-                    int lda, long long sA, const float *B, int ldb, long long sB, float *C,
-                    int ldc, long long sC, int count) {
-    const float alpha = 1.0f, beta = 0.0f;
-    BLAS_TRY(cublasSgemmStridedBatched(impl_of(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
-                                       sB, A, lda, sA, &beta, C, ldc, sC, count));
-    return GPT2_OK;
-}
-
-// ------------------------------------------------------------- helpers
-
-int ensure_work(gpt2_backend *be, size_t floats) {
+int ensure_work(gpt2_backend *be, size_t bytes) {
     cuda_impl *ci = impl_of(be);
-    if (floats <= ci->work_floats) return GPT2_OK;
-    // cudaFree waits for the device, so the old buffer is no longer in use.
+    if (bytes <= ci->work_bytes) return GPT2_OK;
+    // cudaFree waits for the device, so the old area is no longer in use.
     if (ci->work != nullptr) CU_TRY(cudaFree(ci->work));
     ci->work = nullptr;
-    ci->work_floats = 0;
-    CU_TRY(cudaMalloc(&ci->work, floats * sizeof(float)));
-    ci->work_floats = floats;
+    ci->work_bytes = 0;
+    CU_TRY(cudaMalloc(&ci->work, bytes));
+    ci->work_bytes = bytes;
     return GPT2_OK;
 }
 
-template <colsum_mode mode>
-int colsum(gpt2_backend *be, int rows, int N, float *a, const float *pre, const float *x,
-           const float *mean, const float *rstd, float *out, float *out2) {
+namespace {
+
+// Bytes of cuBLASLt's workspace: what NVIDIA recommends for Hopper (and
+// more than enough before it); allocated once at creation.
+constexpr size_t kLtWorkspace = (size_t)32 << 20;
+
+// ------------------------------------------------------- pinned buffers
+
+pinned_buffer *pinned_find(cuda_impl *ci, const void *p) {
+    const unsigned char *q = (const unsigned char *)p;
+    for (int i = 0; i < kPinnedSlots; i++) {
+        pinned_buffer *b = &ci->pinned[i];
+        if (b->ptr != nullptr && q >= b->ptr && q < b->ptr + b->bytes) return b;
+    }
+    return nullptr;
+}
+
+int cuda_host_alloc(gpt2_backend *be, size_t bytes, void **out) {
     cuda_impl *ci = impl_of(be);
-    const int nblocks = (rows + kColRows - 1) / kColRows;
-    const size_t part_floats = (size_t)nblocks * N;
-    TRY(ensure_work(be, mode == COLSUM_LAYERNORM ? 2 * part_floats : part_floats));
-    float *part = ci->work;
-    float *part2 = mode == COLSUM_LAYERNORM ? ci->work + part_floats : nullptr;
-    const dim3 grid(blocks_for(N, kThreads), (unsigned)(nblocks < 65535 ? nblocks : 65535));
-    colsum_partial_kernel<mode><<<grid, kThreads, 0, ci->stream>>>(rows, N, a, pre, x, mean,
-                                                                    rstd, part, part2);
-    LAUNCHED();
-    colsum_finish_kernel<<<blocks_for(N, kThreads), kThreads, 0, ci->stream>>>(nblocks, N, part,
-                                                                               out);
-    LAUNCHED();
-    if constexpr (mode == COLSUM_LAYERNORM) {
-        colsum_finish_kernel<<<blocks_for(N, kThreads), kThreads, 0, ci->stream>>>(nblocks, N,
-                                                                                   part2, out2);
-        LAUNCHED();
+    *out = nullptr;
+    pinned_buffer *slot = nullptr;
+    for (int i = 0; i < kPinnedSlots && slot == nullptr; i++)
+        if (ci->pinned[i].ptr == nullptr) slot = &ci->pinned[i];
+    if (slot == nullptr)
+        return fail(be, GPT2_ERR_NOMEM, "gpt2 cuda: host_alloc: all %d page-locked buffer slots "
+                    "are in use; free one first", kPinnedSlots);
+    void *p = nullptr;
+    CU_TRY(cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocDefault));
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaFreeHost(p);
+        CU_TRY(e);
     }
+    std::memset(p, 0, bytes);
+    *slot = pinned_buffer{(unsigned char *)p, bytes > 0 ? bytes : 1, ev, false};
+    *out = p;
     return GPT2_OK;
 }
 
-int colsum_add(gpt2_backend *be, int rows, int N, const float *a, float *out) {
-    // PLAIN mode never writes a.
-    return colsum<COLSUM_PLAIN>(be, rows, N, const_cast<float *>(a), nullptr, nullptr, nullptr,
-                                nullptr, out, nullptr);
+void cuda_host_free(gpt2_backend *be, void *host) {
+    if (host == nullptr) return;
+    pinned_buffer *b = pinned_find(impl_of(be), host);
+    if (b == nullptr) return;
+    // The buffer's last transfer completes before the memory goes.
+    if (b->used) (void)cudaEventSynchronize(b->last_use);
+    cudaFreeHost(b->ptr);
+    cudaEventDestroy(b->last_use);
+    *b = pinned_buffer{nullptr, 0, nullptr, false};
 }
 
-int layernorm_forward(gpt2_backend *be, int rows, int C, const float *x, const float *w,
-                      const float *b, float *out, float *mean, float *rstd) {
-    layernorm_forward_kernel<<<blocks_for(rows, kRowThreads), kRowThreads, 0,
-                               impl_of(be)->stream>>>(rows, C, x, w, b, out, mean, rstd);
-    LAUNCHED();
+int pinned_or_fail(gpt2_backend *be, const void *host, const char *op, pinned_buffer **out) {
+    *out = pinned_find(impl_of(be), host);
+    if (*out == nullptr)
+        return fail(be, GPT2_ERR_ARG, "gpt2 cuda %s: the host buffer does not come from "
+                    "host_alloc (page-locked memory is needed for a transfer that does not wait)",
+                    op);
     return GPT2_OK;
 }
 
-// dx = dres + LayerNorm's input gradient; dw, db += its parameter gradients.
-int layernorm_backward(gpt2_backend *be, int rows, int C, const float *dout, const float *x,
-                       const float *mean, const float *rstd, const float *w, const float *dres,
-                       float *dx, float *dw, float *db) {
-    TRY(colsum<COLSUM_LAYERNORM>(be, rows, C, const_cast<float *>(dout), nullptr, x, mean, rstd,
-                                 dw, db));
-    layernorm_backward_kernel<<<blocks_for(rows, kRowThreads), kRowThreads, 0,
-                                impl_of(be)->stream>>>(rows, C, dout, x, mean, rstd, w, dres,
-                                                       dx);
-    LAUNCHED();
+int cuda_upload_async(gpt2_backend *be, void *dst, const void *host_src, size_t bytes) {
+    cuda_impl *ci = impl_of(be);
+    if (bytes == 0) return GPT2_OK;
+    TRY(gpt2__check_ptr("upload_async", "dst", dst, ERR_ARGS(be)));
+    pinned_buffer *b = nullptr;
+    TRY(pinned_or_fail(be, host_src, "upload_async", &b));
+    CU_TRY(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ci->stream));
+    CU_TRY(cudaEventRecord(b->last_use, ci->stream));
+    b->used = true;
     return GPT2_OK;
 }
 
-// y = (res ? res : 0) + x W^T + b; W: [out][in].
-int linear_forward(gpt2_backend *be, int rows, int in, int out, const float *x, const float *W,
-                   const float *b, const float *res, float *y) {
-    const long long n = (long long)rows * out;
-    rows_init_kernel<<<grid_for(n, kThreads), kThreads, 0, impl_of(be)->stream>>>(rows, out, b,
-                                                                                  res, y);
-    LAUNCHED();
-    return gemm_rm(be, false, true, rows, out, in, x, in, W, in, 1.0f, y, out);
-}
-
-// dW += dy^T x; dx = dy W when dx is not NULL.
-int linear_backward(gpt2_backend *be, int rows, int in, int out, const float *x, const float *W,
-                    const float *dy, float *dW, float *dx) {
-    TRY(gemm_rm(be, true, false, out, in, rows, dy, out, x, in, 1.0f, dW, in));
-    if (dx != nullptr) TRY(gemm_rm(be, false, false, rows, in, out, dy, out, W, in, 0.0f, dx, in));
+int cuda_host_wait(gpt2_backend *be, const void *host) {
+    pinned_buffer *b = nullptr;
+    TRY(pinned_or_fail(be, host, "host_wait", &b));
+    if (b->used) CU_TRY(cudaEventSynchronize(b->last_use));
     return GPT2_OK;
 }
 
-// Per sequence b, the NH heads' products are one strided-batched call each:
-// head h's q, k, v start h*hs floats into qkv's rows (stride 3C), its output
-// h*hs floats into atty's (stride C), its T x T scores T*T floats apart.
-int attention_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const float *qkv,
-                      float *att, float *atty) {
-    const int C = d->n_embd, NH = d->n_head, hs = C / NH, C3 = 3 * C;
-    const long long TT = (long long)T * T;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3;
-        float *s = att + (size_t)b * NH * TT;
-        // s_h = q_h . k_h^T (raw scores; the scale goes into the softmax).
-        TRY(gemm_rm_batched(be, false, true, T, T, hs, q, C3, hs, q + C, C3, hs, s, T, TT, NH));
-    }
-    const long long rows = (long long)B * NH * T;
-    causal_softmax_kernel<<<blocks_for(rows, kRowThreads), kRowThreads, 0,
-                            impl_of(be)->stream>>>(rows, T, scale, att);
-    LAUNCHED();
-    for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * C3 + 2 * (size_t)C;
-        const float *p = att + (size_t)b * NH * TT;
-        // y_h = p_h . v_h
-        TRY(gemm_rm_batched(be, false, false, T, hs, T, p, T, TT, v, C3, hs,
-                            atty + (size_t)b * T * C, C, hs, NH));
-    }
-    return GPT2_OK;
-}
-
-int attention_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const float *qkv,
-                       const float *att, const float *datty, float *dqkv, float *datt) {
-    const int C = d->n_embd, NH = d->n_head, hs = C / NH, C3 = 3 * C;
-    const long long TT = (long long)T * T;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        const size_t qoff = (size_t)b * T * C3;
-        const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-        const float *p = att + (size_t)b * NH * TT;
-        const float *dy = datty + (size_t)b * T * C;
-        float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-        // dv_h = p_h^T . dy_h; dp_h = dy_h . v_h^T
-        TRY(gemm_rm_batched(be, true, false, T, hs, T, p, T, TT, dy, C, hs, dv, C3, hs, NH));
-        TRY(gemm_rm_batched(be, false, true, T, T, hs, dy, C, hs, v, C3, hs, datt, T, TT, NH));
-        const long long rows = (long long)NH * T;
-        causal_softmax_backward_kernel<<<blocks_for(rows, kRowThreads), kRowThreads, 0,
-                                         impl_of(be)->stream>>>(rows, T, scale, p, datt);
-        LAUNCHED();
-        // dq_h = ds_h . k_h; dk_h = ds_h^T . q_h
-        TRY(gemm_rm_batched(be, false, false, T, hs, T, datt, T, TT, k, C3, hs, dq, C3, hs, NH));
-        TRY(gemm_rm_batched(be, true, false, T, hs, T, datt, T, TT, q, C3, hs, dk, C3, hs, NH));
-    }
-    return GPT2_OK;
-}
-
-// ------------------------------------------------------------- memory ops
+// --------------------------------------------------------- memory ops
 
 int cuda_alloc(gpt2_backend *be, size_t bytes, void **out) {
     if (out == nullptr) return fail(be, GPT2_ERR_ARG, "gpt2 cuda alloc: out is NULL");
@@ -486,7 +133,10 @@ int cuda_alloc(gpt2_backend *be, size_t bytes, void **out) {
     void *p = nullptr;
     // cudaMalloc aligns to at least 256 bytes; 0 bytes would give NULL.
     CU_TRY(cudaMalloc(&p, bytes > 0 ? bytes : 1));
+    // Zeroed before alloc returns, not just in stream order: the memory may
+    // be written next through another stream or a synchronous copy.
     cudaError_t e = cudaMemsetAsync(p, 0, bytes, impl_of(be)->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(impl_of(be)->stream);
     if (e != cudaSuccess) {
         cudaFree(p);
         CU_TRY(e);
@@ -540,69 +190,149 @@ int cuda_synchronize(gpt2_backend *be) {
     return GPT2_OK;
 }
 
-const char *cuda_last_error(const gpt2_backend *be) {
-    return static_cast<const cuda_impl *>(be->impl)->err;
+const char *cuda_last_error(const gpt2_backend *be) { return impl_of(be)->err; }
+
+int cuda_losses_sum(gpt2_backend *be, const float *losses, int n, double *host_out) {
+    cuda_impl *ci = impl_of(be);
+    TRY(gpt2__check_ptr("losses_sum", "losses", losses, ERR_ARGS(be)));
+    pinned_buffer *b = nullptr;
+    TRY(pinned_or_fail(be, host_out, "losses_sum", &b));
+    TRY(losses_sum_device(be, losses, n, ci->loss_dev));
+    CU_TRY(cudaMemcpyAsync(host_out, ci->loss_dev, sizeof(double), cudaMemcpyDeviceToHost,
+                           ci->stream));
+    CU_TRY(cudaEventRecord(b->last_use, ci->stream));
+    b->used = true;
+    return GPT2_OK;
 }
 
-// ------------------------------------------------------------- model ops
+// ------------------------------------------------------------ scratch
 
-int cuda_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                       const gpt2_embed_w *w, const int *tokens, float *x) {
+// block_backward's scratch (block_forward uses a part of it): d fch [BT][4C]
+// (later d qkv), d mid [BT][C], the score gradients [B][NH][T][T], and the
+// attention's head-layout buffers.
+struct block_parts {
+    void *dbig, *dmid, *datt, *attn;
+};
+
+block_parts carve_block(const gpt2_backend *be, const gpt2_dims *d, int B, int T, void *s) {
+    const size_t e = gpt2_dtype_size(be->dtype), BT = (size_t)B * T, C = (size_t)d->n_embd;
+    unsigned char *p = (unsigned char *)s;
+    block_parts b;
+    b.dbig = p;
+    p += round_up(BT * 4 * C * e);
+    b.dmid = p;
+    p += round_up(BT * C * e);
+    b.datt = p;
+    p += round_up((size_t)B * d->n_head * T * T * e);
+    b.attn = p;
+    return b;
+}
+
+size_t cuda_block_scratch_bytes(const gpt2_backend *be, const gpt2_dims *d, int B, int T) {
+    if (B < 1 || T < 1) return 0;
+    const size_t e = gpt2_dtype_size(be->dtype), BT = (size_t)B * T, C = (size_t)d->n_embd;
+    return round_up(BT * 4 * C * e) + round_up(BT * C * e) +
+           round_up((size_t)B * d->n_head * T * T * e) + attention_scratch_bytes(be, d, B, T);
+}
+
+size_t cuda_head_scratch_bytes(const gpt2_backend *be, const gpt2_dims *d, int chunk_rows) {
+    return head_scratch_bytes(be, d, chunk_rows);
+}
+
+// ---------------------------------------------------------- the model
+
+int cuda_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const gpt2_embed_w *w,
+                       const int *tokens, void *x) {
     TRY(gpt2__check_shape("embed_forward", d, B, T, ERR_ARGS(be)));
     TRY(gpt2__check_embed_w("embed_forward", "w", w, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_forward", "tokens", tokens, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_forward", "x", x, ERR_ARGS(be)));
-    const long long BT = (long long)B * T;
-    embed_forward_kernel<<<grid_for(BT * d->n_embd, kThreads), kThreads, 0,
-                           impl_of(be)->stream>>>(BT, T, d->n_embd, d->vocab, w->wte, w->wpe,
-                                                  tokens, x);
-    LAUNCHED();
-    return GPT2_OK;
+    return encoder_forward(be, d, B, T, w, tokens, x);
 }
 
 int cuda_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T, gpt2_embed_w *g,
-                        const int *tokens, const float *dx) {
+                        const int *tokens, const void *dx) {
     TRY(gpt2__check_shape("embed_backward", d, B, T, ERR_ARGS(be)));
     TRY(gpt2__check_embed_w("embed_backward", "g", g, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_backward", "tokens", tokens, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_backward", "dx", dx, ERR_ARGS(be)));
-    const int C = d->n_embd;
-    const dim3 grid(blocks_for(C, kThreads), kTokenClasses);
-    embed_backward_wte_kernel<<<grid, kThreads, 0, impl_of(be)->stream>>>(B * T, C, d->vocab,
-                                                                          tokens, dx, g->wte);
-    LAUNCHED();
-    embed_backward_wpe_kernel<<<grid_for((long long)T * C, kThreads), kThreads, 0,
-                                impl_of(be)->stream>>>(B, T, C, dx, g->wpe);
-    LAUNCHED();
-    return GPT2_OK;
+    return encoder_backward(be, d, B, T, g, tokens, dx);
+}
+
+// fch = ln2 . W^T + b and fch_gelu = gelu(fch): one GEMM with cuBLASLt's
+// GELU epilogue when fused (it keeps fch as the epilogue's aux output), else
+// a GEMM with the bias epilogue and the GELU kernel.
+// Whether cuBLASLt's GELU epilogues can take this shape at all: the aux
+// (fch) has a leading dimension of 4C, which they need divisible by 8, and
+// 16-byte aligned buffers. Anything else they refuse is found by matmul
+// (GPT2_ERR_UNAVAILABLE) and falls back the same way.
+bool gelu_fusable(int C, const void *aux, const void *out) {
+    return (4 * C) % 8 == 0 && (uintptr_t)aux % 16 == 0 && (uintptr_t)out % 16 == 0;
+}
+
+int mlp_up(gpt2_backend *be, int BT, int C, const gpt2_block_w *w, gpt2_block_acts *a) {
+    cuda_impl *ci = impl_of(be);
+    if (ci->gelu_fusion >= 1 && gelu_fusable(C, a->fch, a->fch_gelu)) {
+        const int s = matmul(be, false, true, BT, 4 * C, C, a->ln2, C, w->fcw, C, nullptr,
+                             a->fch_gelu, 4 * C, EPI_GELU_AUX, w->fcb, a->fch);
+        if (s != GPT2_ERR_UNAVAILABLE) return s;
+    }
+    TRY(matmul(be, false, true, BT, 4 * C, C, a->ln2, C, w->fcw, C, nullptr, a->fch, 4 * C,
+               EPI_BIAS, w->fcb, nullptr));
+    return gelu_forward(be, (long long)BT * 4 * C, a->fch, a->fch_gelu);
 }
 
 int cuda_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const gpt2_block_w *w,
-                       const float *x, gpt2_block_acts *a, float *y) {
+                       const void *x, gpt2_block_acts *a, void *y, void *scratch) {
+    cuda_impl *ci = impl_of(be);
     TRY(gpt2__check_shape("block_forward", d, B, T, ERR_ARGS(be)));
     TRY(gpt2__check_block_w("block_forward", "w", w, ERR_ARGS(be)));
     TRY(gpt2__check_acts("block_forward", a, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("block_forward", "x", x, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("block_forward", "y", y, ERR_ARGS(be)));
+    TRY(gpt2__check_ptr("block_forward", "scratch", scratch, ERR_ARGS(be)));
     const int BT = B * T, C = d->n_embd;
+    const block_parts s = carve_block(be, d, B, T, scratch);
+    // Attention half: res1 = x + c_proj(attn(ln_1(x))).
     TRY(layernorm_forward(be, BT, C, x, w->ln1w, w->ln1b, a->ln1, a->ln1_mean, a->ln1_rstd));
-    TRY(linear_forward(be, BT, C, 3 * C, a->ln1, w->qkvw, w->qkvb, nullptr, a->qkv));
-    TRY(attention_forward(be, d, B, T, a->qkv, a->att, a->atty));
-    TRY(linear_forward(be, BT, C, C, a->atty, w->attprojw, w->attprojb, x, a->res1));
+    if (ci->fault == FAULT_QKV_TRANSPOSED) // the test hook's wrong operand: W read as [in][out]
+        TRY(matmul(be, false, false, BT, 3 * C, C, a->ln1, C, w->qkvw, 3 * C, nullptr, a->qkv,
+                   3 * C, EPI_BIAS, w->qkvb, nullptr));
+    else
+        TRY(matmul(be, false, true, BT, 3 * C, C, a->ln1, C, w->qkvw, C, nullptr, a->qkv, 3 * C,
+                   EPI_BIAS, w->qkvb, nullptr));
+    TRY(attention_forward(be, d, B, T, a->qkv, a->att, a->atty, s.attn));
+    TRY(matmul(be, false, true, BT, C, C, a->atty, C, w->attprojw, C, x, a->res1, C, EPI_BIAS,
+               w->attprojb, nullptr));
+    // MLP half: y = res1 + c_proj(gelu(c_fc(ln_2(res1)))).
     TRY(layernorm_forward(be, BT, C, a->res1, w->ln2w, w->ln2b, a->ln2, a->ln2_mean,
                           a->ln2_rstd));
-    TRY(linear_forward(be, BT, C, 4 * C, a->ln2, w->fcw, w->fcb, nullptr, a->fch));
-    const long long n = (long long)BT * 4 * C;
-    gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, impl_of(be)->stream>>>(
-        n, a->fch, a->fch_gelu);
-    LAUNCHED();
-    TRY(linear_forward(be, BT, 4 * C, C, a->fch_gelu, w->fcprojw, w->fcprojb, a->res1, y));
+    TRY(mlp_up(be, BT, C, w, a));
+    TRY(matmul(be, false, true, BT, C, 4 * C, a->fch_gelu, 4 * C, w->fcprojw, 4 * C, a->res1, y,
+               C, EPI_BIAS, w->fcprojb, nullptr));
     return GPT2_OK;
 }
 
+// d fch = (dy . W) * gelu'(fch), and fcb's gradient: the DGELU epilogue and
+// a column sum when fused, else a GEMM and the fused GELU-gradient column
+// sum.
+int mlp_down_backward(gpt2_backend *be, int BT, int C, const gpt2_block_w *w, gpt2_block_w *g,
+                      const gpt2_block_acts *a, const void *dy, void *dbig) {
+    cuda_impl *ci = impl_of(be);
+    if (ci->gelu_fusion >= 2 && gelu_fusable(C, a->fch, dbig)) {
+        const int s = matmul(be, false, false, BT, 4 * C, C, dy, C, w->fcprojw, 4 * C, nullptr,
+                             dbig, 4 * C, EPI_DGELU, nullptr, a->fch);
+        if (s == GPT2_OK) return colsum_add(be, BT, 4 * C, dbig, g->fcb);
+        if (s != GPT2_ERR_UNAVAILABLE) return s;
+    }
+    TRY(matmul(be, false, false, BT, 4 * C, C, dy, C, w->fcprojw, 4 * C, nullptr, dbig, 4 * C,
+               EPI_NONE, nullptr, nullptr));
+    return gelu_backward_colsum(be, BT, 4 * C, dbig, a->fch, g->fcb);
+}
+
 int cuda_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                        const gpt2_block_w *w, gpt2_block_w *g, const float *x,
-                        const gpt2_block_acts *a, const float *dy, float *dx, float *scratch) {
+                        const gpt2_block_w *w, gpt2_block_w *g, const void *x,
+                        const gpt2_block_acts *a, const void *dy, void *dx, void *scratch) {
     TRY(gpt2__check_shape("block_backward", d, B, T, ERR_ARGS(be)));
     TRY(gpt2__check_block_w("block_backward", "w", w, ERR_ARGS(be)));
     TRY(gpt2__check_block_w("block_backward", "g", g, ERR_ARGS(be)));
@@ -612,76 +342,57 @@ int cuda_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     TRY(gpt2__check_ptr("block_backward", "dx", dx, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("block_backward", "scratch", scratch, ERR_ARGS(be)));
     const int BT = B * T, C = d->n_embd;
-    float *dbig = scratch;                   // [BT][4C]: d fch, later d qkv ([BT][3C])
-    float *dmid = dbig + (size_t)BT * 4 * C; // [BT][C]: d ln2, d atty, d ln1 in turn
-    float *datt = dmid + (size_t)BT * C;     // [NH][T][T]
+    const block_parts s = carve_block(be, d, B, T, scratch);
 
-    // MLP half.
+    // MLP half. dy reaches res1 directly (residual) and through the MLP.
     TRY(colsum_add(be, BT, C, dy, g->fcprojb));
-    TRY(linear_backward(be, BT, 4 * C, C, a->fch_gelu, w->fcprojw, dy, g->fcprojw, dbig));
-    TRY(colsum<COLSUM_GELU>(be, BT, 4 * C, dbig, a->fch, nullptr, nullptr, nullptr, g->fcb,
-                            nullptr));
-    TRY(linear_backward(be, BT, C, 4 * C, a->ln2, w->fcw, dbig, g->fcw, dmid));
-    TRY(layernorm_backward(be, BT, C, dmid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w, dy, dx,
+    TRY(matmul(be, true, false, C, 4 * C, BT, dy, C, a->fch_gelu, 4 * C, g->fcprojw, g->fcprojw,
+               4 * C, EPI_NONE, nullptr, nullptr));
+    TRY(mlp_down_backward(be, BT, C, w, g, a, dy, s.dbig));
+    TRY(matmul(be, true, false, 4 * C, C, BT, s.dbig, 4 * C, a->ln2, C, g->fcw, g->fcw, C,
+               EPI_NONE, nullptr, nullptr));
+    TRY(matmul(be, false, false, BT, C, 4 * C, s.dbig, 4 * C, w->fcw, C, nullptr, s.dmid, C,
+               EPI_NONE, nullptr, nullptr));
+    // dx holds d res1 = dy + ln_2's input gradient from here on.
+    TRY(layernorm_backward(be, BT, C, s.dmid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w, dy, dx,
                            g->ln2w, g->ln2b));
-    // Attention half; dx holds d res1.
+
+    // Attention half, the same way with d res1.
     TRY(colsum_add(be, BT, C, dx, g->attprojb));
-    TRY(linear_backward(be, BT, C, C, a->atty, w->attprojw, dx, g->attprojw, dmid));
-    TRY(attention_backward(be, d, B, T, a->qkv, a->att, dmid, dbig, datt));
-    TRY(colsum_add(be, BT, 3 * C, dbig, g->qkvb));
-    TRY(linear_backward(be, BT, C, 3 * C, a->ln1, w->qkvw, dbig, g->qkvw, dmid));
-    TRY(layernorm_backward(be, BT, C, dmid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx,
+    TRY(matmul(be, true, false, C, C, BT, dx, C, a->atty, C, g->attprojw, g->attprojw, C,
+               EPI_NONE, nullptr, nullptr));
+    TRY(matmul(be, false, false, BT, C, C, dx, C, w->attprojw, C, nullptr, s.dmid, C, EPI_NONE,
+               nullptr, nullptr));
+    TRY(attention_backward(be, d, B, T, a->qkv, a->att, s.dmid, s.dbig, s.datt, s.attn));
+    TRY(colsum_add(be, BT, 3 * C, s.dbig, g->qkvb));
+    TRY(matmul(be, true, false, 3 * C, C, BT, s.dbig, 3 * C, a->ln1, C, g->qkvw, g->qkvw, C,
+               EPI_NONE, nullptr, nullptr));
+    TRY(matmul(be, false, false, BT, C, 3 * C, s.dbig, 3 * C, w->qkvw, C, nullptr, s.dmid, C,
+               EPI_NONE, nullptr, nullptr));
+    TRY(layernorm_backward(be, BT, C, s.dmid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx,
                            g->ln1w, g->ln1b));
     return GPT2_OK;
 }
 
 int check_head(gpt2_backend *be, const char *op, const gpt2_dims *d, int B, int T,
-               const gpt2_embed_w *w, const float *x, int chunk_rows, const float *scratch) {
+               const gpt2_embed_w *w, const void *x, int chunk_rows, const void *scratch) {
     TRY(gpt2__check_shape(op, d, B, T, ERR_ARGS(be)));
     TRY(gpt2__check_embed_w(op, "w", w, ERR_ARGS(be)));
     TRY(gpt2__check_ptr(op, "x", x, ERR_ARGS(be)));
     TRY(gpt2__check_ptr(op, "scratch", scratch, ERR_ARGS(be)));
     if (chunk_rows < 1) {
         return fail(be, GPT2_ERR_ARG,
-                    "gpt2 %s: chunk_rows = %d; need >= 1 (default GPT2_HEAD_CHUNK_ROWS_DEFAULT)",
+                    "gpt2 %s: chunk_rows = %d; need >= 1 (default "
+                    "GPT2_HEAD_CHUNK_ROWS_DEFAULT_GPU)",
                     op, chunk_rows);
     }
     return GPT2_OK;
 }
 
-// The head over chunks of rows (gpt2_cpu.c's cpu_head_run); gradients only
-// when g is not NULL.
-int head_run(gpt2_backend *be, const gpt2_dims *d, int BT, const gpt2_embed_w *w,
-             gpt2_embed_w *g, const float *x, const int *targets, float dloss_scale, float *dx,
-             float *losses, int chunk_rows, float *scratch) {
-    const int C = d->n_embd, V = d->vocab;
-    const int R = chunk_rows < BT ? chunk_rows : BT;
-    float *xn = scratch;                 // [R][C]
-    float *mean = xn + (size_t)R * C;    // [R]
-    float *rstd = mean + R;              // [R]
-    float *logits = rstd + R;            // [R][V], then d logits
-    float *dxn = logits + (size_t)R * V; // [R][C]
-    const int want_grad = g != nullptr;
-    for (int r0 = 0; r0 < BT; r0 += R) {
-        const int n = BT - r0 < R ? BT - r0 : R;
-        const float *xc = x + (size_t)r0 * C;
-        TRY(layernorm_forward(be, n, C, xc, w->lnfw, w->lnfb, xn, mean, rstd));
-        TRY(gemm_rm(be, false, true, n, V, C, xn, C, w->wte, C, 0.0f, logits, V));
-        xent_kernel<<<(unsigned)n, kThreads, 0, impl_of(be)->stream>>>(
-            V, logits, targets + r0, dloss_scale, want_grad, losses + r0);
-        LAUNCHED();
-        if (!want_grad) continue;
-        TRY(linear_backward(be, n, C, V, xn, w->wte, logits, g->wte, dxn));
-        TRY(layernorm_backward(be, n, C, dxn, xc, mean, rstd, w->lnfw, nullptr,
-                               dx + (size_t)r0 * C, g->lnfw, g->lnfb));
-    }
-    return GPT2_OK;
-}
-
 int cuda_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                               const gpt2_embed_w *w, gpt2_embed_w *g, const float *x,
-                               const int *targets, float dloss_scale, float *dx, float *losses,
-                               int chunk_rows, float *scratch) {
+                               const gpt2_embed_w *w, gpt2_embed_w *g, const void *x,
+                               const int *targets, float dloss_scale, void *dx, float *losses,
+                               int chunk_rows, void *scratch) {
     const char *op = "head_forward_backward";
     TRY(check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
     TRY(gpt2__check_embed_w(op, "g", g, ERR_ARGS(be)));
@@ -693,8 +404,8 @@ int cuda_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B, int 
 }
 
 int cuda_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const gpt2_embed_w *w,
-                      const float *x, const int *targets, float *losses, int chunk_rows,
-                      float *scratch) {
+                      const void *x, const int *targets, float *losses, int chunk_rows,
+                      void *scratch) {
     const char *op = "head_forward";
     TRY(check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
     TRY(gpt2__check_ptr(op, "targets", targets, ERR_ARGS(be)));
@@ -704,7 +415,7 @@ int cuda_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const 
 }
 
 int cuda_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T, const gpt2_embed_w *w,
-                     const float *x, int row, float *host_logits, float *scratch) {
+                     const void *x, int row, float *host_logits, void *scratch) {
     const char *op = "head_logits";
     TRY(check_head(be, op, d, B, T, w, x, 1, scratch));
     TRY(gpt2__check_ptr(op, "host_logits", host_logits, ERR_ARGS(be)));
@@ -712,17 +423,10 @@ int cuda_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T, const g
         return fail(be, GPT2_ERR_ARG, "gpt2 %s: row %d is outside [0, B * T = %lld)", op, row,
                     (long long)B * T);
     }
-    const int C = d->n_embd, V = d->vocab;
-    float *xn = scratch;       // [C], then mean, rstd
-    float *logits = xn + C + 2; // [V]
-    TRY(layernorm_forward(be, 1, C, x + (size_t)row * C, w->lnfw, w->lnfb, xn, xn + C,
-                          xn + C + 1));
-    TRY(gemm_rm(be, false, true, 1, V, C, xn, C, w->wte, C, 0.0f, logits, V));
-    CU_TRY(cudaMemcpyAsync(host_logits, logits, sizeof(float) * (size_t)V,
-                           cudaMemcpyDeviceToHost, impl_of(be)->stream));
-    CU_TRY(cudaStreamSynchronize(impl_of(be)->stream));
-    return GPT2_OK;
+    return head_logits_row(be, d, w, x, row, host_logits, scratch);
 }
+
+// --------------------------------------------------------- lifetime
 
 void cuda_destroy(gpt2_backend *be) {
     if (be == nullptr) return;
@@ -730,41 +434,79 @@ void cuda_destroy(gpt2_backend *be) {
     // Errors here have no one to go to; the stream and device stay usable
     // for the caller whatever they are.
     cudaStreamSynchronize(ci->stream);
-    if (ci->work != nullptr) cudaFree(ci->work);
+    for (int i = 0; i < kPinnedSlots; i++) cuda_host_free(be, ci->pinned[i].ptr);
+    matmul_cache_destroy(ci);
+    // The handles first: the classic one uses lt_workspace as its own.
+    if (ci->lt != nullptr) cublasLtDestroy(ci->lt);
     if (ci->blas != nullptr) cublasDestroy(ci->blas);
+    if (ci->work != nullptr) cudaFree(ci->work);
+    if (ci->lt_workspace != nullptr) cudaFree(ci->lt_workspace);
+    if (ci->loss_dev != nullptr) cudaFree(ci->loss_dev);
     std::free(ci);
     std::free(be);
 }
 
-// In gpt2_backend_ops' order (C++17 has no designated initializers).
-const gpt2_backend_ops cuda_ops = {
-    "cuda",
-    cuda_alloc,
-    cuda_free,
-    cuda_zero,
-    cuda_upload,
-    cuda_download,
-    cuda_copy,
-    cuda_synchronize,
-    cuda_last_error,
-    cuda_embed_forward,
-    cuda_embed_backward,
-    cuda_block_forward,
-    cuda_block_backward,
-    cuda_head_forward_backward,
-    cuda_head_forward,
-    cuda_head_logits,
-    cuda_destroy,
-};
+gpt2_backend_ops make_ops() {
+    gpt2_backend_ops o;
+    std::memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.alloc = cuda_alloc;
+    o.free = cuda_free;
+    o.zero = cuda_zero;
+    o.upload = cuda_upload;
+    o.download = cuda_download;
+    o.copy = cuda_copy;
+    o.synchronize = cuda_synchronize;
+    o.last_error = cuda_last_error;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
+    o.upload_async = cuda_upload_async;
+    o.host_wait = cuda_host_wait;
+    o.losses_sum = cuda_losses_sum;
+    o.block_scratch_bytes = cuda_block_scratch_bytes;
+    o.head_scratch_bytes = cuda_head_scratch_bytes;
+    o.embed_forward = cuda_embed_forward;
+    o.embed_backward = cuda_embed_backward;
+    o.block_forward = cuda_block_forward;
+    o.block_backward = cuda_block_backward;
+    o.head_forward_backward = cuda_head_forward_backward;
+    o.head_forward = cuda_head_forward;
+    o.head_logits = cuda_head_logits;
+    o.destroy = cuda_destroy;
+    return o;
+}
+
+const gpt2_backend_ops cuda_ops = make_ops();
+
+// GPT2_CUDA_FAULT (tests only): a deliberately wrong kernel.
+int fault_from_env() {
+    const char *f = std::getenv("GPT2_CUDA_FAULT");
+    if (f == nullptr || *f == '\0') return FAULT_NONE;
+    if (std::strcmp(f, "softmax_no_mask") == 0) return FAULT_SOFTMAX_NO_MASK;
+    if (std::strcmp(f, "qkv_transposed") == 0) return FAULT_QKV_TRANSPOSED;
+    return FAULT_NONE;
+}
 
 } // namespace
 
-extern "C" int gpt2_cuda_backend_create(void *cuda_stream, gpt2_backend **out, char *err,
-                                        size_t cap) {
-    if (out == nullptr) {
-        return gpt2__error(err, cap, GPT2_ERR_ARG, "gpt2 cuda: out is NULL");
+} // namespace gpt2cuda
+
+using namespace gpt2cuda;
+
+extern "C" int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options,
+                                        gpt2_backend **out, char *err, size_t cap) {
+    if (out == nullptr || options == nullptr) {
+        return gpt2__error(err, cap, GPT2_ERR_ARG, "gpt2 cuda: out and options are required");
     }
     *out = nullptr;
+    if (options->dtype != GPT2_F32 && options->dtype != GPT2_BF16 && options->dtype != GPT2_F16)
+        return gpt2__error(err, cap, GPT2_ERR_ARG, "gpt2 cuda: unknown dtype %d",
+                           (int)options->dtype);
+    if (options->gelu_fusion < -1 || options->gelu_fusion > 2)
+        return gpt2__error(err, cap, GPT2_ERR_ARG,
+                           "gpt2 cuda: gelu_fusion = %d; use -1 (the device's default), 0 "
+                           "(none), 1 (forward) or 2 (forward and backward)",
+                           options->gelu_fusion);
     int devices = 0;
     cudaError_t e = cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices == 0) {
@@ -783,29 +525,50 @@ extern "C" int gpt2_cuda_backend_create(void *cuda_stream, gpt2_backend **out, c
     }
     be->ops = &cuda_ops;
     be->impl = ci;
+    be->dtype = options->dtype;
+    ci->dtype = options->dtype;
     ci->stream = static_cast<cudaStream_t>(cuda_stream);
-    // Full fp32 products (no TF32) and no atomics inside cuBLAS, so that its
-    // results are deterministic and comparable with the CPU's sgemm.
+    ci->fault = fault_from_env();
     const char *what = nullptr;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     e = cudaGetDevice(&ci->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&ci->sm_major, cudaDevAttrComputeCapabilityMajor, ci->device);
+    if (e == cudaSuccess) e = cudaMalloc(&ci->lt_workspace, kLtWorkspace);
+    if (e == cudaSuccess) e = cudaMalloc(reinterpret_cast<void **>(&ci->loss_dev), sizeof(double));
     if (e != cudaSuccess) {
-        gpt2__error(err, cap, GPT2_ERR_DEVICE, "gpt2 cuda: cudaGetDevice failed: %s",
-                    cudaGetErrorString(e));
-        std::free(ci);
-        std::free(be);
-        return GPT2_ERR_DEVICE;
+        gpt2__error(err, cap, e == cudaErrorMemoryAllocation ? GPT2_ERR_NOMEM : GPT2_ERR_DEVICE,
+                    "gpt2 cuda: starting the backend failed: %s", cudaGetErrorString(e));
+        cuda_destroy(be);
+        return e == cudaErrorMemoryAllocation ? GPT2_ERR_NOMEM : GPT2_ERR_DEVICE;
     }
+    ci->lt_workspace_bytes = kLtWorkspace;
+    // GELU in the epilogue from Hopper on, in bf16/fp16 (llm.c measured it
+    // faster there); fp32, the exact mode, keeps gpt2_math.h's GELU.
+    ci->gelu_fusion = options->gelu_fusion >= 0 ? options->gelu_fusion
+                      : options->dtype != GPT2_F32 && ci->sm_major >= 9 ? 2
+                                                                         : 0;
+    // Full fp32 products in fp32 (no TF32) and no atomics inside cuBLAS, so
+    // that its results are deterministic.
     if ((st = cublasCreate(&ci->blas)) != CUBLAS_STATUS_SUCCESS) {
         what = "cublasCreate";
     } else if ((st = cublasSetStream(ci->blas, ci->stream)) != CUBLAS_STATUS_SUCCESS) {
         what = "cublasSetStream";
+    } else if ((st = cublasSetWorkspace(ci->blas, ci->lt_workspace, ci->lt_workspace_bytes)) !=
+               CUBLAS_STATUS_SUCCESS) {
+        // After cublasSetStream, which resets it: cuBLAS promises the same
+        // bits with other streams running only with a workspace of the
+        // handle's own. The Lt GEMMs' workspace serves: both handles
+        // enqueue on this one stream, in order.
+        what = "cublasSetWorkspace";
     } else if ((st = cublasSetMathMode(ci->blas, CUBLAS_DEFAULT_MATH)) !=
                CUBLAS_STATUS_SUCCESS) {
         what = "cublasSetMathMode";
     } else if ((st = cublasSetAtomicsMode(ci->blas, CUBLAS_ATOMICS_NOT_ALLOWED)) !=
                CUBLAS_STATUS_SUCCESS) {
         what = "cublasSetAtomicsMode";
+    } else if ((st = cublasLtCreate(&ci->lt)) != CUBLAS_STATUS_SUCCESS) {
+        what = "cublasLtCreate";
     }
     if (what != nullptr) {
         gpt2__error(err, cap, GPT2_ERR_DEVICE, "gpt2 cuda: %s failed: %s (%s)", what,

@@ -5,8 +5,10 @@
 
 #include "gpt2_backend.h"
 
-int gpt2_cuda_backend_create(void *cuda_stream, gpt2_backend **out, char *err, size_t cap) {
+int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options,
+                             gpt2_backend **out, char *err, size_t cap) {
     (void)cuda_stream;
+    (void)options;
     if (out != NULL) {
         *out = NULL;
     }

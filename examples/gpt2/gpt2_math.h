@@ -3,7 +3,13 @@
  * for the host (C11, gpt2_cpu.c) and for CUDA devices (nvcc, gpt2_cuda.cu).
  * Both backends call these functions, so there is one definition of what a
  * LayerNorm, a GELU, an attention softmax or a cross-entropy computes; the
- * backends only choose how rows are spread over threads.
+ * backends only choose how rows are spread over threads. The CPU runs the
+ * row functions below; the GPU's kernels give a row to a warp or a block,
+ * whose reductions (means, maxima, sums of exponentials) run as trees over
+ * the lanes instead of the lanes of GPT2_LANES, and then apply the same
+ * element functions (gpt2_layernorm_out, gpt2_layernorm_dx,
+ * gpt2_softmax_grad, gpt2_xent_dlogit, ...) to every element, so the two
+ * compute the same algorithm and differ only in the order of those sums.
  *
  * Rules that keep the two compilations equal:
  *   - float arithmetic only (+, -, *, /, sqrtf: correctly rounded on both;
@@ -166,6 +172,25 @@ GPT2_HD float gpt2_sum(const float *x, int n) {
 
 /* ----------------------------------------------------------- LayerNorm */
 
+/* 1 / sqrt(var + eps), from the row's biased variance. */
+GPT2_HD float gpt2_layernorm_rstd(float var) { return 1.0f / sqrtf(var + GPT2_LN_EPS); }
+
+/* The normalized input x-hat of one element, as the forward computed it. */
+GPT2_HD float gpt2_layernorm_xhat(float x, float mean, float rstd) {
+    return (x - mean) * rstd;
+}
+
+/* One output element: x-hat * w + b. */
+GPT2_HD float gpt2_layernorm_out(float x, float mean, float rstd, float w, float b) {
+    return gpt2_layernorm_xhat(x, mean, rstd) * w + b;
+}
+
+/* One element of the input gradient, from the row's mean(g) and
+ * mean(g * xhat) with g = dout * w (see gpt2_layernorm_backward_row). */
+GPT2_HD float gpt2_layernorm_dx(float g, float xhat, float mean_g, float mean_gx, float rstd) {
+    return rstd * (g - mean_g - xhat * mean_gx);
+}
+
 /*
  * One row: out = (x - mean) * rstd * w + b with mean and rstd = 1/sqrt(var +
  * eps) over the row's C entries (biased variance, as PyTorch). The variance
@@ -191,17 +216,12 @@ GPT2_HD void gpt2_layernorm_forward_row(int C, const float *x, const float *w, c
         }
     }
     const float var = gpt2_lanes_total(acc) / (float)C;
-    const float rstd = 1.0f / sqrtf(var + GPT2_LN_EPS);
+    const float rstd = gpt2_layernorm_rstd(var);
     for (int k = 0; k < C; k++) {
-        out[k] = (x[k] - mean) * rstd * w[k] + b[k];
+        out[k] = gpt2_layernorm_out(x[k], mean, rstd, w[k], b[k]);
     }
     *mean_out = mean;
     *rstd_out = rstd;
-}
-
-/* The normalized input x-hat of one element, as the forward computed it. */
-GPT2_HD float gpt2_layernorm_xhat(float x, float mean, float rstd) {
-    return (x - mean) * rstd;
 }
 
 /*
@@ -237,13 +257,23 @@ GPT2_HD void gpt2_layernorm_backward_row(int C, const float *dout, const float *
     const float mean_gx = gpt2_lanes_total(acc_gx) / (float)C;
     for (int k = 0; k < C; k++) {
         const float g = dout[k] * w[k];
-        const float xhat = gpt2_layernorm_xhat(x[k], mean, rstd);
-        const float d = rstd * (g - mean_g - xhat * mean_gx);
+        const float d = gpt2_layernorm_dx(g, gpt2_layernorm_xhat(x[k], mean, rstd), mean_g,
+                                          mean_gx, rstd);
         dx[k] = dres != NULL ? dres[k] + d : d;
     }
 }
 
 /* --------------------------------------------------- attention softmax */
+
+/* One probability's unnormalized value: e^(scale * (score - max)). */
+GPT2_HD float gpt2_softmax_exp(float score, float max_score, float scale) {
+    return gpt2_expf(scale * (score - max_score));
+}
+
+/* One raw score's gradient: scale * p * (dp - sum_k p_k dp_k). */
+GPT2_HD float gpt2_softmax_grad(float p, float dp, float dot, float scale) {
+    return scale * p * (dp - dot);
+}
 
 /*
  * Query position t's row of one head: row[0..T) holds the raw scores q.k on
@@ -259,14 +289,14 @@ GPT2_HD void gpt2_causal_softmax_row(int t, int T, float scale, float *row) {
     int j = 0;
     for (; j + GPT2_LANES <= n; j += GPT2_LANES) {
         for (int k = 0; k < GPT2_LANES; k++) {
-            const float e = gpt2_expf(scale * (row[j + k] - m));
+            const float e = gpt2_softmax_exp(row[j + k], m, scale);
             row[j + k] = e;
             acc[k] += e;
         }
     }
     for (int k = 0; k < GPT2_LANES; k++) {
         if (j + k < n) {
-            const float e = gpt2_expf(scale * (row[j + k] - m));
+            const float e = gpt2_softmax_exp(row[j + k], m, scale);
             row[j + k] = e;
             acc[k] += e;
         }
@@ -302,7 +332,7 @@ GPT2_HD void gpt2_causal_softmax_backward_row(int t, int T, float scale, const f
     }
     const float dot = gpt2_lanes_total(acc);
     for (int k = 0; k < n; k++) {
-        d[k] = scale * p[k] * (d[k] - dot);
+        d[k] = gpt2_softmax_grad(p[k], d[k], dot, scale);
     }
     for (int k = n; k < T; k++) {
         d[k] = 0.0f;

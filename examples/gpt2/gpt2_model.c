@@ -222,99 +222,102 @@ double gpt2_flops_per_token(const gpt2_dims *d, int T) {
     return 6.0 * N + 12.0 * (double)d->n_layer * (double)d->n_embd * (double)T;
 }
 
-/* ------------------------------------------------- one unit's pointers */
+/* ------------------------------------------------------- storage dtypes */
 
-void gpt2_embed_w_carve(const gpt2_dims *d, float *base, gpt2_embed_w *out) {
-    const size_t C = (size_t)d->n_embd;
-    float *p = base;
-    out->wte = p; // [V][C]
-    p += (size_t)d->vocab * C;
-    out->wpe = p; // [block_size][C]
-    p += (size_t)d->block_size * C;
-    out->lnfw = p; // [C]
-    p += C;
-    out->lnfb = p; // [C]
+size_t gpt2_dtype_size(gpt2_dtype t) { return t == GPT2_F32 ? 4 : 2; }
+
+const char *gpt2_dtype_name(gpt2_dtype t) {
+    switch (t) {
+    case GPT2_F32:
+        return "fp32";
+    case GPT2_BF16:
+        return "bf16";
+    case GPT2_F16:
+        return "fp16";
+    }
+    return "unknown";
 }
 
-void gpt2_block_w_carve(const gpt2_dims *d, float *base, gpt2_block_w *out) {
+/* ------------------------------------------------- one unit's pointers */
+
+/* Hands out consecutive runs of elements from base. */
+typedef struct gpt2__cursor {
+    unsigned char *at;
+    size_t elem;
+} gpt2__cursor;
+
+static void *take(gpt2__cursor *c, size_t n) {
+    void *p = c->at;
+    c->at += n * c->elem;
+    return p;
+}
+
+void gpt2_embed_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_embed_w *out) {
     const size_t C = (size_t)d->n_embd;
-    float *p = base;
-    out->ln1w = p; // [C]
-    p += C;
-    out->ln1b = p; // [C]
-    p += C;
-    out->qkvw = p; // [3C][C]
-    p += 3 * C * C;
-    out->qkvb = p; // [3C]
-    p += 3 * C;
-    out->attprojw = p; // [C][C]
-    p += C * C;
-    out->attprojb = p; // [C]
-    p += C;
-    out->ln2w = p; // [C]
-    p += C;
-    out->ln2b = p; // [C]
-    p += C;
-    out->fcw = p; // [4C][C]
-    p += 4 * C * C;
-    out->fcb = p; // [4C]
-    p += 4 * C;
-    out->fcprojw = p; // [C][4C]
-    p += 4 * C * C;
-    out->fcprojb = p; // [C]
+    gpt2__cursor c = {base, gpt2_dtype_size(t)};
+    out->wte = take(&c, (size_t)d->vocab * C);      // [V][C]
+    out->wpe = take(&c, (size_t)d->block_size * C); // [block_size][C]
+    out->lnfw = take(&c, C);                        // [C]
+    out->lnfb = take(&c, C);                        // [C]
+}
+
+void gpt2_block_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_block_w *out) {
+    const size_t C = (size_t)d->n_embd;
+    gpt2__cursor c = {base, gpt2_dtype_size(t)};
+    out->ln1w = take(&c, C);             // [C]
+    out->ln1b = take(&c, C);             // [C]
+    out->qkvw = take(&c, 3 * C * C);     // [3C][C]
+    out->qkvb = take(&c, 3 * C);         // [3C]
+    out->attprojw = take(&c, C * C);     // [C][C]
+    out->attprojb = take(&c, C);         // [C]
+    out->ln2w = take(&c, C);             // [C]
+    out->ln2b = take(&c, C);             // [C]
+    out->fcw = take(&c, 4 * C * C);      // [4C][C]
+    out->fcb = take(&c, 4 * C);          // [4C]
+    out->fcprojw = take(&c, 4 * C * C);  // [C][4C]
+    out->fcprojb = take(&c, C);          // [C]
 }
 
 /* -------------------------------------------------------- activations */
 
-int64_t gpt2_block_acts_numel(const gpt2_dims *d, int B, int T) {
+/* Bytes of n elements of `elem` bytes, rounded up to GPT2_ALIGN. */
+static size_t aligned_bytes(size_t n, size_t elem) {
+    return (n * elem + GPT2_ALIGN - 1) / GPT2_ALIGN * GPT2_ALIGN;
+}
+
+/* Walks the activation layout: with base NULL it only adds up the bytes. */
+static size_t acts_layout(const gpt2_dims *d, int B, int T, gpt2_dtype t, unsigned char *base,
+                          gpt2_block_acts *out) {
+    const size_t BT = (size_t)B * (size_t)T, C = (size_t)d->n_embd;
+    const size_t e = gpt2_dtype_size(t);
+    const size_t att = (size_t)B * (size_t)d->n_head * (size_t)T * (size_t)T;
+    const struct {
+        void **slot;
+        size_t n, elem;
+    } parts[] = {
+        {out ? &out->ln1 : NULL, BT * C, e},          {out ? &out->qkv : NULL, BT * 3 * C, e},
+        {out ? &out->atty : NULL, BT * C, e},         {out ? &out->res1 : NULL, BT * C, e},
+        {out ? &out->ln2 : NULL, BT * C, e},          {out ? &out->fch : NULL, BT * 4 * C, e},
+        {out ? &out->fch_gelu : NULL, BT * 4 * C, e}, {out ? &out->att : NULL, att, e},
+        {out ? (void **)&out->ln1_mean : NULL, BT, 4}, {out ? (void **)&out->ln1_rstd : NULL, BT, 4},
+        {out ? (void **)&out->ln2_mean : NULL, BT, 4}, {out ? (void **)&out->ln2_rstd : NULL, BT, 4},
+    };
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (base) *parts[i].slot = base + used;
+        used += aligned_bytes(parts[i].n, parts[i].elem);
+    }
+    return used;
+}
+
+int64_t gpt2_block_acts_bytes(const gpt2_dims *d, int B, int T, gpt2_dtype t) {
     if (B < 1 || T < 1) {
         return -1;
     }
-    const int64_t BT = (int64_t)B * T;
-    return BT * (15 * (int64_t)d->n_embd + 4) + (int64_t)B * d->n_head * T * T;
+    return (int64_t)acts_layout(d, B, T, t, NULL, NULL);
 }
 
-void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, float *base,
+void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, gpt2_dtype t, void *base,
                            gpt2_block_acts *out) {
-    const size_t BT = (size_t)B * (size_t)T;
-    const size_t C = (size_t)d->n_embd;
-    float *p = base;
-    out->ln1 = p; // [BT][C]
-    p += BT * C;
-    out->qkv = p; // [BT][3C]
-    p += BT * 3 * C;
-    out->atty = p; // [BT][C]
-    p += BT * C;
-    out->res1 = p; // [BT][C]
-    p += BT * C;
-    out->ln2 = p; // [BT][C]
-    p += BT * C;
-    out->fch = p; // [BT][4C]
-    p += BT * 4 * C;
-    out->fch_gelu = p; // [BT][4C]
-    p += BT * 4 * C;
-    out->att = p; // [B][NH][T][T]
-    p += (size_t)B * (size_t)d->n_head * (size_t)T * (size_t)T;
-    out->ln1_mean = p; // [BT]
-    p += BT;
-    out->ln1_rstd = p; // [BT]
-    p += BT;
-    out->ln2_mean = p; // [BT]
-    p += BT;
-    out->ln2_rstd = p; // [BT]
-}
-
-int64_t gpt2_block_scratch_numel(const gpt2_dims *d, int B, int T) {
-    if (B < 1 || T < 1) {
-        return -1;
-    }
-    const int64_t BT = (int64_t)B * T;
-    return BT * 5 * (int64_t)d->n_embd + (int64_t)d->n_head * T * T;
-}
-
-int64_t gpt2_head_scratch_numel(const gpt2_dims *d, int chunk_rows) {
-    if (chunk_rows < 1) {
-        return -1;
-    }
-    return (int64_t)chunk_rows * ((int64_t)d->vocab + 2 * (int64_t)d->n_embd + 2);
+    acts_layout(d, B, T, t, base, out);
 }

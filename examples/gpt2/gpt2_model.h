@@ -14,10 +14,13 @@
  * gpt2_backend.h (CPU and CUDA); this header only describes sizes and layouts.
  *
  * Conventions:
- *   - Everything is fp32 and row-major. Linear weights are [out][in], as in
- *     PyTorch's state_dict (nanoGPT's names), so y = x . W^T + b.
+ *   - Tensors are row-major in a backend's storage dtype (gpt2_dtype: fp32,
+ *     bf16 or fp16; parameters, gradients and activations alike), while
+ *     LayerNorm statistics and losses are always fp32. Linear weights are
+ *     [out][in], as in PyTorch's state_dict (nanoGPT's names), so
+ *     y = x . W^T + b.
  *   - B sequences of T tokens make B*T rows; "BT" below means B*T.
- *   - Sizes are element counts (floats), never bytes, unless a name says so.
+ *   - Sizes are element counts, never bytes, unless a name says so.
  *   - Functions here are pure and reentrant; none allocates.
  */
 #ifndef GPT2_MODEL_H
@@ -120,36 +123,49 @@ int64_t gpt2_num_params(const gpt2_dims *d);
  */
 double gpt2_flops_per_token(const gpt2_dims *d, int T);
 
+/* ------------------------------------------------------- storage dtypes */
+
+/* What a backend stores its tensors in. fp32 is the exact mode (the CPU
+ * backend's only one, and the CUDA-vs-CPU equality tests'); bf16 and fp16
+ * put activations and GEMM operands in the training's compute dtype, with
+ * fp32 arithmetic inside every kernel and fp32 accumulation in every GEMM. */
+typedef enum gpt2_dtype { GPT2_F32 = 0, GPT2_BF16 = 1, GPT2_F16 = 2 } gpt2_dtype;
+
+/* Bytes per element (4 or 2), and "fp32", "bf16", "fp16". */
+size_t gpt2_dtype_size(gpt2_dtype t);
+const char *gpt2_dtype_name(gpt2_dtype t);
+
 /* ------------------------------------------------- one unit's pointers */
 
-/* Used for parameters and, with the same shapes, for their gradients. */
+/* Used for parameters and, with the same shapes, for their gradients; every
+ * pointer is to elements of the backend's dtype. */
 typedef struct gpt2_embed_w {
-    float *wte;  /* [V][C] */
-    float *wpe;  /* [block_size][C] */
-    float *lnfw; /* [C] */
-    float *lnfb; /* [C] */
+    void *wte;  /* [V][C] */
+    void *wpe;  /* [block_size][C] */
+    void *lnfw; /* [C] */
+    void *lnfb; /* [C] */
 } gpt2_embed_w;
 
 typedef struct gpt2_block_w {
-    float *ln1w;     /* [C] */
-    float *ln1b;     /* [C] */
-    float *qkvw;     /* [3C][C]: rows 0..C-1 make q, C..2C-1 k, 2C..3C-1 v */
-    float *qkvb;     /* [3C] */
-    float *attprojw; /* [C][C] */
-    float *attprojb; /* [C] */
-    float *ln2w;     /* [C] */
-    float *ln2b;     /* [C] */
-    float *fcw;      /* [4C][C] */
-    float *fcb;      /* [4C] */
-    float *fcprojw;  /* [C][4C] */
-    float *fcprojb;  /* [C] */
+    void *ln1w;     /* [C] */
+    void *ln1b;     /* [C] */
+    void *qkvw;     /* [3C][C]: rows 0..C-1 make q, C..2C-1 k, 2C..3C-1 v */
+    void *qkvb;     /* [3C] */
+    void *attprojw; /* [C][C] */
+    void *attprojb; /* [C] */
+    void *ln2w;     /* [C] */
+    void *ln2b;     /* [C] */
+    void *fcw;      /* [4C][C] */
+    void *fcb;      /* [4C] */
+    void *fcprojw;  /* [C][4C] */
+    void *fcprojb;  /* [C] */
 } gpt2_block_w;
 
 /* Point the struct's members into base, laid out in table order without gaps
- * (gpt2_unit_numel(d, 0) or gpt2_unit_numel(d, 1) floats). base may be host
- * or backend memory: this only does pointer arithmetic. */
-void gpt2_embed_w_carve(const gpt2_dims *d, float *base, gpt2_embed_w *out);
-void gpt2_block_w_carve(const gpt2_dims *d, float *base, gpt2_block_w *out);
+ * (gpt2_unit_numel(d, 0) or gpt2_unit_numel(d, 1) elements of `t`). base may
+ * be host or backend memory: this only does pointer arithmetic. */
+void gpt2_embed_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_embed_w *out);
+void gpt2_block_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_block_w *out);
 
 /* -------------------------------------------------------- activations */
 
@@ -157,47 +173,45 @@ void gpt2_block_w_carve(const gpt2_dims *d, float *base, gpt2_block_w *out);
  * What a block's backward needs from its forward, for one (B, T). The
  * block's input x and output y are not in here: they are the residual
  * stream, which the caller keeps (y of block l is x of block l + 1).
+ * Tensors are in the backend's dtype; the statistics are fp32.
  */
 typedef struct gpt2_block_acts {
-    float *ln1;      /* [BT][C]  ln_1(x) */
+    void *ln1;       /* [BT][C]  ln_1(x) */
     float *ln1_mean; /* [BT] */
     float *ln1_rstd; /* [BT]     1 / sqrt(var + eps) */
-    float *qkv;      /* [BT][3C] per row: q (C), k (C), v (C); head h at h*hs in each */
-    float *att;      /* [B][NH][T][T] softmax probabilities, 0 above the diagonal */
-    float *atty;     /* [BT][C]  attention output before c_proj, heads side by side */
-    float *res1;     /* [BT][C]  x + attention branch (the input of ln_2) */
-    float *ln2;      /* [BT][C]  ln_2(res1) */
+    void *qkv;       /* [BT][3C] per row: q (C), k (C), v (C); head h at h*hs in each */
+    void *att;       /* [B][NH][T][T] softmax probabilities, 0 above the diagonal */
+    void *atty;      /* [BT][C]  attention output before c_proj, heads side by side */
+    void *res1;      /* [BT][C]  x + attention branch (the input of ln_2) */
+    void *ln2;       /* [BT][C]  ln_2(res1) */
     float *ln2_mean; /* [BT] */
     float *ln2_rstd; /* [BT] */
-    float *fch;      /* [BT][4C] c_fc output (GELU's input) */
-    float *fch_gelu; /* [BT][4C] GELU's output (mlp.c_proj's input) */
+    void *fch;       /* [BT][4C] c_fc output (GELU's input) */
+    void *fch_gelu;  /* [BT][4C] GELU's output (mlp.c_proj's input) */
 } gpt2_block_acts;
 
-/* Floats of one block's activations: BT * (15 C + 4) + B * NH * T * T.
- * -1 for B or T < 1. */
-int64_t gpt2_block_acts_numel(const gpt2_dims *d, int B, int T);
-/* Carves them from base (gpt2_block_acts_numel floats; host or backend). The
- * [BT][k C] tensors come first and att after them, so with C a multiple of 16
- * they all start a multiple of 16 floats from base (a 64-byte aligned base
- * keeps them aligned); the four [BT] vectors come last. */
-void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, float *base,
+/* Bytes of one block's activations in dtype `t`: 15 BT C + B NH T T
+ * elements and 4 BT floats, each tensor starting at a multiple of
+ * GPT2_ALIGN bytes from base. -1 for B or T < 1. */
+int64_t gpt2_block_acts_bytes(const gpt2_dims *d, int B, int T, gpt2_dtype t);
+/* Carves them from base (gpt2_block_acts_bytes bytes, host or backend, at
+ * least GPT2_ALIGN-aligned): the [BT][k C] tensors, att, then the four [BT]
+ * statistics. */
+void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, gpt2_dtype t, void *base,
                            gpt2_block_acts *out);
 
-/* Scratch of block_backward: BT * 4C (c_fc's gradient, then qkv's) + BT * C
- * + NH * T * T (one sequence's attention-score gradients). -1 for B or T < 1.
- * One scratch serves every block in turn. */
-int64_t gpt2_block_scratch_numel(const gpt2_dims *d, int B, int T);
+/* Tensors carved from one allocation start at multiples of this many bytes:
+ * 16-byte vector loads and cuBLASLt's preferred alignment on the GPU. */
+#define GPT2_ALIGN 256
 
 /* The head (final LayerNorm, logits, cross-entropy) works on chunks of
  * chunk_rows rows so that only chunk_rows * V logits exist at once (V is
- * 50257: B*T rows at once would be 200 KB per row). Larger chunks give the
- * logits GEMMs better shapes; 128 rows take 26 MB of logits at V = 50257. */
+ * 50257: B*T rows at once would be 200 KB per row in fp32). Larger chunks
+ * give the logits GEMMs better shapes: 128 rows take 26 MB of fp32 logits
+ * at V = 50257 (the CPU's default), 1024 rows 103 MB in bf16 (the GPU's,
+ * where 128 would leave the logits GEMM too small to fill the device). */
 #define GPT2_HEAD_CHUNK_ROWS_DEFAULT 128
-
-/* Scratch of the head ops for chunks of chunk_rows rows:
- * chunk_rows * (V + 2 C + 2). -1 for chunk_rows < 1. It also serves
- * head_logits (which needs V + C + 2) for any chunk_rows >= 1. */
-int64_t gpt2_head_scratch_numel(const gpt2_dims *d, int chunk_rows);
+#define GPT2_HEAD_CHUNK_ROWS_DEFAULT_GPU 1024
 
 #ifdef __cplusplus
 }

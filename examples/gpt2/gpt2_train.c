@@ -15,8 +15,12 @@
  *   the embedding's backward into the same open gradient; grads_ready embed
  *   zs_step
  *
- * The math is gpt2_backend.h's (OpenBLAS on "cpu", cuBLAS on "cuda"); this
- * file only orders it, moves tokens, and reports. Data: a text file read as
+ * The math is gpt2_backend.h's (OpenBLAS in fp32 on "cpu"; cuBLASLt and
+ * kernels on "cuda", in zeroshard's compute dtype, on zeroshard's own
+ * parameter and gradient buffers); this file only orders it, moves tokens,
+ * and reports. A training step never makes the host wait for the GPU except
+ * inside zs_step (the gradient norm): tokens go up from page-locked memory
+ * without waiting, and the loss comes back the same way, read after zs_step. Data: a text file read as
  * bytes (vocab 256) or llm.c token shards; every rank reads its own disjoint
  * samples, the same for any world size at the same global batch, and the
  * position is saved with checkpoints. Weights can start from an llm.c model
@@ -36,7 +40,12 @@
  *   log_every [1]         a progress line every this many steps
  *   init_from [""]        an llm.c model file (gpt2_124M.bin, fp32 version 3) to start from
  *   recompute [false]     keep only block inputs; recompute activations in backward
- *   head_chunk_rows [128] rows of logits the head holds at once
+ *   head_chunk_rows [0]   rows of logits the head holds at once; 0: 128 on the CPU, 1024 on
+ *                         CUDA (gpt2_model.h)
+ *   gelu_fusion [-1]      CUDA: GELU in the c_fc GEMM's epilogue: 0 none, 1 forward, 2 forward
+ *                         and backward, -1 the device's default (gpt2_backend.h)
+ *   require_same_kernels [false]  refuse to train when ranks compute with other BLAS kernels
+ *                         or GPU models (examples/common/numerics.h)
  *   sample_tokens [256] temperature [0.8] top_k [40] sample_seed [42] prompt ["\n"]
  *   tokenizer [""]        llm.c tokenizer file to decode samples when vocab > 256
  *   target_val_loss [0]   exit 1 unless the final validation loss is at most this (0: off)
@@ -74,7 +83,7 @@ typedef struct app_settings {
     int64_t steps;
     const char *train_data, *val_data;
     double val_fraction;
-    int64_t data_seed, val_every, val_batches, log_every, head_chunk_rows;
+    int64_t data_seed, val_every, val_batches, log_every, head_chunk_rows, gelu_fusion;
     const char *init_from;
     int recompute;
     int64_t sample_tokens, top_k, sample_seed;
@@ -86,17 +95,28 @@ typedef struct app_settings {
     const char *loss_log, *memory_file;
 } app_settings;
 
-/* Everything the model's math reads and writes, in backend memory, plus the
- * host staging of tokens and losses. */
+/* Micro-steps whose losses wait in page-locked memory before the host reads
+ * them after zs_step; more micro-steps per optimizer step fold the older
+ * ones in early (one wait per this many). */
+#define LOSS_SLOTS 64
+
+/* Everything the model's math reads and writes, in backend memory (tensors
+ * in the backend's dtype), plus the host staging of tokens and losses. */
 typedef struct workspace {
     int *tokens, *targets;   /* [B*T] */
-    float *res;              /* [L + 1][B*T][C]: the residual stream, block l reads res[l] */
-    float *acts;             /* [L or 1][gpt2_block_acts_numel]: 1 with recompute */
-    int64_t acts_numel;
-    float *dres[2];          /* [B*T][C] each: gradients of the residual stream, ping-pong */
-    float *block_scratch, *head_scratch, *losses;
-    int32_t *host_tokens, *host_targets;
-    float *host_losses;      /* [B*T] */
+    unsigned char *res;      /* [L + 1][B*T][C]: the residual stream, block l reads res[l] */
+    unsigned char *acts;     /* [L or 1][acts_bytes]: 1 with recompute */
+    size_t acts_bytes;
+    void *dres[2];           /* [B*T][C] each: gradients of the residual stream, ping-pong */
+    void *block_scratch, *head_scratch;
+    float *losses;           /* [B*T] */
+    /* Page-locked (host_alloc): a micro-step's tokens and targets, two sets
+     * used in turn so that writing one never waits for the upload of the
+     * other; the losses' sums of up to LOSS_SLOTS micro-steps. */
+    int32_t *host_tokens[2], *host_targets[2];
+    double *host_loss_sums;  /* [LOSS_SLOTS] */
+    int next_tokens;         /* the set the next micro-step writes */
+    float *host_losses;      /* [B*T] (evaluation) */
     float *host_logits;      /* [V] */
     float *sample_values;    /* [V] */
     int *sample_ids;         /* [V] */
@@ -213,8 +233,8 @@ static zs_status read_settings(zs_config *cfg, app_settings *a, gpt2_llmc_model 
         (st = zs_config_app_int(cfg, "val_every", 50, 0, INT64_C(1) << 40, &a->val_every)) ||
         (st = zs_config_app_int(cfg, "val_batches", 4, 1, 1 << 20, &a->val_batches)) ||
         (st = zs_config_app_int(cfg, "log_every", 1, 1, INT64_C(1) << 40, &a->log_every)) ||
-        (st = zs_config_app_int(cfg, "head_chunk_rows", GPT2_HEAD_CHUNK_ROWS_DEFAULT, 1, 1 << 16,
-                                &a->head_chunk_rows)) ||
+        (st = zs_config_app_int(cfg, "head_chunk_rows", 0, 0, 1 << 16, &a->head_chunk_rows)) ||
+        (st = zs_config_app_int(cfg, "gelu_fusion", -1, -1, 2, &a->gelu_fusion)) ||
         (st = zs_config_app_bool(cfg, "recompute", 0, &a->recompute)) ||
         (st = zs_config_app_int(cfg, "sample_tokens", 256, 0, 1 << 20, &a->sample_tokens)) ||
         (st = zs_config_app_float(cfg, "temperature", 0.8, 0.0, 100.0, &a->temperature)) ||
@@ -295,30 +315,39 @@ static void *host_alloc(size_t bytes, const char *what) {
     return p;
 }
 
+static void *pinned_alloc(trainer *tr, size_t bytes, const char *what) {
+    void *p = NULL;
+    if (tr->be->ops->host_alloc(tr->be, bytes, &p) != 0) abort_job(what, tr->be->ops->last_error(tr->be));
+    return p;
+}
+
 static double workspace_create(trainer *tr) {
     const gpt2_dims *d = &tr->app.dims;
+    gpt2_backend *be = tr->be;
     const int B = tr->app.B, T = tr->app.T, L = d->n_layer;
     const size_t BT = (size_t)B * (size_t)T, C = (size_t)d->n_embd;
+    const size_t elem = gpt2_dtype_size(be->dtype);
     workspace *ws = &tr->ws;
-    ws->acts_numel = gpt2_block_acts_numel(d, B, T);
+    ws->acts_bytes = (size_t)gpt2_block_acts_bytes(d, B, T, be->dtype);
     const size_t act_sets = tr->app.recompute ? 1 : (size_t)L;
     size_t bytes[] = {
-        BT * sizeof(int), BT * sizeof(int), (size_t)(L + 1) * BT * C * sizeof(float),
-        act_sets * (size_t)ws->acts_numel * sizeof(float), BT * C * sizeof(float),
-        BT * C * sizeof(float), (size_t)gpt2_block_scratch_numel(d, B, T) * sizeof(float),
-        (size_t)gpt2_head_scratch_numel(d, (int)tr->app.head_chunk_rows) * sizeof(float),
-        BT * sizeof(float)};
+        BT * sizeof(int), BT * sizeof(int), (size_t)(L + 1) * BT * C * elem,
+        act_sets * ws->acts_bytes, BT * C * elem, BT * C * elem,
+        be->ops->block_scratch_bytes(be, d, B, T),
+        be->ops->head_scratch_bytes(be, d, (int)tr->app.head_chunk_rows), BT * sizeof(float)};
     void **ptrs[] = {(void **)&ws->tokens, (void **)&ws->targets, (void **)&ws->res,
-                     (void **)&ws->acts, (void **)&ws->dres[0], (void **)&ws->dres[1],
-                     (void **)&ws->block_scratch, (void **)&ws->head_scratch,
-                     (void **)&ws->losses};
+                     (void **)&ws->acts, &ws->dres[0], &ws->dres[1], &ws->block_scratch,
+                     &ws->head_scratch, (void **)&ws->losses};
     double total = 0.0;
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) {
         *ptrs[i] = backend_alloc(tr, bytes[i], "the activations");
         total += (double)bytes[i];
     }
-    ws->host_tokens = host_alloc(BT * sizeof(int32_t), "token staging");
-    ws->host_targets = host_alloc(BT * sizeof(int32_t), "token staging");
+    for (int k = 0; k < 2; k++) {
+        ws->host_tokens[k] = pinned_alloc(tr, BT * sizeof(int32_t), "token staging");
+        ws->host_targets[k] = pinned_alloc(tr, BT * sizeof(int32_t), "token staging");
+    }
+    ws->host_loss_sums = pinned_alloc(tr, LOSS_SLOTS * sizeof(double), "loss staging");
     ws->host_losses = host_alloc(BT * sizeof(float), "loss staging");
     ws->host_logits = host_alloc((size_t)d->vocab * sizeof(float), "sampling");
     ws->sample_values = host_alloc((size_t)d->vocab * sizeof(float), "sampling");
@@ -332,17 +361,21 @@ static void workspace_free(trainer *tr) {
         void *ptrs[] = {ws->tokens, ws->targets, ws->res, ws->acts, ws->dres[0], ws->dres[1],
                         ws->block_scratch, ws->head_scratch, ws->losses};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) tr->be->ops->free(tr->be, ptrs[i]);
+        for (int k = 0; k < 2; k++) {
+            tr->be->ops->host_free(tr->be, ws->host_tokens[k]);
+            tr->be->ops->host_free(tr->be, ws->host_targets[k]);
+        }
+        tr->be->ops->host_free(tr->be, ws->host_loss_sums);
     }
-    free(ws->host_tokens);
-    free(ws->host_targets);
     free(ws->host_losses);
     free(ws->host_logits);
     free(ws->sample_values);
     free(ws->sample_ids);
 }
 
-static float *residual(trainer *tr, int l, int B, int T) {
-    return tr->ws.res + (size_t)l * (size_t)B * (size_t)T * (size_t)tr->app.dims.n_embd;
+static void *residual(trainer *tr, int l, int B, int T) {
+    return tr->ws.res + (size_t)l * (size_t)B * (size_t)T * (size_t)tr->app.dims.n_embd *
+                            gpt2_dtype_size(tr->be->dtype);
 }
 
 /* Block l's saved activations for (B, T): its own set, or the one shared
@@ -350,16 +383,30 @@ static float *residual(trainer *tr, int l, int B, int T) {
 static gpt2_block_acts block_acts(trainer *tr, int l, int B, int T) {
     gpt2_block_acts a;
     const size_t set = tr->app.recompute ? 0 : (size_t)l;
-    gpt2_block_acts_carve(&tr->app.dims, B, T, tr->ws.acts + set * (size_t)tr->ws.acts_numel, &a);
+    gpt2_block_acts_carve(&tr->app.dims, B, T, tr->be->dtype, tr->ws.acts + set * tr->ws.acts_bytes,
+                          &a);
     return a;
 }
 
-static void upload_tokens(trainer *tr, int n) {
+/* The token set the next batch is written into, once the upload that last
+ * read it has completed (two micro-steps ago: long done). */
+static int next_token_set(trainer *tr) {
     workspace *ws = &tr->ws;
-    check_model(tr, tr->be->ops->upload(tr->be, ws->tokens, ws->host_tokens, (size_t)n * sizeof(int)),
+    const int k = ws->next_tokens;
+    ws->next_tokens ^= 1;
+    check_model(tr, tr->be->ops->host_wait(tr->be, ws->host_tokens[k]), "token staging");
+    check_model(tr, tr->be->ops->host_wait(tr->be, ws->host_targets[k]), "token staging");
+    return k;
+}
+
+/* Uploads n tokens and targets from set k without waiting. */
+static void upload_tokens(trainer *tr, int k, int n) {
+    workspace *ws = &tr->ws;
+    check_model(tr, tr->be->ops->upload_async(tr->be, ws->tokens, ws->host_tokens[k],
+                                              (size_t)n * sizeof(int)),
                 "uploading tokens");
-    check_model(tr, tr->be->ops->upload(tr->be, ws->targets, ws->host_targets,
-                                        (size_t)n * sizeof(int)),
+    check_model(tr, tr->be->ops->upload_async(tr->be, ws->targets, ws->host_targets[k],
+                                              (size_t)n * sizeof(int)),
                 "uploading targets");
 }
 
@@ -388,7 +435,8 @@ static zs_status forward_blocks(trainer *tr, int B, int T) {
         units_or_abort(gpt2_units_block_params(&tr->units, l, &w, err, sizeof err), "block", err);
         gpt2_block_acts a = block_acts(tr, l, B, T);
         check_model(tr, tr->be->ops->block_forward(tr->be, d, B, T, &w, residual(tr, l, B, T), &a,
-                                                   residual(tr, l + 1, B, T)),
+                                                   residual(tr, l + 1, B, T),
+                                                   tr->ws.block_scratch),
                     "block forward");
         if ((st = zs_release(tr->zs, tr->units.unit[1 + l])) != ZS_OK) return st;
     }
@@ -396,18 +444,21 @@ static zs_status forward_blocks(trainer *tr, int B, int T) {
 }
 
 /* One micro-step: forward, the fused head (loss and its backward), the
- * blocks' backward, the embedding's backward. Leaves this rank's mean loss
- * over its B*T positions in *loss. Collective. */
-static zs_status micro_step(trainer *tr, double *loss) {
+ * blocks' backward, the embedding's backward. Enqueues the sum of this
+ * rank's B*T losses into host_loss_sums[slot], to be read after a wait.
+ * Collective. */
+static zs_status micro_step(trainer *tr, int slot) {
     const gpt2_dims *d = &tr->app.dims;
     const int B = tr->app.B, T = tr->app.T, BT = B * T;
     char err[1024];
     char data_err[GPT2_ERR_CAP];
+    const int set = next_token_set(tr);
     if (gpt2_train_batch(tr->train, T, (uint64_t)tr->app.data_seed, tr->pos, tr->rank, B,
-                         tr->ws.host_tokens, tr->ws.host_targets, data_err, sizeof data_err) != 0)
+                         tr->ws.host_tokens[set], tr->ws.host_targets[set], data_err,
+                         sizeof data_err) != 0)
         abort_job("reading a training batch", data_err);
     tr->pos += (int64_t)tr->world * B;
-    upload_tokens(tr, BT);
+    upload_tokens(tr, set, BT);
     zs_status st = forward_blocks(tr, B, T);
     if (st != ZS_OK) return st;
 
@@ -420,7 +471,7 @@ static zs_status micro_step(trainer *tr, double *loss) {
     /* The gradient of the scaled mean loss over this rank's positions;
      * zeroshard averages over ranks and micro-steps and unscales. */
     const float dloss = zs_loss_scale(tr->zs) / (float)BT;
-    float *dy = tr->ws.dres[0], *dx = tr->ws.dres[1];
+    void *dy = tr->ws.dres[0], *dx = tr->ws.dres[1];
     check_model(tr, tr->be->ops->head_forward_backward(
                         tr->be, d, B, T, &ew, &eg, residual(tr, d->n_layer, B, T), tr->ws.targets,
                         dloss, dy, tr->ws.losses, (int)tr->app.head_chunk_rows,
@@ -439,7 +490,8 @@ static zs_status micro_step(trainer *tr, double *loss) {
             /* The block's output is already in res[l + 1]; recomputing writes
              * the same bits there and rebuilds the activations. */
             check_model(tr, tr->be->ops->block_forward(tr->be, d, B, T, &w, residual(tr, l, B, T),
-                                                       &a, residual(tr, l + 1, B, T)),
+                                                       &a, residual(tr, l + 1, B, T),
+                                                       tr->ws.block_scratch),
                         "recomputing a block");
         units_or_abort(gpt2_units_block_grads(&tr->units, l, &g, err, sizeof err), "block", err);
         check_model(tr, tr->be->ops->block_backward(tr->be, d, B, T, &w, &g, residual(tr, l, B, T),
@@ -448,7 +500,7 @@ static zs_status micro_step(trainer *tr, double *loss) {
         units_or_abort(gpt2_units_block_commit(&tr->units, l, err, sizeof err), "block", err);
         if ((st = zs_grads_ready(tr->zs, unit)) != ZS_OK) return st;
         if ((st = zs_release(tr->zs, unit)) != ZS_OK) return st;
-        float *t = dy;
+        void *t = dy;
         dy = dx;
         dx = t;
     }
@@ -460,12 +512,9 @@ static zs_status micro_step(trainer *tr, double *loss) {
     units_or_abort(gpt2_units_embed_commit_again(&tr->units, err, sizeof err), "embedding", err);
     if ((st = zs_grads_ready(tr->zs, tr->units.unit[0])) != ZS_OK) return st;
 
-    check_model(tr, tr->be->ops->download(tr->be, tr->ws.host_losses, tr->ws.losses,
-                                          (size_t)BT * sizeof(float)),
-                "downloading losses");
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++) sum += tr->ws.host_losses[i];
-    *loss = sum / BT;
+    check_model(tr, tr->be->ops->losses_sum(tr->be, tr->ws.losses, BT,
+                                            &tr->ws.host_loss_sums[slot]),
+                "summing the losses");
     return ZS_OK;
 }
 
@@ -480,13 +529,15 @@ static zs_status evaluate(trainer *tr, double *out) {
     char data_err[GPT2_ERR_CAP], err[1024];
     double sums[2] = {0.0, 0.0}; /* loss summed over positions, positions */
     for (int64_t k = 0; k < tr->app.val_batches; k++) {
+        const int set = next_token_set(tr);
         for (int b = 0; b < B; b++) {
             int64_t j = ((k * tr->world + tr->rank) * B + b) % tr->val_windows;
-            if (gpt2_val_sample(tr->val, T, j, tr->ws.host_tokens + (size_t)b * T,
-                                tr->ws.host_targets + (size_t)b * T, data_err, sizeof data_err) != 0)
+            if (gpt2_val_sample(tr->val, T, j, tr->ws.host_tokens[set] + (size_t)b * T,
+                                tr->ws.host_targets[set] + (size_t)b * T, data_err,
+                                sizeof data_err) != 0)
                 abort_job("reading a validation batch", data_err);
         }
-        upload_tokens(tr, BT);
+        upload_tokens(tr, set, BT);
         zs_status st = forward_blocks(tr, B, T);
         if (st == ZS_OK) st = zs_fetch(tr->zs, tr->units.unit[0]);
         if (st != ZS_OK) return st;
@@ -555,9 +606,10 @@ static zs_status sample(trainer *tr) {
     for (int64_t i = 0; i < tr->app.sample_tokens && st == ZS_OK; i++) {
         const int64_t first = n > T ? n - T : 0;
         const int t = (int)(n - first);
-        memcpy(tr->ws.host_tokens, seq + first, sizeof(int32_t) * (size_t)t);
-        memset(tr->ws.host_targets, 0, sizeof(int32_t) * (size_t)t);
-        upload_tokens(tr, t);
+        const int set = next_token_set(tr);
+        memcpy(tr->ws.host_tokens[set], seq + first, sizeof(int32_t) * (size_t)t);
+        memset(tr->ws.host_targets[set], 0, sizeof(int32_t) * (size_t)t);
+        upload_tokens(tr, set, t);
         st = forward_blocks(tr, 1, t);
         if (st == ZS_OK) st = zs_fetch(tr->zs, tr->units.unit[0]);
         if (st != ZS_OK) break;
@@ -682,12 +734,22 @@ int main(int argc, char **argv) {
     TRY(zs_build(tr.zs));
     char err[GPT2_ERR_CAP];
     if (strcmp(zs_backend_name(tr.zs), "cuda") == 0) {
-        if (gpt2_cuda_backend_create(gpt2_train_cuda_stream(tr.zs), &tr.be, err, sizeof err) != 0)
+        /* The model computes in zeroshard's compute dtype on its own buffers. */
+        const zs_dtype dt = zs_param_dtype(tr.units.param[0]);
+        const gpt2_cuda_options options = {
+            .dtype = dt == ZS_DTYPE_BF16 ? GPT2_BF16 : dt == ZS_DTYPE_FP16 ? GPT2_F16 : GPT2_F32,
+            .gelu_fusion = (int)tr.app.gelu_fusion};
+        if (gpt2_cuda_backend_create(gpt2_train_cuda_stream(tr.zs), &options, &tr.be, err,
+                                     sizeof err) != 0)
             abort_job("the model's CUDA backend", err);
     } else if (!(tr.be = gpt2_cpu_backend_create())) {
         abort_job("the model's CPU backend", "out of host memory");
     }
     if (gpt2_units_attach(&tr.units, tr.be, err, sizeof err) != 0) abort_job("fp32 views", err);
+    if (tr.app.head_chunk_rows == 0)
+        tr.app.head_chunk_rows = strcmp(tr.be->ops->name, "cuda") == 0
+                                     ? GPT2_HEAD_CHUNK_ROWS_DEFAULT_GPU
+                                     : GPT2_HEAD_CHUNK_ROWS_DEFAULT;
     const double activation_bytes = workspace_create(&tr);
 
     /* Where training starts: a checkpoint (checkpoint.resume) brings its step
@@ -709,25 +771,37 @@ int main(int argc, char **argv) {
 
     const double flops_per_token = gpt2_flops_per_token(&tr.app.dims, tr.app.T);
     double val_loss = NAN;
+    const double positions = (double)tr.app.B * tr.app.T;
     while (zs_step_count(tr.zs) < tr.app.steps) {
         const double t0 = now_seconds();
-        double loss_sum = 0.0;
-        int micro = 0;
+        double local_sum = 0.0; /* this rank's losses of the micro-steps folded in so far */
+        int micro = 0, slot = 0;
         zs_step_info info;
         do {
-            double local = 0.0, global = 0.0;
-            TRY(micro_step(&tr, &local));
-            MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            loss_sum += global / tr.world;
+            if (slot == LOSS_SLOTS) {
+                /* More micro-steps than slots: fold the waiting sums in. */
+                check_model(&tr, tr.be->ops->host_wait(tr.be, tr.ws.host_loss_sums), "losses");
+                for (int k = 0; k < slot; k++) local_sum += tr.ws.host_loss_sums[k];
+                slot = 0;
+            }
+            TRY(micro_step(&tr, slot++));
             micro++;
             /* The data position a checkpoint taken by this zs_step resumes from. */
             TRY(zs_user_state_set(tr.zs, "gpt2.data_pos", &tr.pos, sizeof tr.pos, 0));
-            /* For log.metrics_file: the step's mean loss goes in its line. */
-            if (zs_is_accumulation_boundary(tr.zs)) TRY(zs_log_scalar(tr.zs, "loss", loss_sum / micro));
             TRY(zs_step(tr.zs, &info));
         } while (!info.boundary);
+        /* The losses were summed on the device and copied behind the
+         * backward; zs_step waited for the gradient norm, enqueued after
+         * them, so this wait returns at once. */
+        check_model(&tr, tr.be->ops->host_wait(tr.be, tr.ws.host_loss_sums), "losses");
+        for (int k = 0; k < slot; k++) local_sum += tr.ws.host_loss_sums[k];
+        double loss = local_sum / (positions * micro);
+        MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        loss /= tr.world;
+        /* For log.metrics_file: the mean loss goes in the line of the step
+         * that just finished. */
+        TRY(zs_log_scalar_previous(tr.zs, "loss", loss));
         const double seconds = now_seconds() - t0;
-        const double loss = loss_sum / micro;
         const int64_t step = zs_step_count(tr.zs);
         const double tokens = (double)micro * tr.world * tr.app.B * tr.app.T;
         if (loss_log) fprintf(loss_log, "%" PRId64 " %a %a %a\n", step, loss, info.grad_norm, info.lr);
@@ -742,7 +816,7 @@ int main(int argc, char **argv) {
             TRY(evaluate(&tr, &val_loss));
             if (tr.rank == 0 && !isnan(val_loss))
                 printf("validation at step %" PRId64 ": loss %.4f\n", step, val_loss);
-            if (!isnan(val_loss)) TRY(zs_log_scalar(tr.zs, "val_loss", val_loss));
+            if (!isnan(val_loss)) TRY(zs_log_scalar_previous(tr.zs, "val_loss", val_loss));
         }
     }
     if (loss_log && fclose(loss_log) != 0) abort_job("app.loss_log", "write failed");

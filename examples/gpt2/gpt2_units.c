@@ -48,10 +48,22 @@ zs_status gpt2_units_describe(gpt2_units *u, zs_ctx *zs, const gpt2_dims *dims) 
     return ZS_OK;
 }
 
+/* zeroshard's dtype as the model's storage dtype. */
+static gpt2_dtype model_dtype(zs_dtype t) {
+    return t == ZS_DTYPE_BF16 ? GPT2_BF16 : t == ZS_DTYPE_FP16 ? GPT2_F16 : GPT2_F32;
+}
+
 int gpt2_units_attach(gpt2_units *u, gpt2_backend *be, char *err, size_t cap) {
     u->be = be;
     u->dtype = zs_param_dtype(u->param[0]);
-    if (u->dtype == ZS_DTYPE_FP32) return 0;
+    u->direct = be->dtype == model_dtype(u->dtype);
+    if (u->direct) return 0;
+    if (be->dtype != GPT2_F32) {
+        snprintf(err, cap, "the model's %s backend computes in %s, zeroshard's parameters are %s: "
+                 "only fp32 views of them can be made", be->ops->name, gpt2_dtype_name(be->dtype),
+                 zs_dtype_name(u->dtype));
+        return -1;
+    }
     int64_t largest = 0;
     for (int unit = 0; unit < u->unit_count; unit++)
         if (gpt2_unit_numel(&u->dims, unit) > largest) largest = gpt2_unit_numel(&u->dims, unit);
@@ -83,14 +95,15 @@ static int zs_failed(const char *what, const char *name, char *err, size_t cap) 
     return -1;
 }
 
-/* Fills ptrs[i] with unit `unit`'s parameter i as fp32: zeroshard's buffer,
- * or its conversion into the scratch at the table's offset. */
-static int unit_params(gpt2_units *u, int unit, float **ptrs, char *err, size_t cap) {
+/* Fills ptrs[i] with unit `unit`'s parameter i in the backend's dtype:
+ * zeroshard's buffer, or its fp32 conversion into the scratch at the table's
+ * offset. */
+static int unit_params(gpt2_units *u, int unit, void **ptrs, char *err, size_t cap) {
     for (int i = 0; i < gpt2_unit_num_params(&u->dims, unit); i++) {
         zs_param *p = gpt2_units_param(u, unit, i);
         void *data = zs_param_data(p);
         if (!data) return zs_failed("zs_param_data", zs_param_name(p), err, cap);
-        if (u->dtype == ZS_DTYPE_FP32) {
+        if (u->direct) {
             ptrs[i] = data;
             continue;
         }
@@ -103,9 +116,9 @@ static int unit_params(gpt2_units *u, int unit, float **ptrs, char *err, size_t 
     return 0;
 }
 
-/* The gradients to add into: zeroshard's (fp32), or a zeroed scratch laid
- * out like the table (mixed). `saved` receives zeroshard's pointers. */
-static int unit_grads(gpt2_units *u, int unit, float **ptrs, void **saved, char *err, size_t cap) {
+/* The gradients to add into: zeroshard's (direct), or a zeroed fp32
+ * scratch laid out like the table. `saved` receives zeroshard's pointers. */
+static int unit_grads(gpt2_units *u, int unit, void **ptrs, void **saved, char *err, size_t cap) {
     const int n = gpt2_unit_num_params(&u->dims, unit);
     for (int i = 0; i < n; i++) {
         zs_param *p = gpt2_units_param(u, unit, i);
@@ -114,7 +127,7 @@ static int unit_grads(gpt2_units *u, int unit, float **ptrs, void **saved, char 
         if (saved) saved[i] = grad;
         ptrs[i] = grad;
     }
-    if (u->dtype == ZS_DTYPE_FP32) return 0;
+    if (u->direct) return 0;
     if (u->be->ops->zero(u->be, u->grad32, (size_t)gpt2_unit_numel(&u->dims, unit) * sizeof(float))) {
         snprintf(err, cap, "zeroing a gradient scratch: %s", u->be->ops->last_error(u->be));
         return -1;
@@ -127,10 +140,10 @@ static int unit_grads(gpt2_units *u, int unit, float **ptrs, void **saved, char 
     return 0;
 }
 
-/* Mixed precision: zeroshard's gradient += the scratch, for the tensors of
+/* Converted views: zeroshard's gradient += the scratch, for the tensors of
  * `unit` selected by `mask` (bit i = tensor i), whose gradients are `dst`. */
 static int commit(gpt2_units *u, int unit, void *const *dst, unsigned mask, char *err, size_t cap) {
-    if (u->dtype == ZS_DTYPE_FP32) return 0;
+    if (u->direct) return 0;
     for (int i = 0; i < gpt2_unit_num_params(&u->dims, unit); i++) {
         if (!(mask & (1u << i))) continue;
         gpt2_param_spec spec;
@@ -143,21 +156,21 @@ static int commit(gpt2_units *u, int unit, void *const *dst, unsigned mask, char
 }
 
 int gpt2_units_embed_params(gpt2_units *u, gpt2_embed_w *w, char *err, size_t cap) {
-    float *p[GPT2_EMBED_PARAMS];
+    void *p[GPT2_EMBED_PARAMS];
     if (unit_params(u, 0, p, err, cap) != 0) return -1;
     *w = (gpt2_embed_w){.wte = p[0], .wpe = p[1], .lnfw = p[2], .lnfb = p[3]};
     return 0;
 }
 
 int gpt2_units_block_params(gpt2_units *u, int l, gpt2_block_w *w, char *err, size_t cap) {
-    float *p[GPT2_BLOCK_PARAMS];
+    void *p[GPT2_BLOCK_PARAMS];
     if (unit_params(u, 1 + l, p, err, cap) != 0) return -1;
     *w = (gpt2_block_w){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
     return 0;
 }
 
 int gpt2_units_embed_grads(gpt2_units *u, gpt2_embed_w *g, char *err, size_t cap) {
-    float *p[GPT2_EMBED_PARAMS];
+    void *p[GPT2_EMBED_PARAMS];
     if (unit_grads(u, 0, p, u->embed_grad, err, cap) != 0) return -1;
     *g = (gpt2_embed_w){.wte = p[0], .wpe = p[1], .lnfw = p[2], .lnfb = p[3]};
     return 0;
@@ -168,9 +181,9 @@ int gpt2_units_embed_commit(gpt2_units *u, char *err, size_t cap) {
 }
 
 int gpt2_units_embed_grads_again(gpt2_units *u, gpt2_embed_w *g, char *err, size_t cap) {
-    float *p[GPT2_EMBED_PARAMS];
+    void *p[GPT2_EMBED_PARAMS];
     for (int i = 0; i < GPT2_EMBED_PARAMS; i++) p[i] = u->embed_grad[i];
-    if (u->dtype != ZS_DTYPE_FP32) {
+    if (!u->direct) {
         /* Only wte and wpe receive the embedding's contribution. */
         gpt2_param_spec wte, wpe;
         gpt2_param_spec_get(&u->dims, 0, 0, &wte);
@@ -183,7 +196,7 @@ int gpt2_units_embed_grads_again(gpt2_units *u, gpt2_embed_w *g, char *err, size
         /* ln_f's entries point into the scratch too (the embedding's
          * backward does not touch them, and the commit skips them). */
         gpt2_embed_w carved;
-        gpt2_embed_w_carve(&u->dims, u->grad32, &carved);
+        gpt2_embed_w_carve(&u->dims, GPT2_F32, u->grad32, &carved);
         p[0] = carved.wte;
         p[1] = carved.wpe;
         p[2] = carved.lnfw;
@@ -198,7 +211,7 @@ int gpt2_units_embed_commit_again(gpt2_units *u, char *err, size_t cap) {
 }
 
 int gpt2_units_block_grads(gpt2_units *u, int l, gpt2_block_w *g, char *err, size_t cap) {
-    float *p[GPT2_BLOCK_PARAMS];
+    void *p[GPT2_BLOCK_PARAMS];
     void *saved[GPT2_BLOCK_PARAMS];
     if (unit_grads(u, 1 + l, p, saved, err, cap) != 0) return -1;
     *g = (gpt2_block_w){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
@@ -206,7 +219,7 @@ int gpt2_units_block_grads(gpt2_units *u, int l, gpt2_block_w *g, char *err, siz
 }
 
 int gpt2_units_block_commit(gpt2_units *u, int l, char *err, size_t cap) {
-    if (u->dtype == ZS_DTYPE_FP32) return 0;
+    if (u->direct) return 0;
     void *dst[GPT2_BLOCK_PARAMS];
     for (int i = 0; i < GPT2_BLOCK_PARAMS; i++) {
         zs_param *p = gpt2_units_param(u, 1 + l, i);

@@ -11,7 +11,10 @@ set(GPT2_MODEL_SOURCES
   ${GPT2_MODEL_DIR}/gpt2_backend.c
   ${GPT2_MODEL_DIR}/gpt2_cpu.c)
 if(ZS_HAVE_CUDA)
-  list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda.cu)
+  # One file per op, as llm.c's llmc/ (gpt2_cuda.cu says which is which).
+  foreach(part "" _matmul _attention _layernorm _encoder _classifier _elementwise)
+    list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda${part}.cu)
+  endforeach()
 else()
   list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda_absent.c)
 endif()
@@ -33,7 +36,7 @@ target_link_libraries(gpt2_model PUBLIC ex_cpu_blas BLAS::BLAS OpenMP::OpenMP_C 
 set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_cpu.c PROPERTIES
   COMPILE_OPTIONS "-O3;-fno-trapping-math;-ffp-contract=off")
 if(ZS_HAVE_CUDA)
-  target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cudart)
+  target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cublasLt CUDA::cudart)
   # The library's rules for device code (root CMakeLists.txt): warnings are
   # errors and, unless ZS_CUDA_FMAD, no multiply-add contraction, so that the
   # element math of gpt2_math.h gives the CPU's bits on the GPU.

@@ -36,10 +36,13 @@ add_test(NAME gpt2_import_llmc
 set_tests_properties(gpt2_import_llmc PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${ZS_MPI_TEST_ENV}")
 
-# The trainer on the CUDA backend against the CPU (skipped, with the reason, without a GPU).
+# The trainer on the CUDA backend against the CPU in fp32 and bf16, stages
+# 0-3 bitwise on CUDA and two runs alike (skipped, with the reason, without
+# a GPU).
 if(ZS_HAVE_CUDA)
   add_test(NAME gpt2_cuda_matches_cpu
-           COMMAND bash ${GPT2_E2E}/run_gpt2_cuda.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gpt2_train>)
+           COMMAND bash ${GPT2_E2E}/run_gpt2_cuda.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gpt2_train>
+                   $<TARGET_FILE:zs-ckpt>)
   set_tests_properties(gpt2_cuda_matches_cpu PROPERTIES LABELS "cuda;mpi" TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_MPI_TEST_ENV}")
 endif()

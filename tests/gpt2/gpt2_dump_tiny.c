@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
         gpt2_tm_loss(&m, &loss) != 0) {
         return 1;
     }
-    const float *xL = m.resid + (size_t)d.n_layer * BT * d.n_embd;
+    const void *xL = gpt2_tm_resid(&m, d.n_layer);
     if (be->ops->head_logits(be, &d, B, T, &m.w0, xL, BT - 1, logits, m.hscratch) != 0) {
         fprintf(stderr, "gpt2_dump_tiny: head_logits: %s\n", be->ops->last_error(be));
         return 1;

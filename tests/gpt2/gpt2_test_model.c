@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zeroshard.h"
+
 #define TM_TRY(call)                                                                          \
     do {                                                                                      \
         int tm_status_ = (call);                                                              \
@@ -33,40 +35,47 @@ int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
     m->B = B;
     m->T = T;
     m->chunk_rows = chunk_rows;
+    m->elem = gpt2_dtype_size(be->dtype);
     const int L = d->n_layer;
-    const size_t BT = (size_t)B * T, C = (size_t)d->n_embd;
+    const size_t BT = (size_t)B * T, C = (size_t)d->n_embd, e = m->elem;
     m->n_params = gpt2_num_params(d);
+    const size_t resid = (size_t)(L + 1) * BT * C;
+    const size_t staging = (size_t)m->n_params > resid ? (size_t)m->n_params : resid;
     m->w = calloc((size_t)L, sizeof(gpt2_block_w));
     m->g = calloc((size_t)L, sizeof(gpt2_block_w));
     m->acts = calloc((size_t)L, sizeof(gpt2_block_acts));
     m->host_losses = calloc(BT, sizeof(float));
-    if (m->w == NULL || m->g == NULL || m->acts == NULL || m->host_losses == NULL) {
+    m->host_elems = calloc(staging, e);
+    if (m->w == NULL || m->g == NULL || m->acts == NULL || m->host_losses == NULL ||
+        m->host_elems == NULL) {
         fprintf(stderr, "gpt2_tm_init: out of host memory\n");
         return GPT2_ERR_NOMEM;
     }
-    const size_t acts_numel = (size_t)gpt2_block_acts_numel(d, B, T);
+    m->acts_bytes = (size_t)gpt2_block_acts_bytes(d, B, T, be->dtype);
+    const size_t bscratch = be->ops->block_scratch_bytes(be, d, B, T);
+    const size_t hscratch = be->ops->head_scratch_bytes(be, d, chunk_rows > 0 ? chunk_rows : 1);
     int s = GPT2_OK;
-    if ((s = tm_alloc(m, sizeof(float) * (size_t)m->n_params, (void **)&m->params)) ||
-        (s = tm_alloc(m, sizeof(float) * (size_t)m->n_params, (void **)&m->grads)) ||
-        (s = tm_alloc(m, sizeof(float) * (size_t)(L + 1) * BT * C, (void **)&m->resid)) ||
-        (s = tm_alloc(m, sizeof(float) * (size_t)L * acts_numel, (void **)&m->acts_mem)) ||
-        (s = tm_alloc(m, sizeof(float) * BT * C, (void **)&m->dres[0])) ||
-        (s = tm_alloc(m, sizeof(float) * BT * C, (void **)&m->dres[1])) ||
-        (s = tm_alloc(m, sizeof(float) * (size_t)gpt2_block_scratch_numel(d, B, T),
-                      (void **)&m->bscratch)) ||
-        (s = tm_alloc(m, sizeof(float) * (size_t)gpt2_head_scratch_numel(d, chunk_rows),
-                      (void **)&m->hscratch)) ||
+    if ((s = tm_alloc(m, e * (size_t)m->n_params, &m->params)) ||
+        (s = tm_alloc(m, e * (size_t)m->n_params, &m->grads)) ||
+        (s = tm_alloc(m, e * resid, (void **)&m->resid)) ||
+        (s = tm_alloc(m, (size_t)L * m->acts_bytes, (void **)&m->acts_mem)) ||
+        (s = tm_alloc(m, e * BT * C, &m->dres[0])) ||
+        (s = tm_alloc(m, e * BT * C, &m->dres[1])) ||
+        (s = tm_alloc(m, bscratch, &m->bscratch)) ||
+        (s = tm_alloc(m, hscratch, &m->hscratch)) ||
         (s = tm_alloc(m, sizeof(float) * BT, (void **)&m->losses)) ||
         (s = tm_alloc(m, sizeof(int) * BT, (void **)&m->tokens)) ||
         (s = tm_alloc(m, sizeof(int) * BT, (void **)&m->targets))) {
         return s;
     }
-    gpt2_embed_w_carve(d, m->params, &m->w0);
-    gpt2_embed_w_carve(d, m->grads, &m->g0);
+    gpt2_embed_w_carve(d, be->dtype, m->params, &m->w0);
+    gpt2_embed_w_carve(d, be->dtype, m->grads, &m->g0);
     for (int l = 0; l < L; l++) {
-        gpt2_block_w_carve(d, m->params + gpt2_tm_unit_offset(d, 1 + l), &m->w[l]);
-        gpt2_block_w_carve(d, m->grads + gpt2_tm_unit_offset(d, 1 + l), &m->g[l]);
-        gpt2_block_acts_carve(d, B, T, m->acts_mem + (size_t)l * acts_numel, &m->acts[l]);
+        const size_t at = (size_t)gpt2_tm_unit_offset(d, 1 + l) * e;
+        gpt2_block_w_carve(d, be->dtype, (unsigned char *)m->params + at, &m->w[l]);
+        gpt2_block_w_carve(d, be->dtype, (unsigned char *)m->grads + at, &m->g[l]);
+        gpt2_block_acts_carve(d, B, T, be->dtype, m->acts_mem + (size_t)l * m->acts_bytes,
+                              &m->acts[l]);
     }
     return GPT2_OK;
 }
@@ -90,13 +99,46 @@ void gpt2_tm_free(gpt2_tm *m) {
     free(m->g);
     free(m->acts);
     free(m->host_losses);
+    free(m->host_elems);
     memset(m, 0, sizeof(*m));
 }
 
-int gpt2_tm_set_params(gpt2_tm *m, const float *host_params) {
-    TM_TRY(m->be->ops->upload(m->be, m->params, host_params,
-                              sizeof(float) * (size_t)m->n_params));
+/* The runtime's conversions (round to nearest even, the same as the
+ * devices'), through its public API. */
+static zs_dtype tm_zs_dtype(gpt2_dtype t) {
+    return t == GPT2_BF16 ? ZS_DTYPE_BF16 : t == GPT2_F16 ? ZS_DTYPE_FP16 : ZS_DTYPE_FP32;
+}
+
+int gpt2_tm_read(gpt2_tm *m, const void *src, size_t n, float *host) {
+    if (m->be->dtype == GPT2_F32) {
+        TM_TRY(m->be->ops->download(m->be, host, src, n * sizeof(float)));
+        return GPT2_OK;
+    }
+    TM_TRY(m->be->ops->download(m->be, m->host_elems, src, n * m->elem));
+    if (zs_convert(host, ZS_DTYPE_FP32, m->host_elems, tm_zs_dtype(m->be->dtype), (int64_t)n) !=
+        ZS_OK) {
+        fprintf(stderr, "gpt2_tm_read: %s\n", zs_last_error());
+        return GPT2_ERR_ARG;
+    }
     return GPT2_OK;
+}
+
+int gpt2_tm_write(gpt2_tm *m, void *dst, const float *host, size_t n) {
+    if (m->be->dtype == GPT2_F32) {
+        TM_TRY(m->be->ops->upload(m->be, dst, host, n * sizeof(float)));
+        return GPT2_OK;
+    }
+    if (zs_convert(m->host_elems, tm_zs_dtype(m->be->dtype), host, ZS_DTYPE_FP32, (int64_t)n) !=
+        ZS_OK) {
+        fprintf(stderr, "gpt2_tm_write: %s\n", zs_last_error());
+        return GPT2_ERR_ARG;
+    }
+    TM_TRY(m->be->ops->upload(m->be, dst, m->host_elems, n * m->elem));
+    return GPT2_OK;
+}
+
+int gpt2_tm_set_params(gpt2_tm *m, const float *host_params) {
+    return gpt2_tm_write(m, m->params, host_params, (size_t)m->n_params);
 }
 
 int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets) {
@@ -106,16 +148,16 @@ int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets
     return GPT2_OK;
 }
 
-static float *tm_resid(gpt2_tm *m, int l) {
-    return m->resid + (size_t)l * m->B * m->T * m->d.n_embd;
+void *gpt2_tm_resid(const gpt2_tm *m, int l) {
+    return m->resid + (size_t)l * m->B * m->T * m->d.n_embd * m->elem;
 }
 
 static int tm_forward_blocks(gpt2_tm *m) {
     gpt2_backend *be = m->be;
-    TM_TRY(be->ops->embed_forward(be, &m->d, m->B, m->T, &m->w0, m->tokens, tm_resid(m, 0)));
+    TM_TRY(be->ops->embed_forward(be, &m->d, m->B, m->T, &m->w0, m->tokens, gpt2_tm_resid(m, 0)));
     for (int l = 0; l < m->d.n_layer; l++) {
-        TM_TRY(be->ops->block_forward(be, &m->d, m->B, m->T, &m->w[l], tm_resid(m, l),
-                                      &m->acts[l], tm_resid(m, l + 1)));
+        TM_TRY(be->ops->block_forward(be, &m->d, m->B, m->T, &m->w[l], gpt2_tm_resid(m, l),
+                                      &m->acts[l], gpt2_tm_resid(m, l + 1), m->bscratch));
     }
     return GPT2_OK;
 }
@@ -134,7 +176,7 @@ static int tm_mean_loss(gpt2_tm *m, double *mean_loss) {
 int gpt2_tm_loss(gpt2_tm *m, double *mean_loss) {
     gpt2_backend *be = m->be;
     TM_TRY(tm_forward_blocks(m));
-    TM_TRY(be->ops->head_forward(be, &m->d, m->B, m->T, &m->w0, tm_resid(m, m->d.n_layer),
+    TM_TRY(be->ops->head_forward(be, &m->d, m->B, m->T, &m->w0, gpt2_tm_resid(m, m->d.n_layer),
                                  m->targets, m->losses, m->chunk_rows, m->hscratch));
     return tm_mean_loss(m, mean_loss);
 }
@@ -143,19 +185,19 @@ int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_los
     gpt2_backend *be = m->be;
     const int L = m->d.n_layer;
     if (zero_grads) {
-        TM_TRY(be->ops->zero(be, m->grads, sizeof(float) * (size_t)m->n_params));
+        TM_TRY(be->ops->zero(be, m->grads, m->elem * (size_t)m->n_params));
     }
     TM_TRY(tm_forward_blocks(m));
     TM_TRY(be->ops->head_forward_backward(be, &m->d, m->B, m->T, &m->w0, &m->g0,
-                                          tm_resid(m, L), m->targets, dloss_scale, m->dres[0],
-                                          m->losses, m->chunk_rows, m->hscratch));
+                                          gpt2_tm_resid(m, L), m->targets, dloss_scale,
+                                          m->dres[0], m->losses, m->chunk_rows, m->hscratch));
     // Block l reads d(its output) from dres[(L - 1 - l) % 2] and writes
     // d(its input) into the other one.
     for (int l = L - 1; l >= 0; l--) {
-        float *dy = m->dres[(L - 1 - l) % 2];
-        float *dx = m->dres[(L - l) % 2];
+        void *dy = m->dres[(L - 1 - l) % 2];
+        void *dx = m->dres[(L - l) % 2];
         TM_TRY(be->ops->block_backward(be, &m->d, m->B, m->T, &m->w[l], &m->g[l],
-                                       tm_resid(m, l), &m->acts[l], dy, dx, m->bscratch));
+                                       gpt2_tm_resid(m, l), &m->acts[l], dy, dx, m->bscratch));
     }
     TM_TRY(be->ops->embed_backward(be, &m->d, m->B, m->T, &m->g0, m->tokens, m->dres[L % 2]));
     return tm_mean_loss(m, mean_loss);
@@ -227,7 +269,7 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     int *tokens = malloc(sizeof(int) * (size_t)BT), *targets = malloc(sizeof(int) * (size_t)BT);
     out->n_grads = (size_t)m.n_params;
     out->n_resid = (size_t)(d->n_layer + 1) * (size_t)BT * (size_t)d->n_embd;
-    out->n_acts = (size_t)d->n_layer * (size_t)gpt2_block_acts_numel(d, B, T);
+    out->n_acts = (size_t)d->n_layer * m.acts_bytes / sizeof(float);
     out->n_losses = (size_t)BT;
     out->grads = malloc(sizeof(float) * out->n_grads);
     out->resid = malloc(sizeof(float) * out->n_resid);
@@ -243,8 +285,8 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     }
     if (s == 0) s = gpt2_tm_set_data(&m, tokens, targets);
     if (s == 0) s = gpt2_tm_step(&m, 1.0f / (float)BT, 1, &out->loss);
-    if (s == 0) s = be->ops->download(be, out->grads, m.grads, sizeof(float) * out->n_grads);
-    if (s == 0) s = be->ops->download(be, out->resid, m.resid, sizeof(float) * out->n_resid);
+    if (s == 0) s = gpt2_tm_read(&m, m.grads, out->n_grads, out->grads);
+    if (s == 0) s = gpt2_tm_read(&m, m.resid, out->n_resid, out->resid);
     if (s == 0) s = be->ops->download(be, out->acts, m.acts_mem, sizeof(float) * out->n_acts);
     if (s == 0) s = be->ops->download(be, out->losses, m.losses, sizeof(float) * out->n_losses);
     free(params);

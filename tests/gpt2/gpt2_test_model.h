@@ -18,20 +18,23 @@ typedef struct gpt2_tm {
     gpt2_backend *be; /* not owned */
     gpt2_dims d;
     int B, T, chunk_rows;
+    size_t elem;             /* bytes of one element of the backend's dtype */
     int64_t n_params;
-    float *params;         /* backend [n_params] */
-    float *grads;          /* backend [n_params] */
-    gpt2_embed_w w0, g0;   /* unit 0, carved from params / grads */
-    gpt2_block_w *w, *g;   /* [L] host arrays of backend pointers */
-    float *resid;          /* backend [L + 1][BT][C]: input of block l at l; head input at L */
-    float *acts_mem;       /* backend [L][gpt2_block_acts_numel] */
-    gpt2_block_acts *acts; /* [L] */
-    float *dres[2];        /* backend [BT][C] each */
-    float *bscratch;       /* backend, block_backward scratch */
-    float *hscratch;       /* backend, head scratch */
-    float *losses;         /* backend [BT] */
-    int *tokens, *targets; /* backend [BT] */
-    float *host_losses;    /* host [BT] */
+    void *params;            /* backend [n_params] elements */
+    void *grads;             /* backend [n_params] elements */
+    gpt2_embed_w w0, g0;     /* unit 0, carved from params / grads */
+    gpt2_block_w *w, *g;     /* [L] host arrays of backend pointers */
+    unsigned char *resid;    /* backend [L + 1][BT][C] elements: input of block l at l; head input at L */
+    unsigned char *acts_mem; /* backend [L][acts_bytes] */
+    size_t acts_bytes;       /* gpt2_block_acts_bytes */
+    gpt2_block_acts *acts;   /* [L] */
+    void *dres[2];           /* backend [BT][C] elements each */
+    void *bscratch;          /* backend, block scratch */
+    void *hscratch;          /* backend, head scratch */
+    float *losses;           /* backend [BT] */
+    int *tokens, *targets;   /* backend [BT] */
+    float *host_losses;      /* host [BT] */
+    void *host_elems;        /* host staging of conversions: max(n_params, (L+1) BT C) elements */
 } gpt2_tm;
 
 /* 0 or a gpt2_status (message printed to stderr). */
@@ -39,10 +42,18 @@ int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
                  int chunk_rows);
 void gpt2_tm_free(gpt2_tm *m);
 
+/* The residual stream entering block l (l = L: the head's input). */
+void *gpt2_tm_resid(const gpt2_tm *m, int l);
+
+/* n elements of the backend's dtype at backend `src` into host fp32 (read),
+ * and host fp32 into backend `dst`, rounded to nearest even (write). */
+int gpt2_tm_read(gpt2_tm *m, const void *src, size_t n, float *host);
+int gpt2_tm_write(gpt2_tm *m, void *dst, const float *host, size_t n);
+
 /* Offset of unit u in the flat arrays. */
 int64_t gpt2_tm_unit_offset(const gpt2_dims *d, int unit);
 
-/* Host -> backend. */
+/* Host fp32 -> backend (params converted to the backend's dtype). */
 int gpt2_tm_set_params(gpt2_tm *m, const float *host_params);
 int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets);
 
@@ -67,8 +78,9 @@ void gpt2_tm_init_params(const gpt2_dims *d, float *host_params, uint64_t seed, 
                          double jitter);
 void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed);
 
-/* Everything one training step produces, on the host: the mean loss, every
- * gradient, the residual stream, the block activations and the losses. */
+/* Everything one training step produces, on the host in fp32: the mean
+ * loss, every gradient, the residual stream, the losses, and the block
+ * activations (their raw bytes, which are fp32 on the CPU backend). */
 typedef struct gpt2_tm_result {
     double loss;
     float *grads, *resid, *acts, *losses;

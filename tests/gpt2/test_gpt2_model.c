@@ -117,17 +117,34 @@ static void test_table(void) {
     gpt2_param_spec s;
     CHECK(gpt2_param_spec_get(t, 1, 12, &s) == -1 && gpt2_param_spec_get(t, 3, 0, &s) == -1);
 
-    // Carving follows the table.
-    float *base = (float *)(uintptr_t)4096;
-    gpt2_block_w bw;
-    gpt2_block_w_carve(t, base, &bw);
-    REQUIRE(gpt2_param_spec_get(t, 1, 10, &s) == 0); // mlp.c_proj.weight
-    CHECK_MSG(bw.fcprojw == base + s.offset, "fcprojw at %td, table offset %lld",
-              bw.fcprojw - base, (long long)s.offset);
-    CHECK(bw.fcprojb == base + gpt2_unit_numel(t, 1) - 32);
-    gpt2_embed_w ew;
-    gpt2_embed_w_carve(t, base, &ew);
-    CHECK(ew.lnfb == base + gpt2_unit_numel(t, 0) - 32);
+    // Carving follows the table, in elements of the dtype.
+    for (int k = 0; k < 2; k++) {
+        const gpt2_dtype dt = k == 0 ? GPT2_F32 : GPT2_BF16;
+        const size_t e = gpt2_dtype_size(dt);
+        unsigned char *base = (unsigned char *)(uintptr_t)4096;
+        gpt2_block_w bw;
+        gpt2_block_w_carve(t, dt, base, &bw);
+        REQUIRE(gpt2_param_spec_get(t, 1, 10, &s) == 0); // mlp.c_proj.weight
+        CHECK_MSG((unsigned char *)bw.fcprojw == base + s.offset * e,
+                  "%s: fcprojw at byte %td, table offset %lld", gpt2_dtype_name(dt),
+                  (unsigned char *)bw.fcprojw - base, (long long)s.offset);
+        CHECK((unsigned char *)bw.fcprojb == base + (gpt2_unit_numel(t, 1) - 32) * e);
+        gpt2_embed_w ew;
+        gpt2_embed_w_carve(t, dt, base, &ew);
+        CHECK((unsigned char *)ew.lnfb == base + (gpt2_unit_numel(t, 0) - 32) * e);
+    }
+    // Activations: every tensor starts GPT2_ALIGN-aligned, within the bytes.
+    gpt2_block_acts a;
+    unsigned char *abase = (unsigned char *)(uintptr_t)65536;
+    const int64_t abytes = gpt2_block_acts_bytes(t, 3, 5, GPT2_BF16);
+    gpt2_block_acts_carve(t, 3, 5, GPT2_BF16, abase, &a);
+    const void *parts[] = {a.ln1, a.qkv, a.atty, a.res1, a.ln2, a.fch, a.fch_gelu, a.att,
+                           a.ln1_mean, a.ln1_rstd, a.ln2_mean, a.ln2_rstd};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        const ptrdiff_t at = (const unsigned char *)parts[i] - abase;
+        CHECK_MSG(at % GPT2_ALIGN == 0 && at >= 0 && at < abytes,
+                  "activation %zu at byte %td of %lld", i, at, (long long)abytes);
+    }
 
     // Bad dims are refused with a message naming the problem.
     char err[256] = "";
@@ -223,7 +240,7 @@ static void test_gradient_check(gpt2_backend *be) {
     REQUIRE(gpt2_tm_set_data(&m, tokens, targets) == 0);
     double loss = 0.0;
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss) == 0);
-    REQUIRE(be->ops->download(be, grads, m.grads, sizeof(float) * (size_t)m.n_params) == 0);
+    REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, grads) == 0);
     CHECK_MSG(isfinite(loss) && loss > 1.0 && loss < 20.0, "loss %g", loss);
 
     uint64_t rng = 99;
@@ -321,27 +338,44 @@ static void test_recompute(gpt2_backend *be) {
     REQUIRE(gpt2_tm_set_data(&m, tokens, tokens) == 0);
     double loss;
     REQUIRE(gpt2_tm_loss(&m, &loss) == 0);
-    const size_t na = (size_t)gpt2_block_acts_numel(&tiny, B, T);
+    const size_t na = m.acts_bytes / sizeof(float);
     const size_t ny = (size_t)BT * tiny.n_embd;
     float *acts1 = malloc(sizeof(float) * na), *acts2 = malloc(sizeof(float) * na);
     float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
     float *junk = malloc(sizeof(float) * na);
     REQUIRE(acts1 && acts2 && y1 && y2 && junk);
     // Block 1: its input is block 0's output.
-    float *x = m.resid + ny, *y = m.resid + 2 * ny;
-    REQUIRE(be->ops->download(be, acts1, m.acts_mem + na, sizeof(float) * na) == 0);
+    void *x = gpt2_tm_resid(&m, 1), *y = gpt2_tm_resid(&m, 2);
+    unsigned char *acts = m.acts_mem + m.acts_bytes;
+    REQUIRE(be->ops->download(be, acts1, acts, m.acts_bytes) == 0);
     REQUIRE(be->ops->download(be, y1, y, sizeof(float) * ny) == 0);
     for (size_t i = 0; i < na; i++) {
         junk[i] = (float)i * 0.37f - 5.0f;
     }
-    REQUIRE(be->ops->upload(be, m.acts_mem + na, junk, sizeof(float) * na) == 0);
+    REQUIRE(be->ops->upload(be, acts, junk, m.acts_bytes) == 0);
     REQUIRE(be->ops->upload(be, y, junk, sizeof(float) * ny) == 0);
-    REQUIRE(be->ops->block_forward(be, &tiny, B, T, &m.w[1], x, &m.acts[1], y) == 0);
-    REQUIRE(be->ops->download(be, acts2, m.acts_mem + na, sizeof(float) * na) == 0);
+    REQUIRE(be->ops->block_forward(be, &tiny, B, T, &m.w[1], x, &m.acts[1], y, m.bscratch) == 0);
+    REQUIRE(be->ops->download(be, acts2, acts, m.acts_bytes) == 0);
     REQUIRE(be->ops->download(be, y2, y, sizeof(float) * ny) == 0);
-    long long k = gpt2_tm_first_diff(acts1, acts2, na);
-    CHECK_MSG(k < 0, "recomputed activation [%lld]: %.9g, first time %.9g", k,
-              k < 0 ? 0.0 : acts2[k], k < 0 ? 0.0 : acts1[k]);
+    // Every tensor of the activations (not the alignment padding between
+    // them, which no one writes).
+    const gpt2_block_acts *a = &m.acts[1];
+    const size_t C = (size_t)tiny.n_embd;
+    const struct {
+        const void *at;
+        size_t n;
+    } parts[] = {{a->ln1, BT * C},      {a->qkv, BT * 3 * C},     {a->atty, BT * C},
+                 {a->res1, BT * C},     {a->ln2, BT * C},         {a->fch, BT * 4 * C},
+                 {a->fch_gelu, BT * 4 * C}, {a->att, (size_t)B * tiny.n_head * T * T},
+                 {a->ln1_mean, BT},     {a->ln1_rstd, BT},        {a->ln2_mean, BT},
+                 {a->ln2_rstd, BT}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        const size_t off = (size_t)((const unsigned char *)parts[i].at - acts) / sizeof(float);
+        long long k = gpt2_tm_first_diff(acts1 + off, acts2 + off, parts[i].n);
+        CHECK_MSG(k < 0, "recomputed activation %zu [%lld]: %.9g, first time %.9g", i, k,
+                  k < 0 ? 0.0 : acts2[off + k], k < 0 ? 0.0 : acts1[off + k]);
+    }
+    long long k;
     k = gpt2_tm_first_diff(y1, y2, ny);
     CHECK_MSG(k < 0, "recomputed output [%lld]: %.9g, first time %.9g", k, k < 0 ? 0.0 : y2[k],
               k < 0 ? 0.0 : y1[k]);
@@ -380,16 +414,15 @@ static void test_head_and_accumulate(gpt2_backend *be) {
     REQUIRE(be->ops->download(be, lf, m.losses, sizeof(float) * BT) == 0);
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss_train) == 0);
     REQUIRE(be->ops->download(be, lfb, m.losses, sizeof(float) * BT) == 0);
-    REQUIRE(be->ops->download(be, g1, m.grads, sizeof(float) * (size_t)m.n_params) == 0);
+    REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, g1) == 0);
     long long k = gpt2_tm_first_diff(lf, lfb, BT);
     CHECK_MSG(k < 0, "position %lld: head_forward loss %.9g, head_forward_backward %.9g", k,
               k < 0 ? 0.0 : lf[k], k < 0 ? 0.0 : lfb[k]);
 
     // The logits of the last position of sequence 1 give its loss.
     const int row = BT - 1;
-    REQUIRE(be->ops->head_logits(be, &tiny, B, T, &m.w0, m.resid + (size_t)tiny.n_layer * BT *
-                                                              tiny.n_embd,
-                                 row, logits, m.hscratch) == 0);
+    REQUIRE(be->ops->head_logits(be, &tiny, B, T, &m.w0, gpt2_tm_resid(&m, tiny.n_layer), row,
+                                 logits, m.hscratch) == 0);
     double zmax = logits[0], sum = 0.0;
     for (int v = 1; v < tiny.vocab; v++) {
         zmax = logits[v] > zmax ? logits[v] : zmax;
@@ -404,7 +437,7 @@ static void test_head_and_accumulate(gpt2_backend *be) {
     // Accumulate: a second step without zeroing doubles every gradient (up
     // to rounding: g + 2g is not computed as 2 * g by a GEMM with beta = 1).
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 0, &loss_again) == 0);
-    REQUIRE(be->ops->download(be, g2, m.grads, sizeof(float) * (size_t)m.n_params) == 0);
+    REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, g2) == 0);
     double worst = 0.0;
     long long worst_k = 0;
     double gmax = 0.0;
@@ -456,12 +489,13 @@ static void test_errors(gpt2_backend *be) {
     int s = be->ops->embed_forward(be, &tiny, B, T, &m.w0, m.tokens, m.resid);
     CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "tokens[3] = 64"),
               "status %d, message \"%s\"", s, be->ops->last_error(be));
-    s = be->ops->block_forward(be, &tiny, B, 17, &m.w[0], m.resid, &m.acts[0], m.resid);
+    s = be->ops->block_forward(be, &tiny, B, 17, &m.w[0], m.resid, &m.acts[0], m.resid,
+                               m.bscratch);
     CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "block_size"),
               "T = 17 > block_size: status %d, message \"%s\"", s, be->ops->last_error(be));
     gpt2_block_w w = m.w[0];
     w.fcb = NULL;
-    s = be->ops->block_forward(be, &tiny, B, T, &w, m.resid, &m.acts[0], m.resid);
+    s = be->ops->block_forward(be, &tiny, B, T, &w, m.resid, &m.acts[0], m.resid, m.bscratch);
     CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "NULL"),
               "NULL tensor: status %d, message \"%s\"", s, be->ops->last_error(be));
     s = be->ops->head_forward(be, &tiny, B, T, &m.w0, m.resid, m.targets, m.losses, 0,
@@ -473,7 +507,8 @@ static void test_errors(gpt2_backend *be) {
 
     char err[256] = "";
     gpt2_backend *cuda = NULL;
-    s = gpt2_cuda_backend_create(NULL, &cuda, err, sizeof(err));
+    const gpt2_cuda_options options = {.dtype = GPT2_F32, .gelu_fusion = -1};
+    s = gpt2_cuda_backend_create(NULL, &options, &cuda, err, sizeof(err));
     // Either this build or this machine has no CUDA (then a message), or it
     // works; both are fine here, test_gpt2_cuda covers the backend itself.
     CHECK_MSG((s == GPT2_OK && cuda != NULL) || (s != GPT2_OK && cuda == NULL && err[0] != 0),
