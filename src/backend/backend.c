@@ -17,20 +17,39 @@ void zs__backend_destroy(zs__backend *be) {
     if (be) be->ops->destroy(be);
 }
 
+static zs_status buf_bytes(zs__buf *buf, int64_t count, size_t *bytes) {
+    if (count < 0 || !zs__mul_size((size_t)count, zs_dtype_size(buf->dtype), bytes))
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "buffer of %lld %s elements for '%s' is too large",
+                        (long long)count, zs_dtype_name(buf->dtype), zs_mem_tag_name(buf->tag));
+    return ZS_OK;
+}
+
 zs_status zs__buf_alloc(zs__backend *be, zs__buf *buf, zs_mem_tag tag, zs_dtype dtype,
                         int64_t count) {
+    *buf = (zs__buf){.dtype = dtype, .tag = tag, .be = be, .owner = be};
     size_t bytes;
-    *buf = (zs__buf){.ptr = NULL, .count = 0, .dtype = dtype, .tag = tag};
-    if (count < 0 || !zs__mul_size((size_t)count, zs_dtype_size(dtype), &bytes))
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "buffer of %lld %s elements for '%s' is too large",
-                        (long long)count, zs_dtype_name(dtype), zs_mem_tag_name(tag));
+    ZS_CHECK(buf_bytes(buf, count, &bytes));
     ZS_CHECK(be->ops->alloc(be, tag, bytes, &buf->ptr));
     buf->count = count;
     return ZS_OK;
 }
 
-void zs__buf_free(zs__backend *be, zs__buf *buf) {
-    if (buf->ptr) be->ops->free(be, buf->tag, buf->ptr, (size_t)buf->count * zs_dtype_size(buf->dtype));
+zs_status zs__buf_alloc_pinned(zs__backend *owner, zs__backend *runner, zs__buf *buf,
+                               zs_mem_tag tag, zs_dtype dtype, int64_t count) {
+    *buf = (zs__buf){.dtype = dtype, .tag = tag, .be = runner, .owner = owner, .pinned = 1};
+    size_t bytes;
+    ZS_CHECK(buf_bytes(buf, count, &bytes));
+    ZS_CHECK(owner->ops->host_alloc(owner, tag, bytes, &buf->ptr));
+    buf->count = count;
+    return ZS_OK;
+}
+
+void zs__buf_free(zs__buf *buf) {
+    if (buf->ptr) {
+        const size_t bytes = (size_t)buf->count * zs_dtype_size(buf->dtype);
+        if (buf->pinned) buf->owner->ops->host_free(buf->owner, buf->tag, buf->ptr, bytes);
+        else buf->owner->ops->free(buf->owner, buf->tag, buf->ptr, bytes);
+    }
     buf->ptr = NULL;
     buf->count = 0;
 }

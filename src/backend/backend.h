@@ -35,11 +35,19 @@ typedef struct zs__backend zs__backend;
 typedef zs_status (*zs__health_fn)(void *ctx);
 
 /* A typed buffer: `count` elements of `dtype`, charged to `tag`. */
+/* A typed buffer, and which backend computes on it: the memory of the
+ * backend that allocated it (`owner`), or host memory that the device
+ * backend page-locked for a host backend's kernels (zs__buf_alloc_pinned:
+ * `be` is then the host backend). Callers run every op on a buffer through
+ * buf->be, so no backend has to find out where a pointer lives. */
 typedef struct zs__buf {
     void *ptr;
     int64_t count;
     zs_dtype dtype;
     zs_mem_tag tag;
+    struct zs__backend *be;    /* runs ops on it */
+    struct zs__backend *owner; /* frees it */
+    int pinned;                /* owner's host_alloc memory */
 } zs__buf;
 
 /* One fused optimizer pass over `count` consecutive elements of one
@@ -149,10 +157,17 @@ zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out);
 zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
                                   zs__backend **out);
 
-/* Allocates a zero-filled buffer of count elements (count may be 0). */
+/* Allocates a zero-filled buffer of count elements (count may be 0) in
+ * be's memory. */
 zs_status zs__buf_alloc(zs__backend *be, zs__buf *buf, zs_mem_tag tag, zs_dtype dtype,
                         int64_t count);
-void zs__buf_free(zs__backend *be, zs__buf *buf);
+/* The same in owner's host_alloc memory (page-locked on CUDA, so that copies
+ * between it and the device are DMA), computed on by `runner` (the host
+ * backend). */
+zs_status zs__buf_alloc_pinned(zs__backend *owner, zs__backend *runner, zs__buf *buf,
+                               zs_mem_tag tag, zs_dtype dtype, int64_t count);
+/* Frees through the allocating backend; a zeroed buffer is a no-op. */
+void zs__buf_free(zs__buf *buf);
 /* Address of element `index` of the buffer. */
 void *zs__buf_at(const zs__buf *buf, int64_t index);
 

@@ -25,8 +25,8 @@ zs_status zs__cpu_sum_squares_many(zs__backend *be, int n, const void *const *pt
 zs_status zs__cpu_optimizer_update(zs__backend *be, const zs__update_args *args);
 zs_status zs__cpu_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64_t first,
                             int64_t count, zs_k_init_kind kind, double a, double b, uint64_t key);
-/* The CPU kernels above ignore `be`: the CUDA backend runs them on its host
- * tiers (offload) too. */
+/* The CPU kernels above ignore `be` (the zero layer's host backend, a CPU
+ * backend of its own, runs them on offloaded state). */
 
 /* 1 for fp32, fp16 and bf16. */
 int zs__cpu_dtype_valid(zs_dtype dtype);

@@ -23,6 +23,9 @@
 
 /* ------------------------------------------------------------ one step dir */
 
+/* fp32 values per read of a checkpoint's state into the store. */
+#define ZS_LOAD_ROUND ((int64_t)1 << 18)
+
 typedef struct load_state {
     zs__ckpt_step step;         /* the open step directory and its verified manifest */
     const char *dir;            /* step.path */
@@ -30,6 +33,7 @@ typedef struct load_state {
     zs__st_file **files;        /* [m->file_count], opened on demand */
     int *first_of_param;        /* tensors grouped by parameter: [param_count + 1] */
     int *by_param;              /* tensor indices, ordered by parameter */
+    float *round;               /* [ZS_LOAD_ROUND]: state passes through it into the store */
 } load_state;
 
 static void load_state_free(load_state *ls) {
@@ -38,6 +42,7 @@ static void load_state_free(load_state *ls) {
     free(ls->files);
     free(ls->first_of_param);
     free(ls->by_param);
+    free(ls->round);
     zs__ckpt_step_close(&ls->step);
     memset(ls, 0, sizeof *ls);
     ls->step.fd = -1;
@@ -211,19 +216,12 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
                 const zs__st_entry *entry = NULL;
                 ZS_CHECK(find_entry(ls, t, &file, &entry));
                 const zs__state_array array = zs__checkpoint_state_array(states[s]);
-                float *dst = zs__state_ptr(zs, array, i, lo);
-                const uint64_t offset = (uint64_t)(lo - ct->offset) * sizeof(float);
-                const uint64_t bytes = (uint64_t)(hi - lo) * sizeof(float);
-                if (dst && zs->backend->ops->host_accessible) {
-                    ZS_CHECK(zs__st_read(file, entry, offset, dst, bytes));
-                } else {
-                    /* Device memory or NVMe: read into a host copy and store it. */
-                    float *copy = malloc(bytes ? (size_t)bytes : 1);
-                    if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
-                    zs_status st = zs__st_read(file, entry, offset, copy, bytes);
-                    if (st == ZS_OK) st = zs__state_write(zs, array, i, lo, hi - lo, copy);
-                    free(copy);
-                    ZS_CHECK(st);
+                /* Through a bounded host buffer into the state, wherever it lives. */
+                for (int64_t at = lo; at < hi; at += ZS_LOAD_ROUND) {
+                    const int64_t n = hi - at < ZS_LOAD_ROUND ? hi - at : ZS_LOAD_ROUND;
+                    const uint64_t offset = (uint64_t)(at - ct->offset) * sizeof(float);
+                    ZS_CHECK(zs__st_read(file, entry, offset, ls->round, (uint64_t)n * sizeof(float)));
+                    ZS_CHECK(zs__state_write(zs, array, i, at, n, ls->round));
                 }
                 covered += hi - lo;
             }
@@ -263,46 +261,14 @@ static zs_status read_user_state(zs_ctx *zs, load_state *ls, const int *keeps) {
     return ZS_OK;
 }
 
-/* After the owned ranges are in: compute-dtype copies, full buffers, counters. */
+/* After the owned ranges are in: the zero layer derives the rest (full
+ * buffers, compute-dtype copies, zeroed gradients); then the counters and
+ * the scaler. */
 static zs_status finish(zs_ctx *zs, const zs__manifest *m) {
-    const zs__plan *plan = zs->plan;
-    const int stage = zs->settings.zero.stage;
-    zs__backend *be = zs->backend;
-    if (zs->master.ptr) {
-        for (int i = 0; i < zs->param_count; i++) {
-            int64_t b, e;
-            if (!zs__plan_owned_range(plan, i, zs->rank, &b, &e)) continue;
-            ZS_CHECK(be->ops->convert(be, zs__param_at(zs, i, b), zs->compute_dtype,
-                                      zs__state_ptr(zs, ZS_STATE_MASTER, i, b), ZS_DTYPE_FP32,
-                                      e - b));
-        }
-    } else if (zs->nvme) {
-        ZS_CHECK(zs__params_from_nvme_master(zs));
-    }
-    /* Stages that keep full buffers gather the slices every rank loaded. */
-    for (int u = 0; u < zs->unit_count; u++) {
-        const zs__plan_unit *pu = &plan->units[u];
-        const size_t shard = (size_t)pu->shard_numel;
-        const char *name = zs->units[u]->name;
-        if (stage < 3)
-            ZS_CHECK(zs__comm_all_gather(zs->comm, zs__buf_at(&zs->params_full, pu->full_offset),
-                                         shard, zs->compute_dtype, name));
-        if (stage == 0) {
-            zs__buf *full[] = {&zs->master, &zs->optim_m, &zs->optim_v};
-            for (int k = 0; k < 3; k++)
-                if (full[k]->ptr)
-                    ZS_CHECK(zs__comm_all_gather(zs->comm, zs__buf_at(full[k], pu->full_offset),
-                                                 shard, ZS_DTYPE_FP32, name));
-        }
-    }
+    ZS_CHECK(zs__state_loaded(zs));
     zs->step = m->step;
     zs->skipped_total = m->skipped_total;
     zs->micro = 0;
-    /* Training resumes at a step boundary: no gradient of a step that
-     * failed (or was cut short) may leak into the next one. */
-    zs__buf *grads = stage < 2 ? &zs->grads_full : &zs->grads_shard;
-    if (grads->ptr)
-        ZS_CHECK(be->ops->zero(be, grads->ptr, (size_t)grads->count * zs_dtype_size(grads->dtype)));
     /* The scale belongs to the dtype it was found for: it is restored when
      * this run scales dynamically in the same dtype, else it starts fresh. */
     if (zs__loss_scaler_is_dynamic(&zs->scaler) && m->compute_dtype == zs->compute_dtype) {
@@ -326,6 +292,10 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     int keeps[ZS_CKPT_STATE_USER_RANK + 1] = {0};
     for (int s = 0; s < nstates; s++) keeps[states[s]] = 1;
 
+    /* An offloaded update still running ends before the state is replaced
+     * (whether it failed does not matter: the state is replaced). */
+    (void)zs__update_finish(zs);
+    zs__update_forget(zs);
     zs_status local = open_step(&ls, dir, name);
     if (local == ZS_OK) local = check_layout(zs, &ls);
     if (local == ZS_OK) local = index_tensors(&ls);
@@ -334,12 +304,14 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     if (st == ZS_OK) {
         /* The NVMe tier starts over (and recovers when an I/O failure lost
          * it): every owned value is written below, the rest is zero. */
-        local = zs->nvme ? zs__nvme_state_reset(zs->nvme) : ZS_OK;
+        local = zs->store.tier == ZS_TIER_NVME ? zs__store_reset(&zs->store) : ZS_OK;
+        if (local == ZS_OK && !(ls.round = malloc(ZS_LOAD_ROUND * sizeof(float))))
+            local = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
         if (local == ZS_OK) local = read_states(zs, &ls, states, nstates);
         if (local == ZS_OK) local = read_user_state(zs, &ls, keeps);
         st = zs__agree_status(zs, local, "checkpoint read");
     }
-    if (st == ZS_OK) st = zs__agree_status(zs, finish(zs, ls.m), "checkpoint finish");
+    if (st == ZS_OK) st = finish(zs, ls.m);
     if (st == ZS_OK) {
         if (ls.m->config_hash != zs->config_hash)
             ZS_INFO("%s was saved with another configuration (hash %016" PRIx64 ", now %016" PRIx64

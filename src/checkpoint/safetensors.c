@@ -545,23 +545,47 @@ static zs_status st_write_tensors(zs__st_stream *s, const zs__st_tensor_spec *te
                                   int tensor_count, zs__st_progress_fn progress,
                                   void *progress_ctx, uint64_t *tensor_hashes,
                                   uint64_t *file_hash, uint64_t *file_bytes) {
+    void *piece = NULL; /* for tensors given by a read function */
     for (int t = 0; t < tensor_count; t++) {
-        zs_status status = zs__st_stream_append(s, tensors[t].data, tensors[t].bytes);
+        zs_status status = ZS_OK;
+        if (!tensors[t].data && tensors[t].read && tensors[t].bytes > 0) {
+            /* Piece by piece through one bounded buffer, hashed as it goes. */
+            XXH3_state_t *hash = tensor_hashes ? XXH3_createState() : NULL;
+            if (!piece) piece = malloc((size_t)ZS_ST_PIECE_BYTES);
+            if (!piece || (tensor_hashes && (!hash || XXH3_64bits_reset(hash) != XXH_OK)))
+                status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "writing '%s': out of host memory",
+                                  s->path);
+            for (uint64_t at = 0; status == ZS_OK && at < tensors[t].bytes;) {
+                const uint64_t n = tensors[t].bytes - at < ZS_ST_PIECE_BYTES
+                                       ? tensors[t].bytes - at
+                                       : ZS_ST_PIECE_BYTES;
+                status = tensors[t].read(tensors[t].read_ctx, at, piece, n);
+                if (status == ZS_OK) status = zs__st_stream_append(s, piece, n);
+                if (status == ZS_OK && hash) XXH3_64bits_update(hash, piece, (size_t)n);
+                at += n;
+            }
+            if (status == ZS_OK && hash) tensor_hashes[t] = XXH3_64bits_digest(hash);
+            XXH3_freeState(hash);
+        } else {
+            status = zs__st_stream_append(s, tensors[t].data, tensors[t].bytes);
+            if (status == ZS_OK && tensor_hashes)
+                tensor_hashes[t] = XXH3_64bits(tensors[t].bytes ? tensors[t].data : "",
+                                               (size_t)tensors[t].bytes);
+        }
         if (status == ZS_OK && progress) {
             /* The callback may stop the process: what it reports must be on disk. */
             status = st_stream_flush(s);
             if (status != ZS_OK) s->failed = 1;
         }
         if (status != ZS_OK) {
+            free(piece);
             zs__st_stream_abort(s);
             zs__error_breadcrumb(__FILE__, __LINE__);
             return status;
         }
-        if (tensor_hashes)
-            tensor_hashes[t] = XXH3_64bits(tensors[t].bytes ? tensors[t].data : "",
-                                           (size_t)tensors[t].bytes);
         if (progress) progress(progress_ctx, t);
     }
+    free(piece);
     ZS_CHECK(zs__st_stream_close(s, file_hash, file_bytes));
     return ZS_OK;
 }

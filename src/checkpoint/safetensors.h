@@ -33,8 +33,15 @@ const char *zs__st_dtype_name(zs__st_dtype dtype);
 
 /* ---------------------------------------------------------------- writer */
 
-/* One tensor to write: `bytes` bytes at `data` (bytes must equal the product
- * of the shape times the dtype size). */
+/* Fills dst with bytes [offset, offset + bytes) of a tensor: the source of
+ * a tensor too large to hold in memory at once (a checkpoint's optimizer
+ * state on NVMe or a device), read piece by piece while it is written. */
+typedef zs_status (*zs__st_read_fn)(void *ctx, uint64_t offset, void *dst, uint64_t bytes);
+
+/* One tensor to write: `bytes` bytes at `data`, or, with data NULL and read
+ * set, what read(read_ctx, ...) gives in pieces of at most
+ * ZS_ST_PIECE_BYTES (bytes must equal the product of the shape times the
+ * dtype size). */
 typedef struct zs__st_tensor_spec {
     const char *name;
     zs__st_dtype dtype;
@@ -42,7 +49,13 @@ typedef struct zs__st_tensor_spec {
     int64_t shape[ZS_ST_MAX_DIMS];
     const void *data;
     uint64_t bytes;
+    zs__st_read_fn read;
+    void *read_ctx;
 } zs__st_tensor_spec;
+
+/* The most bytes a writer asks a tensor's read function for at once: the
+ * host memory a streamed tensor takes while it is written. */
+#define ZS_ST_PIECE_BYTES ((uint64_t)4 << 20)
 
 typedef struct zs__st_meta {
     const char *key;

@@ -80,9 +80,27 @@ static void fault_progress(void *ctx, int index) {
     if (index == 0) zs__checkpoint_fault("write", f->rank, f->step);
 }
 
+/* Where a state tensor's bytes come from while it is written: the owned
+ * range [first, ...) of a parameter's array, read from wherever the state
+ * lives a piece at a time, so that a save holds a few pieces of host memory
+ * rather than a copy of the rank's state. */
+typedef struct state_source {
+    zs_ctx *zs;
+    zs__state_array array;
+    int param;
+    int64_t first;
+} state_source;
+
+static zs_status read_state(void *ctx, uint64_t offset, void *dst, uint64_t bytes) {
+    const state_source *src = ctx;
+    return zs__state_read(src->zs, src->array, src->param,
+                          src->first + (int64_t)(offset / sizeof(float)),
+                          (int64_t)(bytes / sizeof(float)), dst);
+}
+
 /* The tensors of one of this rank's files, with their records. */
 typedef struct file_plan {
-    void **host_copies;  /* [count] downloaded data, for backends the host cannot read */
+    state_source *sources; /* [count] the state tensors' sources */
     zs__st_tensor_spec *specs;
     tensor_record *records;
     zs__st_meta *meta;
@@ -91,8 +109,7 @@ typedef struct file_plan {
 } file_plan;
 
 static void file_plan_free(file_plan *f) {
-    for (int i = 0; f->host_copies && i < f->count; i++) free(f->host_copies[i]);
-    free(f->host_copies);
+    free(f->sources);
     free(f->specs);
     free(f->records);
     free(f->meta);
@@ -104,11 +121,11 @@ static zs_status file_plan_alloc(file_plan *f, int capacity) {
     memset(f, 0, sizeof *f);
     int cap = capacity > 0 ? capacity : 1;
     f->specs = calloc((size_t)cap, sizeof *f->specs);
-    f->host_copies = calloc((size_t)cap, sizeof *f->host_copies);
+    f->sources = calloc((size_t)cap, sizeof *f->sources);
     f->records = calloc((size_t)cap, sizeof *f->records);
     f->meta = calloc((size_t)cap + 8, sizeof *f->meta);
     f->meta_text = calloc((size_t)cap + 8, sizeof *f->meta_text);
-    if (!f->specs || !f->records || !f->meta || !f->meta_text || !f->host_copies) {
+    if (!f->specs || !f->records || !f->meta || !f->meta_text || !f->sources) {
         file_plan_free(f);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
     }
@@ -171,22 +188,13 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         for (int s = 0; s < nstates; s++) {
             file_plan *f = &files[s == 0 ? 0 : 1];
             state_key(key, sizeof key, zs->params[i]->name, states[s]);
-            const zs__state_array array = zs__checkpoint_state_array(states[s]);
-            const void *data = zs__state_ptr(zs, array, i, b);
-            if (!data || !zs->backend->ops->host_accessible) {
-                /* Device memory or NVMe: the shard is written from a host copy. */
-                size_t bytes = sizeof(float) * (size_t)(e - b);
-                void *copy = malloc(bytes ? bytes : 1);
-                if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
-                zs_status st = zs__state_read(zs, array, i, b, e - b, copy);
-                if (st != ZS_OK) {
-                    free(copy);
-                    return st;
-                }
-                f->host_copies[f->count] = copy;
-                data = copy;
-            }
-            add_tensor(f, key, ZS_ST_F32, data, e - b, i, states[s], b);
+            /* Streamed from wherever the state lives (the writer reads it
+             * piece by piece: zs__st_tensor_spec.read). */
+            state_source *src = &f->sources[f->count];
+            *src = (state_source){zs, zs__checkpoint_state_array(states[s]), i, b};
+            add_tensor(f, key, ZS_ST_F32, NULL, e - b, i, states[s], b);
+            f->specs[f->count - 1].read = read_state;
+            f->specs[f->count - 1].read_ctx = src;
         }
     }
     for (int u = 0; u < zs->user_count; u++) {
@@ -436,6 +444,11 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
         if (zs->units[u]->fetched || zs->units[u]->grads_declared)
             local = zs__fail(ZS_ERR_STATE, "zs_save: unit '%s' is inside a step; save between "
                              "zs_step and the next zs_fetch", zs->units[u]->name);
+    /* An offloaded update still running ends first: the checkpoint holds
+     * the step it follows, whole (its copies back and gathers are
+     * collectives every rank runs here). */
+    zs_status finished = zs->built ? zs__update_finish(zs) : ZS_OK;
+    if (local == ZS_OK) local = finished;
     ZS_CHECK(zs__agree_status(zs, local, "checkpoint preconditions"));
 
     /* 1. Rank 0 makes the temporary directory and tells everyone its name;

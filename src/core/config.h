@@ -86,7 +86,9 @@ typedef struct zs__settings {
     struct {
         zs__offload_tier optimizer;  /* offload.optimizer = "none" | "host" | "nvme"; default "none" */
         zs__offload_tier params;     /* offload.params = "none" | "host" | "nvme"; stage 3 only */
-        int64_t buffer_bytes;        /* offload.buffer_bytes; host<->device staging; default 16 MiB */
+        int64_t buffer_bytes;        /* offload.buffer_bytes; nvme I/O buffer; default 16 MiB */
+        int overlap;                 /* offload.overlap; bool; default true */
+        int64_t threads;             /* offload.threads; 0 = cores / ranks on the host */
         int pin_memory;              /* offload.pin_memory; bool; default true (CUDA) */
         char nvme_path[512];         /* offload.nvme_path; directory of the swap files; default "" */
     } offload;

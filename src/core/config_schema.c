@@ -100,9 +100,18 @@ const zs__key zs__config_keys[] = {
              "offload.optimizer = \"nvme\": each gather reads the shard's fp32 master weights "
              "from the swap file and rounds them, so no separate copy is kept)."),
     INT_KEY("offload.buffer_bytes", offload.buffer_bytes, 16777216, 4096, 1073741824,
-            "Bytes of host staging through which updated parameters go back to the device; with "
-            "nvme also the size of each of the three I/O buffers (read-ahead, update, "
-            "write-behind), each holding one chunk: a swap-file block per optimizer array."),
+            "offload.optimizer = \"nvme\": the size of each of the three I/O buffers "
+            "(read-ahead, update, write-behind), each holding one chunk of the swap file: a block "
+            "per optimizer array."),
+    BOOL_KEY("offload.overlap", offload.overlap, 1,
+             "With the optimizer offloaded: zs_step returns once the step is decided and the "
+             "host updates the units in forward order on its own thread, each unit's new "
+             "parameters going back as soon as it is done, while the next forward runs (a unit's "
+             "zs_fetch waits for that unit only); false updates every unit inside zs_step. Same "
+             "results either way."),
+    INT_KEY("offload.threads", offload.threads, 0, 0, 4096,
+            "With the optimizer offloaded: OpenMP threads of the host update; 0 = the cores "
+            "this rank may use divided by the ranks on its host (at least 1)."),
     STRING_KEY("offload.nvme_path", offload.nvme_path, "",
                "offload.optimizer = \"nvme\": an existing directory (on a fast local disk) where "
                "each rank keeps its swap file, in a per-run subdirectory removed at exit."),

@@ -68,10 +68,28 @@ zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **
                         "cannot allocate %zu bytes of host memory for '%s' "
                         "(%llu bytes held already); use a higher zero.stage or more ranks",
                         bytes, zs_mem_tag_name(tag), (unsigned long long)mem->total_current);
-    memset(ptr, 0, rounded);
+    zs__host_zero(ptr, rounded);
     zs__mem_charge(mem, tag, bytes);
     *out = ptr;
     return ZS_OK;
+}
+
+void zs__host_zero(void *ptr, size_t bytes) {
+    /* Fresh memory is mapped page by page as it is first written: one
+     * thread faulting in tens of GB of offloaded state takes tens of
+     * seconds, the machine's threads together a fraction of it. Small
+     * buffers are not worth a parallel region. */
+    const size_t piece = (size_t)2 << 20;
+    if (bytes < 32 * piece) {
+        memset(ptr, 0, bytes);
+        return;
+    }
+    const long pieces = (long)((bytes + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+    for (long k = 0; k < pieces; k++) {
+        const size_t at = (size_t)k * piece;
+        memset((char *)ptr + at, 0, bytes - at < piece ? bytes - at : piece);
+    }
 }
 
 void zs__mem_host_free(zs__mem *mem, zs_mem_tag tag, void *ptr, size_t bytes) {

@@ -46,6 +46,10 @@ void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes);
 zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **out);
 /* ptr may be NULL; bytes must be what was requested. */
 void zs__mem_host_free(zs__mem *mem, zs_mem_tag tag, void *ptr, size_t bytes);
+/* Zeroes fresh host memory, large ranges on every OpenMP thread (first
+ * touch maps the pages: in parallel it runs at several times one thread's
+ * rate; bench/offload/bench_host_alloc measures it). */
+void zs__host_zero(void *ptr, size_t bytes);
 
 /* "71.2 GiB", "1.21 GiB", "512 B" into buf (returned): binary units, three
  * digits at least, so that sizes near a device's memory do not round to the

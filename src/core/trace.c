@@ -46,7 +46,7 @@ typedef struct trace_ring {
     uint64_t dropped[ZS_TRACE_TRACK_COUNT]; /* overwritten events, by their track */
 } trace_ring;
 
-enum { RING_MAIN = 0, RING_COMM = 1, RING_COUNT = 2 };
+enum { RING_MAIN = 0, RING_COMM = 1, RING_OPTIMIZER = 2, RING_COUNT = 3 };
 
 struct zs__trace {
     trace_ring rings[RING_COUNT]; /* each on its own cache line: two writers never share one */
@@ -82,16 +82,20 @@ static size_t utf8_prefix(const char *s, size_t max) {
 
 static _Noreturn void concurrent_writers(zs__trace_track track) {
     fprintf(stderr, "zeroshard: trace: two threads recorded into the %s ring at once; COMM spans "
-                    "must come from one thread (the communication thread) and all other spans "
-                    "from one other (the main thread) (src/core/trace.h)\n",
-            track == ZS_TRACE_COMM ? "comm" : "main-thread");
+                    "must come from one thread (the communication thread), OPTIMIZER spans "
+                    "from one (the host optimizer's, or the main thread) and all other spans "
+                    "from the main thread (src/core/trace.h)\n",
+            track == ZS_TRACE_COMM ? "comm" : track == ZS_TRACE_OPTIMIZER ? "optimizer"
+                                                                          : "main-thread");
     zs__assert_fail("one recording thread per trace ring", __FILE__, __LINE__);
 }
 
 void zs__trace_record_(zs__trace *tr, zs__trace_track track, const char *name, uint64_t begin_ns,
                        uint64_t end_ns, const zs__trace_args *args) {
     ZS_ASSERT((unsigned)track < ZS_TRACE_TRACK_COUNT);
-    trace_ring *r = &tr->rings[track == ZS_TRACE_COMM ? RING_COMM : RING_MAIN];
+    trace_ring *r = &tr->rings[track == ZS_TRACE_COMM        ? RING_COMM
+                               : track == ZS_TRACE_OPTIMIZER ? RING_OPTIMIZER
+                                                             : RING_MAIN];
     uint64_t count = atomic_load_explicit(&r->count, memory_order_relaxed);
     trace_event *e = &r->events[r->next];
     if (count >= r->capacity) r->dropped[e->track]++;
@@ -292,10 +296,11 @@ zs_status zs__trace_flush(zs__trace *tr) {
     if (dropped_total > tr->dropped_reported) {
         ZS_WARN("trace: %" PRIu64 " events were overwritten (compute %" PRIu64 ", comm %" PRIu64
                 ", optimizer %" PRIu64 ", checkpoint %" PRIu64 "): trace.capacity = %zu keeps "
-                "%zu comm and %zu other events; '%s' holds the newest ones; raise "
-                "trace.capacity to keep more",
+                "%zu comm, %zu optimizer and %zu other events; '%s' holds the newest ones; "
+                "raise trace.capacity to keep more",
                 dropped_total, dropped[0], dropped[1], dropped[2], dropped[3], tr->capacity,
-                tr->rings[RING_COMM].capacity, tr->rings[RING_MAIN].capacity, tr->path);
+                tr->rings[RING_COMM].capacity, tr->rings[RING_OPTIMIZER].capacity,
+                tr->rings[RING_MAIN].capacity, tr->path);
         tr->dropped_reported = dropped_total;
     }
     return ZS_OK;
@@ -305,9 +310,9 @@ zs_status zs__trace_create(const char *pattern, int rank, size_t capacity_events
                            zs__trace **out) {
     *out = NULL;
     if (!pattern || !*pattern) return ZS_OK;
-    if (capacity_events < 2)
+    if (capacity_events < 3)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "trace capacity %zu is too small: it needs at least 2 events (one per "
+                        "trace capacity %zu is too small: it needs at least 3 events (one per "
                         "ring); trace.capacity is at least 1024",
                         capacity_events);
     size_t bytes;
@@ -339,11 +344,17 @@ zs_status zs__trace_create(const char *pattern, int rank, size_t capacity_events
                         bytes, capacity_events, rank);
     }
     memset(tr->slots, 0, bytes);
-    size_t comm = capacity_events / 2;
+    /* Half for the comm track, an eighth (at least one) for the optimizer's
+     * (a span per unit and step), the rest for the main thread's tracks. */
+    const size_t comm = capacity_events / 2;
+    const size_t optimizer = capacity_events / 8 > 0 ? capacity_events / 8 : 1;
+    const size_t main_events = capacity_events - comm - optimizer;
     tr->rings[RING_MAIN].events = tr->slots;
-    tr->rings[RING_MAIN].capacity = capacity_events - comm;
-    tr->rings[RING_COMM].events = tr->slots + (capacity_events - comm);
+    tr->rings[RING_MAIN].capacity = main_events;
+    tr->rings[RING_COMM].events = tr->slots + main_events;
     tr->rings[RING_COMM].capacity = comm;
+    tr->rings[RING_OPTIMIZER].events = tr->slots + main_events + comm;
+    tr->rings[RING_OPTIMIZER].capacity = optimizer;
     for (int i = 0; i < RING_COUNT; i++) atomic_init(&tr->rings[i].count, 0);
     struct timespec unix_now;
     clock_gettime(CLOCK_REALTIME, &unix_now);
@@ -370,7 +381,9 @@ void zs__trace_destroy(zs__trace *tr) {
 
 uint64_t zs__trace_dropped(const zs__trace *tr, zs__trace_track track) {
     if (!tr || (unsigned)track >= ZS_TRACE_TRACK_COUNT) return 0;
-    return tr->rings[RING_MAIN].dropped[track] + tr->rings[RING_COMM].dropped[track];
+    uint64_t dropped = 0;
+    for (int i = 0; i < RING_COUNT; i++) dropped += tr->rings[i].dropped[track];
+    return dropped;
 }
 
 const char *zs__trace_path(const zs__trace *tr) { return tr ? tr->path : ""; }

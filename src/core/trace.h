@@ -25,17 +25,20 @@
  * into a slot allocated at create: no allocation, lock, system call or I/O.
  *
  * Threads. The track decides the ring an event goes to: ZS_TRACE_COMM into
- * the comm ring, the three others into the main ring. Each ring has ONE
- * recording thread at a time: in the runtime, COMM events come only from the
- * communication thread and COMPUTE, OPTIMIZER and CHECKPOINT events only from
- * the main thread, so the two threads record concurrently without locks. A
+ * the comm ring, ZS_TRACE_OPTIMIZER into the optimizer ring, the two others
+ * into the main ring. Each ring has ONE recording thread at a time: in the
+ * runtime, COMM events come only from the communication thread, OPTIMIZER
+ * events only from the thread that runs the optimizer pass (the host
+ * optimizer's worker with offload.overlap, else the main thread), and
+ * COMPUTE and CHECKPOINT events only from the main thread, so the threads
+ * record concurrently without locks. A
  * ring may change threads only across a synchronization (thread creation or
  * join, a mutex or queue hand-off); two threads recording into one ring at
  * the same moment is a bug, which the record path detects cheaply (a failed
  * compare-and-swap of the ring's count) and reports with ZS_ASSERT.
  *
- * Capacity. trace.capacity events per rank, half for each ring (the comm
- * track, and the three main-thread tracks together). A full ring overwrites
+ * Capacity. trace.capacity events per rank: half for the comm ring, an
+ * eighth for the optimizer ring, the rest for the main ring. A full ring overwrites
  * its oldest events; flush counts the lost events per track, writes the counts
  * into the file's last metadata event and logs a warning that names
  * trace.capacity.
@@ -64,7 +67,7 @@ typedef struct zs__trace zs__trace;
 typedef enum zs__trace_track {
     ZS_TRACE_COMPUTE = 0,    /* forward, backward, kernels: main thread */
     ZS_TRACE_COMM = 1,       /* collectives: the communication thread */
-    ZS_TRACE_OPTIMIZER = 2,  /* norm, clipping, the fused update: main thread */
+    ZS_TRACE_OPTIMIZER = 2,  /* the fused update, per unit: its own thread when offloaded */
     ZS_TRACE_CHECKPOINT = 3  /* save and load: main thread */
 } zs__trace_track;
 

@@ -293,25 +293,34 @@ zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64
     return st;
 }
 
-static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx);
+static zs_status sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
+                       zs__nvme_visit visit, void *ctx);
 
-zs_status zs__nvme_state_sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
+zs_status zs__nvme_state_sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
+                               zs__nvme_visit visit, void *ctx) {
     pthread_mutex_lock(&ns->lock);
-    zs_status st = sweep(ns, visit, ctx);
+    zs_status st = sweep(ns, first, end, write_back, visit, ctx);
     pthread_mutex_unlock(&ns->lock);
     return st;
 }
 
-static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
+static zs_status sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
+                       zs__nvme_visit visit, void *ctx) {
     ZS_CHECK(check_usable(ns));
     ZS_CHECK(flush_cache(ns));
     ns->cached = -1; /* slot 0 is the sweep's now */
     ns->valid = 0;
     const zs__nvme_layout *l = &ns->layout;
-    zs_status st = l->chunks > 0 ? start_chunk(ns, 0, 0, 0) : ZS_OK;
-    for (int64_t k = 0; k < l->chunks && st == ZS_OK; k++) {
+    if (first < 0) first = 0;
+    if (end > l->state_numel) end = l->state_numel;
+    if (first >= end) return ZS_OK;
+    /* Chunks k0 .. k1 - 1 overlap [first, end); slot k % SLOTS holds chunk k. */
+    const int64_t k0 = first / l->chunk_numel;
+    const int64_t k1 = (end + l->chunk_numel - 1) / l->chunk_numel;
+    zs_status st = start_chunk(ns, k0, (int)(k0 % SLOTS), 0);
+    for (int64_t k = k0; k < k1 && st == ZS_OK; k++) {
         const int s = (int)(k % SLOTS);
-        if (k + 1 < l->chunks) {
+        if (k + 1 < k1) {
             /* The next chunk's slot held chunk k - 2, written behind. */
             const int next = (int)((k + 1) % SLOTS);
             st = finish(ns, next);
@@ -323,9 +332,10 @@ static zs_status sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx) {
         float *arrays[3] = {NULL, NULL, NULL};
         for (int a = 0; a < l->arrays; a++) arrays[a] = ns->slot[s] + (size_t)a * (size_t)l->chunk_numel;
         st = visit(ctx, k * l->chunk_numel, chunk_count(ns, k), arrays);
-        if (st == ZS_OK) st = start_chunk(ns, k, s, 1);
+        if (st == ZS_OK && write_back) st = start_chunk(ns, k, s, 1);
     }
-    /* Drain: every request waited for, so no buffer is in use on return. */
+    /* Drain: every request waited for, so no buffer is in use on return and
+     * the next sweep reads what this one wrote. */
     char first_error[768] = "";
     if (st != ZS_OK) snprintf(first_error, sizeof first_error, "%s", zs_last_error());
     zs_status drained = ZS_OK;

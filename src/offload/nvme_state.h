@@ -17,7 +17,9 @@
  *     initialization, import, checkpoints and digests.
  * A chunk never written (initialization writes only chunks that hold
  * parameters) reads as zeros, which is what the memory tiers hold there.
- * Not thread-safe: one caller thread (the swap's I/O threads are internal). */
+ * Every call takes the state's lock, so two threads may use it (the
+ * pipeline's worker sweeps while a gather reads parameters); the swap's I/O
+ * threads are internal. */
 #ifndef ZS_OFFLOAD_NVME_STATE_H
 #define ZS_OFFLOAD_NVME_STATE_H
 
@@ -80,11 +82,16 @@ zs_status zs__nvme_state_reset(zs__nvme_state *ns);
  * `first`; arrays past layout.arrays are NULL). The visitor may change them;
  * the sweep writes them back. */
 typedef zs_status (*zs__nvme_visit)(void *ctx, int64_t first, int64_t count, float *const *arrays);
-/* Visits every chunk in order, with read-ahead and write-behind. On an
- * error (the visitor's or the disk's) it waits for the requests in flight
- * and returns the first error; chunks before the failing one are updated,
- * the others are not (the step is lost; the last checkpoint is intact). */
-zs_status zs__nvme_state_sweep(zs__nvme_state *ns, zs__nvme_visit visit, void *ctx);
+/* Visits every chunk that overlaps state elements [first, end), in order,
+ * with read-ahead and, with write_back, write-behind (whole chunks are
+ * visited: the caller clips). Returns once every request has completed, so
+ * a following sweep sees what this one wrote. On an error (the visitor's or
+ * the disk's) it waits for the requests in flight and returns the first
+ * error; chunks before the failing one are updated, the others are not (the
+ * step is lost; the last checkpoint is intact). Thread-safe against the
+ * other calls (one lock), so a worker thread may sweep. */
+zs_status zs__nvme_state_sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
+                               zs__nvme_visit visit, void *ctx);
 
 /* Names what a range of the state index space holds (the zero layer's
  * units), for messages: the chunk's label then reads "... of unit 'h.3'". */

@@ -72,21 +72,19 @@ static zs_status run_bucket(zs__engine_op *op) {
     for (int i = 0; i < b->count; i++) {
         const zs__plan_unit *pu = &zs->plan->units[units[i]->index];
         const size_t shard = (size_t)pu->shard_numel;
+        char *mine = (char *)units[i]->reduce_buf + (size_t)zs->rank * shard * elem;
         if (b->to_shard) {
             const char *chunk = staging + ((size_t)zs->rank * S + off) * elem;
-            void *dst = zs__buf_at(&zs->grads_shard, pu->shard_offset);
-            if (zs->settings.gradient_accumulation_steps == 1)
-                ZS_CHECK(be->ops->convert(be, dst, zs->grad_shard_dtype, chunk, zs->compute_dtype,
-                                          pu->shard_numel));
-            else
-                ZS_CHECK(be->ops->accumulate(be, dst, zs->grad_shard_dtype, chunk,
-                                             zs->compute_dtype, pu->shard_numel));
+            ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->reduce_buf, chunk,
+                                         zs->compute_dtype, mine, 1));
         } else {
             for (int r = 0; r < world; r++) {
                 if (!b->all_reduce && r != zs->rank) continue;
                 ZS_CHECK(be->ops->copy(be, (char *)units[i]->reduce_buf + (size_t)r * shard * elem,
                                        staging + ((size_t)r * S + off) * elem, shard * elem));
             }
+            ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->reduce_buf, mine,
+                                         zs->compute_dtype, NULL, 0));
         }
         off += shard;
     }

@@ -58,11 +58,11 @@ zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what) {
     return zs__share_outcome(zs, local, (int)(-key), what);
 }
 
-/* This rank's index among the ranks on its host, learned by exchanging
+/* This rank's index among the ranks on its host, and their number, learned by exchanging
  * host names through the runtime's communicator (whose waits have
  * deadlines) rather than with MPI_Comm_split_type, which would wait forever
  * for a rank that never arrives. */
-static zs_status local_rank_of(zs_ctx *zs, int *local) {
+static zs_status local_rank_of(zs_ctx *zs, int *local, int *on_host) {
     typedef struct { char name[MPI_MAX_PROCESSOR_NAME + 1]; } host_name;
     host_name mine;
     memset(&mine, 0, sizeof mine);
@@ -72,8 +72,12 @@ static zs_status local_rank_of(zs_ctx *zs, int *local) {
     if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (host names)");
     zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "host names");
     *local = 0;
-    for (int r = 0; st == ZS_OK && r < zs->rank; r++)
-        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) ++*local;
+    *on_host = 0;
+    for (int r = 0; st == ZS_OK && r < zs->world_size; r++)
+        if (memcmp(all[r].name, mine.name, sizeof mine.name) == 0) {
+            if (r < zs->rank) ++*local;
+            ++*on_host;
+        }
     free(all);
     return st;
 }
@@ -197,8 +201,10 @@ static zs_status create_engine(zs_ctx *zs) {
 
 static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs_ctx **out) {
     zs_status st = ZS_OK;
+    const uint64_t created = zs__metrics_now();
     zs_ctx *zs = calloc(1, sizeof *zs);
     if (!zs) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory");
+    zs->created_ns = created;
     zs->settings = *zs__config_settings(cfg);
     zs->config_hash = zs_config_hash(cfg);
     zs->compute_dtype = zs->settings.precision.dtype;
@@ -222,7 +228,7 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
     /* The device of a GPU rank is picked by its rank among the ranks of its node. */
     int local_rank = 0;
-    ZS_CHECK_GOTO(local_rank_of(zs, &local_rank), st, fail);
+    ZS_CHECK_GOTO(local_rank_of(zs, &local_rank, &zs->ranks_on_host), st, fail);
     ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, local_rank, &zs->backend), st, fail);
     ZS_CHECK_GOTO(choose_collectives(zs, comm), st, fail);
     /* The runtime's CPU kernels give the same bits at every SIMD level, so
@@ -289,6 +295,9 @@ void zs_destroy(zs_ctx *zs) {
         ZS_WARN("zs_destroy: a collective in flight failed: %s", zs_last_error());
     zs__engine_destroy(zs->engine);
     zs->engine = NULL;
+    /* The host update's thread ends (after a pass it is running) before the
+     * trace it records into is written. */
+    zs__update_destroy(zs);
     zs__metrics_close(zs);
     if (zs->backend) zs->backend->trace = NULL; /* its last waits go unrecorded */
     zs__trace_destroy(zs->trace); /* writes the file */
@@ -307,13 +316,12 @@ void zs_destroy(zs_ctx *zs) {
     zs__comm_destroy(zs->comm);
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
-                       &zs->grads_shard, &zs->master, &zs->optim_m, &zs->optim_v,
-                       &zs->reduce_staging, &zs->bucket_staging, &zs->offload_staging,
-                       &zs->gather_staging};
+                       &zs->grads_shard, &zs->grads_host, &zs->grads_landing,
+                       &zs->params_host, &zs->reduce_staging, &zs->bucket_staging,
+                       &zs->gather_staging, &zs->gather_rounded};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (zs->backend) zs__buf_free(zs->backend, bufs[i]);
-    zs__nvme_state_destroy(zs->nvme);
-    zs->nvme = NULL;
+        zs__buf_free(bufs[i]);
+    zs__store_destroy(&zs->store);
     zs__live_destroy(&zs->live);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);
     for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
@@ -331,6 +339,7 @@ void zs_destroy(zs_ctx *zs) {
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
     zs__plan_destroy(zs->plan);
+    if (zs->host_backend != zs->backend) zs__backend_destroy(zs->host_backend);
     zs__backend_destroy(zs->backend);
     if (zs->owns_mpi && --g_contexts_owning_mpi == 0) {
         /* MPI_Finalize waits for every rank: after a collective timed out
@@ -355,17 +364,20 @@ int zs_is_accumulation_boundary(const zs_ctx *zs) {
     return zs->micro + 1 >= zs->settings.gradient_accumulation_steps;
 }
 
-uint64_t zs__state_digest(const zs_ctx *zs) {
+uint64_t zs__state_digest(zs_ctx *zs) {
+    if (zs__update_finish(zs) != ZS_OK) return 0;
     XXH3_state_t *state = XXH3_createState();
     if (!state) return 0;
     XXH3_64bits_reset(state);
-    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->master, &zs->optim_m,
-                             &zs->optim_v};
+    /* The parameters (host-accessible memory: the CPU backend, for tests),
+     * then the store's arrays. */
+    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]->ptr)
+        if (bufs[i]->ptr && bufs[i]->be->ops->host_accessible)
             XXH3_64bits_update(state, bufs[i]->ptr,
                                (size_t)bufs[i]->count * zs_dtype_size(bufs[i]->dtype));
-    if (zs->nvme) zs__nvme_digest_update(zs, state);
+    /* An unreadable state has no digest: make it differ from any. */
+    if (zs__store_digest(&zs->store, state) != ZS_OK) XXH3_64bits_update(state, "unreadable", 10);
     XXH3_64bits_update(state, &zs->step, sizeof zs->step);
     uint64_t digest = XXH3_64bits_digest(state);
     XXH3_freeState(state);

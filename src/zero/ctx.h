@@ -13,6 +13,7 @@
 #include "core/trace.h"
 #include "mixed_precision/loss_scaler.h"
 #include "offload/nvme_state.h"
+#include "offload/store.h"
 #include "zero/live.h"
 #include "zero/metrics.h"
 #include "zero/plan.h"
@@ -93,6 +94,8 @@ struct zs_ctx {
     int rank;
     int world_size;
     int owns_mpi;                /* this context initialized MPI */
+    int ranks_on_host;           /* ranks of the job on this rank's host (zs_create) */
+    uint64_t created_ns;         /* zs_create's start (zs__metrics_now): the start-up's clock */
     zs__mem mem;
     zs__comm *comm;
     zs__engine *engine;          /* every collective of the step protocol (comm/engine.h) */
@@ -112,28 +115,45 @@ struct zs_ctx {
 
     /* Model state (DESIGN §3). Which of these exist depends on the stage:
      *   params_full  [plan->padded_numel] compute dtype, stages 0-2  (tag params)
-     *   params_shard [plan->shard_numel]  compute dtype, stage 3     (tag params)
+     *   params_shard [plan->shard_numel]  compute dtype, stage 3     (tag params;
+     *                host_params in host memory with offload.params = "host")
      *   grads_full   [plan->padded_numel] compute dtype, stages 0-1  (tag grads)
-     *   grads_shard  [plan->shard_numel]  grad_shard_dtype, stages 2-3 (tag grads)
-     *   master       fp32, [padded_numel] stage 0, [shard_numel] stages 1-3,
-     *                only when the compute dtype is not fp32     (tag master)
-     *   optim_m/v    fp32, [padded_numel] stage 0, [shard_numel] stages 1-3 (tag optim)
-     * In fp32 the parameters are their own master copy, so no master buffer
-     * exists. */
-    zs__buf params_full, params_shard, grads_full, grads_shard, master, optim_m, optim_v;
-    /* offload.optimizer = "host": updated parameters go back to the device
-     * through this host staging (offload.buffer_bytes, tag offload_staging). */
-    zs__buf offload_staging;
-    /* offload.optimizer = "nvme": master weights and moments in this rank's
-     * swap file (offload/nvme_state.h) instead of master/optim_m/optim_v,
-     * which then stay unallocated. */
-    zs__nvme_state *nvme;
+     *   grads_shard  [plan->shard_numel]  grad_shard_dtype, stages 2-3 (tag grads;
+     *                host_state in host memory with the optimizer offloaded)
+     * The fp32 master weights and moments are the store's (offload/store.h:
+     * device, host or nvme tier), in the state index space: [padded_numel]
+     * in stage 0, [shard_numel] in stages 1-3. In fp32 without offload the
+     * parameters are their own master copy. Every buffer names the backend
+     * that computes on it (zs__buf.be): the context's backend, or, for host
+     * memory, host_backend. */
+    zs__buf params_full, params_shard, grads_full, grads_shard;
+    zs__store store;
+    /* Computes on host memory: the context's backend when that is the CPU
+     * and nothing is offloaded, else a CPU backend of its own (so that, on
+     * the CPU too, the offload tiers are another backend's memory and every
+     * copy between them is explicit, as on a GPU). */
+    zs__backend *host_backend;
+    /* With the optimizer offloaded, host copies the update reads and writes
+     * (tags host_state and offload_staging):
+     *   grads_host    [state_numel] compute dtype, stages 0-1: the owned,
+     *                 reduced gradient, copied from grads_full as each unit's
+     *                 reduction ends (stages 2-3 reduce into the host shard)
+     *   grads_landing [largest unit shard] in the reduction's dtype, stages
+     *                 2-3 with accumulation: a reduced chunk lands here before
+     *                 the host adds it into the shard
+     *   params_host   [state_numel] compute dtype: the new parameters, copied
+     *                 to the device unit by unit (not with the parameters in
+     *                 host memory or on NVMe, nor in fp32 with the master in
+     *                 host memory, which is then the source) */
+    zs__buf grads_host, grads_landing, params_host;
+    struct zs__update *update; /* the optimizer pass and its pipeline (update.c) */
     /* offload.params = "nvme" (stage 3): params_shard is not allocated; a
      * gather reads the unit's shard of master weights into this fp32
      * staging (the largest unit's shard, tag offload_staging) and rounds it
      * into place. */
     int params_on_nvme;
-    zs__buf gather_staging;
+    zs__buf gather_staging, gather_rounded; /* rounded: [largest unit shard] compute dtype,
+                                               host; none in fp32 */
     /* The stage-2/3 gradient shard holds the compute dtype when there is one
      * micro-step per step (nothing to accumulate), else
      * precision.accumulate_dtype (fp32 by default). */
@@ -229,43 +249,94 @@ zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *w
  * buffer (full in stages 0-2, the shard in stage 3; owned elements only in
  * stage 3; NULL with offload.params = "nvme", where the master on NVMe is
  * the only copy). */
-typedef enum zs__state_array { ZS_STATE_MASTER = 0, ZS_STATE_M = 1, ZS_STATE_V = 2 } zs__state_array;
 int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element);
 /* The elements [*first, *end) of a parameter whose optimizer state this
  * rank keeps and updates: all of them in stage 0 (every rank holds full
  * state), its owned slice in stages 1-3. 0 when there are none. */
 int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end);
+/* Unit u's part of the state index space, [*first, *end). */
+void zs__unit_state_range(const zs_ctx *zs, int unit, int64_t *first, int64_t *end);
 void *zs__param_at(const zs_ctx *zs, int param, int64_t element);
+/* The buffer holding unit u's owned parameters (params_full, or
+ * params_shard in stage 3; NULL with offload.params = "nvme") and, in *at,
+ * the index there of the parameter of the unit's first state element: the
+ * unit's state [first, end) is elements [*at, *at + end - first). */
+zs__buf *zs__unit_owned_params(zs_ctx *zs, int unit, int64_t *at);
 /* The fp32 state `array` of elements [first, first + count) of a parameter,
  * wherever it lives (device, host, NVMe), copied to or from host memory.
  * The master of fp32 training without a separate master is the parameter
- * itself. Fails for an array this optimizer does not keep. */
+ * itself. Fails for an array this optimizer does not keep. Waits for a
+ * running optimizer update first. */
 zs_status zs__state_read(zs_ctx *zs, zs__state_array array, int param, int64_t first,
                          int64_t count, float *dst);
 zs_status zs__state_write(zs_ctx *zs, zs__state_array array, int param, int64_t first,
                           int64_t count, const float *src);
-/* Where the array lives when it is in memory (NULL on NVMe, or when the
- * optimizer keeps no such array). */
-float *zs__state_ptr(const zs_ctx *zs, zs__state_array array, int param, int64_t element);
 
-/* offload.optimizer = "nvme" (nvme_tier.c). The per-run directory's name,
- * rank 0's, on every rank (collective); the tier itself; the compute-dtype
- * parameters from the master on NVMe (after a load); the state's part of
- * zs__state_digest. */
+/* The parameters from the master weights, everywhere they are kept (after
+ * a load or an import): each owned range rounded into the compute dtype.
+ * Local; the caller agrees, then gathers (zs__gather_full_params). */
+zs_status zs__params_from_master(zs_ctx *zs);
+/* After zs_load has written every rank's owned state: stage 0's chunks
+ * gathered, the parameters rounded from the masters and gathered, the
+ * gradients zeroed. Collective; agreed. */
+zs_status zs__state_loaded(zs_ctx *zs);
+/* Stages 1-2 keep full parameters that each rank updates only in its owned
+ * slices: every rank gathers the others' slices of unit u, or of every
+ * unit. A no-op in stages 0 and 3. Collective. */
+zs_status zs__gather_unit_params(zs_ctx *zs, int unit);
+zs_status zs__gather_full_params(zs_ctx *zs);
+/* Gradients start from zero: the device's (the next backward adds into
+ * them), and with host_too the host copies as well (which an offloaded
+ * update may still be reading otherwise; it zeroes each unit's accumulated
+ * host gradient itself when done with it, and copies overwrite the rest). */
+zs_status zs__reset_gradients(zs_ctx *zs, int host_too);
+
+/* The optimizer pass (update.c). zs__update_run prepares one step's update
+ * with these scalars (on the device: runs it), which zs_step then agrees on
+ * across ranks; zs__update_start, after the agreement, starts what follows:
+ * on the device the stage-1/2 gathers; offloaded, the pass by the host
+ * backend, in forward (unit) order, on a thread of its own when
+ * offload.overlap (it then returns at once), else inside the call, each
+ * unit's new parameters going back to the device (and gathered in stages
+ * 1-2) when the main thread first needs them:
+ * zs__update_unit_ready(u) before unit u's parameters are read (a fetch, a
+ * gather), zs__update_finish before anything that reads or writes the state
+ * or every unit (zs_step, checkpoints, import, destroy). unit_ready never
+ * fails (it runs the collectives every rank runs, whatever happened on this
+ * rank): a failure after the agreement (the host update, a copy back, a
+ * gather) is kept and returned by the next zs__update_finish, which the
+ * next zs_step (or zs_save) agrees on across ranks, and stays until zs_load
+ * (the state is then half updated). */
+zs_status zs__update_create(zs_ctx *zs);
+void zs__update_destroy(zs_ctx *zs);
+zs_status zs__update_run(zs_ctx *zs, double lr, double grad_div, double clip);
+void zs__update_start(zs_ctx *zs);
+void zs__update_unit_ready(zs_ctx *zs, int unit);
+zs_status zs__update_finish(zs_ctx *zs);
+/* After zs_load replaced the state: a failed pass is forgotten. */
+void zs__update_forget(zs_ctx *zs);
+/* For the metrics: the last whole host pass (ms) and the bytes a step moves
+ * between host and device with the optimizer offloaded. */
+void zs__update_report(zs_ctx *zs, double *pass_ms, uint64_t *copied_bytes);
+
+/* ZS_STEP_FAULT=<point>:<rank>[:<step>] (tests only; step_fault.c): a local
+ * failure (ZS_ERR_INTERNAL, "injected by ZS_STEP_FAULT") on that rank at a
+ * point of the optimizer step: "ready" (before the step's agreement),
+ * "update" (the update, or its hand-over to the host), "host" (the host
+ * update of a unit), "gather" (a unit's stage-1/2 gather after the update,
+ * which the rank still runs), for `step`, the optimizer step being taken
+ * (1 for the first). ZS_OK when not named. */
+zs_status zs__step_fault(int rank, int64_t step, const char *point);
+
+/* offload.optimizer = "nvme" (nvme_tier.c): the per-run directory's name,
+ * rank 0's, on every rank (collective), and the namer of the tier's chunks. */
 zs_status zs__nvme_runid(zs_ctx *zs, char *runid, size_t cap);
-zs_status zs__nvme_tier_create(zs_ctx *zs, const zs__nvme_layout *layout, const char *runid);
-zs_status zs__params_from_nvme_master(zs_ctx *zs);
-void zs__nvme_digest_update(const zs_ctx *zs, XXH3_state_t *state);
+void zs__nvme_tier_named(zs_ctx *zs);
 
 /* A digest of every piece of this rank's training state: parameters (full or
  * shard), master weights, optimizer moments and the step counters. Tests use
  * it to prove that a skipped step changed nothing. */
-uint64_t zs__state_digest(const zs_ctx *zs);
-
-/* Stages 1-2 keep full parameters that each rank updates only in its owned
- * slices: every rank gathers the others' slices of every unit (after an
- * optimizer step, or an import). A no-op in stages 0 and 3. Collective. */
-zs_status zs__gather_full_params(zs_ctx *zs);
+uint64_t zs__state_digest(zs_ctx *zs);
 
 /* Residency helpers (residency.c, unit_ops.c, prefetch.c). */
 /* The unit's full buffer size in bytes (compute dtype). */
@@ -281,6 +352,10 @@ void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit);
 /* Submits the reduction of `unit`'s gradient in `full` (stages 0-1: the
  * unit's part of the full gradient buffer; stages 2-3: its carve). */
 void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
+/* A reduced unit's owned chunk into the gradient the optimizer reads (the
+ * shard in stages 2-3, the host copy of an offloaded stage 0-1); unit_ops.c. */
+zs_status zs__grad_into_owned(zs_ctx *zs, int unit, const void *full, const void *chunk,
+                              zs_dtype chunk_dtype, void *scratch, int to_shard);
 /* Buckets (bucket.c): zs_grads_ready hands a unit's reduction to
  * zs__bucket_add, which submits it alone (large units, buckets off) or
  * with the next units' in one collective; zs__bucket_flush submits what is

@@ -1,6 +1,7 @@
 /* zs_params_import: initial values from the program (pretrained weights),
- * written where this rank keeps master weights, then gathered where the
- * stage keeps full parameters. */
+ * written where this rank keeps master weights (the store's tier), then
+ * rounded into the parameters and gathered where the stage keeps full
+ * parameters. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,11 +12,11 @@
 /* fp32 values per call of the source: bounded host memory whatever the model. */
 #define ZS_IMPORT_CHUNK (1 << 20)
 
-/* Writes the rank's range of every parameter. On a source failure the
- * reason is left in `why`. */
+/* Writes the rank's range of every parameter's master weights (the
+ * parameters themselves in fp32 without a separate master). On a source
+ * failure the reason is left in `why`. */
 static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, float *host,
                               char *why, size_t why_cap) {
-    zs__backend *be = zs->backend;
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
         int64_t b, e;
@@ -29,25 +30,10 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
                                 "[%lld, %lld): %s", zs->rank, p->name, (long long)first,
                                 (long long)(first + n), why);
             }
-            void *param = zs__param_at(zs, i, first);
-            if (zs->nvme) {
-                /* The master goes to the tier; the parameters are converted
-                 * from the same host values (staged by a device backend). */
-                ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
-                if (param) /* NULL with the parameters on NVMe: the master is all */
-                    ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, host, ZS_DTYPE_FP32, n));
-                continue;
-            }
-            /* A separate master (mixed precision, or the host tier): the
-             * values land there and are converted; else the parameters are
-             * the master. */
-            void *master = zs__state_ptr(zs, ZS_STATE_MASTER, i, first);
-            ZS_CHECK(be->ops->upload(be, master, host, (size_t)n * sizeof(float)));
-            if (master != param)
-                ZS_CHECK(be->ops->convert(be, param, zs->compute_dtype, master, ZS_DTYPE_FP32, n));
+            ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
         }
     }
-    return ZS_OK;
+    return zs__store_flush(&zs->store);
 }
 
 zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
@@ -55,7 +41,9 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_params_import: context and source are required");
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_params_import: call zs_build first");
     ZS_CHECK(zs__engine_drain(zs->engine));
-    zs_status local = ZS_OK;
+    /* An offloaded update still running ends first (its failure is this
+     * rank's, agreed below). */
+    zs_status local = zs__update_finish(zs);
     for (int u = 0; u < zs->unit_count && local == ZS_OK; u++)
         if (zs->units[u]->fetched || zs->units[u]->grads_declared || zs->units[u]->live_grad)
             local = zs__fail(ZS_ERR_STATE, "zs_params_import: unit '%s' is in the middle of a "
@@ -69,7 +57,6 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
                                    &host.ptr);
     char why[512];
     if (local == ZS_OK) local = import_local(zs, source, user, host.ptr, why, sizeof why);
-    if (local == ZS_OK && zs->nvme) local = zs__nvme_state_flush(zs->nvme);
     zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host.ptr, ZS_IMPORT_CHUNK * sizeof(float));
     char message[1024];
     snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
@@ -82,6 +69,9 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
     if (failed > 0)
         return zs__fail(ZS_ERR_IO, "zs_params_import: %d rank(s) could not import their "
                         "parameters (this rank could); see their messages", (int)failed);
+    /* The compute-dtype parameters from the imported masters (and the
+     * stage-1/2 gathers), agreed before anything else happens. */
+    ZS_CHECK(zs__agree_status(zs, zs__params_from_master(zs), "zs_params_import"));
     ZS_CHECK(zs__gather_full_params(zs));
     ZS_INFO("imported %lld parameters", (long long)zs->plan->numel);
     return ZS_OK;

@@ -55,7 +55,7 @@ void zs__live_destroy(zs__live *live) {
     while (live->count > 0)
         zs__live_give(live, (char *)live->storage.ptr + live->blocks[0].offset);
     if (live->backend) {
-        zs__buf_free(live->backend, &live->storage);
+        zs__buf_free(&live->storage);
         if (live->capacity > 0) live->backend->mem->live_budget = 0;
     }
     free(live->blocks);

@@ -76,13 +76,28 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     out->params_tag = stage == 3 && s->offload.params != ZS_OFFLOAD_NONE ? ZS_MEM_HOST_PARAMS
                                                                           : ZS_MEM_PARAMS;
     out->params_on_nvme = stage == 3 && s->offload.params == ZS_OFFLOAD_NVME;
-    if (out->params_on_nvme) out->gather_staging_numel = plan->max_unit_padded_numel / world;
+    const int64_t max_shard = plan->max_unit_padded_numel / world;
+    if (out->params_on_nvme) {
+        out->gather_staging_numel = max_shard;
+        if (dt != ZS_DTYPE_FP32) out->gather_rounded_numel = max_shard;
+    }
     out->grads_tag = stage >= 2 && offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_GRADS;
     out->nvme = s->offload.optimizer == ZS_OFFLOAD_NVME;
     const zs_mem_tag state_tag = out->nvme ? ZS_MEM_NVME_STATE : ZS_MEM_HOST_STATE;
     out->master_tag = offload_opt ? state_tag : ZS_MEM_MASTER;
     out->optim_tag = offload_opt ? state_tag : ZS_MEM_OPTIM;
-    out->offload_staging_bytes = offload_opt ? s->offload.buffer_bytes : 0;
+    if (offload_opt) {
+        const int params_on_device = !(stage == 3 && s->offload.params != ZS_OFFLOAD_NONE);
+        if (stage < 2) out->grads_host_numel = out->state_numel;
+        if (stage >= 2 && s->gradient_accumulation_steps > 1) {
+            out->grads_landing_numel = max_shard;
+            out->landing_dtype =
+                s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 && world > 1 ? ZS_DTYPE_FP32 : dt;
+        }
+        /* fp32 with the master in host memory: the master is the source. */
+        if (params_on_device && (dt != ZS_DTYPE_FP32 || out->nvme))
+            out->params_host_numel = out->state_numel;
+    }
     ZS_CHECK(live_budget(s, plan, elem, unit_names, out));
     if (out->reduce_dtype != dt && world > 1) out->reduce_staging_numel = plan->max_unit_padded_numel;
     if (s->comm.bucket_bytes > 0 && world > 1 && out->reduce_dtype == dt &&
@@ -93,14 +108,18 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     if (!out->params_on_nvme) b[out->params_tag] += (uint64_t)out->params_numel * elem;
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
-    b[ZS_MEM_OFFLOAD_STAGING] = (uint64_t)out->offload_staging_bytes;
+    b[ZS_MEM_HOST_STATE] += (uint64_t)out->grads_host_numel * elem;
+    b[ZS_MEM_OFFLOAD_STAGING] = (uint64_t)out->params_host_numel * elem +
+                                (uint64_t)out->grads_landing_numel *
+                                    (out->grads_landing_numel ? zs_dtype_size(out->landing_dtype) : 0);
     if (out->nvme) {
         /* Whole chunks in the swap file; three of them in memory. */
         zs__nvme_layout_make(1 + out->moments, out->state_numel, s->offload.buffer_bytes,
                              &out->nvme_layout);
         b[ZS_MEM_NVME_STATE] = (uint64_t)out->nvme_layout.chunks * out->nvme_layout.block_bytes;
         b[ZS_MEM_OFFLOAD_STAGING] += zs__nvme_buffer_bytes(&out->nvme_layout) +
-                                     (uint64_t)out->gather_staging_numel * 4;
+                                     (uint64_t)out->gather_staging_numel * 4 +
+                                     (uint64_t)out->gather_rounded_numel * elem;
         b[ZS_MEM_HOST_STATE] += zs__nvme_table_bytes(&out->nvme_layout);
     } else {
         b[out->master_tag] += out->has_master ? (uint64_t)out->state_numel * 4 : 0;

@@ -28,11 +28,18 @@ typedef struct zs__memory_plan {
      * offload.optimizer / offload.params). */
     zs_mem_tag params_tag, grads_tag, master_tag, optim_tag; /* nvme: master and optim are
                                                                  ZS_MEM_NVME_STATE */
-    int64_t offload_staging_bytes; /* offload.buffer_bytes when the optimizer is offloaded */
     int nvme;                    /* offload.optimizer = "nvme": master and moments in the swap file */
     int params_on_nvme;          /* offload.params = "nvme": no parameter shard is kept; each
                                     gather reads the fp32 master through gather staging */
     int64_t gather_staging_numel; /* fp32 elements of that staging: the largest unit's shard */
+    int64_t gather_rounded_numel; /* ... and of its rounding into the compute dtype (not fp32) */
+    /* The optimizer offloaded (ctx.h): host copies of the owned gradient
+     * (stages 0-1, compute dtype, tag host_state), the landing of a reduced
+     * chunk before the host adds it into the shard (stages 2-3 with
+     * accumulation, landing_dtype, tag offload_staging) and the new
+     * parameters before they go back (compute dtype, tag offload_staging). */
+    int64_t grads_host_numel, grads_landing_numel, params_host_numel;
+    zs_dtype landing_dtype;
     zs__nvme_layout nvme_layout; /* its chunks (offload/nvme_state.h) */
     uint64_t device_bytes;       /* the sum of the tags that live on the device */
     size_t live_budget;          /* stages 2-3: zero.live_bytes as allocated (0 otherwise) */

@@ -122,6 +122,19 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
         json_object_object_add(time, "optimizer", ms(m->optimizer_ns));
         json_object_object_add(time, "checkpoint", ms(m->checkpoint_ns));
         json_object_object_add(line, "time_ms", time);
+        if (zs->store.tier != ZS_TIER_DEVICE) {
+            /* The offloaded optimizer: its last whole pass on the host, the
+             * program's waits for it, and the bytes a step moves between
+             * host and device (gradients down, parameters up). */
+            double pass_ms = 0.0;
+            uint64_t copied = 0;
+            zs__update_report(zs, &pass_ms, &copied);
+            json_object *off = json_object_new_object();
+            json_object_object_add(off, "host_update_ms", json_object_new_double(pass_ms));
+            json_object_object_add(off, "waited_ms", ms(m->offload_wait_ns));
+            json_object_object_add(off, "copied_bytes", json_object_new_int64((int64_t)copied));
+            json_object_object_add(line, "offload", off);
+        }
         for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
             json_object_object_add(mem, zs_mem_tag_name((zs_mem_tag)t),
                                    json_object_new_int64((int64_t)zs->mem.peak[t]));
@@ -142,7 +155,7 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
         m->pending_scalars = scalars;
         m->pending_scalar_count = m->scalar_count;
     }
-    m->comm_ns = m->optimizer_ns = m->checkpoint_ns = 0;
+    m->comm_ns = m->optimizer_ns = m->checkpoint_ns = m->offload_wait_ns = 0;
     m->scalar_count = 0;
     zs__comm_stats(zs->comm, &m->comm_before);
     m->step_start_ns = zs__metrics_now();

@@ -20,6 +20,10 @@ typedef struct zs__metrics {
     /* Nanoseconds of the step in progress spent: waiting for collectives
      * (exposed communication), in the optimizer pass, saving checkpoints. */
     uint64_t comm_ns, optimizer_ns, checkpoint_ns;
+    /* The optimizer offloaded: the main thread's waits for the host update
+     * (a fetch that needed a unit not updated yet, zs_step's wait for the
+     * end of the last pass). */
+    uint64_t offload_wait_ns;
     zs_comm_stats comm_before;   /* counters when the step began */
     int scalar_count;
     char scalar_names[ZS_METRICS_SCALARS][64];

@@ -166,11 +166,11 @@ static uint64_t layout_digest(const zs_ctx *zs) {
 #define ZS_INIT_CHUNK 65536
 
 /* Fills elements [first, first + count) of parameter p, stored contiguously at
- * dst in `dtype`. Values depend only on seed, name and element index. */
-static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, zs_dtype dtype,
-                            int64_t first, int64_t count) {
+ * dst in `dtype`, with be's kernels (dst is be's memory). Values depend only
+ * on seed, name and element index. */
+static zs_status init_range(zs_ctx *zs, zs__backend *be, const zs_param *p, void *dst,
+                            zs_dtype dtype, int64_t first, int64_t count) {
     if (count <= 0) return ZS_OK;
-    zs__backend *be = zs->backend;
     uint64_t key = zs_k_param_key(zs->settings.seed, p->name);
     zs_k_init_kind kind = (zs_k_init_kind)p->init.kind;
     if (dtype == ZS_DTYPE_FP32)
@@ -188,26 +188,58 @@ static zs_status init_range(zs_ctx *zs, const zs_param *p, void *dst, zs_dtype d
             st = be->ops->convert(be, (char *)dst + (size_t)done * zs_dtype_size(dtype), dtype,
                                   scratch.ptr, ZS_DTYPE_FP32, n);
     }
-    zs__buf_free(be, &scratch);
+    zs__buf_free(&scratch);
     return st;
 }
 
-/* The NVMe tier's master weights: generated into host memory a round at a
- * time and written to the tier (its cache gathers them into chunks). */
-static zs_status init_master_on_nvme(zs_ctx *zs, int param, int64_t first, int64_t count) {
+/* A parameter's master weights wherever the store keeps them: generated in
+ * place in a memory tier, or in host memory a round at a time and written
+ * to the nvme tier (its cache gathers them into chunks). */
+typedef struct init_master_ctx {
+    zs_ctx *zs;
+    const zs_param *p;
+    int64_t element_of_first; /* the parameter's element at the chunk range's state index 0 */
+} init_master_ctx;
+
+static zs_status init_master_chunk(void *ctx, const zs__state_chunk *c) {
+    init_master_ctx *m = ctx;
+    return init_range(m->zs, c->runner, m->p, c->array[ZS_STATE_MASTER], ZS_DTYPE_FP32,
+                      m->element_of_first + c->first, c->count);
+}
+
+static zs_status init_master(zs_ctx *zs, int param, int64_t first, int64_t count) {
+    if (count <= 0) return ZS_OK;
+    const int64_t at = zs__state_index(zs, param, first);
+    if (zs->store.tier != ZS_TIER_NVME) {
+        init_master_ctx m = {zs, zs->params[param], first - at};
+        /* Memory tiers visit one chunk, in place (no write-back needed). */
+        return zs__store_each(&zs->store, at, at + count, 0, init_master_chunk, &m);
+    }
     const int64_t round = count < ZS_INIT_CHUNK ? count : ZS_INIT_CHUNK;
-    if (round <= 0) return ZS_OK;
     void *host = NULL;
     ZS_CHECK(zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, (size_t)round * sizeof(float), &host));
     zs_status st = ZS_OK;
     for (int64_t done = 0; done < count && st == ZS_OK; done += round) {
         const int64_t n = count - done < round ? count - done : round;
-        /* Host memory: the CPU backend's own; CUDA fills it on the host. */
-        st = init_range(zs, zs->params[param], host, ZS_DTYPE_FP32, first + done, n);
-        if (st == ZS_OK) st = zs__state_write(zs, ZS_STATE_MASTER, param, first + done, n, host);
+        st = init_range(zs, zs->host_backend, zs->params[param], host, ZS_DTYPE_FP32, first + done, n);
+        if (st == ZS_OK) st = zs__store_write(&zs->store, ZS_STATE_MASTER, at + done, n, host);
     }
     zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host, (size_t)round * sizeof(float));
     return st;
+}
+
+/* A buffer of the memory plan: device tags in the backend's memory; host
+ * tags (offload) in host memory the host backend computes on, page-locked
+ * by the device backend when offload.pin_memory says so and the device
+ * copies by DMA. */
+static zs_status plan_buf(zs_ctx *zs, zs__buf *buf, zs_mem_tag tag, zs_dtype dtype,
+                          int64_t count) {
+    if (count <= 0) return ZS_OK;
+    if (zs__mem_tag_on_device(tag) || zs->host_backend == zs->backend)
+        return zs__buf_alloc(zs->backend, buf, tag, dtype, count);
+    if (zs->settings.offload.pin_memory && !zs->backend->ops->host_accessible)
+        return zs__buf_alloc_pinned(zs->backend, zs->host_backend, buf, tag, dtype, count);
+    return zs__buf_alloc(zs->host_backend, buf, tag, dtype, count);
 }
 
 static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
@@ -215,6 +247,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     const int stage = zs->settings.zero.stage;
     const zs_dtype dt = zs->compute_dtype;
     zs__backend *be = zs->backend;
+    const uint64_t t0 = zs__metrics_now();
 
     /* Every size comes from the memory plan, which zs_estimate_memory
      * reports without building (memory_plan.h). */
@@ -227,10 +260,12 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     ZS_CHECK(planned);
     zs->grad_shard_dtype = mp.grad_shard_dtype;
     zs->reduce_dtype = mp.reduce_dtype;
+    const int offloaded = zs->settings.offload.optimizer != ZS_OFFLOAD_NONE ||
+                          zs->settings.offload.params != ZS_OFFLOAD_NONE;
 
     /* Stage 0 gathers the full optimizer state through the device
      * communicator after a load, which NCCL cannot do from host memory. */
-    if (stage == 0 && mp.offload_staging_bytes > 0 && !be->ops->host_accessible)
+    if (stage == 0 && offloaded && !be->ops->host_accessible)
         return zs__fail(ZS_ERR_UNSUPPORTED, "offload.optimizer with zero.stage = 0 runs on the cpu "
                         "backend only (stage 0 keeps the whole optimizer state on every rank, "
                         "which a load all-gathers on the device); use zero.stage >= 1");
@@ -256,37 +291,55 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
                         (unsigned long long)mp.device_bytes, stage, tags,
                         (unsigned long long)cap);
     }
-    if (stage < 3) ZS_CHECK(zs__buf_alloc(be, &zs->params_full, mp.params_tag, dt, mp.params_numel));
-    else if (mp.params_on_nvme)
-        ZS_CHECK(zs__buf_alloc(be, &zs->gather_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
-                               mp.gather_staging_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
+    /* Offloaded, the host tiers are another backend's memory, even on the
+     * CPU (where the copies between them are then plain memcpys). */
+    zs->host_backend = be;
+    if (offloaded) ZS_CHECK(zs__cpu_backend_create(&zs->mem, &zs->host_backend));
+
+    if (stage < 3) ZS_CHECK(plan_buf(zs, &zs->params_full, mp.params_tag, dt, mp.params_numel));
+    else if (mp.params_on_nvme) {
+        ZS_CHECK(plan_buf(zs, &zs->gather_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
+                          mp.gather_staging_numel));
+        ZS_CHECK(plan_buf(zs, &zs->gather_rounded, ZS_MEM_OFFLOAD_STAGING, dt,
+                          mp.gather_rounded_numel));
+    } else ZS_CHECK(plan_buf(zs, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
     zs->params_on_nvme = mp.params_on_nvme;
-    if (stage < 2) ZS_CHECK(zs__buf_alloc(be, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
-    else ZS_CHECK(zs__buf_alloc(be, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
-    if (mp.nvme) {
-        ZS_CHECK(zs__nvme_tier_create(zs, &mp.nvme_layout, runid));
-    } else {
-        if (mp.has_master) ZS_CHECK(zs__buf_alloc(be, &zs->master, mp.master_tag, ZS_DTYPE_FP32, mp.state_numel));
-        if (mp.moments >= 1) ZS_CHECK(zs__buf_alloc(be, &zs->optim_m, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
-        if (mp.moments >= 2) ZS_CHECK(zs__buf_alloc(be, &zs->optim_v, mp.optim_tag, ZS_DTYPE_FP32, mp.state_numel));
-    }
-    if (mp.offload_staging_bytes > 0)
-        ZS_CHECK(zs__buf_alloc(be, &zs->offload_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
-                               mp.offload_staging_bytes / (int64_t)sizeof(float)));
+    if (stage < 2) ZS_CHECK(plan_buf(zs, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
+    else ZS_CHECK(plan_buf(zs, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
+    ZS_CHECK(plan_buf(zs, &zs->grads_host, ZS_MEM_HOST_STATE, dt, mp.grads_host_numel));
+    ZS_CHECK(plan_buf(zs, &zs->grads_landing, ZS_MEM_OFFLOAD_STAGING, mp.landing_dtype,
+                      mp.grads_landing_numel));
+    ZS_CHECK(plan_buf(zs, &zs->params_host, ZS_MEM_OFFLOAD_STAGING, dt, mp.params_host_numel));
+    const zs__store_spec spec = {
+        .tier = mp.nvme ? ZS_TIER_NVME
+                : zs->settings.offload.optimizer == ZS_OFFLOAD_HOST ? ZS_TIER_HOST
+                                                                    : ZS_TIER_DEVICE,
+        .numel = mp.state_numel,
+        .moments = mp.moments,
+        .has_master = mp.has_master,
+        .device = be,
+        .host = zs->host_backend,
+        .pin = zs->settings.offload.pin_memory && !be->ops->host_accessible,
+        .nvme_layout = &mp.nvme_layout,
+        .nvme_dir = zs->settings.offload.nvme_path,
+        .nvme_runid = runid,
+        .rank = zs->rank,
+        .mem = &zs->mem,
+    };
+    ZS_CHECK(zs__store_create(&zs->store, &spec));
+    if (mp.nvme) zs__nvme_tier_named(zs);
     ZS_CHECK(zs__live_create(&zs->live, be, mp.live_budget, mp.live_blocks));
     ZS_CHECK(zs__bucket_create(zs, mp.bucket_staging_numel));
     if (mp.reduce_staging_numel > 0)
         ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
                                mp.reduce_staging_numel));
-    /* A separate fp32 master exists in mixed precision, and whenever the
-     * optimizer runs on the host (offload) while the device keeps the
-     * parameters. */
-    const int mixed = mp.has_master;
+    const double allocated = 1e-9 * (double)(zs__metrics_now() - t0);
 
     /* Initial values: full buffers are filled whole on every rank (values
      * depend only on seed, name and index, so no communication is needed);
-     * shards fill only the owned slice. Gaps and padding stay zero. */
+     * shards fill only the owned slice. Gaps and padding stay zero. A
+     * separate fp32 master (mixed precision, or offloaded while the device
+     * keeps the parameters) gets the same fp32 values the copies round. */
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
         const zs__plan_param *pp = &plan->params[i];
@@ -296,18 +349,20 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         int owned = zs__plan_owned_range(plan, i, zs->rank, &b, &e);
         int64_t shard_index = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
         if (stage < 3)
-            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_full, full_index), dt, 0, p->numel));
-        else if (owned && !zs->params_on_nvme) /* on NVMe: the master below is the parameter */
-            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->params_shard, shard_index), dt, b, e - b));
-        if (zs->nvme && owned)
-            ZS_CHECK(init_master_on_nvme(zs, i, b, e - b));
-        else if (mixed && stage == 0)
-            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->master, full_index), ZS_DTYPE_FP32, 0, p->numel));
-        else if (mixed && owned)
-            ZS_CHECK(init_range(zs, p, zs__buf_at(&zs->master, shard_index), ZS_DTYPE_FP32, b, e - b));
+            ZS_CHECK(init_range(zs, zs->params_full.be, p, zs__buf_at(&zs->params_full, full_index),
+                                dt, 0, p->numel));
+        else if (owned && !zs->params_on_nvme) /* on NVMe: the master is the parameter */
+            ZS_CHECK(init_range(zs, zs->params_shard.be, p,
+                                zs__buf_at(&zs->params_shard, shard_index), dt, b, e - b));
+        if (mp.has_master && stage == 0) ZS_CHECK(init_master(zs, i, 0, p->numel));
+        else if (mp.has_master && owned) ZS_CHECK(init_master(zs, i, b, e - b));
     }
     /* The last chunk of master weights leaves the tier's cache for the disk. */
-    if (zs->nvme) ZS_CHECK(zs__nvme_state_flush(zs->nvme));
+    ZS_CHECK(zs__store_flush(&zs->store));
+    ZS_CHECK(zs__update_create(zs));
+    ZS_INFO("zs_build: buffers allocated in %.2f s, initialized in %.2f s (%s tier%s)", allocated,
+            1e-9 * (double)(zs__metrics_now() - t0) - allocated, zs__tier_name(zs->store.tier),
+            spec.pin && spec.tier == ZS_TIER_HOST ? ", page-locked" : "");
     return ZS_OK;
 }
 

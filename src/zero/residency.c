@@ -187,6 +187,9 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         zs__trace_leave(zs);
         return ZS_OK;
     }
+    /* Stages 0-2: the parameters are in place once the last offloaded
+     * update has copied this unit back (and, stages 1-2, gathered it). */
+    zs__update_unit_ready(zs, unit->index);
     unit->fetched = 1;
     zs__trace_leave(zs);
     return ZS_OK;

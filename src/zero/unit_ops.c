@@ -52,6 +52,51 @@ static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, i
     return ZS_OK;
 }
 
+/* The reduced owned chunk of unit u (`chunk`, device memory, chunk_dtype)
+ * into the gradient the optimizer reads:
+ *   - stages 2-3 (to_shard): the shard, converted (one micro-step per step)
+ *     or added (accumulation). A shard in host memory (offload) is reached
+ *     by an explicit copy: as is, or after a conversion on the device into
+ *     `scratch` (device memory of the compute dtype with room for the
+ *     chunk); with accumulation the chunk lands in grads_landing and the
+ *     host backend adds it once the device's queue has drained.
+ *   - stages 0-1 offloaded: a copy into grads_host (the owned gradient in the
+ *     state layout, for the host update); the device keeps the full buffer.
+ * Shared by a unit's own reduction and by buckets. */
+zs_status zs__grad_into_owned(zs_ctx *zs, int u, const void *full, const void *chunk,
+                              zs_dtype chunk_dtype, void *scratch, int to_shard) {
+    zs__backend *be = zs->backend;
+    const zs__plan_unit *pu = &zs->plan->units[u];
+    const int64_t n = pu->shard_numel;
+    if (!to_shard) {
+        if (!zs->grads_host.ptr) return ZS_OK;
+        /* Stage 0 updates the whole unit on every rank: all of it. */
+        if (zs->settings.zero.stage == 0)
+            return be->ops->copy(be, zs__buf_at(&zs->grads_host, pu->full_offset), full,
+                                 (size_t)pu->padded_numel * zs_dtype_size(zs->compute_dtype));
+        return be->ops->copy(be, zs__buf_at(&zs->grads_host, pu->shard_offset), chunk,
+                             (size_t)n * zs_dtype_size(chunk_dtype));
+    }
+    zs__buf *shard = &zs->grads_shard;
+    void *dst = zs__buf_at(shard, pu->shard_offset);
+    const int accumulate = zs->settings.gradient_accumulation_steps > 1;
+    if (shard->be == be) {
+        if (accumulate) return be->ops->accumulate(be, dst, shard->dtype, chunk, chunk_dtype, n);
+        return be->ops->convert(be, dst, shard->dtype, chunk, chunk_dtype, n);
+    }
+    if (!accumulate) {
+        if (chunk_dtype != shard->dtype) {
+            ZS_CHECK(be->ops->convert(be, scratch, shard->dtype, chunk, chunk_dtype, n));
+            chunk = scratch;
+        }
+        return be->ops->copy(be, dst, chunk, (size_t)n * zs_dtype_size(shard->dtype));
+    }
+    zs__buf *landing = &zs->grads_landing;
+    ZS_CHECK(be->ops->copy(be, landing->ptr, chunk, (size_t)n * zs_dtype_size(chunk_dtype)));
+    ZS_CHECK(be->ops->synchronize(be));
+    return shard->be->ops->accumulate(shard->be, dst, shard->dtype, landing->ptr, chunk_dtype, n);
+}
+
 /* Copies this rank's slice of the unit into its place in the gathered
  * buffer, then all-gathers the others'. */
 static zs_status run_gather(zs__engine_op *op) {
@@ -61,12 +106,17 @@ static zs_status run_gather(zs__engine_op *op) {
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     void *mine = (char *)u->buf + (size_t)(zs->rank * pu->shard_numel) * elem;
     if (zs->params_on_nvme) {
-        /* The shard's fp32 master weights from the swap file, rounded: the
-         * same bits the optimizer would have written to a parameter copy. */
-        ZS_CHECK(zs__nvme_state_get(zs->nvme, 0, pu->shard_offset, pu->shard_numel,
-                                    zs->gather_staging.ptr));
-        ZS_CHECK(zs->backend->ops->convert(zs->backend, mine, zs->compute_dtype,
-                                           zs->gather_staging.ptr, ZS_DTYPE_FP32, pu->shard_numel));
+        /* The shard's fp32 master weights from the swap file, rounded on the
+         * host (the bits the optimizer would have written to a parameter
+         * copy), then copied into place. */
+        float *master = zs->gather_staging.ptr;
+        void *rounded = zs->gather_rounded.ptr ? zs->gather_rounded.ptr : (void *)master;
+        ZS_CHECK(zs__store_read(&zs->store, ZS_STATE_MASTER, pu->shard_offset, pu->shard_numel,
+                                master));
+        if (rounded != (void *)master)
+            ZS_CHECK(zs_convert(rounded, zs->compute_dtype, master, ZS_DTYPE_FP32,
+                                pu->shard_numel));
+        ZS_CHECK(zs->backend->ops->copy(zs->backend, mine, rounded, (size_t)pu->shard_numel * elem));
     } else {
         ZS_CHECK(zs->backend->ops->copy(zs->backend, mine,
                                         zs__buf_at(&zs->params_shard, pu->shard_offset),
@@ -77,25 +127,22 @@ static zs_status run_gather(zs__engine_op *op) {
     return ZS_OK;
 }
 
-/* Reduces the unit's gradient; in stages 2-3 the owned chunk then goes into
- * the gradient shard: a copy when each step has one micro-step, else a sum
- * across micro-steps (the shard is zeroed after every step). */
+/* Reduces the unit's gradient; the owned chunk then goes where the
+ * optimizer reads it (zs__grad_into_owned). */
 static zs_status run_reduce(zs__engine_op *op) {
     zs__unit_op *u = (zs__unit_op *)op;
     zs_ctx *zs = u->zs;
-    zs__backend *be = zs->backend;
     const void *chunk = NULL;
     zs_dtype chunk_dtype = zs->compute_dtype;
     zs_status st = reduce_unit_grad(zs, u->unit, u->buf, u->all_reduce, u->to_shard, &chunk,
                                     &chunk_dtype);
-    if (st == ZS_OK && u->to_shard) {
+    if (st == ZS_OK) {
+        /* The unit's own chunk of its full buffer is free for a conversion. */
         const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
-        void *dst = zs__buf_at(&zs->grads_shard, pu->shard_offset);
-        if (zs->settings.gradient_accumulation_steps == 1)
-            st = be->ops->convert(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype, pu->shard_numel);
-        else
-            st = be->ops->accumulate(be, dst, zs->grad_shard_dtype, chunk, chunk_dtype,
-                                     pu->shard_numel);
+        void *scratch = (char *)u->buf + (size_t)zs->rank * (size_t)pu->shard_numel *
+                                             zs_dtype_size(zs->compute_dtype);
+        st = zs__grad_into_owned(zs, u->unit->index, u->buf, chunk, chunk_dtype, scratch,
+                                 u->to_shard);
     }
     if (st != ZS_OK) return zs__fail_context(st, "gradient reduction of '%s'", u->unit->name);
     return ZS_OK;
@@ -114,6 +161,8 @@ static void prepare(zs__unit_op *u, zs_ctx *zs, zs_unit *unit, void *buf, const 
 }
 
 void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit) {
+    /* The shard it reads holds the last offloaded update's values first. */
+    zs__update_unit_ready(zs, unit->index);
     zs__unit_op *u = &unit->gather;
     prepare(u, zs, unit, unit->live_params, "all_gather", run_gather);
     zs__engine_submit(zs->engine, &u->op);

@@ -83,12 +83,12 @@ static int fixture_specs(zs__st_tensor_spec *specs) {
     for (int k = 0; k < 6; k++) g_bf[k] = (uint16_t)(0x4000 + 3 * k);
     for (int k = 0; k < 5; k++) g_blob[k] = (uint8_t)(0xF0 + k);
     const zs__st_tensor_spec list[] = {
-        {"layer.0.weight", ZS_ST_F32, 2, {3, 4}, g_w, sizeof g_w},
-        {"layer.0.bias", ZS_ST_F16, 1, {4}, g_b16, sizeof g_b16},
-        {"emb:exp_avg", ZS_ST_BF16, 2, {2, 3}, g_bf, sizeof g_bf},
-        {"empty", ZS_ST_F32, 2, {0, 7}, NULL, 0},
-        {"global:rng", ZS_ST_U8, 1, {5}, g_blob, sizeof g_blob},
-        {"scale", ZS_ST_F32, 0, {0}, &g_scalar, sizeof g_scalar},
+        {"layer.0.weight", ZS_ST_F32, 2, {3, 4}, g_w, sizeof g_w, NULL, NULL},
+        {"layer.0.bias", ZS_ST_F16, 1, {4}, g_b16, sizeof g_b16, NULL, NULL},
+        {"emb:exp_avg", ZS_ST_BF16, 2, {2, 3}, g_bf, sizeof g_bf, NULL, NULL},
+        {"empty", ZS_ST_F32, 2, {0, 7}, NULL, 0, NULL, NULL},
+        {"global:rng", ZS_ST_U8, 1, {5}, g_blob, sizeof g_blob, NULL, NULL},
+        {"scale", ZS_ST_F32, 0, {0}, &g_scalar, sizeof g_scalar, NULL, NULL},
     };
     memcpy(specs, list, sizeof list);
     return (int)(sizeof list / sizeof list[0]);
@@ -241,23 +241,23 @@ static void test_st_writer_rejects(void) {
         zs__st_tensor_spec spec;
         const char *text;
     } cases[] = {
-        {{"a/b", ZS_ST_F32, 1, {2}, v, 8}, "'/'"},
-        {{"a..b", ZS_ST_F32, 1, {2}, v, 8}, "\"..\""},
-        {{"", ZS_ST_F32, 1, {2}, v, 8}, "empty"},
-        {{"__metadata__", ZS_ST_F32, 1, {2}, v, 8}, "reserved"},
-        {{"a", ZS_ST_F32, 1, {2}, v, 12}, "declares 12 bytes"},
-        {{"a", (zs__st_dtype)9, 1, {2}, v, 8}, "dtype 9"},
-        {{"a", ZS_ST_F32, 1, {-2}, v, 8}, "negative"},
-        {{"a", ZS_ST_F32, 9, {1, 1, 1, 1, 1, 1, 1, 1}, v, 4}, "dimensions"},
-        {{"a", ZS_ST_F32, 3, {INT64_MAX, INT64_MAX, 2}, v, 8}, "more than"},
-        {{"\xff", ZS_ST_F32, 1, {2}, v, 8}, "UTF-8"},
+        {{"a/b", ZS_ST_F32, 1, {2}, v, 8, NULL, NULL}, "'/'"},
+        {{"a..b", ZS_ST_F32, 1, {2}, v, 8, NULL, NULL}, "\"..\""},
+        {{"", ZS_ST_F32, 1, {2}, v, 8, NULL, NULL}, "empty"},
+        {{"__metadata__", ZS_ST_F32, 1, {2}, v, 8, NULL, NULL}, "reserved"},
+        {{"a", ZS_ST_F32, 1, {2}, v, 12, NULL, NULL}, "declares 12 bytes"},
+        {{"a", (zs__st_dtype)9, 1, {2}, v, 8, NULL, NULL}, "dtype 9"},
+        {{"a", ZS_ST_F32, 1, {-2}, v, 8, NULL, NULL}, "negative"},
+        {{"a", ZS_ST_F32, 9, {1, 1, 1, 1, 1, 1, 1, 1}, v, 4, NULL, NULL}, "dimensions"},
+        {{"a", ZS_ST_F32, 3, {INT64_MAX, INT64_MAX, 2}, v, 8, NULL, NULL}, "more than"},
+        {{"\xff", ZS_ST_F32, 1, {2}, v, 8, NULL, NULL}, "UTF-8"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ZT_FAILS_WITH(zs__st_write(path, &cases[k].spec, 1, NULL, 0, NULL, NULL, NULL, NULL, NULL),
                       ZS_ERR_INVALID_ARGUMENT, cases[k].text);
         ZT_CHECK(!zs__fs_is_file(path));
     }
-    zs__st_tensor_spec two[2] = {{"a", ZS_ST_F32, 1, {1}, v, 4}, {"a", ZS_ST_F32, 1, {1}, v, 4}};
+    zs__st_tensor_spec two[2] = {{"a", ZS_ST_F32, 1, {1}, v, 4, NULL, NULL}, {"a", ZS_ST_F32, 1, {1}, v, 4, NULL, NULL}};
     ZT_FAILS_WITH(zs__st_write(path, two, 2, NULL, 0, NULL, NULL, NULL, NULL, NULL),
                   ZS_ERR_INVALID_ARGUMENT, "duplicate tensor name");
     char long_value[ZS_ST_META_VALUE_MAX + 2];
@@ -273,7 +273,7 @@ static void test_st_writer_rejects(void) {
     zs__st_meta dup_meta[] = {{"k", "1"}, {"k", "2"}};
     ZT_FAILS_WITH(zs__st_write(path, two, 1, dup_meta, 2, NULL, NULL, NULL, NULL, NULL),
                   ZS_ERR_INVALID_ARGUMENT, "duplicate metadata key");
-    zs__st_tensor_spec null_data = {"a", ZS_ST_F32, 1, {2}, NULL, 8};
+    zs__st_tensor_spec null_data = {"a", ZS_ST_F32, 1, {2}, NULL, 8, NULL, NULL};
     ZT_FAILS_WITH(zs__st_write(path, &null_data, 1, NULL, 0, NULL, NULL, NULL, NULL, NULL),
                   ZS_ERR_INVALID_ARGUMENT, "NULL data");
     ZT_CHECK(!zs__fs_is_file(path));
@@ -379,7 +379,7 @@ static void test_st_write_at(void) {
                                   NULL),
                   ZS_ERR_INVALID_ARGUMENT, "invalid file name");
     /* Invalid specs are refused before anything is created. */
-    zs__st_tensor_spec bad = {"a/b", ZS_ST_F32, 1, {2}, g_w, 8};
+    zs__st_tensor_spec bad = {"a/b", ZS_ST_F32, 1, {2}, g_w, 8, NULL, NULL};
     ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "bad.partial", &bad, 1, NULL, 0, NULL, NULL, NULL,
                                   NULL, NULL),
                   ZS_ERR_INVALID_ARGUMENT, "'/'");
@@ -464,8 +464,8 @@ static void st_touch_all(const zs__st_file *f) {
 static void test_st_flips_and_truncations(void) {
     float a[2] = {1.0f, -2.0f};
     uint8_t b[3] = {7, 8, 9};
-    zs__st_tensor_spec specs[] = {{"a.w", ZS_ST_F32, 1, {2}, a, sizeof a},
-                                  {"b", ZS_ST_U8, 2, {1, 3}, b, sizeof b}};
+    zs__st_tensor_spec specs[] = {{"a.w", ZS_ST_F32, 1, {2}, a, sizeof a, NULL, NULL},
+                                  {"b", ZS_ST_U8, 2, {1, 3}, b, sizeof b, NULL, NULL}};
     zs__st_meta meta[] = {{"k", "v"}};
     const char *good = path_of("small.safetensors");
     ZT_OK(zs__st_write(good, specs, 2, meta, 1, NULL, NULL, NULL, NULL, NULL));

@@ -92,7 +92,9 @@ static void test_concurrent(void) {
     char pattern[512], path[512];
     snprintf(pattern, sizeof pattern, "%s/conc-%%r.json", g_dir);
     zs__trace *tr = NULL;
-    ZT_OK(zs__trace_create(pattern, 3, 2 * THREAD_SPANS + 64, &tr));
+    /* Room for everything: half for the comm ring (THREAD_SPANS), an eighth
+     * for the optimizer's (THREAD_SPANS / 3), the rest for the main one. */
+    ZT_OK(zs__trace_create(pattern, 3, 3 * THREAD_SPANS + 64, &tr));
     ZT_REQUIRE(tr != NULL);
     path_in_dir(path, sizeof path, "conc-3.json");
     ZT_CHECK_MSG(strcmp(zs__trace_path(tr), path) == 0, "path %s, expected %s",
@@ -167,12 +169,16 @@ static void test_concurrent(void) {
                                            "h\xc3\xa9llo \xe2\x82\xac", "bad\xef\xbf\xbd\xef\xbf\xbd",
                                            /* 62 a's, then the 2-byte é would end at byte 64: dropped whole */
                                            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    /* The compute spans are the main ring's, in recording order: the j-th
+     * is span i = 3 (j / 2) + j % 2 of the loop (every third went to the
+     * optimizer's ring). */
     int k = 0;
     for (size_t i = 0; i < n && k < 2 * nlabels; i++) {
-        if (json_object_get_int(get(ev[i], "tid")) == ZS_TRACE_COMM) continue;
+        if (json_object_get_int(get(ev[i], "tid")) != ZS_TRACE_COMPUTE) continue;
         const char *unit = get_str(get(ev[i], "args"), "unit");
-        ZT_CHECK_MSG(unit && strcmp(unit, expected[k % nlabels]) == 0, "label %d: got '%s', want '%s'",
-                     k, unit ? unit : "(none)", expected[k % nlabels]);
+        const int want = (3 * (k / 2) + k % 2) % nlabels;
+        ZT_CHECK_MSG(unit && strcmp(unit, expected[want]) == 0, "label %d: got '%s', want '%s'",
+                     k, unit ? unit : "(none)", expected[want]);
         k++;
     }
 
@@ -211,10 +217,14 @@ static void test_overflow(void) {
     snprintf(pattern, sizeof pattern, "%s/over.json", g_dir);
     path_in_dir(path, sizeof path, "over.json");
     zs__trace *tr = NULL;
-    /* 2048 events: 1024 for the comm ring, 1024 for the main-thread ring. */
+    /* 2048 events: 1024 for the comm ring, 256 for the optimizer's, 768
+     * for the main thread's. */
     ZT_OK(zs__trace_create(pattern, 0, 2048, &tr));
     ZT_REQUIRE(tr != NULL);
-    const int total = 1500;
+    const int total = 1500, kept = 768, optimizer = 300, optimizer_kept = 256;
+    const int dropped = total - kept;
+    int dropped_checkpoint = 0;
+    for (int i = 0; i < dropped; i++) dropped_checkpoint += i % 10 == 0;
     uint64_t base = zs__trace_now();
     for (int i = 0; i < total; i++) {
         zs__trace_args a = {.seq = i, .has = ZS_TRACE_HAS_SEQ};
@@ -224,29 +234,35 @@ static void test_overflow(void) {
                        base + (uint64_t)i * 1000, base + (uint64_t)i * 1000 + 500, &a);
     }
     for (int i = 0; i < 100; i++) zs__trace_span(tr, ZS_TRACE_COMM, "all_gather", base, base + 1, NULL);
-    /* The oldest 476 main-thread events were overwritten: 48 checkpoint ones
-     * (i = 0, 10, ..., 470) and 428 compute ones. */
-    ZT_EQ_INT(zs__trace_dropped(tr, ZS_TRACE_CHECKPOINT), 48);
-    ZT_EQ_INT(zs__trace_dropped(tr, ZS_TRACE_COMPUTE), total - 1024 - 48);
+    /* The optimizer's ring is its own: its drops touch no other track. */
+    for (int i = 0; i < optimizer; i++)
+        zs__trace_span(tr, ZS_TRACE_OPTIMIZER, "optimizer update", base, base + 1, NULL);
+    /* The oldest 732 main-thread events were overwritten: 74 checkpoint ones
+     * (i = 0, 10, ..., 730) and 658 compute ones. */
+    ZT_EQ_INT(zs__trace_dropped(tr, ZS_TRACE_CHECKPOINT), dropped_checkpoint);
+    ZT_EQ_INT(zs__trace_dropped(tr, ZS_TRACE_COMPUTE), dropped - dropped_checkpoint);
     ZT_EQ_INT(zs__trace_dropped(tr, ZS_TRACE_COMM), 0);
+    ZT_EQ_INT(zs__trace_dropped(tr, ZS_TRACE_OPTIMIZER), optimizer - optimizer_kept);
     fprintf(stderr, "(a warning about overwritten events is expected next)\n");
     ZT_OK(zs__trace_flush(tr));
     json_object *root = parse_file(path);
     ZT_REQUIRE(root != NULL);
     json_object *ev[2048];
     size_t n = spans(root, ev, 2048);
-    ZT_EQ_INT(n, 1024 + 100);
-    /* The main-thread ring comes first, oldest to newest: seq 476 .. 1499. */
+    ZT_EQ_INT(n, kept + 100 + optimizer_kept);
+    /* The main-thread ring comes first, oldest to newest. */
     int in_order = 1;
-    for (int i = 0; i < 1024; i++)
-        if (json_object_get_int(get(get(ev[i], "args"), "seq")) != total - 1024 + i) in_order = 0;
-    ZT_CHECK_MSG(in_order, "the kept events are not the newest 1024 in order");
+    for (int i = 0; i < kept; i++)
+        if (json_object_get_int(get(get(ev[i], "args"), "seq")) != dropped + i) in_order = 0;
+    ZT_CHECK_MSG(in_order, "the kept events are not the newest %d in order", kept);
     json_object *info = metadata(root, "zeroshard_trace", -1);
     ZT_REQUIRE(info != NULL);
-    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_events")), total - 1024);
-    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_checkpoint")), 48);
-    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_compute")), total - 1024 - 48);
+    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_events")),
+              dropped + optimizer - optimizer_kept);
+    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_checkpoint")), dropped_checkpoint);
+    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_compute")), dropped - dropped_checkpoint);
     ZT_EQ_INT(json_object_get_int64(get(info, "dropped_comm")), 0);
+    ZT_EQ_INT(json_object_get_int64(get(info, "dropped_optimizer")), optimizer - optimizer_kept);
     ZT_EQ_INT(json_object_get_int64(get(info, "capacity")), 2048);
     json_object_put(root);
     zs__trace_destroy(tr);

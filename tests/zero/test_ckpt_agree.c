@@ -134,13 +134,13 @@ static void add_tensors(zs__manifest *m, int f, int extra, int64_t extra_count, 
         const zs__st_entry *e = zs__st_entry_at(sf, i);
         void *data = malloc(e->end - e->begin + 1);
         ZT_REQUIRE(zs__st_read(sf, e, 0, data, e->end - e->begin) == ZS_OK);
-        specs[i] = (zs__st_tensor_spec){e->name, e->dtype, e->ndim, {0}, data, e->end - e->begin};
+        specs[i] = (zs__st_tensor_spec){e->name, e->dtype, e->ndim, {0}, data, e->end - e->begin, NULL, NULL};
         memcpy(specs[i].shape, e->shape, sizeof e->shape);
     }
     for (int k = 0; k < extra; k++) {
         snprintf(names[k], sizeof names[k], "w:extra%d", k);
         specs[n + k] = (zs__st_tensor_spec){names[k], ZS_ST_F32, 1, {extra_count}, zeros,
-                                            (uint64_t)extra_count * 4};
+                                            (uint64_t)extra_count * 4, NULL, NULL};
     }
     static const char *keys[] = {"format", "version", "step", "rank", "world_size", "kind"};
     zs__st_meta meta[6];

@@ -124,8 +124,10 @@ static void test_step_fails_together(void) {
     }
     if (zt_rank == 1)
         ZT_FAILS_WITH(zs_step(zs, NULL), ZS_ERR_STATE, "unit 'u0' is still fetched");
-    else
-        ZT_FAILS_WITH(zs_step(zs, NULL), ZS_ERR_STATE, "1 rank(s) were not ready");
+    else /* the failing rank's own cause, and who reported it */
+        ZT_FAILS_WITH(zs_step(zs, NULL), ZS_ERR_STATE,
+                      "unit 'u0' is still fetched; release every unit before zs_step (reported "
+                      "by rank 1)");
     zs_destroy(zs);
 
     /* Every rank forgot grads_ready for one unit. */

@@ -22,7 +22,7 @@
 
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h" /* zs->nvme, for the test-only descriptor */
+#include "zero/ctx.h" /* zs->store.nvme, for the test-only descriptor */
 
 #define STEPS 4
 #define FAULT_STEP 2
@@ -38,13 +38,13 @@ static void inject(zs_ctx *zs, int step, void *arg) {
     fault *f = arg;
     if (step != FAULT_STEP || f->done) return;
     f->done = 1;
-    const int fd = zs__nvme_state_fd_for_test(zs->nvme);
+    const int fd = zs__nvme_state_fd_for_test(zs->store.nvme);
     if (strcmp(f->kind, "rmdir") == 0) {
         /* Every rank: the per-run directory goes away under the job. */
         MPI_Barrier(MPI_COMM_WORLD);
         if (zt_rank == 0) {
             char dir[512], cmd[600];
-            snprintf(dir, sizeof dir, "%s", zs__nvme_state_path(zs->nvme));
+            snprintf(dir, sizeof dir, "%s", zs__nvme_state_path(zs->store.nvme));
             char *slash = strrchr(dir, '/');
             if (slash) *slash = '\0';
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -96,7 +96,24 @@ int main(int argc, char **argv) {
             compare(&none, &host, what);
             ZT_EQ_U64(host.memory.current[ZS_MEM_MASTER] + host.memory.current[ZS_MEM_OPTIM], 0);
             ZT_CHECK_MSG(host.memory.current[ZS_MEM_HOST_STATE] > 0, "%s: nothing in host_state", what);
-            ZT_EQ_U64(host.memory.current[ZS_MEM_OFFLOAD_STAGING], 4096);
+            /* Host staging: the new parameters in the compute dtype before
+             * they go back (not in fp32, whose master in host memory is
+             * the source), and, with accumulation in stages 2-3, the
+             * landing of one reduced unit chunk before the host adds it. */
+            {
+                int world = 1;
+                MPI_Comm_size(MPI_COMM_WORLD, &world);
+                const uint64_t elem = d == 0 ? 4 : 2;
+                int64_t state = 0, max_shard = 0;
+                for (int l = 0; l < TINY_LAYERS; l++) {
+                    const int64_t shard = harness_unit_padded(l, world) / world;
+                    state += shard;
+                    max_shard = shard > max_shard ? shard : max_shard;
+                }
+                const uint64_t want = (d == 0 ? 0 : (uint64_t)state * elem) +
+                                      (stage >= 2 ? (uint64_t)max_shard * elem : 0);
+                ZT_EQ_U64(host.memory.current[ZS_MEM_OFFLOAD_STAGING], want);
+            }
             if (stage == 3) {
                 opt.config_extra = "offload: { optimizer = \"host\"; params = \"host\"; buffer_bytes = 4096; };";
                 ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &both) == 0);

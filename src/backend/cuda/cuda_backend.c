@@ -65,16 +65,9 @@ typedef struct cuda_impl {
     double *norm_dev;         /* device: [ZS_CUDA_NORM_BATCH] block partials, then
                                  [norm_cap] per-array totals */
     double *norm_host;        /* pinned host: [norm_cap] totals, copied from the device */
-    unsigned char *norm_where; /* [norm_cap] 1 where an array of the call is host memory */
     int norm_cap;             /* arrays the totals hold */
     size_t norm_bytes;        /* charged to ZS_MEM_SCRATCH for the two above */
     uint64_t waits;           /* blocking waits so far (wait_event calls) */
-    /* Offload: the host tags (host_state, host_params, offload_staging) are
-     * host memory, page-locked when offload.pin_memory, and ops whose
-     * operands are there run on the host. 0 = no offload: every operand is
-     * device memory and none of that code runs. */
-    int host_tiers;
-    int pin;
 } cuda_impl;
 
 static cuda_impl *impl_of(zs__backend *be) { return be->impl; }
@@ -187,76 +180,86 @@ static zs_status wait_stream(cuda_impl *c, const char *doing) {
 }
 
 /* ------------------------------------------------------------------------
- * Host tiers (offload.optimizer / offload.params = "host" or "nvme").
- *
- * The offloaded state lives in host memory (pinned when offload.pin_memory,
- * so that copies are DMA), and the step that works on it runs on the host
- * with the CPU backend's kernels, which give the same bits as the device's
- * (kernels/ math with --fmad=false; test_cuda_kernels). Before the host
- * touches such memory the compute stream drains, so every copy into it
- * enqueued before (a reduced gradient shard going device -> host as its
- * collective ends) has landed. An op with one operand on each side stages
- * the device one through host memory. */
+ * Host memory. The backend does not know about offload tiers: the zero
+ * layer keeps them in host memory it allocates here, page-locked (so that
+ * copies between it and the device are DMA), and computes on them with the
+ * host backend; every op here takes device memory, except `copy`, whose
+ * either side may be host memory (cudaMemcpyDefault). */
 
-static int tag_on_host(zs_mem_tag tag) {
-    return tag == ZS_MEM_HOST_STATE || tag == ZS_MEM_HOST_PARAMS || tag == ZS_MEM_OFFLOAD_STAGING;
+/* Page-locked host memory charged to tag, made as fast as the machine
+ * allows: cudaHostAlloc maps and locks the pages on one thread (about
+ * 2 GB/s, a minute for the tens of GB of a large model's offloaded state),
+ * so the memory is allocated plainly, zeroed (first touch) on every OpenMP
+ * thread, and registered (cudaHostRegister) in chunks, the chunks on
+ * several threads at once. Freed by unregistering the same chunks. Copies
+ * between it and the device are then DMA, asynchronous on the stream. */
+#define ZS_CUDA_PIN_CHUNK ((size_t)1 << 30)
+#define ZS_CUDA_PAGE ((size_t)4096)
+
+static size_t pin_chunks(size_t bytes) { return (bytes + ZS_CUDA_PIN_CHUNK - 1) / ZS_CUDA_PIN_CHUNK; }
+
+static void unregister_chunks(void *p, size_t chunks) {
+    for (size_t k = 0; k < chunks; k++)
+        if (cudaHostUnregister((char *)p + k * ZS_CUDA_PIN_CHUNK) != cudaSuccess)
+            (void)cudaGetLastError();
 }
 
-/* 1 for host memory (pinned or pageable), 0 for device memory; always 0
- * without offload. */
-static int is_host(const cuda_impl *c, const void *p) {
-    if (!c->host_tiers || !p) return 0;
-    struct cudaPointerAttributes a;
-    cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e == cudaErrorInvalidValue) {
-        (void)cudaGetLastError(); /* older runtimes: an unregistered host pointer */
-        return 1;
-    }
-    /* Any other failure (a sticky error of the context) is no evidence of
-     * host memory: the device op runs and reports the real error. */
-    if (e != cudaSuccess) return 0;
-    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
-}
-
-/* Page-locked host memory charged to tag: copies to and from it are DMA,
- * asynchronous on the stream. */
 static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
                               const char *advice, void **out) {
-    void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cudaHostAlloc of %zu "
-                        "pinned bytes for '%s' failed: %s; free host memory, raise the "
-                        "locked-memory limit (ulimit -l), or %s",
-                        c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e), advice);
+    const size_t rounded = (bytes + ZS_CUDA_PAGE - 1) / ZS_CUDA_PAGE * ZS_CUDA_PAGE;
+    const uint64_t t0 = (uint64_t)now_ns();
+    void *p = aligned_alloc(ZS_CUDA_PAGE, rounded);
+    if (!p)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cannot allocate %zu "
+                        "bytes of host memory for '%s'; free host memory, or %s",
+                        c->device, bytes, zs_mem_tag_name(tag), advice);
+    zs__host_zero(p, rounded);
+    const uint64_t t1 = (uint64_t)now_ns();
+    const size_t chunks = pin_chunks(rounded);
+    cudaError_t first = cudaSuccess;
+    /* Each thread makes the device current for itself before it registers. */
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
+    for (long k = 0; k < (long)chunks; k++) {
+        const size_t at = (size_t)k * ZS_CUDA_PIN_CHUNK;
+        const size_t n = rounded - at < ZS_CUDA_PIN_CHUNK ? rounded - at : ZS_CUDA_PIN_CHUNK;
+        cudaError_t e = cudaSetDevice(c->device);
+        if (e == cudaSuccess) e = cudaHostRegister((char *)p + at, n, cudaHostRegisterPortable);
+        if (e != cudaSuccess) {
+#pragma omp critical(zs_cuda_pin)
+            if (first == cudaSuccess) first = e;
+        }
     }
-    memset(p, 0, bytes);
+    if (first != cudaSuccess) {
+        (void)cudaGetLastError();
+        /* Whichever chunks were registered (the others fail harmlessly). */
+        unregister_chunks(p, chunks);
+        free(p);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cudaHostRegister of "
+                        "%zu bytes for '%s' failed: %s; free host memory, raise the "
+                        "locked-memory limit (ulimit -l), or %s",
+                        c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(first), advice);
+    }
+    const uint64_t t2 = (uint64_t)now_ns();
+    if (rounded >= ((size_t)1 << 30))
+        ZS_INFO("cuda backend (device %d): %.2f GB of page-locked memory for '%s': zeroed in "
+                "%.2f s (%.1f GB/s), registered in %.2f s (%.1f GB/s)",
+                c->device, (double)rounded / 1e9, zs_mem_tag_name(tag), 1e-9 * (double)(t1 - t0),
+                (double)rounded / (double)(t1 - t0 + 1), 1e-9 * (double)(t2 - t1),
+                (double)rounded / (double)(t2 - t1 + 1));
     zs__mem_charge(be->mem, tag, bytes);
     *out = p;
     return ZS_OK;
 }
 
 static void pinned_free(zs__backend *be, cuda_impl *c, zs_mem_tag tag, void *ptr, size_t bytes) {
-    cudaError_t e = cudaFreeHost(ptr); /* waits for copies still using it */
-    if (e != cudaSuccess)
-        ZS_WARN("cuda backend (device %d): cudaFreeHost of %zu bytes of '%s' failed: %s",
-                c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(e));
+    const size_t rounded = (bytes + ZS_CUDA_PAGE - 1) / ZS_CUDA_PAGE * ZS_CUDA_PAGE;
+    /* Copies still using it finish first (unregistering does not wait). */
+    if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
+    if (wait_stream(c, "freeing page-locked memory") != ZS_OK)
+        ZS_WARN("cuda backend (device %d): %s", c->device, zs_last_error());
+    unregister_chunks(ptr, pin_chunks(rounded));
+    free(ptr);
     zs__mem_uncharge(be->mem, tag, bytes);
-}
-
-static zs_status host_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
-                            void **out) {
-    if (c->pin)
-        return pinned_alloc(be, c, tag, bytes, "set offload.pin_memory = false", out);
-    return zs__mem_host_alloc(be->mem, tag, bytes, out); /* zeroed and charged */
-}
-
-static void host_free(zs__backend *be, cuda_impl *c, zs_mem_tag tag, void *ptr, size_t bytes) {
-    if (c->pin)
-        pinned_free(be, c, tag, ptr, bytes);
-    else
-        zs__mem_host_free(be->mem, tag, ptr, bytes); /* uncharges */
 }
 
 /* The backend's host_alloc op: transfer buffers (the staging of comm.impl =
@@ -266,7 +269,10 @@ static zs_status cuda_host_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, 
     *out = NULL;
     if (bytes == 0) return ZS_OK;
     ZS_CHECK(enter(c, "allocating pinned host memory"));
-    return pinned_alloc(be, c, tag, bytes, "lower comm.staging_bytes", out);
+    return pinned_alloc(be, c, tag, bytes,
+                        tag == ZS_MEM_COMM ? "lower comm.staging_bytes"
+                                           : "set offload.pin_memory = false",
+                        out);
 }
 
 static void cuda_host_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
@@ -276,73 +282,10 @@ static void cuda_host_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t by
     pinned_free(be, c, tag, ptr, bytes);
 }
 
-static zs_status cuda_download(zs__backend *be, void *host, const void *src, size_t bytes);
-static zs_status cuda_upload(zs__backend *be, void *dst, const void *host, size_t bytes);
-
-/* A host copy of `bytes` at p: p itself when it is host memory, else a
- * download into scratch host memory (*owned set; give it back with
- * release_view). The stream has drained. */
-static zs_status host_view(zs__backend *be, cuda_impl *c, const void *p, size_t bytes,
-                           const void **view, void **owned) {
-    *owned = NULL;
-    if (is_host(c, p) || !bytes) {
-        *view = p;
-        return ZS_OK;
-    }
-    void *copy = NULL;
-    ZS_CHECK(zs__mem_host_alloc(be->mem, ZS_MEM_SCRATCH, bytes, &copy));
-    zs_status st = cuda_download(be, copy, p, bytes);
-    if (st != ZS_OK) {
-        zs__mem_host_free(be->mem, ZS_MEM_SCRATCH, copy, bytes);
-        return st;
-    }
-    *view = copy;
-    *owned = copy;
-    return ZS_OK;
-}
-
-static void release_view(zs__backend *be, void *owned, size_t bytes) {
-    if (owned) zs__mem_host_free(be->mem, ZS_MEM_SCRATCH, owned, bytes);
-}
-
-/* convert (accumulate = 0) or accumulate with at least one host operand:
- * on the host, the device side staged through host memory. */
-static zs_status host_elementwise(zs__backend *be, cuda_impl *c, void *dst, zs_dtype dst_dtype,
-                                  const void *src, zs_dtype src_dtype, int64_t count,
-                                  int accumulate) {
-    ZS_CHECK(wait_stream(c, "a host-tier operation"));
-    const size_t dst_bytes = (size_t)count * zs_dtype_size(dst_dtype);
-    const size_t src_bytes = (size_t)count * zs_dtype_size(src_dtype);
-    const void *src_view = NULL, *dst_view = NULL;
-    void *src_owned = NULL, *dst_owned = NULL;
-    zs_status st = host_view(be, c, src, src_bytes, &src_view, &src_owned);
-    /* A device destination: its values are needed only to accumulate. */
-    if (st == ZS_OK) {
-        if (accumulate || is_host(c, dst)) {
-            st = host_view(be, c, dst, dst_bytes, &dst_view, &dst_owned);
-        } else {
-            st = zs__mem_host_alloc(be->mem, ZS_MEM_SCRATCH, dst_bytes, &dst_owned);
-            dst_view = dst_owned;
-        }
-    }
-    void *out = (void *)dst_view;
-    if (st == ZS_OK)
-        st = accumulate ? zs__cpu_accumulate(be, out, dst_dtype, src_view, src_dtype, count)
-                        : zs__cpu_convert(be, out, dst_dtype, src_view, src_dtype, count);
-    if (st == ZS_OK && dst_owned) st = cuda_upload(be, dst, dst_owned, dst_bytes);
-    release_view(be, src_owned, src_bytes);
-    release_view(be, dst_owned, dst_bytes);
-    return st;
-}
-
 static zs_status cuda_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
     cuda_impl *c = impl_of(be);
     *out = NULL;
     if (bytes == 0) return ZS_OK;
-    if (c->host_tiers && tag_on_host(tag)) {
-        ZS_CHECK(enter(c, "allocating host memory"));
-        return host_alloc(be, c, tag, bytes, out);
-    }
     ZS_CHECK(enter(c, "allocating device memory"));
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes);
@@ -371,11 +314,6 @@ static zs_status cuda_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void 
 static void cuda_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
     cuda_impl *c = impl_of(be);
     if (!ptr) return;
-    if (c->host_tiers && tag_on_host(tag)) {
-        if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
-        host_free(be, c, tag, ptr, bytes);
-        return;
-    }
     /* cudaFree waits for work that may still use the memory. It cannot fail
      * in a way the caller could act on; the error is logged, the memory
      * counted as returned. */
@@ -391,11 +329,6 @@ static zs_status cuda_zero(zs__backend *be, void *ptr, size_t bytes) {
     cuda_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     ZS_CHECK(enter(c, "zeroing device memory"));
-    if (is_host(c, ptr)) {
-        ZS_CHECK(wait_stream(c, "zeroing host-tier memory"));
-        memset(ptr, 0, bytes);
-        return ZS_OK;
-    }
     CU(c, cudaMemsetAsync(ptr, 0, bytes, c->stream), "zeroing device memory");
     return ZS_OK;
 }
@@ -441,10 +374,6 @@ static zs_status cuda_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int6
                         "supported in this version", zs_dtype_name(dtype));
     if (count <= 0) return ZS_OK;
     ZS_CHECK(enter(c, "initializing parameters"));
-    if (is_host(c, dst)) {
-        ZS_CHECK(wait_stream(c, "initializing host-tier memory"));
-        return zs__cpu_init_fill(be, dst, dtype, first, count, kind, a, b, key);
-    }
     CU(c, zs__cuda_launch_init_fill(launch_of(c), dst, first, count, kind, a, b, key),
        "initializing parameters");
     return ZS_OK;
@@ -462,8 +391,6 @@ static zs_status cuda_convert(zs__backend *be, void *dst, zs_dtype dst_dtype, co
     if (dst_dtype == src_dtype)
         return cuda_copy(be, dst, src, (size_t)count * zs_dtype_size(dst_dtype));
     ZS_CHECK(enter(c, "converting"));
-    if (is_host(c, dst) || is_host(c, src))
-        return host_elementwise(be, c, dst, dst_dtype, src, src_dtype, count, 0);
     CU(c, zs__cuda_launch_convert(launch_of(c), dst, dst_dtype, src, src_dtype, count),
        "converting");
     return ZS_OK;
@@ -478,8 +405,6 @@ static zs_status cuda_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype,
                         "fp16 or bf16", (long long)count, (int)src_dtype, (int)dst_dtype);
     if (count == 0) return ZS_OK;
     ZS_CHECK(enter(c, "accumulating gradients"));
-    if (is_host(c, dst) || is_host(c, src))
-        return host_elementwise(be, c, dst, dst_dtype, src, src_dtype, count, 1);
     CU(c, zs__cuda_launch_accumulate(launch_of(c), dst, dst_dtype, src, src_dtype, count),
        "accumulating gradients");
     return ZS_OK;
@@ -523,14 +448,6 @@ static zs_status ensure_norm_scratch(zs__backend *be, cuda_impl *c, int arrays) 
         (void)cudaGetLastError(); /* out of memory is not sticky: clear it */
         return cuda_fail(c, e, call, "allocating sum-of-squares scratch");
     }
-    /* Host bookkeeping of the same calls: which arrays are host memory. */
-    unsigned char *where = realloc(c->norm_where, (size_t)cap);
-    if (!where) {
-        norm_scratch_free(be, c);
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend: out of host memory (sums of "
-                        "squares of %d arrays)", arrays);
-    }
-    c->norm_where = where;
     c->norm_cap = cap;
     c->norm_bytes = dev_bytes + host_bytes;
     zs__mem_charge(be->mem, ZS_MEM_SCRATCH, c->norm_bytes);
@@ -546,14 +463,13 @@ static zs_status ensure_norm_scratch(zs__backend *be, cuda_impl *c, int arrays) 
  * so every array's additions are exactly the host's sequence
  * 0.0 + p[0] + p[1] + ... */
 static zs_status enqueue_sums(cuda_impl *c, int n, const void *const *ptrs,
-                              const zs_dtype *dtypes, const int64_t *counts,
-                              const unsigned char *on_host) {
+                              const zs_dtype *dtypes, const int64_t *counts) {
     double *partials = c->norm_dev, *totals = c->norm_dev + ZS_CUDA_NORM_BATCH;
     zs__cuda_fold fold;
     fold.count = 0;
     int64_t used = 0; /* partials of the current batch */
     for (int a = 0; a < n; a++) {
-        if (on_host[a] || counts[a] == 0) continue;
+        if (counts[a] == 0) continue;
         const int64_t blocks = (counts[a] + ZS_CUDA_NORM_BLOCK - 1) / ZS_CUDA_NORM_BLOCK;
         for (int64_t done = 0; done < blocks;) {
             const int64_t room = ZS_CUDA_NORM_BATCH - used;
@@ -583,12 +499,9 @@ static zs_status enqueue_sums(cuda_impl *c, int n, const void *const *ptrs,
     return ZS_OK;
 }
 
-/* Sums of squares of n arrays with one host synchronization: the device
- * arrays' partials and totals are enqueued, their n totals copied to pinned
- * memory, and the one wait covers the copy; arrays in host memory (offload
- * tiers) are then summed on the host by the CPU kernel, which adds in the
- * device kernel's order (cpu_reduce.c), after that same wait has drained
- * every copy into them. */
+/* Sums of squares of n device arrays with one host synchronization: the
+ * partials and totals are enqueued, the n totals copied to pinned memory,
+ * and the one wait covers the copy. */
 static zs_status cuda_sum_squares_many(zs__backend *be, int n, const void *const *ptrs,
                                        const zs_dtype *dtypes, const int64_t *counts,
                                        double *out) {
@@ -608,66 +521,17 @@ static zs_status cuda_sum_squares_many(zs__backend *be, int n, const void *const
     }
     if (!any) return ZS_OK;
     ZS_CHECK(enter(c, "summing squares"));
-    /* Where each array lives, asked once (a pointer query per array, and
-     * only with host tiers; without them every array is device memory). */
     ZS_CHECK(ensure_norm_scratch(be, c, n));
-    unsigned char *on_host = c->norm_where;
-    int device_arrays = 0, host_arrays = 0;
-    for (int a = 0; a < n; a++) {
-        on_host[a] = counts[a] > 0 && is_host(c, ptrs[a]);
-        device_arrays += counts[a] > 0 && !on_host[a];
-        host_arrays += on_host[a];
-    }
-    zs_status st = device_arrays ? enqueue_sums(c, n, ptrs, dtypes, counts, on_host) : ZS_OK;
-    if (st == ZS_OK && (device_arrays || host_arrays))
-        st = wait_stream(c, device_arrays ? "summing squares"
-                                          : "summing squares of host-tier memory");
-    for (int a = 0; a < n && st == ZS_OK; a++) {
-        if (counts[a] == 0) continue;
-        if (on_host[a])
-            st = zs__cpu_sum_squares(be, ptrs[a], dtypes[a], counts[a], &out[a]);
-        else
-            out[a] = c->norm_host[a];
-    }
-    return st;
+    ZS_CHECK(enqueue_sums(c, n, ptrs, dtypes, counts));
+    ZS_CHECK(wait_stream(c, "summing squares"));
+    for (int a = 0; a < n; a++)
+        if (counts[a] > 0) out[a] = c->norm_host[a];
+    return ZS_OK;
 }
 
 static zs_status cuda_sum_squares(zs__backend *be, const void *x, zs_dtype dtype, int64_t count,
                                   double *out) {
     return cuda_sum_squares_many(be, 1, &x, &dtype, &count, out);
-}
-
-/* The optimizer with any operand in host memory (offloaded master and
- * moments, a parameter shard kept on the host): the CPU backend's fused
- * pass, on host memory. Operands still on the device (a gradient that
- * stages 0-1 keep whole there; with only the parameters offloaded, the
- * master and moments) are staged through host memory and the ones the pass
- * writes go back. */
-static zs_status host_update(zs__backend *be, cuda_impl *c, const zs__update_args *a) {
-    ZS_CHECK(wait_stream(c, "updating host-tier state"));
-    zs__update_args h = *a;
-    const size_t n = (size_t)a->count;
-    /* master, m, v, param are written; grad is read. */
-    void *targets[4] = {a->master, a->m, a->v, a->param};
-    const size_t sizes[4] = {n * 4, n * 4, n * 4, a->param ? n * zs_dtype_size(a->param_dtype) : 0};
-    void *owned[5] = {NULL, NULL, NULL, NULL, NULL};
-    const void *views[4] = {NULL, NULL, NULL, NULL};
-    zs_status st = ZS_OK;
-    for (int k = 0; k < 4 && st == ZS_OK; k++)
-        if (targets[k]) st = host_view(be, c, targets[k], sizes[k], &views[k], &owned[k]);
-    if (st == ZS_OK)
-        st = host_view(be, c, a->grad, n * zs_dtype_size(a->grad_dtype), &h.grad, &owned[4]);
-    if (st == ZS_OK) {
-        h.master = (float *)views[0];
-        h.m = (float *)views[1];
-        h.v = (float *)views[2];
-        h.param = (void *)views[3];
-        st = zs__cpu_optimizer_update(be, &h);
-    }
-    for (int k = 0; k < 4 && st == ZS_OK; k++)
-        if (owned[k]) st = cuda_upload(be, targets[k], owned[k], sizes[k]);
-    for (int k = 0; k < 5; k++) release_view(be, owned[k], k < 4 ? sizes[k] : n * zs_dtype_size(a->grad_dtype));
-    return st;
 }
 
 static zs_status cuda_optimizer_update(zs__backend *be, const zs__update_args *a) {
@@ -697,9 +561,6 @@ static zs_status cuda_optimizer_update(zs__backend *be, const zs__update_args *a
                         !a->master ? "master weights" : "gradient");
     if (a->count == 0) return ZS_OK;
     ZS_CHECK(enter(c, "updating parameters"));
-    if (is_host(c, a->master) || is_host(c, a->m) || is_host(c, a->v) || is_host(c, a->grad) ||
-        is_host(c, a->param))
-        return host_update(be, c, a);
     CU(c, zs__cuda_launch_update(launch_of(c), a->kind, a->master, a->param, a->param_dtype,
                                  a->grad, a->grad_dtype, a->m, a->v, a->count, a->scalars),
        "updating parameters");
@@ -720,11 +581,6 @@ static zs_status cuda_download(zs__backend *be, void *host, const void *src, siz
     cuda_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     ZS_CHECK(enter(c, "downloading"));
-    if (is_host(c, src)) {
-        ZS_CHECK(wait_stream(c, "reading host-tier memory"));
-        memcpy(host, src, bytes);
-        return ZS_OK;
-    }
     ZS_CHECK(ensure_bounce(be, c));
     const size_t pieces = (bytes + ZS_CUDA_BOUNCE_BYTES - 1) / ZS_CUDA_BOUNCE_BYTES;
     for (size_t k = 0; k <= pieces; k++) {
@@ -756,11 +612,6 @@ static zs_status cuda_upload(zs__backend *be, void *dst, const void *host, size_
     cuda_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     ZS_CHECK(enter(c, "uploading"));
-    if (is_host(c, dst)) {
-        ZS_CHECK(wait_stream(c, "writing host-tier memory"));
-        memcpy(dst, host, bytes);
-        return ZS_OK;
-    }
     ZS_CHECK(ensure_bounce(be, c));
     for (size_t off = 0, k = 0; off < bytes; off += ZS_CUDA_BOUNCE_BYTES, k++) {
         const size_t n = bytes - off < ZS_CUDA_BOUNCE_BYTES ? bytes - off : ZS_CUDA_BOUNCE_BYTES;
@@ -829,7 +680,6 @@ static void release(zs__backend *be, cuda_impl *c) {
     if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
     /* cudaFree and cudaFreeHost wait for pending work that uses them. */
     norm_scratch_free(be, c);
-    free(c->norm_where);
     if (c->bounce) {
         cudaFreeHost(c->bounce);
         zs__mem_uncharge(be->mem, ZS_MEM_SCRATCH, 2 * ZS_CUDA_BOUNCE_BYTES);
@@ -883,6 +733,7 @@ uint64_t zs__cuda_backend_waits(const zs__backend *be) {
 
 zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
                                   zs__backend **out) {
+    (void)settings; /* everything the backend needs is per call */
     *out = NULL;
     int devices = 0;
     cudaError_t e = cudaGetDeviceCount(&devices);
@@ -910,9 +761,6 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     c->be = be;
     c->device = local_rank % devices;
     c->devices = devices;
-    c->host_tiers = settings && (settings->offload.optimizer != ZS_OFFLOAD_NONE ||
-                                 settings->offload.params != ZS_OFFLOAD_NONE);
-    c->pin = settings ? settings->offload.pin_memory : 1;
     zs_status s = ZS_OK;
     const char *doing = "starting the CUDA backend";
     int sms = 0;
