@@ -164,6 +164,54 @@ int zs_world_size(const zs_ctx *zs);
 /* 0, 1, 2 or 3. */
 int zs_stage(const zs_ctx *zs);
 
+/* ------------------------------------------------------- host collectives */
+
+/* A program's own agreements (a mean loss, a validation loss, a flag that
+ * one rank's data is missing, reports gathered for a file) under the
+ * runtime's deadline: a stopped or departed rank makes every other rank fail
+ * (or the job abort, comm.on_timeout) after comm.timeout_s with a message
+ * naming the collective (`what`), its number and the silent rank, where
+ * MPI's blocking collectives would wait forever. They run on the context's
+ * communicator with the runtime's own host collectives: after the runtime's
+ * queued collectives (the calling thread waits for them first), numbered,
+ * compared by comm.check_collectives, and counted in zs_comm_report. Both are
+ * collective and synchronous; buffers are host memory owned by the caller;
+ * `what` (1..63 bytes) names the collective in messages and must be the same
+ * on every rank. Memory: a scratch of world size times the payload, charged
+ * to the "comm" tag while the call runs. Meant for small payloads (values,
+ * flags, per-rank records), not for tensors. */
+
+/* Element types of host values (zs_dtype is for tensors). */
+typedef enum zs_host_type {
+    ZS_HOST_TYPE_DOUBLE = 0,
+    ZS_HOST_TYPE_FLOAT = 1,
+    ZS_HOST_TYPE_INT32 = 2,
+    ZS_HOST_TYPE_INT64 = 3
+} zs_host_type;
+
+typedef enum zs_reduce_op {
+    ZS_REDUCE_OP_SUM = 0,
+    ZS_REDUCE_OP_MAX = 1,
+    ZS_REDUCE_OP_MIN = 2
+} zs_reduce_op;
+
+/* In-place all-reduce of `count` values of `type` in `values`. Every rank
+ * receives every rank's values and combines them in rank order, so every
+ * rank gets the same bits (a float sum adds in its own type, rank 0's
+ * value first). A NaN wins a max or a min, as in a
+ * sum. An integer sum that overflows its type fails with
+ * ZS_ERR_INVALID_ARGUMENT on every rank, naming the element. count = 0 is a
+ * no-op that still takes part in the numbering. Counted as an all-reduce of
+ * count values. */
+zs_status zs_all_reduce_host(zs_ctx *zs, void *values, size_t count, zs_host_type type,
+                             zs_reduce_op op, const char *what);
+
+/* All-gather of `bytes` bytes from every rank: `all` (world size * bytes)
+ * receives rank r's bytes at offset r * bytes on every rank. `mine` and
+ * `all` must not overlap. Counted as an all-gather. */
+zs_status zs_all_gather_host(zs_ctx *zs, const void *mine, size_t bytes, void *all,
+                             const char *what);
+
 /* ------------------------------------------------------- model description */
 
 typedef enum zs_init_kind {
@@ -259,10 +307,25 @@ zs_status zs_release(zs_ctx *zs, zs_unit *unit);
 /* Stage 3: gathers `unit` ahead of its zs_fetch (which then only waits for
  * it), if it fits zero.prefetch_bytes, zero.max_live_units and the live
  * budget right now; otherwise does nothing. The runtime already prefetches
- * in the order the program's first micro-step fetched units; this is for
- * programs whose order varies. Collective (every rank must make the same
- * calls); a no-op in stages 0-2. */
+ * in the order the program's earlier micro-steps fetched units (and, for
+ * evaluation passes, the earlier evaluation passes); this is for programs
+ * whose order varies. Collective (every rank must make the same calls); a
+ * no-op in stages 0-2. */
 zs_status zs_prefetch(zs_ctx *zs, zs_unit *unit);
+
+/* An evaluation pass (a validation batch's forward, a sampled token's):
+ * the fetches between zs_eval_begin and zs_eval_end follow an order of
+ * their own, which stage 3 records from the first such pass and gathers
+ * ahead along in the next ones, as it does for training micro-steps, whose
+ * order an evaluation between them then leaves intact (without these calls
+ * its fetches count as the micro-step's and turn prefetch off with a
+ * warning). No gradients inside: zs_param_grad and zs_grads_ready fail
+ * (ZS_ERR_STATE), and so does zs_step until zs_eval_end. Passes do not
+ * nest. Collective as zs_fetch is (every rank makes the same calls; the
+ * calls themselves communicate nothing), and valid in every stage (stages
+ * 0-2 only check the order). */
+zs_status zs_eval_begin(zs_ctx *zs);
+zs_status zs_eval_end(zs_ctx *zs);
 
 /* The unit's full parameters (compute dtype), valid between zs_fetch and
  * zs_release. NULL (with zs_last_error set) if the unit is not fetched. */

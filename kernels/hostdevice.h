@@ -1,5 +1,5 @@
-/* Lets element-wise math be written once and compiled for the host (C11) and,
- * later, for CUDA devices (nvcc), with no #ifdef in the math itself. */
+/* Lets element-wise math be written once and compiled for the host (C11) and
+ * for CUDA devices (nvcc, kernels/cuda_*.cu), with no #ifdef in the math itself. */
 #ifndef ZS_KERNELS_HOSTDEVICE_H
 #define ZS_KERNELS_HOSTDEVICE_H
 

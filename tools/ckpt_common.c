@@ -5,11 +5,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint/fs_read.h"
 #include "checkpoint/select.h"
 #include "checkpoint/verify.h"
 #include "ckpt_tool.h"
 #include "core/error.h"
+#include "core/fs.h"
 
 zs_status zs__tool_join(char *out, size_t capacity, const char *dir, const char *name) {
     int n = snprintf(out, capacity, "%s/%s", dir, name);
@@ -25,7 +25,7 @@ static zs_status try_step(void *ctx, const char *dir, const char *name) {
     zs__ckpt_step *step = ctx;
     zs__ckpt_step_close(step);
     int root_fd = -1;
-    ZS_CHECK(zs__fsr_open_root(dir, &root_fd));
+    ZS_CHECK(zs__fs_open_root(dir, 0, &root_fd));
     zs_status s = zs__ckpt_step_open(root_fd, dir, name, step);
     close(root_fd);
     if (s == ZS_OK) s = zs__ckpt_verify_files(step, 0, 1, 0, NULL);

@@ -21,11 +21,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "checkpoint/fs.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "ckpt_tool.h"
 #include "core/error.h"
+#include "core/fs.h"
 
 /* File descriptors export leaves to everything but the shard cache: stdio,
  * the output file, and whatever the C library and json-c open. */

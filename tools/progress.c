@@ -2,15 +2,10 @@
 #include "progress.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "core/clock.h"
+#include "core/env.h"
 
 static void eta_text(char *out, size_t cap, double seconds) {
     if (seconds < 0) snprintf(out, cap, "?");
@@ -42,14 +37,16 @@ void zs__progress_begin(zs__progress *p, const char *label, uint64_t total, int 
     p->label = label;
     p->total = total;
     p->done = 0;
-    p->start = now_s();
+    p->start = zs__clock_s();
     p->last_print = -1.0;
     p->after_s = ZS_TOOL_PROGRESS_AFTER_S;
-    const char *env = getenv("ZS_PROGRESS_AFTER_S");
-    if (env && *env) {
-        char *end = NULL;
-        double v = strtod(env, &end);
-        if (end && *end == '\0' && v >= 0) p->after_s = v;
+    double after = 0.0;
+    char why[256];
+    if (zs__env_text(ZS_ENV_PROGRESS_AFTER_S)) {
+        if (zs__env_nonnegative(ZS_ENV_PROGRESS_AFTER_S, &after, why, sizeof why) == 0)
+            p->after_s = after;
+        else
+            fprintf(stderr, "warning: %s; progress starts after %g s\n", why, p->after_s);
     }
     p->enabled = !quiet;
     p->tty = isatty(STDERR_FILENO);
@@ -61,7 +58,7 @@ void zs__progress_update(zs__progress *p, uint64_t done) {
     if (!p->enabled) return;
     if (done > p->total) done = p->total;
     if (done > p->done) p->done = done;
-    const double t = now_s();
+    const double t = zs__clock_s();
     if (t - p->start < p->after_s) return;
     if (p->last_print >= 0 && t - p->last_print < 1.0) return;
     const int tenth = p->total ? (int)(10 * p->done / p->total) : 10;
@@ -74,7 +71,7 @@ void zs__progress_update(zs__progress *p, uint64_t done) {
 void zs__progress_end(zs__progress *p) {
     if (!p->enabled || p->last_print < 0) return;
     p->done = p->total;
-    print_line(p, now_s());
+    print_line(p, zs__clock_s());
     if (p->open_line) fputc('\n', stderr);
     p->open_line = 0;
 }

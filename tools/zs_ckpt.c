@@ -20,6 +20,7 @@
 #include "checkpoint/manifest.h"
 #include "ckpt_tool.h"
 #include "core/config.h"
+#include "core/number.h"
 
 /* Default of --buffer-bytes: large enough that reads and writes run at the
  * disk's speed, small enough for any machine that can run training. */
@@ -162,16 +163,6 @@ static int parse_dtype(const char *text, zs_dtype *out) {
     return 1;
 }
 
-static int parse_bytes(const char *text, uint64_t *out) {
-    if (text[0] < '0' || text[0] > '9') return 0;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end) return 0;
-    *out = v;
-    return 1;
-}
-
 static int cmd_export(int argc, char **argv) {
     zs_dtype dtype = ZS_DTYPE_FP32;
     uint64_t buffer_bytes = ZS_TOOL_DEFAULT_BUFFER_BYTES;
@@ -185,9 +176,11 @@ static int cmd_export(int argc, char **argv) {
                 return usage_error("unknown --dtype \"%s\" (fp32, bf16 or fp16)", argv[i]);
         } else if (strcmp(argv[i], "--buffer-bytes") == 0) {
             if (i + 1 >= argc) return usage_error("%s needs a value", "--buffer-bytes");
-            if (!parse_bytes(argv[++i], &buffer_bytes) || buffer_bytes < ZS_TOOL_MIN_BUFFER_BYTES)
-                return usage_error("--buffer-bytes \"%s\" is not an integer of at least 16",
-                                   argv[i]);
+            int64_t bytes = 0;
+            if (zs__number_option_size("--buffer-bytes", argv[++i], ZS_TOOL_MIN_BUFFER_BYTES,
+                                       INT64_MAX, &bytes) != ZS_OK)
+                return usage_error("%s", zs_last_error());
+            buffer_bytes = (uint64_t)bytes;
         } else if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {

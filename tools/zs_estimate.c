@@ -27,6 +27,7 @@
 #include "checkpoint/safetensors.h"
 #include "ckpt_tool.h"
 #include "core/config.h"
+#include "core/number.h"
 #include "gpt2_llmc.h"
 #include "gpt2_model.h"
 #include "zeroshard.h"
@@ -320,40 +321,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return EXIT_USAGE;
 }
 
-/* "80GiB", "80 GiB", "1.5TB", "4096": bytes, or 0 on a malformed size. */
-static int parse_size(const char *text, uint64_t *out) {
-    static const struct {
-        const char *suffix;
-        double factor;
-    } units[] = {{"", 1},        {"B", 1},           {"KiB", 1024.0},
-                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-                 {"KB", 1e3},    {"MB", 1e6},        {"GB", 1e9},
-                 {"TB", 1e12}};
-    if (!isdigit((unsigned char)text[0])) return 0;
-    char *end = NULL;
-    errno = 0;
-    const double v = strtod(text, &end);
-    if (errno || !(v >= 0)) return 0;
-    while (*end == ' ') end++;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcasecmp(end, units[i].suffix) != 0) continue;
-        const double bytes = v * units[i].factor;
-        if (bytes >= 18446744073709551615.0) return 0;
-        *out = (uint64_t)llround(bytes);
-        return *out > 0;
-    }
-    return 0;
-}
-
-static int parse_world(const char *text, int *out) {
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < 1 || v > ZS_ESTIMATE_MAX_WORLD) return 0;
-    *out = (int)v;
-    return 1;
-}
-
 /* ---------------------------------------------------------------- output */
 
 static uint64_t model_state(const zs_memory_stats *m) {
@@ -609,13 +576,13 @@ int main(int argc, char **argv) {
             if (strcmp(dtype_text, "fp32") && strcmp(dtype_text, "bf16") && strcmp(dtype_text, "fp16"))
                 return usage_error("unknown --dtype \"%s\" (fp32, bf16 or fp16)", dtype_text);
         } else if (strcmp(a, "--world") == 0) {
-            const char *v = VALUE(a);
-            if (!parse_world(v, &world))
-                return usage_error("--world \"%s\" is not an integer in 1..65536", v);
+            if (zs__number_option_int(a, VALUE(a), 1, ZS_ESTIMATE_MAX_WORLD, &world) != ZS_OK)
+                return usage_error("%s", zs_last_error());
         } else if (strcmp(a, "--device-memory") == 0) {
-            const char *v = VALUE(a);
-            if (!parse_size(v, &memory))
-                return usage_error("--device-memory \"%s\" is not a size such as 80GiB", v);
+            int64_t bytes = 0;
+            if (zs__number_option_size(a, VALUE(a), 1, INT64_MAX, &bytes) != ZS_OK)
+                return usage_error("%s", zs_last_error());
+            memory = (uint64_t)bytes;
         } else if (strcmp(a, "--unit-per-tensor") == 0) {
             unit_per_tensor = 1;
         } else if (a[0] == '-' && a[1] != '\0') {

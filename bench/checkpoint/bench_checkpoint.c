@@ -40,6 +40,7 @@
 
 #include "../lib/stats.h"
 
+#include "core/number.h"
 #include "zeroshard.h"
 #include "zeroshard_mpi.h"
 
@@ -77,17 +78,15 @@ static double slowest(double start) {
     return worst;
 }
 
-static int parse_count(const char *text, long long *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno || end == text || v <= 0) return 0;
-    long long unit = 1;
-    if (*end == 'K') unit = 1ll << 10, end++;
-    else if (*end == 'M') unit = 1ll << 20, end++;
-    else if (*end == 'G') unit = 1ll << 30, end++;
-    if (*end) return 0;
-    *out = v * unit;
+/* A positive count, whole, with K, M or G for powers of 1024 (the units of
+ * zs__number_option_size); says on rank 0 what is wrong with it. */
+static int parse_count(const char *option, const char *text, long long *out) {
+    int64_t v = 0;
+    if (zs__number_option_size(option, text, 1, INT64_MAX, &v) != ZS_OK) {
+        if (rank == 0) fprintf(stderr, "bench_checkpoint: %s\n", zs_last_error());
+        return 0;
+    }
+    *out = v;
     return 1;
 }
 
@@ -152,13 +151,18 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     for (int i = 1; i < argc; i++) {
+        long long *count = NULL;
         int ok = i + 1 < argc;
-        if (ok && strcmp(argv[i], "--params") == 0) ok = parse_count(argv[++i], &params);
-        else if (ok && strcmp(argv[i], "--units") == 0) ok = parse_count(argv[++i], &units);
-        else if (ok && strcmp(argv[i], "--iters") == 0) ok = parse_count(argv[++i], &iters);
-        else if (ok && strcmp(argv[i], "--io-bytes") == 0) ok = parse_count(argv[++i], &io_bytes);
+        if (ok && strcmp(argv[i], "--params") == 0) count = &params;
+        else if (ok && strcmp(argv[i], "--units") == 0) count = &units;
+        else if (ok && strcmp(argv[i], "--iters") == 0) count = &iters;
+        else if (ok && strcmp(argv[i], "--io-bytes") == 0) count = &io_bytes;
         else if (ok && strcmp(argv[i], "--dir") == 0) base = argv[++i];
         else ok = 0;
+        if (count) {
+            ok = parse_count(argv[i], argv[i + 1], count);
+            i++;
+        }
         if (!ok) {
             if (rank == 0)
                 fprintf(stderr, "usage: bench_checkpoint [--params P] [--units U] [--dir D] "

@@ -38,6 +38,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/reduce.h"
+#include "core/number.h"
 #include "kernels/convert.h"
 
 typedef struct options {
@@ -67,12 +68,21 @@ static int parse(int argc, char **argv, options *o) {
             else return 0;
             continue;
         }
-        char *end = NULL;
-        long long value = strtoll(argv[++i], &end, 10);
-        if (!end || *end || value <= 0) return 0;
+        /* Sizes take units (64K, 256MiB); counts are whole ints, the factor at least 2. */
+        const char *text = argv[++i];
+        int64_t value = 0;
+        zs_status st = strstr(key, "-bytes") ? zs__number_option_size(key, text, 1, INT64_MAX, &value)
+                       : zs__number_option_int64(key, text, strcmp(key, "--factor") == 0 ? 2 : 1,
+                                                 INT_MAX, &value);
+        if (st != ZS_OK) {
+            int rank = 0;
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+            if (rank == 0) fprintf(stderr, "bench_comm: %s\n", zs_last_error());
+            return 0;
+        }
         if (strcmp(key, "--min-bytes") == 0) o->min_bytes = (size_t)value;
         else if (strcmp(key, "--max-bytes") == 0) o->max_bytes = (size_t)value;
-        else if (strcmp(key, "--factor") == 0 && value >= 2) o->factor = (int)value;
+        else if (strcmp(key, "--factor") == 0) o->factor = (int)value;
         else if (strcmp(key, "--iters") == 0) o->iters = (int)value;
         else if (strcmp(key, "--warmup") == 0) o->warmup = (int)value;
         else if (strcmp(key, "--segment-bytes") == 0) o->segment_bytes = value;

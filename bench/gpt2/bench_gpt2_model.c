@@ -33,6 +33,7 @@
  *   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ./bench_gpt2_model
  */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@
 #include <omp.h>
 
 #include "../lib/stats.h"
+#include "core/number.h"
 #include "cpu_blas.h"
 #include "gpt2_backend.h"
 #include "zeroshard.h"
@@ -353,7 +355,13 @@ static int arg_int(int argc, char **argv, int *i) {
         fprintf(stderr, "bench_gpt2_model: %s needs a value\n", argv[*i]);
         exit(2);
     }
-    return atoi(argv[++*i]);
+    int value = 0;
+    if (zs__number_option_int(argv[*i], argv[*i + 1], INT_MIN, INT_MAX, &value) != ZS_OK) {
+        fprintf(stderr, "bench_gpt2_model: %s\n", zs_last_error());
+        exit(2);
+    }
+    ++*i;
+    return value;
 }
 
 int main(int argc, char **argv) {

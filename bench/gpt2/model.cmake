@@ -4,5 +4,5 @@
 # Paths are relative to this file, so it works from any including directory.
 if(TARGET gpt2_model)
   add_executable(bench_gpt2_model ${CMAKE_CURRENT_LIST_DIR}/bench_gpt2_model.c)
-  target_link_libraries(bench_gpt2_model PRIVATE gpt2_model zeroshard)
+  target_link_libraries(bench_gpt2_model PRIVATE gpt2_model zeroshard_internal) # core/number.h
 endif()

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/error.h"
+#include "core/number.h"
 #include "zeroshard_mpi.h"
 
 static int die(const char *what, zs_status st) {
@@ -32,10 +34,22 @@ static int die(const char *what, zs_status st) {
 int main(int argc, char **argv) {
     int units = 8, max_live = 2;
     long long unit_params = 1000003; /* prime: nothing divides it */
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--units") == 0) units = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--unit-params") == 0) unit_params = atoll(argv[i + 1]);
-        else if (strcmp(argv[i], "--max-live") == 0) max_live = atoi(argv[i + 1]);
+    for (int i = 1; i < argc; i += 2) {
+        zs_status st = ZS_ERR_INVALID_ARGUMENT;
+        int64_t params = 0;
+        if (i + 1 == argc) zs__fail(st, "%s needs a value", argv[i]);
+        else if (strcmp(argv[i], "--units") == 0)
+            st = zs__number_option_int(argv[i], argv[i + 1], 1, INT32_MAX, &units);
+        else if (strcmp(argv[i], "--unit-params") == 0)
+            st = zs__number_option_int64(argv[i], argv[i + 1], 1, INT64_MAX, &params);
+        else if (strcmp(argv[i], "--max-live") == 0)
+            st = zs__number_option_int(argv[i], argv[i + 1], 1, INT32_MAX, &max_live);
+        else zs__fail(st, "unknown option %s (--units, --unit-params, --max-live)", argv[i]);
+        if (st != ZS_OK) {
+            fprintf(stderr, "bench_memory: %s\n", zs_last_error());
+            return 2;
+        }
+        if (params) unit_params = params;
     }
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     int rank, n;

@@ -22,6 +22,7 @@
 #include "../lib/stats.h"
 #include "bench_host_alloc.h"
 #include "core/memory.h"
+#include "core/number.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -47,11 +48,21 @@ int main(int argc, char **argv) {
     double gb = 4.0;
     int reps = 3, cuda = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--gb") == 0 && i + 1 < argc) gb = atof(argv[++i]);
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--cuda") == 0) cuda = 1;
-        else {
+        zs_status st = ZS_OK;
+        if (strcmp(argv[i], "--gb") == 0 && i + 1 < argc) {
+            st = zs__number_option_double(argv[i], argv[i + 1], 0, 1e9, &gb);
+            i++;
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            st = zs__number_option_int(argv[i], argv[i + 1], 1, INT32_MAX, &reps);
+            i++;
+        } else if (strcmp(argv[i], "--cuda") == 0) {
+            cuda = 1;
+        } else {
             fprintf(stderr, "usage: bench_host_alloc [--gb G] [--reps N] [--cuda]\n");
+            return 2;
+        }
+        if (st != ZS_OK) {
+            fprintf(stderr, "bench_host_alloc: %s\n", zs_last_error());
             return 2;
         }
     }

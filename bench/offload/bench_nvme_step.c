@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/error.h"
+#include "core/number.h"
 #include "offload/nvme_state.h"
 #include "offload/swap.h"
 #include "../lib/stats.h"
@@ -87,13 +89,27 @@ int main(int argc, char **argv) {
     const char *dir = "/tmp";
     long long mparams = 32, buffer = 16 << 20;
     int steps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
-        else if (strcmp(argv[i], "--mparams") == 0) mparams = atoll(argv[i + 1]);
-        else if (strcmp(argv[i], "--buffer") == 0) buffer = atoll(argv[i + 1]);
-        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "bench_nvme_step: unknown option %s\n", argv[i]);
+    for (int i = 1; i < argc; i += 2) {
+        const char *option = argv[i], *text = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t value = 0;
+        zs_status st = ZS_OK;
+        if (!text) {
+            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s needs a value", option);
+        } else if (strcmp(option, "--dir") == 0) {
+            dir = text;
+        } else if (strcmp(option, "--mparams") == 0) {
+            st = zs__number_option_int64(option, text, 1, INT64_MAX / (1 << 20), &value);
+            mparams = value;
+        } else if (strcmp(option, "--buffer") == 0) {
+            st = zs__number_option_size(option, text, 4096, INT64_MAX, &value);
+            buffer = value;
+        } else if (strcmp(option, "--steps") == 0) {
+            st = zs__number_option_int(option, text, 1, INT32_MAX, &steps);
+        } else {
+            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown option %s", option);
+        }
+        if (st != ZS_OK) {
+            fprintf(stderr, "bench_nvme_step: %s\n", zs_last_error());
             return 2;
         }
     }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/number.h"
 #include "offload/swap.h"
 #include "raw_disk.h"
 
@@ -48,15 +49,29 @@ int main(int argc, char **argv) {
     const char *dir = "/tmp";
     long mib = 1024, q = 4, threads = 0, repeat = 1;
     long long block = 1 << 20;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
-        else if (strcmp(argv[i], "--mib") == 0) mib = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--block") == 0) block = atoll(argv[i + 1]);
-        else if (strcmp(argv[i], "--queue") == 0) q = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--threads") == 0) threads = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--repeat") == 0) repeat = atol(argv[i + 1]);
-        else {
-            fprintf(stderr, "bench_swap: unknown option %s\n", argv[i]);
+    for (int i = 1; i < argc; i += 2) {
+        const char *option = argv[i], *text = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t value = 0;
+        zs_status st = ZS_OK;
+        if (!text) {
+            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s needs a value", option);
+        } else if (strcmp(option, "--dir") == 0) {
+            dir = text;
+        } else if (strcmp(option, "--block") == 0) {
+            st = zs__number_option_size(option, text, 4096, INT64_MAX, &value);
+            block = value;
+        } else {
+            long *count = strcmp(option, "--mib") == 0       ? &mib
+                          : strcmp(option, "--queue") == 0   ? &q
+                          : strcmp(option, "--threads") == 0 ? &threads
+                          : strcmp(option, "--repeat") == 0  ? &repeat
+                                                             : NULL;
+            if (count) st = zs__number_option_int64(option, text, 0, INT32_MAX, &value);
+            else st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown option %s", option);
+            if (count && st == ZS_OK) *count = (long)value;
+        }
+        if (st != ZS_OK) {
+            fprintf(stderr, "bench_swap: %s\n", zs_last_error());
             return 2;
         }
     }

@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_isa.h"
 #include "bench_cuda.h"
+#include "core/number.h"
 #include "kernels/convert.h"
 
 typedef struct arrays {
@@ -146,15 +147,19 @@ int main(int argc, char **argv) {
     int reps = 10, usage = argc % 2 == 0;
     const char *backend = "cpu";
     for (int i = 1; i + 1 < argc; i += 2) {
+        zs_status st = ZS_OK;
         if (strcmp(argv[i], "--n") == 0) {
-            n = atoll(argv[i + 1]);
-            usage |= n <= 0;
+            st = zs__number_option_int64(argv[i], argv[i + 1], 1, INT64_MAX / 16, &n);
         } else if (strcmp(argv[i], "--reps") == 0) {
-            reps = atoi(argv[i + 1]);
+            st = zs__number_option_int(argv[i], argv[i + 1], 1, INT32_MAX, &reps);
         } else if (strcmp(argv[i], "--backend") == 0) {
             backend = argv[i + 1];
         } else {
             usage = 1;
+        }
+        if (st != ZS_OK) {
+            fprintf(stderr, "bench_optimizer: %s\n", zs_last_error());
+            return 2;
         }
     }
     const int cuda = strcmp(backend, "cuda") == 0;

@@ -72,6 +72,7 @@
 #include "gpt2_train_cuda.h"
 #include "gpt2_units.h"
 #include "numerics.h"
+#include "test_stop.h"
 #include "zeroshard.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -528,6 +529,7 @@ static zs_status evaluate(trainer *tr, double *out) {
     const int B = tr->app.B, T = tr->app.T, BT = B * T;
     char data_err[GPT2_ERR_CAP], err[1024];
     double sums[2] = {0.0, 0.0}; /* loss summed over positions, positions */
+    ex_test_stop("gpt2_train", "validation", tr->rank);
     for (int64_t k = 0; k < tr->app.val_batches; k++) {
         const int set = next_token_set(tr);
         for (int b = 0; b < B; b++) {
@@ -538,7 +540,10 @@ static zs_status evaluate(trainer *tr, double *out) {
                 abort_job("reading a validation batch", data_err);
         }
         upload_tokens(tr, set, BT);
-        zs_status st = forward_blocks(tr, B, T);
+        /* An evaluation pass: its fetch order is recorded apart from the
+         * training micro-steps', so stage 3 gathers ahead in both. */
+        zs_status st = zs_eval_begin(tr->zs);
+        if (st == ZS_OK) st = forward_blocks(tr, B, T);
         if (st == ZS_OK) st = zs_fetch(tr->zs, tr->units.unit[0]);
         if (st != ZS_OK) return st;
         gpt2_embed_w ew;
@@ -549,15 +554,17 @@ static zs_status evaluate(trainer *tr, double *out) {
                                                   tr->ws.head_scratch),
                     "validation head");
         if ((st = zs_release(tr->zs, tr->units.unit[0])) != ZS_OK) return st;
+        if ((st = zs_eval_end(tr->zs)) != ZS_OK) return st;
         check_model(tr, tr->be->ops->download(tr->be, tr->ws.host_losses, tr->ws.losses,
                                               (size_t)BT * sizeof(float)),
                     "downloading losses");
         for (int i = 0; i < BT; i++) sums[0] += tr->ws.host_losses[i];
         sums[1] += BT;
     }
-    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    *out = sums[0] / sums[1];
-    return ZS_OK;
+    zs_status st = zs_all_reduce_host(tr->zs, sums, 2, ZS_HOST_TYPE_DOUBLE, ZS_REDUCE_OP_SUM,
+                                      "validation loss");
+    if (st == ZS_OK) *out = sums[0] / sums[1];
+    return st;
 }
 
 /* ------------------------------------------------------------ sampling */
@@ -610,7 +617,8 @@ static zs_status sample(trainer *tr) {
         memcpy(tr->ws.host_tokens[set], seq + first, sizeof(int32_t) * (size_t)t);
         memset(tr->ws.host_targets[set], 0, sizeof(int32_t) * (size_t)t);
         upload_tokens(tr, set, t);
-        st = forward_blocks(tr, 1, t);
+        st = zs_eval_begin(tr->zs); /* one evaluation pass per token */
+        if (st == ZS_OK) st = forward_blocks(tr, 1, t);
         if (st == ZS_OK) st = zs_fetch(tr->zs, tr->units.unit[0]);
         if (st != ZS_OK) break;
         gpt2_embed_w ew;
@@ -620,6 +628,7 @@ static zs_status sample(trainer *tr) {
                                                  t - 1, tr->ws.host_logits, tr->ws.head_scratch),
                     "sampling logits");
         st = zs_release(tr->zs, tr->units.unit[0]);
+        if (st == ZS_OK) st = zs_eval_end(tr->zs);
         int next = gpt2_sample_token(tr->ws.host_logits, d->vocab, tr->app.temperature,
                                      (int)tr->app.top_k, &rng, tr->ws.sample_values,
                                      tr->ws.sample_ids);
@@ -646,15 +655,16 @@ static int llmc_source(void *user, const zs_param *p, int64_t first, int64_t cou
 /* ------------------------------------------------------------- reports */
 
 /* Every rank's memory per tag in bytes, as JSON, written by rank 0: for
- * checking the ZeRO formula from outside (tests/gpt2/check_memory.py). */
-static void write_memory_file(trainer *tr) {
+ * checking the ZeRO formula from outside (tests/gpt2/check_memory.py).
+ * Collective. */
+static zs_status write_memory_file(trainer *tr) {
     zs_memory_stats mine;
     if (zs_memory_report(tr->zs, &mine) != ZS_OK) abort_job("memory report", zs_last_error());
-    zs_memory_stats *all = tr->rank == 0 ? host_alloc(sizeof *all * (size_t)tr->world, "report")
-                                         : NULL;
-    MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0,
-               MPI_COMM_WORLD);
-    if (tr->rank == 0) {
+    /* Every rank runs the same binary, so the structs travel as bytes; every
+     * rank receives them (a few hundred bytes each), rank 0 writes them. */
+    zs_memory_stats *all = host_alloc(sizeof *all * (size_t)tr->world, "the memory report");
+    zs_status st = zs_all_gather_host(tr->zs, &mine, sizeof mine, all, "memory report");
+    if (st == ZS_OK && tr->rank == 0) {
         FILE *f = fopen(tr->app.memory_file, "w");
         if (!f) abort_job("app.memory_file", "cannot open it for writing");
         fprintf(f, "{\"world\": %d, \"stage\": %d, \"dtype\": \"%s\", \"ranks\": [", tr->world,
@@ -676,6 +686,7 @@ static void write_memory_file(trainer *tr) {
         if (fclose(f) != 0) abort_job("app.memory_file", "write failed");
     }
     free(all);
+    return st;
 }
 
 static void print_header(trainer *tr, double activation_bytes) {
@@ -726,9 +737,10 @@ int main(int argc, char **argv) {
     TRY(ex_numerics_check(tr.zs, tr.app.require_same_kernels));
     /* Every rank opens the data (cheap: streams are mapped, not read), so a
      * missing file is reported by every rank; they agree before going on. */
-    int data_failed = open_data(&tr) != 0, any_failed = 0;
-    MPI_Allreduce(&data_failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any_failed) goto done;
+    int32_t data_failed = open_data(&tr) != 0;
+    TRY(zs_all_reduce_host(tr.zs, &data_failed, 1, ZS_HOST_TYPE_INT32, ZS_REDUCE_OP_MAX,
+                           "data files opened"));
+    if (data_failed) goto done;
 
     TRY(gpt2_units_describe(&tr.units, tr.zs, &tr.app.dims));
     TRY(zs_build(tr.zs));
@@ -796,7 +808,8 @@ int main(int argc, char **argv) {
         check_model(&tr, tr.be->ops->host_wait(tr.be, tr.ws.host_loss_sums), "losses");
         for (int k = 0; k < slot; k++) local_sum += tr.ws.host_loss_sums[k];
         double loss = local_sum / (positions * micro);
-        MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        TRY(zs_all_reduce_host(tr.zs, &loss, 1, ZS_HOST_TYPE_DOUBLE, ZS_REDUCE_OP_SUM,
+                               "training loss"));
         loss /= tr.world;
         /* For log.metrics_file: the mean loss goes in the line of the step
          * that just finished. */
@@ -833,7 +846,7 @@ int main(int argc, char **argv) {
     TRY(sample(&tr));
     if (tr.rank == 0) printf("\n");
     TRY(zs_report_print(tr.zs, stdout));
-    if (tr.app.memory_file[0] != '\0') write_memory_file(&tr);
+    if (tr.app.memory_file[0] != '\0') TRY(write_memory_file(&tr));
 
     exit_code = 0;
     if (tr.app.target_val_loss > 0 && !(val_loss <= tr.app.target_val_loss)) {

@@ -46,6 +46,7 @@
 #include "mlp_cuda.h"
 #include "mlp_model.h"
 #include "numerics.h"
+#include "test_stop.h"
 #include "zeroshard.h"
 
 
@@ -351,6 +352,7 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
     const int64_t chunks = (most_per_rank + local_batch - 1) / local_batch;
     const int L = shape->num_layers;
     double sums[2] = {0.0, 0.0}; // loss summed over samples, correct predictions
+    ex_test_stop("mlp_train", "validation", rank);
     if (gpu != NULL) {
         mlp_cuda_metrics_reset(gpu);
     }
@@ -359,7 +361,15 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
         int64_t n = end - lo;
         n = n < 0 ? 0 : (n > local_batch ? local_batch : n);
         load_batch(ds, first_heldout + (uint64_t)lo, (int)n, ws, gpu);
-        zs_status st = forward_all(zs, shape, layers, (int)n, ws, br, gpu);
+        // An evaluation pass: its fetch order is kept apart from training's,
+        // so stage 3 gathers ahead in both.
+        zs_status st = zs_eval_begin(zs);
+        if (st == ZS_OK) {
+            st = forward_all(zs, shape, layers, (int)n, ws, br, gpu);
+        }
+        if (st == ZS_OK) {
+            st = zs_eval_end(zs);
+        }
         if (st != ZS_OK) {
             return st;
         }
@@ -377,7 +387,11 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
     if (gpu != NULL) {
         mlp_cuda_metrics_read(gpu, &sums[0], &sums[1]);
     }
-    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    zs_status st = zs_all_reduce_host(zs, sums, 2, ZS_HOST_TYPE_DOUBLE, ZS_REDUCE_OP_SUM,
+                                      "held-out loss");
+    if (st != ZS_OK) {
+        return st;
+    }
     *loss_out = sums[0] / (double)E;
     *accuracy_out = sums[1] / (double)E;
     return ZS_OK;
@@ -563,7 +577,8 @@ int main(int argc, char **argv) {
             // Equal local batches: the global mean loss is the mean of the
             // ranks' means; summing loss * batch keeps that true in general.
             double sums[2] = {loss_sum / micro * (double)local_batch, correct_sum / micro};
-            MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            TRY(zs_all_reduce_host(zs, sums, 2, ZS_HOST_TYPE_DOUBLE, ZS_REDUCE_OP_SUM,
+                                   "training loss"));
             double elapsed = now_seconds() - window_start;
             if (rank == 0) {
                 printf("step %6" PRId64 " | loss %.4f | acc %.3f | lr %.3e | grad norm %.4f | "

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_isa.h"
 #include "backend/cpu_ops.h"
+#include "core/alloc.h"
 #include "core/error.h"
 
 static zs_status cpu_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
@@ -132,7 +133,7 @@ static const zs__backend_ops cpu_ops = {
 };
 
 zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out) {
-    zs__backend *be = calloc(1, sizeof *be);
+    zs__backend *be = zs__calloc(1, sizeof *be);
     if (!be) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
     be->ops = &cpu_ops;
     be->mem = mem;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cpu_isa.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -67,8 +68,8 @@ static const zs__cpu_kernels *table_of(zs__cpu_isa isa) {
 static zs__cpu_isa resolve(char *why, size_t capacity) {
     why[0] = '\0';
     zs__cpu_isa best = zs__cpu_isa_best();
-    const char *env = getenv("ZS_CPU_ISA");
-    if (!env || !env[0] || strcmp(env, "auto") == 0) return best;
+    const char *env = zs__env_text(ZS_ENV_CPU_ISA);
+    if (!env || strcmp(env, "auto") == 0) return best;
     int wanted = -1;
     for (int level = 0; level < ZS_CPU_ISA_COUNT; level++)
         if (strcmp(env, zs__cpu_isa_name((zs__cpu_isa)level)) == 0) wanted = level;

@@ -37,6 +37,10 @@ zs__state_array zs__checkpoint_state_array(zs__ckpt_state state);
 /* out = dir + "/" + name, or ZS_ERR_INVALID_ARGUMENT if it does not fit. */
 zs_status zs__checkpoint_join(char *out, size_t capacity, const char *dir, const char *name);
 
+/* The step directory of `step`: "step_" and 8 digits (cap >= 16; a step
+ * beyond 8 digits gets more, which is_step_name then does not accept). */
+void zs__checkpoint_step_name(char *out, size_t cap, int64_t step);
+
 /* 1 if `name` is "step_" followed by exactly 8 digits (a committed step directory). */
 int zs__checkpoint_is_step_name(const char *name);
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,9 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fs.h"
+#include "core/alloc.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 
 #define RECORD_MAX 128
@@ -81,11 +83,12 @@ zs_status zs__checkpoint_commit_order_at(int rootfd, const char *root, zs__ckpt_
     *count = 0;
     char **names = NULL;
     int n = 0;
-    ZS_CHECK(zs__fs_list_at(rootfd, root, &names, &n));
-    zs__ckpt_commit *list = calloc((size_t)(n > 0 ? n : 1), sizeof *list);
+    ZS_CHECK(zs__fs_list_at(rootfd, root, INT_MAX, &names, &n));
+    zs__ckpt_commit *list = zs__calloc((size_t)(n > 0 ? n : 1), sizeof *list);
     if (!list) {
         zs__fs_list_free(names, n);
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list checkpoints", root);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: out of host memory for the commit "
+                        "records of %d entries", root, n);
     }
     int used = 0;
     for (int i = 0; i < n; i++) {
@@ -113,14 +116,6 @@ zs_status zs__checkpoint_commit_order_at(int rootfd, const char *root, zs__ckpt_
     *out = list;
     *count = used;
     return ZS_OK;
-}
-
-zs_status zs__checkpoint_commit_order(const char *root, zs__ckpt_commit **out, int *count) {
-    int fd = -1;
-    ZS_CHECK(zs__fs_open_root(root, 0, &fd));
-    zs_status st = zs__checkpoint_commit_order_at(fd, root, out, count);
-    close(fd);
-    return st;
 }
 
 uint64_t zs__checkpoint_next_seq(const zs__ckpt_commit *order, int count) {

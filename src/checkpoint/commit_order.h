@@ -31,17 +31,16 @@ typedef struct zs__ckpt_commit {
     int abandoned;  /* 1: a later commit has a lower step (see above) */
 } zs__ckpt_commit;
 
-/* The step directories of `root` (real directories named step_NNNNNNNN;
- * symlinks and files with such names are not checkpoints and are left out),
- * newest commit first: by seq, highest first, then the unrecorded ones by
- * step, highest first. *out is malloc'd (NULL when *count is 0) and the
- * caller frees it. Reads only: safe on any rank, but meant for rank 0.
+/* The step directories of the open root directory rootfd (real directories
+ * named step_NNNNNNNN; symlinks and files with such names are not
+ * checkpoints and are left out), newest commit first: by seq, highest first,
+ * then the unrecorded ones by step, highest first. *out is malloc'd (NULL
+ * when *count is 0) and the caller frees it. Reads only: safe on any rank,
+ * but meant for rank 0. `root` is for messages.
  *
- * For load.c (resume = "auto" or zs_load on a root): try the entries in this
- * order, skip those with abandoned = 1 (warn naming them), and load the
+ * For select.c (resume = "auto" or zs_load on a root): try the entries in
+ * this order, skip those with abandoned = 1 (warn naming them), and load the
  * first that verifies. */
-zs_status zs__checkpoint_commit_order(const char *root, zs__ckpt_commit **out, int *count);
-/* The same on an open root directory; root is for messages. */
 zs_status zs__checkpoint_commit_order_at(int rootfd, const char *root, zs__ckpt_commit **out,
                                          int *count);
 

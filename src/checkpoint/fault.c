@@ -5,24 +5,14 @@
  * fs_fault.c, next to the file-system steps that call it.) */
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "core/env.h"
 
 void zs__checkpoint_fault(const char *point, int rank, int64_t step) {
-    const char *spec = getenv("ZS_FAULT");
-    if (!spec || !*spec) return;
-    char name[32];
-    int want_rank = -1;
-    long long want_step = -1;
-    int fields = sscanf(spec, "%31[a-z]:%d:%lld", name, &want_rank, &want_step);
-    if (fields < 2 || strcmp(name, point) != 0 || want_rank != rank) return;
-    if (fields == 3 && want_step != step) return;
+    if (!zs__env_fault_matches(ZS_ENV_FAULT, point, rank, step)) return;
     fprintf(stderr, "zeroshard: rank %d: ZS_FAULT=%s: killing this process at '%s' of step %lld\n",
-            rank, spec, point, (long long)step);
+            rank, zs__env_text(ZS_ENV_FAULT), point, (long long)step);
     fflush(stderr);
     raise(SIGKILL);
 }
-

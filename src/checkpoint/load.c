@@ -13,12 +13,12 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fs.h"
-#include "checkpoint/fs_read.h"
 #include "checkpoint/select.h"
 #include "checkpoint/verify.h"
 #include "checkpoint/safetensors.h"
+#include "core/alloc.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 
 /* ------------------------------------------------------------ one step dir */
@@ -52,7 +52,7 @@ static void load_state_free(load_state *ls) {
  * shares (verify.h). name is NULL for an explicit step directory. */
 static zs_status open_step(load_state *ls, const char *dir, const char *name) {
     int root_fd = -1;
-    if (name) ZS_CHECK(zs__fsr_open_root(dir, &root_fd));
+    if (name) ZS_CHECK(zs__fs_open_root(dir, 0, &root_fd));
     zs_status st = zs__ckpt_step_open(root_fd, dir, name, &ls->step);
     if (root_fd >= 0) close(root_fd);
     ZS_CHECK(st);
@@ -114,15 +114,15 @@ static zs_status check_layout(const zs_ctx *zs, const load_state *ls) {
 
 static zs_status index_tensors(load_state *ls) {
     const zs__manifest *m = ls->m;
-    ls->first_of_param = calloc((size_t)m->param_count + 1, sizeof(int));
-    ls->by_param = calloc((size_t)(m->tensor_count ? m->tensor_count : 1), sizeof(int));
-    ls->files = calloc((size_t)(m->file_count ? m->file_count : 1), sizeof *ls->files);
+    ls->first_of_param = zs__calloc((size_t)m->param_count + 1, sizeof(int));
+    ls->by_param = zs__calloc((size_t)(m->tensor_count ? m->tensor_count : 1), sizeof(int));
+    ls->files = zs__calloc((size_t)(m->file_count ? m->file_count : 1), sizeof *ls->files);
     if (!ls->first_of_param || !ls->by_param || !ls->files)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
     for (int t = 0; t < m->tensor_count; t++)
         if (m->tensors[t].param >= 0) ls->first_of_param[m->tensors[t].param + 1]++;
     for (int i = 0; i < m->param_count; i++) ls->first_of_param[i + 1] += ls->first_of_param[i];
-    int *next = calloc((size_t)m->param_count + 1, sizeof(int));
+    int *next = zs__calloc((size_t)m->param_count + 1, sizeof(int));
     if (!next) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
     memcpy(next, ls->first_of_param, sizeof(int) * (size_t)(m->param_count + 1));
     for (int t = 0; t < m->tensor_count; t++)
@@ -249,7 +249,7 @@ static zs_status read_user_state(zs_ctx *zs, load_state *ls, const int *keeps) {
         const char *name = strchr(ct->key, ':');
         if (!name) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: user tensor '%s' has no prefix",
                                    zs__st_path(file), ct->key);
-        void *data = malloc(ct->count ? (size_t)ct->count : 1);
+        void *data = zs__malloc(ct->count ? (size_t)ct->count : 1);
         if (!data) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
         zs_status st = zs__st_read(file, entry, 0, data, (uint64_t)ct->count);
         if (st == ZS_OK)
@@ -305,7 +305,7 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
         /* The NVMe tier starts over (and recovers when an I/O failure lost
          * it): every owned value is written below, the rest is zero. */
         local = zs->store.tier == ZS_TIER_NVME ? zs__store_reset(&zs->store) : ZS_OK;
-        if (local == ZS_OK && !(ls.round = malloc(ZS_LOAD_ROUND * sizeof(float))))
+        if (local == ZS_OK && !(ls.round = zs__malloc(ZS_LOAD_ROUND * sizeof(float))))
             local = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
         if (local == ZS_OK) local = read_states(zs, &ls, states, nstates);
         if (local == ZS_OK) local = read_user_state(zs, &ls, keeps);
@@ -347,7 +347,7 @@ static zs_status share_candidates(zs_ctx *zs, const char *dir, int missing_ok,
     if (zs->rank != 0) {
         c->explicit_dir = (int)head[0];
         c->count = (int)head[1];
-        c->names = calloc((size_t)(c->count ? c->count : 1), sizeof *c->names);
+        c->names = zs__calloc((size_t)(c->count ? c->count : 1), sizeof *c->names);
         if (!c->names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_load: out of host memory");
     }
     if (c->count > 0)

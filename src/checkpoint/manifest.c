@@ -45,6 +45,7 @@
 
 #include "checkpoint/json_strict.h"
 #include "checkpoint/safetensors.h"
+#include "core/alloc.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -85,12 +86,15 @@ const char *zs__ckpt_file_kind_name(zs__ckpt_file_kind kind) {
     return kind_names[kind];
 }
 
+void zs__ckpt_shard_name(char *out, size_t cap, int rank, zs__ckpt_file_kind kind) {
+    snprintf(out, cap, "rank%05d.%s.safetensors", rank, zs__ckpt_file_kind_name(kind));
+}
+
 static int state_is_user(zs__ckpt_state state) {
     return state == ZS_CKPT_STATE_USER_GLOBAL || state == ZS_CKPT_STATE_USER_RANK;
 }
 
-/* The file kind a state must live in. */
-static zs__ckpt_file_kind state_file_kind(zs__ckpt_state state) {
+zs__ckpt_file_kind zs__ckpt_state_file_kind(zs__ckpt_state state) {
     if (state == ZS_CKPT_STATE_MASTER) return ZS_CKPT_FILE_MASTER;
     if (state_is_user(state)) return ZS_CKPT_FILE_USER;
     return ZS_CKPT_FILE_OPTIM;
@@ -118,7 +122,7 @@ zs_status zs__manifest_alloc(int units, int params, int files, int tensors, zs__
                         "manifest: counts (%d units, %d params, %d files, %d tensors) must be in "
                         "[0, %d]",
                         units, params, files, tensors, ZS_CKPT_MAX_ENTRIES);
-    zs__manifest *m = calloc(1, sizeof *m);
+    zs__manifest *m = zs__calloc(1, sizeof *m);
     if (!m) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "manifest: cannot allocate");
     m->version = ZS_CKPT_VERSION;
     m->unit_count = units;
@@ -126,10 +130,10 @@ zs_status zs__manifest_alloc(int units, int params, int files, int tensors, zs__
     m->file_count = files;
     m->tensor_count = tensors;
     /* calloc(0) may return NULL; empty arrays stay NULL on purpose. */
-    if (units) m->units = calloc((size_t)units, sizeof *m->units);
-    if (params) m->params = calloc((size_t)params, sizeof *m->params);
-    if (files) m->files = calloc((size_t)files, sizeof *m->files);
-    if (tensors) m->tensors = calloc((size_t)tensors, sizeof *m->tensors);
+    if (units) m->units = zs__calloc((size_t)units, sizeof *m->units);
+    if (params) m->params = zs__calloc((size_t)params, sizeof *m->params);
+    if (files) m->files = zs__calloc((size_t)files, sizeof *m->files);
+    if (tensors) m->tensors = zs__calloc((size_t)tensors, sizeof *m->tensors);
     if ((units && !m->units) || (params && !m->params) || (files && !m->files) ||
         (tensors && !m->tensors)) {
         zs__manifest_free(m);
@@ -225,8 +229,8 @@ static int cmp_range(const void *x, const void *y) {
  * (their offsets were bounds-checked already). */
 static zs_status check_coverage(const zs__manifest *m, const char *where) {
     zs_status status = ZS_OK;
-    range *ranges = m->tensor_count ? malloc((size_t)m->tensor_count * sizeof *ranges) : NULL;
-    unsigned char *has_master = m->param_count ? calloc((size_t)m->param_count, 1) : NULL;
+    range *ranges = m->tensor_count ? zs__malloc((size_t)m->tensor_count * sizeof *ranges) : NULL;
+    unsigned char *has_master = m->param_count ? zs__calloc((size_t)m->param_count, 1) : NULL;
     if ((m->tensor_count && !ranges) || (m->param_count && !has_master)) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the coverage check", where);
         goto done;
@@ -296,7 +300,7 @@ static zs_status check_names(const zs__manifest *m, const char *where) {
     if (m->param_count > most) most = m->param_count;
     if (m->file_count > most) most = m->file_count;
     if (m->tensor_count > most) most = m->tensor_count;
-    named *items = most ? malloc((size_t)most * sizeof *items) : NULL;
+    named *items = most ? zs__malloc((size_t)most * sizeof *items) : NULL;
     if (most && !items) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate", where);
     for (int k = 0; k < m->unit_count; k++) items[k] = (named){m->units[k].name, 0, k};
     ZS_CHECK_GOTO(check_unique(items, m->unit_count, where, "unit"), status, done);
@@ -413,13 +417,13 @@ zs_status zs__manifest_validate(const zs__manifest *m, const char *where) {
             return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensors[%d] has unknown state %d",
                             where, i, (int)t->state);
         const zs__ckpt_file *f = &m->files[t->file];
-        if (f->kind != state_file_kind(t->state))
+        if (f->kind != zs__ckpt_state_file_kind(t->state))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: tensors[%d] (state %s) is in files[%d] of kind %s; that "
                             "state belongs in %s files",
                             where, i, zs__ckpt_state_name(t->state), t->file,
                             zs__ckpt_file_kind_name(f->kind),
-                            zs__ckpt_file_kind_name(state_file_kind(t->state)));
+                            zs__ckpt_file_kind_name(zs__ckpt_state_file_kind(t->state)));
         if (t->offset < 0 || t->count < 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: tensors[%d] offset %lld and count %lld must be >= 0", where,
@@ -560,9 +564,9 @@ zs_status zs__manifest_to_json(const zs__manifest *m, char **text, size_t *bytes
                                       JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
                                           JSON_C_TO_STRING_NOSLASHESCAPE,
                                       &len);
-    char *out = json ? malloc(len + 2) : NULL;
+    char *out = json ? zs__malloc(len + 2) : NULL;
     if (!out) {
-        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "manifest: cannot serialize");
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "manifest: out of host memory for its JSON text");
     } else {
         memcpy(out, json, len);
         out[len] = '\n'; /* a text file ends with a newline */

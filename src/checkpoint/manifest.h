@@ -109,6 +109,12 @@ typedef struct zs__manifest {
 
 const char *zs__ckpt_state_name(zs__ckpt_state state);
 const char *zs__ckpt_file_kind_name(zs__ckpt_file_kind kind);
+/* The file kind a state lives in: master in master, the optimizer's moments
+ * in optim, user state in user (the one mapping the save, the manifest
+ * checks and the verifier share). */
+zs__ckpt_file_kind zs__ckpt_state_file_kind(zs__ckpt_state state);
+/* A shard's name in a step directory: rank%05d.<kind>.safetensors. */
+void zs__ckpt_shard_name(char *out, size_t cap, int rank, zs__ckpt_file_kind kind);
 
 /* Serializes with json-c (hashes as 16 lowercase hex digits, 64-bit integers
  * as JSON integers). *text is malloc'ed, NUL-terminated; *bytes its length. */

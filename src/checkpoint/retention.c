@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/commit_order.h"
-#include "checkpoint/fs.h"
+#include "core/alloc.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 
 #define SKIPPED_TEXT 2048
@@ -78,7 +80,7 @@ zs_status zs__checkpoint_purge_dir(int rootfd, const char *root, const char *nam
     ZS_CHECK(zs__fs_open_dir_at(rootfd, root, name, &dir));
     char **names = NULL;
     int count = 0;
-    zs_status st = zs__fs_list_at(dir, path, &names, &count);
+    zs_status st = zs__fs_list_at(dir, path, INT_MAX, &names, &count);
     /* The manifest's hash first: a directory caught half removed by a crash
      * then fails verification at once instead of deep inside a shard. */
     if (st == ZS_OK && unlinkat(dir, ZS_CKPT_MANIFEST_HASH, 0) != 0 && errno != ENOENT)
@@ -154,7 +156,7 @@ zs_status zs__checkpoint_retain(int rootfd, const char *root, const char *commit
     memset(&s, 0, sizeof s);
     char **names = NULL;
     int count = 0;
-    ZS_CHECK(zs__fs_list_at(rootfd, root, &names, &count));
+    ZS_CHECK(zs__fs_list_at(rootfd, root, INT_MAX, &names, &count));
     /* Leftovers of saves that failed or were killed (this save's own
      * temporary directory is already renamed into place). */
     for (int i = 0; i < count; i++) {
@@ -177,7 +179,7 @@ zs_status zs__checkpoint_retain(int rootfd, const char *root, const char *commit
     int steps = 0;
     zs_status st = zs__checkpoint_commit_order_at(rootfd, root, &order, &steps);
     int forked = steps > 1 && order[0].step < order[1].step;
-    char *kept = st == ZS_OK && steps > 0 ? calloc((size_t)steps, 1) : NULL;
+    char *kept = st == ZS_OK && steps > 0 ? zs__calloc((size_t)steps, 1) : NULL;
     if (st == ZS_OK && steps > 0 && !kept)
         st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: out of host memory for retention", root);
     if (st == ZS_OK && keep > 0) {

@@ -12,8 +12,6 @@
  * is lexed strictly before json-c sees it (zs__json_parse_strict), and the
  * tensors must tile the data section exactly, so that no byte of a valid file
  * is unaccounted for and no read can leave the file. */
-#include "checkpoint/fs.h"
-#include "checkpoint/fs_read.h"
 #include "checkpoint/json_strict.h"
 #include "checkpoint/safetensors.h"
 
@@ -29,7 +27,9 @@
 #include <json-c/json.h>
 #include <xxhash.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
+#include "core/fs.h"
 
 /* Reads and hashes go through a buffer of this size, so memory does not grow
  * with the file; writes of smaller pieces are gathered into one of this size. */
@@ -300,7 +300,7 @@ static zs_status st_build_header(const char *path, const zs__st_tensor_spec *ten
     const char *json = json_object_to_json_string_length(
         root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &json_len);
     if (!json) {
-        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot serialize the header", path);
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: out of host memory for the JSON header", path);
         goto fail;
     }
     /* Pad so the data section starts 8-byte aligned (8 + padded is a multiple of 8). */
@@ -312,7 +312,7 @@ static zs_status st_build_header(const char *path, const zs__st_tensor_spec *ten
                           path, padded, ZS_ST_HEADER_MAX);
         goto fail;
     }
-    char *header = malloc(padded);
+    char *header = zs__malloc(padded);
     if (!header) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the header", path);
         goto fail;
@@ -388,17 +388,17 @@ static zs_status st_stream_open_impl(int dir_fd, const char *dir_path, const cha
     ZS_CHECK(st_build_header(path, tensors, tensor_count, meta, meta_count, &header,
                              &header_bytes, &data_bytes));
 
-    zs__st_stream *s = calloc(1, sizeof *s);
+    zs__st_stream *s = zs__calloc(1, sizeof *s);
     if (!s) {
         free(header);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a writer", path);
     }
     s->fd = -1;
     s->dir_fd = AT_FDCWD;
-    s->path = strdup(path);
-    s->name = strdup(name);
+    s->path = zs__strdup(path);
+    s->name = zs__strdup(name);
     s->hash = XXH3_createState();
-    s->buffer = malloc(ST_IO_CHUNK);
+    s->buffer = zs__malloc(ST_IO_CHUNK);
     if (!s->path || !s->name || !s->hash || !s->buffer || XXH3_64bits_reset(s->hash) != XXH_OK) {
         free(header);
         st_stream_free(s, 0);
@@ -452,7 +452,7 @@ zs_status zs__st_stream_open(const char *path, const zs__st_tensor_spec *tensors
 /* "dir_path/name" in a new string for messages, or NULL when out of memory. */
 static char *st_join(const char *dir_path, const char *name) {
     size_t bytes = strlen(dir_path) + 1 + strlen(name) + 1;
-    char *out = malloc(bytes);
+    char *out = zs__malloc(bytes);
     if (out) snprintf(out, bytes, "%s/%s", dir_path, name);
     return out;
 }
@@ -551,7 +551,7 @@ static zs_status st_write_tensors(zs__st_stream *s, const zs__st_tensor_spec *te
         if (!tensors[t].data && tensors[t].read && tensors[t].bytes > 0) {
             /* Piece by piece through one bounded buffer, hashed as it goes. */
             XXH3_state_t *hash = tensor_hashes ? XXH3_createState() : NULL;
-            if (!piece) piece = malloc((size_t)ZS_ST_PIECE_BYTES);
+            if (!piece) piece = zs__malloc((size_t)ZS_ST_PIECE_BYTES);
             if (!piece || (tensor_hashes && (!hash || XXH3_64bits_reset(hash) != XXH_OK)))
                 status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "writing '%s': out of host memory",
                                   s->path);
@@ -706,7 +706,7 @@ static zs_status st_parse_metadata(zs__st_file *f, struct json_object *m) {
                         path);
     int n = json_object_object_length(m);
     if (n == 0) return ZS_OK;
-    f->meta = calloc((size_t)n, sizeof *f->meta);
+    f->meta = zs__calloc((size_t)n, sizeof *f->meta);
     if (!f->meta) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the metadata", path);
     /* Messages name entries by position, never by their text: this file may
      * not be a checkpoint at all, and its bytes are not ours to print. */
@@ -727,8 +727,8 @@ static zs_status st_parse_metadata(zs__st_file *f, struct json_object *m) {
                             "holds a NUL byte",
                             path, index, ZS_ST_META_VALUE_MAX);
         st_meta_item *item = &f->meta[f->meta_count];
-        item->key = strdup(key);
-        item->value = strdup(text);
+        item->key = zs__strdup(key);
+        item->value = zs__strdup(text);
         f->meta_count++; /* counted before checking, so close frees a half-made item */
         if (!item->key || !item->value)
             return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the metadata", path);
@@ -812,7 +812,7 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
                             (unsigned long long)data_bytes);
     }
     if (f->count > 0) {
-        order = malloc((size_t)f->count * sizeof *order);
+        order = zs__malloc((size_t)f->count * sizeof *order);
         if (!order) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate an index", path);
         for (int k = 0; k < f->count; k++) order[k] = &f->entries[k];
         qsort(order, (size_t)f->count, sizeof *order, st_cmp_entry_begin);
@@ -865,8 +865,8 @@ static zs_status st_parse_header(zs__st_file *f, const char *text, size_t bytes)
     }
     if (has_meta) ZS_CHECK_GOTO(st_parse_metadata(f, meta), status, done);
     if (count > 0) {
-        f->entries = calloc((size_t)count, sizeof *f->entries);
-        f->by_name = malloc((size_t)count * sizeof *f->by_name);
+        f->entries = zs__calloc((size_t)count, sizeof *f->entries);
+        f->by_name = zs__malloc((size_t)count * sizeof *f->by_name);
         if (!f->entries || !f->by_name) {
             status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate %lld entries", path,
                               (long long)count);
@@ -929,7 +929,7 @@ static zs_status st_open_fd(zs__st_file *f) {
                         "endian integer of at least 2, at most %u, and within the file's %llu "
                         "bytes); the file is truncated or not safetensors",
                         path, ZS_ST_HEADER_MAX, (unsigned long long)f->file_bytes);
-    header = malloc((size_t)n);
+    header = zs__malloc((size_t)n);
     if (!header)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a %llu-byte header", path,
                         (unsigned long long)n);
@@ -944,10 +944,10 @@ done:
 
 static zs_status st_new(const char *path, zs__st_file **out) {
     *out = NULL;
-    zs__st_file *f = calloc(1, sizeof *f);
+    zs__st_file *f = zs__calloc(1, sizeof *f);
     if (!f) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
     f->fd = -1;
-    f->path = strdup(path);
+    f->path = zs__strdup(path);
     if (!f->path) {
         free(f);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
@@ -980,12 +980,14 @@ fail:
     return status;
 }
 
-zs_status zs__st_open_at(int dir_fd, const char *name, const char *display, zs__st_file **out) {
+zs_status zs__st_open_at(int dir_fd, const char *dir_path, const char *name, zs__st_file **out) {
     *out = NULL;
+    char display[4096];
+    snprintf(display, sizeof display, "%s/%s", dir_path, name);
     zs__st_file *f = NULL;
     ZS_CHECK(st_new(display, &f));
     zs_status status = ZS_OK;
-    ZS_CHECK_GOTO(zs__fsr_open_file_at(dir_fd, name, display, &f->fd, NULL), status, fail);
+    ZS_CHECK_GOTO(zs__fs_open_file_at(dir_fd, dir_path, name, &f->fd, NULL), status, fail);
     ZS_CHECK_GOTO(st_open_fd(f), status, fail);
     *out = f;
     return ZS_OK;
@@ -1013,7 +1015,7 @@ static zs_status st_hash_range(const zs__st_file *f, uint64_t offset, uint64_t b
                                uint64_t *hash) {
     zs_status status = ZS_OK;
     XXH3_state_t *state = XXH3_createState();
-    unsigned char *buffer = malloc(ST_IO_CHUNK);
+    unsigned char *buffer = zs__malloc(ST_IO_CHUNK);
     if (!state || !buffer || XXH3_64bits_reset(state) != XXH_OK) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a hash buffer", f->path);
         goto done;

@@ -144,9 +144,9 @@ typedef struct zs__st_file zs__st_file;
  * message "<path>: <what is wrong>". */
 zs_status zs__st_open(const char *path, zs__st_file **out);
 /* The same checks on regular file `name` inside the directory dir_fd, opened
- * with openat and O_NOFOLLOW (see fs_read.h): a symlink, FIFO, device or
- * directory is refused. `display` is the path used in messages. */
-zs_status zs__st_open_at(int dir_fd, const char *name, const char *display, zs__st_file **out);
+ * with openat and O_NOFOLLOW (core/fs.h): a symlink, FIFO, device or
+ * directory is refused. `dir_path` is the directory's path, for messages. */
+zs_status zs__st_open_at(int dir_fd, const char *dir_path, const char *name, zs__st_file **out);
 void zs__st_close(zs__st_file *f); /* NULL is a no-op */
 
 const char *zs__st_path(const zs__st_file *f);

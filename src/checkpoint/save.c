@@ -16,9 +16,17 @@
  *      saves, and step directories beyond checkpoint.keep by commit order.
  * A crash before the step rename leaves only a temporary directory, which
  * loading ignores and the next save removes; a crash after it leaves a
- * complete step with the newest commit record. Steps after the commit
- * (fsync of the root, latest, retention) only warn when they fail: the
- * checkpoint is committed and loadable, and the next save repeats them. */
+ * complete step with the newest commit record.
+ *
+ * After the commit, an error from the fsync of the root or from writing or
+ * renaming `latest` means the new step may not survive a power failure (an
+ * fsync error may have dropped the very pages it was to write: PostgreSQL's
+ * "fsyncgate"). checkpoint.on_durability_error decides: "fail" (default)
+ * takes the commit back (the step directory returns to its temporary name
+ * and is removed, a step it replaced and `latest` get their old contents),
+ * so the previous step stays the resume point and the save fails on every
+ * rank; "warn" keeps the step and warns. Retention only warns when it fails:
+ * the checkpoint is committed and loadable, and the next save repeats it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -29,10 +37,11 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/commit_order.h"
-#include "checkpoint/fs.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/safetensors.h"
+#include "core/alloc.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 
 #define PATH_CAPACITY 4096
@@ -60,10 +69,6 @@ typedef struct rank_summary {
 
 static const zs__ckpt_file_kind file_kinds[FILES_PER_RANK] = {
     ZS_CKPT_FILE_MASTER, ZS_CKPT_FILE_OPTIM, ZS_CKPT_FILE_USER};
-
-static void file_name(char *out, size_t cap, int rank, zs__ckpt_file_kind kind) {
-    snprintf(out, cap, "rank%05d.%s.safetensors", rank, zs__ckpt_file_kind_name(kind));
-}
 
 static void state_key(char *out, size_t cap, const char *param, zs__ckpt_state state) {
     if (state == ZS_CKPT_STATE_MASTER) snprintf(out, cap, "%s", param);
@@ -120,11 +125,11 @@ static void file_plan_free(file_plan *f) {
 static zs_status file_plan_alloc(file_plan *f, int capacity) {
     memset(f, 0, sizeof *f);
     int cap = capacity > 0 ? capacity : 1;
-    f->specs = calloc((size_t)cap, sizeof *f->specs);
-    f->sources = calloc((size_t)cap, sizeof *f->sources);
-    f->records = calloc((size_t)cap, sizeof *f->records);
-    f->meta = calloc((size_t)cap + 8, sizeof *f->meta);
-    f->meta_text = calloc((size_t)cap + 8, sizeof *f->meta_text);
+    f->specs = zs__calloc((size_t)cap, sizeof *f->specs);
+    f->sources = zs__calloc((size_t)cap, sizeof *f->sources);
+    f->records = zs__calloc((size_t)cap, sizeof *f->records);
+    f->meta = zs__calloc((size_t)cap + 8, sizeof *f->meta);
+    f->meta_text = zs__calloc((size_t)cap + 8, sizeof *f->meta_text);
     if (!f->specs || !f->records || !f->meta || !f->meta_text || !f->sources) {
         file_plan_free(f);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
@@ -186,7 +191,7 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         int64_t b, e;
         if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
         for (int s = 0; s < nstates; s++) {
-            file_plan *f = &files[s == 0 ? 0 : 1];
+            file_plan *f = &files[zs__ckpt_state_file_kind(states[s])];
             state_key(key, sizeof key, zs->params[i]->name, states[s]);
             /* Streamed from wherever the state lives (the writer reads it
              * piece by piece: zs__st_tensor_spec.read). */
@@ -233,9 +238,9 @@ static zs_status write_shards(zs_ctx *zs, int tmpfd, const char *tmp, file_plan 
     char name[64];
     for (int k = 0; k < FILES_PER_RANK; k++) {
         file_plan *f = &files[k];
-        uint64_t *hashes = calloc((size_t)(f->count ? f->count : 1), sizeof *hashes);
+        uint64_t *hashes = zs__calloc((size_t)(f->count ? f->count : 1), sizeof *hashes);
         if (!hashes) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
-        file_name(name, sizeof name, zs->rank, file_kinds[k]);
+        zs__ckpt_shard_name(name, sizeof name, zs->rank, file_kinds[k]);
         zs_status st = write_one(tmpfd, tmp, name, f, k == 0 ? fault_progress : NULL, &fault,
                                  hashes, &summary->hash[k], &summary->bytes[k]);
         for (int t = 0; st == ZS_OK && t < f->count; t++) f->records[t].hash = hashes[t];
@@ -251,7 +256,7 @@ static zs_status write_shards(zs_ctx *zs, int tmpfd, const char *tmp, file_plan 
 static void remove_own_files(int tmpfd, int rank) {
     char name[64], partial[80];
     for (int k = 0; k < FILES_PER_RANK; k++) {
-        file_name(name, sizeof name, rank, file_kinds[k]);
+        zs__ckpt_shard_name(name, sizeof name, rank, file_kinds[k]);
         snprintf(partial, sizeof partial, "%s.partial", name);
         unlinkat(tmpfd, name, 0);
         unlinkat(tmpfd, partial, 0);
@@ -297,7 +302,7 @@ static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
         const tensor_record *mine = records + (size_t)r * (size_t)per_rank;
         for (int k = 0; k < FILES_PER_RANK; k++) {
             zs__ckpt_file *f = &m->files[r * FILES_PER_RANK + k];
-            file_name(f->name, sizeof f->name, r, file_kinds[k]);
+            zs__ckpt_shard_name(f->name, sizeof f->name, r, file_kinds[k]);
             f->rank = r;
             f->kind = file_kinds[k];
             f->bytes = summaries[r].bytes[k];
@@ -307,10 +312,7 @@ static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
             const tensor_record *rec = &mine[i];
             zs__ckpt_tensor *ct = &m->tensors[t];
             zs__ckpt_state state = (zs__ckpt_state)rec->state;
-            int kind = state == ZS_CKPT_STATE_MASTER ? 0
-                     : (state == ZS_CKPT_STATE_USER_GLOBAL || state == ZS_CKPT_STATE_USER_RANK) ? 2
-                                                                                                : 1;
-            ct->file = r * FILES_PER_RANK + kind;
+            ct->file = r * FILES_PER_RANK + (int)zs__ckpt_state_file_kind(state);
             snprintf(ct->key, sizeof ct->key, "%s", rec->key);
             ct->state = state;
             ct->param = rec->param;
@@ -323,62 +325,189 @@ static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
     return ZS_OK;
 }
 
-/* Rank 0: commit record, manifest files, the rename that commits, the fsync
- * of the root and latest. *committed says whether the step directory was
- * renamed into place; after that, failures are warnings (see the top). */
-static zs_status commit(zs_ctx *zs, int rootfd, const char *root, int tmpfd, const char *tmp_name,
-                        const char *tmp, const zs__manifest *m, int *committed) {
-    *committed = 0;
+/* One save's handles and names, so that every failure path cleans up the
+ * same way (save_checkpoint's fail labels). */
+typedef struct save_run {
+    int rootfd, tmpfd;
+    char tmp_name[96];         /* the temporary step directory inside the root */
+    char tmp[PATH_CAPACITY];   /* its path, for messages */
+    char step_name[64];        /* step_NNNNNNNN */
+    char old_name[96];         /* where a step this save replaces was moved, or "" */
+    int tmp_created;           /* rank 0: the temporary directory exists */
+    int committed;             /* rank 0: the step directory is renamed into place */
+    int had_latest;            /* rank 0: `latest` existed before the commit */
+    char latest_before[80];    /* and held this */
+    file_plan files[FILES_PER_RANK];
+    rank_summary *summaries;   /* [world_size] every rank's report */
+    tensor_record *records;    /* [world_size * per_rank] */
+    int64_t per_rank;          /* records per rank (at least 1) */
+} save_run;
+
+static void save_run_close(save_run *run) {
+    for (int k = 0; k < FILES_PER_RANK; k++) file_plan_free(&run->files[k]);
+    free(run->summaries);
+    free(run->records);
+    run->summaries = NULL;
+    run->records = NULL;
+    if (run->tmpfd >= 0) close(run->tmpfd);
+    if (run->rootfd >= 0) close(run->rootfd);
+    run->tmpfd = run->rootfd = -1;
+}
+
+/* Rank 0, before the commit: what `latest` holds, so a commit taken back
+ * can give it back. */
+static void remember_latest(save_run *run, const char *root) {
+    char *text = NULL;
+    size_t bytes = 0;
+    run->had_latest = 0;
+    if (zs__fs_kind_at(run->rootfd, ZS_CKPT_LATEST) != ZS_FS_KIND_FILE) return;
+    if (zs__fs_read_file_at(run->rootfd, root, ZS_CKPT_LATEST, sizeof run->latest_before - 1,
+                            &text, &bytes) == ZS_OK) {
+        memcpy(run->latest_before, text, bytes + 1);
+        run->had_latest = 1;
+    }
+    free(text);
+    zs__clear_error();
+}
+
+/* Rank 0, checkpoint.on_durability_error = "fail": takes the commit back
+ * after `what` failed (its message is the last error). The step directory
+ * returns to its temporary name (the failed save's clean-up removes it), a
+ * step it replaced returns to the step's name, and `latest` gets its old
+ * contents back, so loading picks the previous step, as if the save had
+ * failed before its commit. Best effort: the storage is failing; what cannot
+ * be put back is named in a warning. Returns the failure to report. */
+static zs_status take_back_commit(const zs_ctx *zs, save_run *run, const char *root,
+                                  const char *what) {
+    char cause[MESSAGE_CAPACITY];
+    snprintf(cause, sizeof cause, "%s", zs_last_error());
+    if (renameat(run->rootfd, run->step_name, run->rootfd, run->tmp_name) != 0) {
+        ZS_WARN("%s/%s could not be taken back after %s failed (%s); it stays committed, but it "
+                "may not survive a power failure: verify it (zs-ckpt verify) before resuming "
+                "from it", root, run->step_name, what, strerror(errno));
+    } else {
+        run->committed = 0;
+        if (run->old_name[0] &&
+            renameat(run->rootfd, run->old_name, run->rootfd, run->step_name) != 0)
+            ZS_WARN("%s/%s could not be moved back to %s/%s (%s); it is a complete checkpoint: "
+                    "rename it by hand", root, run->old_name, root, run->step_name,
+                    strerror(errno));
+        char *now = NULL;
+        size_t bytes = 0;
+        char mine[80];
+        snprintf(mine, sizeof mine, "%s\n", run->step_name);
+        /* `latest` names the new step only when its rename went through. */
+        int names_new = zs__fs_read_file_at(run->rootfd, root, ZS_CKPT_LATEST, sizeof mine,
+                                            &now, &bytes) == ZS_OK &&
+                        strcmp(now, mine) == 0;
+        free(now);
+        if (names_new && !(run->had_latest && strcmp(run->latest_before, mine) == 0)) {
+            zs_status restored =
+                run->had_latest ? zs__fs_write_atomic_at(run->rootfd, root, ZS_CKPT_LATEST,
+                                                         run->latest_before,
+                                                         strlen(run->latest_before))
+                : unlinkat(run->rootfd, ZS_CKPT_LATEST, 0) == 0
+                    ? ZS_OK
+                    : zs__fail(ZS_ERR_IO, "%s/%s: cannot remove: %s", root, ZS_CKPT_LATEST,
+                               strerror(errno));
+            if (restored != ZS_OK)
+                ZS_WARN("%s/%s still names %s, which was taken back (%s); loading goes by the "
+                        "commit records and skips it", root, ZS_CKPT_LATEST, run->step_name,
+                        zs_last_error());
+        }
+        (void)zs__fs_fsync_fd(run->rootfd, root);
+    }
+    return zs__fail(ZS_ERR_IO,
+                    "%s; the checkpoint of step %lld may not be durable, so it is not kept: the "
+                    "previous checkpoint stays the one to resume from. Check the storage (the "
+                    "kernel log), or set checkpoint.on_durability_error = \"warn\" to keep such "
+                    "a step with a warning",
+                    cause, (long long)zs->step);
+}
+
+/* Rank 0: a step after the commit point failed (`what`; its message is the
+ * last error). "warn" keeps the step with a warning (`consequence` says what
+ * it means) and returns ZS_OK; "fail" takes the commit back and fails. */
+static zs_status durability_error(const zs_ctx *zs, save_run *run, const char *root,
+                                  const char *what, const char *consequence) {
+    if (zs->settings.checkpoint.on_durability_error == ZS_DURABILITY_FAIL)
+        return take_back_commit(zs, run, root, what);
+    ZS_WARN("%s/%s is committed, but %s failed: %s; %s (checkpoint.on_durability_error = "
+            "\"warn\")", root, run->step_name, what, zs_last_error(), consequence);
+    zs__clear_error();
+    return ZS_OK;
+}
+
+/* Rank 0: commit record, manifest files, the rename that commits, then the
+ * fsync of the root and `latest` (see the top for what their failures do). */
+static zs_status commit(zs_ctx *zs, save_run *run, const char *root, const zs__manifest *m) {
     zs__ckpt_commit *order = NULL;
     int steps = 0;
-    ZS_CHECK(zs__checkpoint_commit_order_at(rootfd, root, &order, &steps));
+    ZS_CHECK(zs__checkpoint_commit_order_at(run->rootfd, root, &order, &steps));
     const uint64_t seq = zs__checkpoint_next_seq(order, steps);
     free(order);
-    ZS_CHECK(zs__checkpoint_commit_record_write(tmpfd, tmp, zs->step, seq));
+    ZS_CHECK(zs__checkpoint_commit_record_write(run->tmpfd, run->tmp, zs->step, seq));
     char *json = NULL;
     size_t bytes = 0;
     ZS_CHECK(zs__manifest_to_json(m, &json, &bytes));
-    zs_status st = zs__fs_write_atomic_at(tmpfd, tmp, ZS_CKPT_MANIFEST, json, bytes);
     char hash_text[32];
     snprintf(hash_text, sizeof hash_text, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(json, bytes));
+    zs_status st = zs__fs_write_atomic_at(run->tmpfd, run->tmp, ZS_CKPT_MANIFEST, json, bytes);
     free(json);
-    if (st == ZS_OK)
-        st = zs__fs_write_atomic_at(tmpfd, tmp, ZS_CKPT_MANIFEST_HASH, hash_text, strlen(hash_text));
-    if (st == ZS_OK) st = zs__fs_fsync_fd(tmpfd, tmp);
-    if (st != ZS_OK) return st;
+    ZS_CHECK(st);
+    ZS_CHECK(zs__fs_write_atomic_at(run->tmpfd, run->tmp, ZS_CKPT_MANIFEST_HASH, hash_text,
+                                    strlen(hash_text)));
+    ZS_CHECK(zs__fs_fsync_fd(run->tmpfd, run->tmp));
     zs__checkpoint_fault("manifest", zs->rank, zs->step);
 
-    char step_name[64], old_name[96] = "";
-    snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
     /* Saving a step that was saved before replaces it: the old directory is
      * moved aside first (loading ignores names starting with '.', retention
      * removes it), so a crash never leaves the step missing once the new one
      * is complete. */
-    if (zs__fs_kind_at(rootfd, step_name) == ZS_FS_KIND_DIR) {
-        snprintf(old_name, sizeof old_name, ZS_CKPT_OLD_PREFIX "%08" PRId64 "_%016llx", zs->step,
-                 (unsigned long long)zs__fs_random());
-        ZS_CHECK(zs__fs_rename_at(rootfd, root, step_name, rootfd, root, old_name));
+    if (zs__fs_kind_at(run->rootfd, run->step_name) == ZS_FS_KIND_DIR) {
+        snprintf(run->old_name, sizeof run->old_name, ZS_CKPT_OLD_PREFIX "%08" PRId64 "_%016llx",
+                 zs->step, (unsigned long long)zs__fs_random());
+        ZS_CHECK(zs__fs_rename_at(run->rootfd, root, run->step_name, run->rootfd, root,
+                                  run->old_name));
     }
-    st = zs__fs_rename_at(rootfd, root, tmp_name, rootfd, root, step_name);
+    remember_latest(run, root);
+    st = zs__fs_rename_at(run->rootfd, root, run->tmp_name, run->rootfd, root, run->step_name);
     if (st != ZS_OK) {
         /* Not committed: the replaced step goes back to its name. */
-        if (old_name[0] && renameat(rootfd, old_name, rootfd, step_name) != 0)
+        if (run->old_name[0] &&
+            renameat(run->rootfd, run->old_name, run->rootfd, run->step_name) != 0)
             ZS_WARN("%s/%s could not be moved back to %s/%s (%s); it is a complete checkpoint: "
-                    "rename it by hand", root, old_name, root, step_name, strerror(errno));
+                    "rename it by hand", root, run->old_name, root, run->step_name,
+                    strerror(errno));
         return st;
     }
-    *committed = 1;
-    if (zs__fs_fsync_fd(rootfd, root) != ZS_OK)
-        ZS_WARN("%s/%s is committed, but %s; it may not survive a power failure",
-                root, step_name, zs_last_error());
+    run->committed = 1;
+    if (zs__fs_fsync_fd(run->rootfd, root) != ZS_OK)
+        ZS_CHECK(durability_error(zs, run, root, "the fsync of the checkpoint root",
+                                  "it may not survive a power failure"));
     zs__checkpoint_fault("rename", zs->rank, zs->step);
     char latest[80];
-    snprintf(latest, sizeof latest, "%s\n", step_name);
-    if (zs__fs_write_atomic_at(rootfd, root, ZS_CKPT_LATEST, latest, strlen(latest)) != ZS_OK)
-        ZS_WARN("%s/%s is committed, but updating %s/%s failed: %s; loading goes by the commit "
-                "records, and the next save writes %s again",
-                root, step_name, root, ZS_CKPT_LATEST, zs_last_error(), ZS_CKPT_LATEST);
+    snprintf(latest, sizeof latest, "%s\n", run->step_name);
+    if (zs__fs_write_atomic_at(run->rootfd, root, ZS_CKPT_LATEST, latest, strlen(latest)) != ZS_OK)
+        ZS_CHECK(durability_error(zs, run, root, "updating " ZS_CKPT_LATEST,
+                                  "loading goes by the commit records, and the next save "
+                                  "writes " ZS_CKPT_LATEST " again"));
     zs__checkpoint_fault("latest", zs->rank, zs->step);
+    return ZS_OK;
+}
+
+/* Rank 0: the manifest, the commit and, once committed, retention (whose
+ * failure only warns: the checkpoint is committed and loadable). */
+static zs_status publish(zs_ctx *zs, save_run *run, const char *root) {
+    zs__manifest *m = NULL;
+    ZS_CHECK(build_manifest(zs, run->summaries, run->records, run->per_rank, &m));
+    zs_status st = commit(zs, run, root, m);
+    zs__manifest_free(m);
+    ZS_CHECK(st);
+    if (zs__checkpoint_retain(run->rootfd, root, run->step_name, zs->settings.checkpoint.keep,
+                              &zs->ckpt_warned) != ZS_OK)
+        ZS_WARN("checkpoint of step %lld is committed, but cleaning up '%s' failed: %s",
+                (long long)zs->step, root, zs_last_error());
     zs__clear_error();
     return ZS_OK;
 }
@@ -399,7 +528,7 @@ static zs_status prepare_root(const zs_ctx *zs, const char *root, int *rootfd, c
                         kind == ZS_FS_KIND_DIR ? "a directory" : "not a regular file",
                         root, ZS_CKPT_LATEST, root, ZS_CKPT_LATEST);
     char step_name[64];
-    snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
+    zs__checkpoint_step_name(step_name, sizeof step_name, zs->step);
     kind = zs__fs_kind_at(*rootfd, step_name);
     if (kind != ZS_FS_KIND_MISSING && kind != ZS_FS_KIND_DIR)
         return zs__fail(ZS_ERR_IO,
@@ -429,21 +558,78 @@ zs_status zs_save(zs_ctx *zs, const char *dir) {
     return saved;
 }
 
+/* Every rank: the checks that must pass before anything is written. */
+static zs_status check_preconditions(const zs_ctx *zs, const char *root) {
+    if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_save: call zs_build first");
+    if (!root || !*root)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: no directory given and checkpoint.dir "
+                                                 "is empty");
+    if (zs->micro != 0)
+        return zs__fail(ZS_ERR_STATE, "zs_save: an accumulation window is open (%lld of %lld "
+                        "micro-steps done); save after the step that ends it",
+                        (long long)zs->micro, (long long)zs->settings.gradient_accumulation_steps);
+    for (int u = 0; u < zs->unit_count; u++)
+        if (zs->units[u]->fetched || zs__grads_declared(zs->units[u]))
+            return zs__fail(ZS_ERR_STATE, "zs_save: unit '%s' is inside a step; save between "
+                            "zs_step and the next zs_fetch", zs->units[u]->name);
+    return ZS_OK;
+}
+
+/* Every rank: its summary to all, its records to all (rank 0 builds the
+ * manifest from them). Collective. */
+static zs_status gather_reports(zs_ctx *zs, const rank_summary *summary, save_run *run) {
+    /* Each array is agreed on before the all-gather that fills it: a rank
+     * without the memory must not leave the others in the collective. */
+    ZS_CHECK(zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof *run->summaries,
+                               "zs_save (the ranks' reports)", (void **)&run->summaries));
+    ZS_CHECK(zs__comm_all_gather_bytes(zs->comm, summary, sizeof *summary, run->summaries,
+                                       "checkpoint reports"));
+    run->per_rank = 1;
+    for (int r = 0; r < zs->world_size; r++)
+        if (run->summaries[r].tensors > run->per_rank) run->per_rank = run->summaries[r].tensors;
+    const size_t n = (size_t)run->per_rank;
+    tensor_record *mine = zs__calloc(n, sizeof *mine);
+    zs_status st = zs__agree_status(
+        zs, mine ? ZS_OK : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory for %zu "
+                                    "tensor records", n),
+        "zs_save (this rank's tensor records)");
+    if (st == ZS_OK)
+        st = zs__calloc_agreed(zs, n * (size_t)zs->world_size, sizeof *run->records,
+                               "zs_save (every rank's tensor records)", (void **)&run->records);
+    if (st == ZS_OK) {
+        int64_t t = 0;
+        for (int k = 0; k < FILES_PER_RANK; k++)
+            for (int i = 0; i < run->files[k].count; i++) mine[t++] = run->files[k].records[i];
+        st = zs__comm_all_gather_bytes(zs->comm, mine, sizeof *mine * n, run->records,
+                                       "checkpoint reports");
+    }
+    free(mine);
+    return st;
+}
+
+/* After a failed save, once every rank is done with the temporary
+ * directory: rank 0 removes it (unless the step stayed committed). The
+ * first error stays the one reported. */
+static void remove_temporary(zs_ctx *zs, save_run *run, const char *root, zs_status st) {
+    char message[MESSAGE_CAPACITY];
+    snprintf(message, sizeof message, "%s", zs_last_error());
+    /* A barrier that fails (a rank gone) changes nothing here: the save has
+     * failed already, and its first error is the one to report. */
+    (void)zs__comm_barrier(zs->comm, "checkpoint clean-up");
+    int foreign = 0;
+    char what[256];
+    if (zs->rank == 0 && run->tmp_created && !run->committed &&
+        (zs__checkpoint_purge_dir(run->rootfd, root, run->tmp_name, &foreign, what,
+                                  sizeof what) != ZS_OK ||
+         foreign > 0))
+        ZS_WARN("zs_save failed, and its temporary directory %s could not be removed%s%s; the "
+                "next save retries", run->tmp, foreign ? ": it holds " : "", foreign ? what : "");
+    zs__fail(st, "%s", message);
+}
+
 static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
     const char *root = dir ? dir : zs->settings.checkpoint.dir;
-    zs_status local = ZS_OK;
-    if (!zs->built) local = zs__fail(ZS_ERR_STATE, "zs_save: call zs_build first");
-    else if (!root || !*root)
-        local = zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_save: no directory given and checkpoint.dir "
-                                                  "is empty");
-    else if (zs->micro != 0)
-        local = zs__fail(ZS_ERR_STATE, "zs_save: an accumulation window is open (%lld of %lld "
-                         "micro-steps done); save after the step that ends it",
-                         (long long)zs->micro, (long long)zs->settings.gradient_accumulation_steps);
-    for (int u = 0; local == ZS_OK && u < zs->unit_count; u++)
-        if (zs->units[u]->fetched || zs->units[u]->grads_declared)
-            local = zs__fail(ZS_ERR_STATE, "zs_save: unit '%s' is inside a step; save between "
-                             "zs_step and the next zs_fetch", zs->units[u]->name);
+    zs_status local = check_preconditions(zs, root);
     /* An offloaded update still running ends first: the checkpoint holds
      * the step it follows, whole (its copies back and gathers are
      * collectives every rank runs here). */
@@ -451,108 +637,53 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
     if (local == ZS_OK) local = finished;
     ZS_CHECK(zs__agree_status(zs, local, "checkpoint preconditions"));
 
+    save_run run;
+    memset(&run, 0, sizeof run);
+    run.rootfd = run.tmpfd = -1;
+    zs__checkpoint_step_name(run.step_name, sizeof run.step_name, zs->step);
+    zs_status st = ZS_OK;
+
     /* 1. Rank 0 makes the temporary directory and tells everyone its name;
      *    every rank opens it and works from that descriptor. */
-    char tmp_name[96], tmp[PATH_CAPACITY];
-    memset(tmp_name, 0, sizeof tmp_name);
-    int rootfd = -1, tmpfd = -1;
-    if (zs->rank == 0) local = prepare_root(zs, root, &rootfd, tmp_name, sizeof tmp_name);
-    zs_status st = zs__share_outcome(zs, local, 0, "checkpoint directory");
-    if (st != ZS_OK) {
-        if (rootfd >= 0) close(rootfd);
-        return zs__fail_context(st, "zs_save(step %lld into '%s')", (long long)zs->step, root);
+    if (zs->rank == 0) {
+        local = prepare_root(zs, root, &run.rootfd, run.tmp_name, sizeof run.tmp_name);
+        run.tmp_created = local == ZS_OK;
     }
-    ZS_CHECK(zs__comm_broadcast(zs->comm, tmp_name, sizeof tmp_name, 0, "checkpoint directory"));
-    local = zs__checkpoint_join(tmp, sizeof tmp, root, tmp_name);
-    if (local == ZS_OK && zs->rank != 0) local = zs__fs_open_root(root, 0, &rootfd);
-    if (local == ZS_OK) local = zs__fs_open_dir_at(rootfd, root, tmp_name, &tmpfd);
+    ZS_CHECK_GOTO(zs__share_outcome(zs, local, 0, "checkpoint directory"), st, fail);
+    ZS_CHECK_GOTO(zs__comm_broadcast(zs->comm, run.tmp_name, sizeof run.tmp_name, 0,
+                                     "checkpoint directory"),
+                  st, fail);
 
     /* 2. Every rank writes its shards. */
-    file_plan files[FILES_PER_RANK];
-    memset(files, 0, sizeof files);
     rank_summary summary;
     memset(&summary, 0, sizeof summary);
-    if (local == ZS_OK) local = plan_files(zs, files);
-    if (local == ZS_OK) local = write_shards(zs, tmpfd, tmp, files, &summary);
+    local = zs__checkpoint_join(run.tmp, sizeof run.tmp, root, run.tmp_name);
+    if (local == ZS_OK && zs->rank != 0) local = zs__fs_open_root(root, 0, &run.rootfd);
+    if (local == ZS_OK) local = zs__fs_open_dir_at(run.rootfd, root, run.tmp_name, &run.tmpfd);
+    if (local == ZS_OK) local = plan_files(zs, run.files);
+    if (local == ZS_OK) local = write_shards(zs, run.tmpfd, run.tmp, run.files, &summary);
     summary.failed = local != ZS_OK;
-    for (int k = 0; k < FILES_PER_RANK; k++) summary.tensors += files[k].count;
+    for (int k = 0; k < FILES_PER_RANK; k++) summary.tensors += run.files[k].count;
 
     /* 3. Agreement, and the reports for the manifest. */
-    st = zs__agree_status(zs, local, "checkpoint shards");
-    rank_summary *summaries = NULL;
-    tensor_record *records = NULL, *mine = NULL;
-    int64_t per_rank = 0;
-    if (st == ZS_OK) {
-        summaries = calloc((size_t)zs->world_size, sizeof *summaries);
-        st = summaries ? zs__comm_all_gather_bytes(zs->comm, &summary, sizeof summary, summaries,
-                                                   "checkpoint reports")
-                       : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
-    }
-    if (st == ZS_OK) {
-        for (int r = 0; r < zs->world_size; r++)
-            if (summaries[r].tensors > per_rank) per_rank = summaries[r].tensors;
-        size_t n = (size_t)(per_rank ? per_rank : 1);
-        mine = calloc(n, sizeof *mine);
-        records = calloc(n * (size_t)zs->world_size, sizeof *records);
-        if (!mine || !records) st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_save: out of host memory");
-    }
-    if (st == ZS_OK) {
-        int64_t t = 0;
-        for (int k = 0; k < FILES_PER_RANK; k++)
-            for (int i = 0; i < files[k].count; i++) mine[t++] = files[k].records[i];
-        st = zs__comm_all_gather_bytes(zs->comm, mine, sizeof *mine * (size_t)(per_rank ? per_rank : 1),
-                                       records, "checkpoint reports");
-    }
-    for (int k = 0; k < FILES_PER_RANK; k++) file_plan_free(&files[k]);
-    free(mine);
+    ZS_CHECK_GOTO(zs__agree_status(zs, local, "checkpoint shards"), st, fail_shards);
+    ZS_CHECK_GOTO(gather_reports(zs, &summary, &run), st, fail_shards);
+    for (int k = 0; k < FILES_PER_RANK; k++) file_plan_free(&run.files[k]);
 
     /* 4-5. Rank 0 commits and cleans up; everyone learns the outcome. */
-    int committed = 0;
-    if (st == ZS_OK) {
-        if (zs->rank == 0) {
-            zs__manifest *m = NULL;
-            local = build_manifest(zs, summaries, records, per_rank ? per_rank : 1, &m);
-            if (local == ZS_OK) local = commit(zs, rootfd, root, tmpfd, tmp_name, tmp, m, &committed);
-            zs__manifest_free(m);
-            if (committed) {
-                char step_name[64];
-                snprintf(step_name, sizeof step_name, ZS_CKPT_STEP_PREFIX "%08" PRId64, zs->step);
-                if (zs__checkpoint_retain(rootfd, root, step_name, zs->settings.checkpoint.keep,
-                                          &zs->ckpt_warned) != ZS_OK)
-                    ZS_WARN("checkpoint of step %lld is committed, but cleaning up '%s' failed: %s",
-                            (long long)zs->step, root, zs_last_error());
-                zs__clear_error();
-            }
-        }
-        st = zs__share_outcome(zs, local, 0, "checkpoint commit");
-    } else if (tmpfd >= 0) {
-        /* A failed save leaves nothing behind: every rank removes its own
-         * files (each knows them, whatever another rank managed to write). */
-        remove_own_files(tmpfd, zs->rank);
-    }
-    free(summaries);
-    free(records);
-    if (st != ZS_OK && !committed) {
-        /* Rank 0 removes the temporary directory once every rank is done
-         * with it; the first error stays the one reported. */
-        char message[MESSAGE_CAPACITY];
-        snprintf(message, sizeof message, "%s", zs_last_error());
-        zs__comm_barrier(zs->comm, "checkpoint clean-up");
-        int foreign = 0;
-        char first[256];
-        if (zs->rank == 0 && tmp_name[0] &&
-            (zs__checkpoint_purge_dir(rootfd, root, tmp_name, &foreign, first, sizeof first) != ZS_OK ||
-             foreign > 0))
-            ZS_WARN("zs_save failed, and its temporary directory %s could not be removed%s%s; the "
-                    "next save retries", tmp, foreign ? ": it holds " : "", foreign ? first : "");
-        zs__fail(st, "%s", message);
-    }
-    if (tmpfd >= 0) close(tmpfd);
-    if (rootfd >= 0) close(rootfd);
-    if (st == ZS_OK)
-        ZS_INFO("saved checkpoint of step %lld to %s/" ZS_CKPT_STEP_PREFIX "%08lld",
-                (long long)zs->step, root, (long long)zs->step);
-    else
-        return zs__fail_context(st, "zs_save(step %lld into '%s')", (long long)zs->step, root);
+    local = zs->rank == 0 ? publish(zs, &run, root) : ZS_OK;
+    ZS_CHECK_GOTO(zs__share_outcome(zs, local, 0, "checkpoint commit"), st, fail_commit);
+    save_run_close(&run);
+    ZS_INFO("saved checkpoint of step %lld to %s/%s", (long long)zs->step, root, run.step_name);
     return ZS_OK;
+
+fail_shards:
+    /* A failed save leaves nothing behind: every rank removes its own files
+     * (each knows them, whatever another rank managed to write). */
+    if (run.tmpfd >= 0) remove_own_files(run.tmpfd, zs->rank);
+fail_commit:
+    remove_temporary(zs, &run, root, st);
+fail:
+    save_run_close(&run);
+    return zs__fail_context(st, "zs_save(step %lld into '%s')", (long long)zs->step, root);
 }

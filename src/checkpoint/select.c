@@ -8,9 +8,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/commit_order.h"
-#include "checkpoint/fs.h"
-#include "checkpoint/fs_read.h"
+#include "core/alloc.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 
 #define LATEST_MAX 64 /* bytes of `latest`: a step name and a newline, with room */
@@ -30,13 +30,13 @@ static void read_latest(int root_fd, const char *root, char latest[ZS_CKPT_STEP_
     latest[0] = '\0';
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", root, ZS_CKPT_LATEST);
-    if (zs__fsr_kind_at(root_fd, ZS_CKPT_LATEST) == ZS_FSR_MISSING) {
+    if (zs__fs_kind_at(root_fd, ZS_CKPT_LATEST) == ZS_FS_KIND_MISSING) {
         ZS_WARN("%s is missing; choosing the newest committed step that verifies", path);
         return;
     }
     char *text = NULL;
     size_t bytes = 0;
-    if (zs__fsr_read_file_at(root_fd, ZS_CKPT_LATEST, path, LATEST_MAX, &text, &bytes) != ZS_OK) {
+    if (zs__fs_read_file_at(root_fd, root, ZS_CKPT_LATEST, LATEST_MAX, &text, &bytes) != ZS_OK) {
         ZS_WARN("ignoring %s: %s; choosing the newest committed step that verifies", path,
                 zs_last_error());
         zs__clear_error();
@@ -57,8 +57,8 @@ static void read_latest(int root_fd, const char *root, char latest[ZS_CKPT_STEP_
 zs_status zs__ckpt_candidates_list(const char *dir, zs__ckpt_candidates *out) {
     memset(out, 0, sizeof *out);
     int root_fd = -1;
-    ZS_CHECK(zs__fsr_open_root(dir, &root_fd));
-    if (zs__fsr_kind_at(root_fd, ZS_CKPT_MANIFEST) != ZS_FSR_MISSING) {
+    ZS_CHECK(zs__fs_open_root(dir, 0, &root_fd));
+    if (zs__fs_kind_at(root_fd, ZS_CKPT_MANIFEST) != ZS_FS_KIND_MISSING) {
         close(root_fd);
         out->explicit_dir = 1;
         return ZS_OK;
@@ -66,21 +66,21 @@ zs_status zs__ckpt_candidates_list(const char *dir, zs__ckpt_candidates *out) {
     char **names = NULL;
     int count = 0, committed = 0;
     zs__ckpt_commit *order = NULL;
-    zs_status status = zs__fsr_list_at(root_fd, dir, ZS_CKPT_ROOT_ENTRIES_MAX, &names, &count);
+    zs_status status = zs__fs_list_at(root_fd, dir, ZS_CKPT_ROOT_ENTRIES_MAX, &names, &count);
     if (status != ZS_OK) goto done;
     /* Entries with a step's name that are not directories are not
      * checkpoints (commit_order leaves them out): say so once here. */
     for (int i = 0; i < count; i++)
         if (zs__checkpoint_is_step_name(names[i]) &&
-            zs__fsr_kind_at(root_fd, names[i]) != ZS_FSR_DIR)
+            zs__fs_kind_at(root_fd, names[i]) != ZS_FS_KIND_DIR)
             ZS_WARN("%s/%s is not a directory (a regular file, symlink or special file); "
                     "skipping it (remove it if it is not yours)",
                     dir, names[i]);
     status = zs__checkpoint_commit_order_at(root_fd, dir, &order, &committed);
     if (status != ZS_OK || committed == 0) goto done; /* no checkpoint yet: nothing to say */
-    out->names = calloc((size_t)committed, sizeof *out->names);
+    out->names = zs__calloc((size_t)committed, sizeof *out->names);
     if (!out->names) {
-        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot list %d step directories", dir,
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: out of host memory for the names of %d step directories", dir,
                           committed);
         goto done;
     }
@@ -120,7 +120,13 @@ zs_status zs__ckpt_select(const char *dir, const zs__ckpt_candidates *c, zs__ckp
     }
     char last_error[MESSAGE_CAPACITY] = "";
     for (int i = 0; i < c->count; i++) {
-        if (try_fn(ctx, dir, c->names[i]) == ZS_OK) {
+        const zs_status tried = try_fn(ctx, dir, c->names[i]);
+        /* Running out of memory, or losing a peer, says nothing about the
+         * checkpoint: an older step would fail the same way, so it stops
+         * the choice instead of skipping a good step. */
+        if (tried == ZS_ERR_OUT_OF_MEMORY || tried == ZS_ERR_TIMEOUT || tried == ZS_ERR_COMM)
+            return tried;
+        if (tried == ZS_OK) {
             if (i > 0) ZS_WARN("using %s/%s (the first %d candidate(s) did not verify)", dir,
                                c->names[i], i);
             *chosen = i;

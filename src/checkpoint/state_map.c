@@ -2,6 +2,7 @@
  * A checkpoint holds, per rank, the rank's owned slice of every parameter
  * (zs__plan_owned_range) for every state: stage 0 keeps full state but saves
  * only its slice too, so a checkpoint's content does not depend on the stage. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,10 @@ zs__state_array zs__checkpoint_state_array(zs__ckpt_state state) {
     case ZS_CKPT_STATE_EXP_AVG_SQ: return ZS_STATE_V;
     default: return ZS_STATE_MASTER;
     }
+}
+
+void zs__checkpoint_step_name(char *out, size_t cap, int64_t step) {
+    snprintf(out, cap, ZS_CKPT_STEP_PREFIX "%08" PRId64, step);
 }
 
 int zs__checkpoint_is_step_name(const char *name) {

@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/verify.h"
+#include "core/alloc.h"
 #include "core/error.h"
 
 static zs__user_entry *find(zs_ctx *zs, const char *name) {
@@ -22,7 +23,7 @@ zs_status zs_user_state_set(zs_ctx *zs, const char *name, const void *data, size
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "zs_user_state_set: name '%.40s' must be 1..%d bytes without '/' or '..'",
                         name, ZS_PARAM_NAME_MAX);
-    void *copy = malloc(bytes ? bytes : 1);
+    void *copy = zs__malloc(bytes ? bytes : 1);
     if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_user_state_set('%s'): out of memory", name);
     if (bytes) memcpy(copy, data, bytes);
     zs__user_entry *e = find(zs, name);
@@ -38,7 +39,7 @@ zs_status zs_user_state_set(zs_ctx *zs, const char *name, const void *data, size
         }
         if (zs->user_count == zs->user_capacity) {
             int cap = zs->user_capacity ? 2 * zs->user_capacity : 8;
-            zs__user_entry *grown = realloc(zs->user, sizeof *grown * (size_t)cap);
+            zs__user_entry *grown = zs__realloc(zs->user, sizeof *grown * (size_t)cap);
             if (!grown) {
                 free(copy);
                 return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_user_state_set('%s'): out of memory", name);

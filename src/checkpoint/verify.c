@@ -12,9 +12,10 @@
 #include <xxhash.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/fs_read.h"
+#include "core/alloc.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/fs.h"
 
 #define HASH_FILE_MAX 64 /* bytes of manifest.json.xxh3: 16 digits and a newline, with room */
 #define STATES 4         /* master, exp_avg, exp_avg_sq, momentum */
@@ -30,15 +31,8 @@ static zs_status join(char *out, size_t cap, const char *dir, const char *name) 
 /* ------------------------------------------------------------ the manifest */
 
 static int state_fits_file(zs__ckpt_state state, zs__ckpt_file_kind kind) {
-    switch (kind) {
-    case ZS_CKPT_FILE_MASTER: return state == ZS_CKPT_STATE_MASTER;
-    case ZS_CKPT_FILE_OPTIM:
-        return state == ZS_CKPT_STATE_EXP_AVG || state == ZS_CKPT_STATE_EXP_AVG_SQ ||
-               state == ZS_CKPT_STATE_MOMENTUM;
-    case ZS_CKPT_FILE_USER:
-        return state == ZS_CKPT_STATE_USER_GLOBAL || state == ZS_CKPT_STATE_USER_RANK;
-    }
-    return 0;
+    return (int)state >= 0 && (int)state <= (int)ZS_CKPT_STATE_USER_RANK &&
+           zs__ckpt_state_file_kind(state) == kind;
 }
 
 /* Sorting (file, param, state) triples finds a repeated one in n log n. */
@@ -66,8 +60,7 @@ zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
     for (int f = 0; f < m->file_count; f++) {
         const zs__ckpt_file *cf = &m->files[f];
         char expect[ZS_CKPT_FILE_NAME_MAX + 1];
-        snprintf(expect, sizeof expect, "rank%05d.%s.safetensors", cf->rank,
-                 zs__ckpt_file_kind_name(cf->kind));
+        zs__ckpt_shard_name(expect, sizeof expect, cf->rank, cf->kind);
         if (strcmp(cf->name, expect) != 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: files[%d] is rank %d's %s file but is not named %s", where, f,
@@ -83,9 +76,9 @@ zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
     else need[ZS_CKPT_STATE_EXP_AVG] = need[ZS_CKPT_STATE_EXP_AVG_SQ] = 1;
 
     zs_status status = ZS_OK;
-    triple *items = malloc(sizeof *items * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
-    int *user_per_file = calloc((size_t)(m->file_count > 0 ? m->file_count : 1), sizeof(int));
-    unsigned char *has = calloc((size_t)(m->param_count > 0 ? m->param_count : 1), STATES);
+    triple *items = zs__malloc(sizeof *items * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
+    int *user_per_file = zs__calloc((size_t)(m->file_count > 0 ? m->file_count : 1), sizeof(int));
+    unsigned char *has = zs__calloc((size_t)(m->param_count > 0 ? m->param_count : 1), STATES);
     if (!items || !user_per_file || !has) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: no memory to check %d tensors", where,
                           m->tensor_count);
@@ -215,19 +208,19 @@ zs_status zs__ckpt_step_open(int root_fd, const char *root_path, const char *nam
     const char *base = name;
     if (name) {
         ZS_CHECK(join(out->path, sizeof out->path, root_path, name));
-        ZS_CHECK(zs__fsr_open_dir_at(root_fd, name, out->path, &out->fd));
+        ZS_CHECK(zs__fs_open_dir_at(root_fd, root_path, name, &out->fd));
     } else {
         int n = snprintf(out->path, sizeof out->path, "%s", root_path);
         if (n < 0 || (size_t)n >= sizeof out->path)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", root_path);
-        ZS_CHECK(zs__fsr_open_root(root_path, &out->fd));
+        ZS_CHECK(zs__fs_open_root(root_path, 0, &out->fd));
         base = strrchr(root_path, '/') ? strrchr(root_path, '/') + 1 : root_path;
     }
     ZS_CHECK_GOTO(join(path, sizeof path, out->path, ZS_CKPT_MANIFEST), status, fail);
     ZS_CHECK_GOTO(join(hash_path, sizeof hash_path, out->path, ZS_CKPT_MANIFEST_HASH), status,
                   fail);
-    ZS_CHECK_GOTO(zs__fsr_read_file_at(out->fd, ZS_CKPT_MANIFEST_HASH, hash_path, HASH_FILE_MAX,
-                                       &hash_text, &hash_bytes),
+    ZS_CHECK_GOTO(zs__fs_read_file_at(out->fd, out->path, ZS_CKPT_MANIFEST_HASH, HASH_FILE_MAX,
+                                      &hash_text, &hash_bytes),
                   status, fail);
     uint64_t expected = 0;
     if (!parse_hash_file(hash_text, hash_bytes, &expected)) {
@@ -237,8 +230,8 @@ zs_status zs__ckpt_step_open(int root_fd, const char *root_path, const char *nam
                           hash_path);
         goto fail;
     }
-    ZS_CHECK_GOTO(zs__fsr_read_file_at(out->fd, ZS_CKPT_MANIFEST, path, ZS_CKPT_MANIFEST_MAX,
-                                       &text, &bytes),
+    ZS_CHECK_GOTO(zs__fs_read_file_at(out->fd, out->path, ZS_CKPT_MANIFEST, ZS_CKPT_MANIFEST_MAX,
+                                      &text, &bytes),
                   status, fail);
     const uint64_t actual = XXH3_64bits(text, bytes);
     if (actual != expected) {
@@ -294,8 +287,13 @@ zs_status zs__ckpt_open_shard(const zs__ckpt_step *s, int file, zs__st_file **ou
     char path[ZS_CKPT_PATH_MAX];
     ZS_CHECK(join(path, sizeof path, s->path, cf->name));
     zs__st_file *f = NULL;
-    ZS_CHECK(zs__st_open_at(s->fd, cf->name, path, &f));
-    zs_status status = ZS_OK;
+    zs_status status = zs__st_open_at(s->fd, s->path, cf->name, &f);
+    /* A shard the manifest lists but the directory lacks: say what that
+     * means for the checkpoint, not only for the file. */
+    if (status != ZS_OK && zs__fs_kind_at(s->fd, cf->name) == ZS_FS_KIND_MISSING)
+        return zs__fail_context(status, "the checkpoint is incomplete (a file the manifest "
+                                "lists is missing)");
+    if (status != ZS_OK) return status;
     char text[32];
     /* The file's own metadata before its size and hashes: it tells a file
      * from another step, rank or run apart from plain damage. */
@@ -447,9 +445,9 @@ zs_status zs__ckpt_verify_files_progress(const zs__ckpt_step *s, int part, int p
                         parts);
     /* Tensors grouped by file with a counting sort: a pass over all tensors
      * per file would be quadratic in the world size. */
-    int *start = calloc((size_t)m->file_count + 1, sizeof *start);
-    int *fill = calloc((size_t)m->file_count + 1, sizeof *fill);
-    int *order = malloc(sizeof *order * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
+    int *start = zs__calloc((size_t)m->file_count + 1, sizeof *start);
+    int *fill = zs__calloc((size_t)m->file_count + 1, sizeof *fill);
+    int *order = zs__malloc(sizeof *order * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
     zs_status status = ZS_OK;
     if (!start || !fill || !order) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: no memory to index %d tensors", s->path,

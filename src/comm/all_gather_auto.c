@@ -24,6 +24,7 @@
 
 #include "comm/comm_impl.h"
 #include "comm/wait.h"
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -51,10 +52,10 @@ size_t zs__comm_all_gather_threshold(const size_t *chunk_bytes, const double *ri
 static zs_status timed(zs__comm *comm, void *buf, size_t chunk, zs__comm_impl impl,
                        double *seconds) {
     ZS_CHECK(zs__comm_barrier(comm, "all-gather measurement"));
-    const double start = zs__comm_now();
+    const double start = zs__clock_s();
     ZS_CHECK(zs__comm_all_gather_as(comm, buf, chunk / 4, ZS_DTYPE_FP32, impl,
                                     "all-gather measurement"));
-    *seconds = zs__comm_now() - start;
+    *seconds = zs__clock_s() - start;
     return ZS_OK;
 }
 
@@ -66,9 +67,9 @@ zs_status zs__comm_all_gather_measure(zs__comm *comm, void *buf, const size_t *c
         return ZS_OK;
     /* Per size and trial: the ring's time, then MPI's. */
     const size_t values = (size_t)n * ZS_AG_TRIALS * 2;
-    double *t = calloc(values, sizeof *t);
-    size_t *sizes = calloc((size_t)n, sizeof *sizes);
-    double *ring = calloc((size_t)n, sizeof *ring), *mpi = calloc((size_t)n, sizeof *mpi);
+    double *t = zs__calloc(values, sizeof *t);
+    size_t *sizes = zs__calloc((size_t)n, sizeof *sizes);
+    double *ring = zs__calloc((size_t)n, sizeof *ring), *mpi = zs__calloc((size_t)n, sizeof *mpi);
     zs_status st = ZS_OK;
     if (!t || !sizes || !ring || !mpi) {
         st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "comm.all_gather = \"auto\": cannot allocate the "

@@ -11,6 +11,7 @@
 
 #include "comm/mpi_host.h"
 #include "comm/wait.h"
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -44,7 +45,7 @@ size_t zs__comm_all_gather_mpi_from(const zs__comm *comm, int *measured) {
 
 zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
                        const zs__settings *settings, zs__mem *mem, zs__comm **out) {
-    zs__comm *comm = calloc(1, sizeof *comm);
+    zs__comm *comm = zs__calloc(1, sizeof *comm);
     if (!comm)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate a communicator (%zu bytes)",
                         sizeof *comm);
@@ -290,19 +291,21 @@ zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs_
     return ZS_OK;
 }
 
-zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
-                                    const char *label) {
-    ZS_CHECK(check_usable(comm, "all_gather", label));
+/* Every rank's `bytes` into `all`, named `op` in messages and fingerprints
+ * and counted as `counted` bytes of `counter`: the all-gather of bytes, and
+ * the all-reduce whose values the caller combines (zs__comm_all_reduce_gathered). */
+static zs_status gather_bytes(zs__comm *comm, const char *op, int kind, const char *what,
+                              zs_comm_op counter, uint64_t counted, const void *mine,
+                              size_t bytes, void *all, const char *label) {
+    ZS_CHECK(check_usable(comm, op, label));
     size_t total;
     if (!zs__mul_size(bytes, (size_t)comm->size, &total) || (bytes > 0 && (!mine || !all)))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "all_gather of bytes '%s': bad arguments (%zu bytes from each of %d ranks)",
+                        "%s of bytes '%s': bad arguments (%zu bytes from each of %d ranks)", op,
                         label ? label : "", bytes, comm->size);
-    char what[64];
-    snprintf(what, sizeof what, "%zu bytes from each rank", bytes);
-    zs__comm_call call = begin_call(comm, "all_gather", label, what, (uint64_t)bytes);
-    ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)bytes, -1, -1, what));
-    account(comm, ZS_COMM_ALL_GATHER, (uint64_t)(comm->size - 1) * (uint64_t)bytes);
+    zs__comm_call call = begin_call(comm, op, label, what, (uint64_t)bytes);
+    ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)bytes, kind, -1, what));
+    account(comm, counter, counted);
     if (bytes == 0) return ZS_OK;
     if (comm->size == 1) {
         /* Nothing to exchange, but `all` must still hold this rank's bytes. */
@@ -311,6 +314,22 @@ zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t byt
     }
     ZS_CHECK(comm->ops->all_gather_bytes(comm, mine, bytes, all, &call));
     return ZS_OK;
+}
+
+zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                    const char *label) {
+    char what[64];
+    snprintf(what, sizeof what, "%zu bytes from each rank", bytes);
+    return gather_bytes(comm, "all_gather", -1, what, ZS_COMM_ALL_GATHER,
+                        (uint64_t)(comm->size - 1) * (uint64_t)bytes, mine, bytes, all, label);
+}
+
+zs_status zs__comm_all_reduce_gathered(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                       int kind, const char *what, const char *label) {
+    /* 2(n-1)/n of the payload, as a ring all-reduce would send, rounded down. */
+    return gather_bytes(comm, "all_reduce", kind, what ? what : "", ZS_COMM_ALL_REDUCE,
+                        2 * (uint64_t)(comm->size - 1) * (uint64_t)bytes / (uint64_t)comm->size,
+                        mine, bytes, all, label);
 }
 
 zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,

@@ -131,6 +131,15 @@ zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs_
 zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                     const char *label);
 
+/* An all-reduce whose values the caller combines itself (a program's host
+ * values, zero/host_collective.c): moves like zs__comm_all_gather_bytes, but
+ * is named "all_reduce" in messages, compared by comm.check_collectives with
+ * `kind` (what the caller reduces: element type and op) and described by
+ * `what`, and counted under ZS_COMM_ALL_REDUCE as 2 * (size-1)/size * bytes,
+ * rounded down, as zs__comm_all_reduce_scalars is. */
+zs_status zs__comm_all_reduce_gathered(zs__comm *comm, const void *mine, size_t bytes, void *all,
+                                       int kind, const char *what, const char *label);
+
 /* Broadcast of raw bytes from root. Counted: bytes on the root, 0 elsewhere. */
 zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                              const char *label);
@@ -143,5 +152,15 @@ zs_status zs__comm_failed(const zs__comm *comm);
 
 /* Cumulative counters since creation. */
 void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out);
+
+/* Creation agreement, before the runtime's communicator exists (or on a
+ * raw MPI communicator): the ranks of `comm` learn whether any failed
+ * (`local`), with the deadline of zs__comm_wait_startup; when one did,
+ * every rank returns the lowest failing rank's status, the others with its
+ * message and rank. Uses no heap memory, so it works after an allocation
+ * failed. */
+#define ZS_STARTUP_MESSAGE_BYTES 768
+zs_status zs__comm_agree_startup(MPI_Comm comm, const zs__settings *settings, zs_status local,
+                                 const char *what);
 
 #endif

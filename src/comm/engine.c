@@ -3,13 +3,13 @@
 
 #include "comm/engine.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/trace.h"
@@ -27,35 +27,17 @@ struct zs__engine {
     /* The first failure not yet returned by a drain. */
     zs_status failure;
     char failure_message[1024];
-    /* Injected network (benchmarks): 0 when off. */
-    double delay_latency_s, delay_bytes_per_s;
+    /* Runs on the engine's thread after each op (NULL: none). */
+    zs__engine_after_op after_op;
+    void *after_op_ctx;
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Sleeps until the op has taken latency + bytes / bandwidth since it started. */
-static void injected_delay(const zs__engine *e, const zs__engine_op *op) {
-    if (e->delay_latency_s <= 0 && e->delay_bytes_per_s <= 0) return;
-    double want = e->delay_latency_s;
-    if (e->delay_bytes_per_s > 0) want += (double)op->bytes / e->delay_bytes_per_s;
-    double spent = (double)(now_ns() - op->start_ns) * 1e-9;
-    if (spent >= want) return;
-    double rest = want - spent;
-    struct timespec ts = {(time_t)rest, (long)((rest - (double)(time_t)rest) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static void run_op(zs__engine *e, zs__engine_op *op) {
-    op->start_ns = now_ns();
+    op->start_ns = zs__clock_ns();
     zs__clear_error();
     zs_status st = op->run(op);
-    injected_delay(e, op);
-    op->end_ns = now_ns();
+    if (e->after_op) e->after_op(e->after_op_ctx, op);
+    op->end_ns = zs__clock_ns();
     op->status = st;
     if (e->trace) {
         zs__trace_args args = ZS_TRACE_ARGS_INIT;
@@ -97,28 +79,11 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-static double env_double(const char *name) {
-    const char *v = getenv(name);
-    if (!v || !*v) return 0.0;
-    char *end = NULL;
-    double d = strtod(v, &end);
-    if (end == v || *end != '\0' || !(d >= 0)) {
-        ZS_WARN("%s = \"%s\" is not a non-negative number; ignored", name, v);
-        return 0.0;
-    }
-    return d;
-}
-
 zs_status zs__engine_create(int threaded, zs__trace *trace, zs__engine **out) {
-    zs__engine *e = calloc(1, sizeof *e);
+    zs__engine *e = zs__calloc(1, sizeof *e);
     if (!e) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "comm engine: out of host memory");
     e->threaded = threaded;
     e->trace = trace;
-    e->delay_latency_s = env_double("ZS_COMM_DELAY_US") * 1e-6;
-    e->delay_bytes_per_s = env_double("ZS_COMM_DELAY_GBPS") * 1e9 / 8.0;
-    if (e->delay_latency_s > 0 || e->delay_bytes_per_s > 0)
-        ZS_INFO("injected network: every collective takes at least %g us + bytes / %g Gbit/s",
-                e->delay_latency_s * 1e6, e->delay_bytes_per_s * 8.0 / 1e9);
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     pthread_cond_init(&e->finished, NULL);
@@ -154,12 +119,17 @@ void zs__engine_destroy(zs__engine *e) {
 
 int zs__engine_threaded(const zs__engine *e) { return e->threaded; }
 
+void zs__engine_set_after_op(zs__engine *e, zs__engine_after_op hook, void *ctx) {
+    e->after_op = hook;
+    e->after_op_ctx = ctx;
+}
+
 void zs__engine_submit(zs__engine *e, zs__engine_op *op) {
     op->next = NULL;
     op->done = 0;
     op->status = ZS_OK;
     op->message[0] = '\0';
-    op->enqueue_ns = now_ns();
+    op->enqueue_ns = zs__clock_ns();
     if (!e->threaded) {
         op->ticket = ++e->submitted;
         run_op(e, op);

@@ -62,6 +62,12 @@ zs_status zs__engine_create(int threaded, zs__trace *trace, zs__engine **out);
 void zs__engine_destroy(zs__engine *engine);
 int zs__engine_threaded(const zs__engine *engine);
 
+/* A hook run on the engine's thread after each op, before the op counts as
+ * done (the injected network of the benchmarks, comm/injected_network.h);
+ * set before the first submit. */
+typedef void (*zs__engine_after_op)(void *ctx, const zs__engine_op *op);
+void zs__engine_set_after_op(zs__engine *engine, zs__engine_after_op hook, void *ctx);
+
 void zs__engine_submit(zs__engine *engine, zs__engine_op *op);
 /* Waits until `op` (and so every op before it) has run; returns its status,
  * with its message as this thread's last error. */

@@ -28,6 +28,7 @@
 #include "comm/reduce.h"
 #include "comm/staging.h"
 #include "comm/wait.h"
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -368,32 +369,29 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
         return zs__fail(ZS_ERR_CONFIG, "comm.segment_bytes = %lld is out of range [%d, %d]",
                         (long long)segment, RING_DEPTH * ZS_HOST_ALIGNMENT, INT_MAX);
 
-    zs_status status = ZS_OK;
-    mpi_state *st = calloc(1, sizeof *st);
-    if (!st)
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate the MPI communicator state");
-    st->comm = MPI_COMM_NULL;
-    st->sum_fp16 = st->sum_bf16 = MPI_OP_NULL;
     /* Creation is collective too: a rank that never calls zs_create must not
-     * leave the others waiting forever. */
+     * leave the others waiting forever. The duplicate comes first, so that
+     * every rank has it for the agreement below whatever fails after it. */
+    MPI_Comm dup = MPI_COMM_NULL;
     MPI_Request dup_request = MPI_REQUEST_NULL;
-    int rc = MPI_Comm_idup(comm, &st->comm, &dup_request);
-    if (rc != MPI_SUCCESS) {
-        st->comm = MPI_COMM_NULL;
-        status = create_fail("MPI_Comm_idup", rc);
-        goto fail;
+    int rc = MPI_Comm_idup(comm, &dup, &dup_request);
+    if (rc != MPI_SUCCESS) return create_fail("MPI_Comm_idup", rc);
+    /* On failure the duplicate never came into being: nothing to free. */
+    ZS_CHECK(zs__comm_wait_startup(&dup_request, settings, comm,
+                                   "duplicating the communicator (MPI_Comm_idup) in zs_create"));
+    zs_status status = ZS_OK;
+    mpi_state *st = zs__calloc(1, sizeof *st);
+    if (!st) {
+        status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: cannot allocate the MPI "
+                          "communicator's state (%zu bytes of host memory)", sizeof *st);
+        goto agree;
     }
-    status = zs__comm_wait_startup(&dup_request, settings, comm,
-                                   "duplicating the communicator (MPI_Comm_idup) in zs_create");
-    if (status != ZS_OK) {
-        /* The duplicate never came into being: nothing to free. */
-        st->comm = MPI_COMM_NULL;
-        goto fail;
-    }
+    st->comm = dup;
+    st->sum_fp16 = st->sum_bf16 = MPI_OP_NULL;
     rc = MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         status = create_fail("MPI_Comm_set_errhandler", rc);
-        goto fail;
+        goto agree;
     }
     /* Commutative: the sum of two elements does not depend on their order,
      * which lets MPI pick its usual algorithms. Created here, not per call,
@@ -402,13 +400,13 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
     if (rc != MPI_SUCCESS) {
         st->sum_fp16 = MPI_OP_NULL;
         status = create_fail("MPI_Op_create", rc);
-        goto fail;
+        goto agree;
     }
     rc = MPI_Op_create(mpi_sum_bf16, 1, &st->sum_bf16);
     if (rc != MPI_SUCCESS) {
         st->sum_bf16 = MPI_OP_NULL;
         status = create_fail("MPI_Op_create", rc);
-        goto fail;
+        goto agree;
     }
     int rank = 0, size = 1;
     MPI_Comm_rank(st->comm, &rank);
@@ -423,27 +421,44 @@ zs_status zs__comm_create_mpi(MPI_Comm comm, const zs__settings *settings, zs__m
                           "comm.segment_bytes = %lld is too small for comm.reduce_scatter = "
                           "\"mpi\" on %d ranks; use at least %zu",
                           (long long)segment, size, (size_t)size * sizeof(float));
-        goto fail;
+        goto agree;
     }
     /* Both reduce-scatter implementations stage data, so every communicator
      * that can reduce (size > 1) holds exactly comm.segment_bytes. */
     if (size > 1) {
         st->staging_bytes = (size_t)segment;
-        ZS_CHECK_GOTO(zs__mem_host_alloc(mem, ZS_MEM_COMM, st->staging_bytes,
-                                         (void **)&st->staging),
-                      status, fail);
+        status = zs__mem_host_alloc(mem, ZS_MEM_COMM, st->staging_bytes, (void **)&st->staging);
+        if (status != ZS_OK) {
+            st->staging_bytes = 0;
+            goto agree;
+        }
     }
-    ZS_CHECK_GOTO(zs__comm_new(&mpi_ops, st, rank, size, settings, mem, out), status, fail);
-    zs__comm_set_host(*out, st->comm);
-    ZS_DEBUG("comm: created on %d ranks; reduce_scatter=%s all_gather=%s segment_bytes=%lld",
-             size, rs == ZS_COMM_IMPL_RING ? "ring" : "mpi",
-             ag == ZS_COMM_IMPL_RING ? "ring" : ag == ZS_COMM_IMPL_MPI ? "mpi" : "auto",
-             (long long)segment);
-    return ZS_OK;
+    status = zs__comm_new(&mpi_ops, st, rank, size, settings, mem, out);
 
-fail:
-    free_state(st, mem, 0);
-    return status;
+agree:
+    /* What failed on one rank (memory, above all) fails every rank here,
+     * before the first collective on the new communicator. */
+    {
+        const zs_status agreed =
+            zs__comm_agree_startup(dup, settings, status, "zs_create (communicator)");
+        if (agreed == ZS_OK) {
+            zs__comm_set_host(*out, st->comm);
+            ZS_DEBUG("comm: created on %d ranks; reduce_scatter=%s all_gather=%s "
+                     "segment_bytes=%lld", size, rs == ZS_COMM_IMPL_RING ? "ring" : "mpi",
+                     ag == ZS_COMM_IMPL_RING ? "ring" : ag == ZS_COMM_IMPL_MPI ? "mpi" : "auto",
+                     (long long)segment);
+            return ZS_OK;
+        }
+        if (status == ZS_OK) { /* another rank failed: this one's communicator goes */
+            zs__comm_destroy(*out);
+            *out = NULL;
+        } else if (st) {
+            free_state(st, mem, 0);
+        } else {
+            MPI_Comm_free(&dup);
+        }
+        return agreed;
+    }
 }
 
 zs_status zs__comm_stage_through(zs__comm *comm, zs__backend *backend, size_t staging_bytes) {

@@ -6,20 +6,6 @@
 #include "comm/wait.h"
 #include "core/error.h"
 
-zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
-                       int rc) {
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error code %d", rc);
-    return zs__fail(ZS_ERR_COMM,
-                    "%s #%llu of '%s' failed on rank %d: %s: %s; check that every rank made the "
-                    "same calls (ZS_LOG_LEVEL=debug logs every collective, "
-                    "comm.check_collectives = true compares them)",
-                    call->op, (unsigned long long)call->seq, call->label, comm->rank, function,
-                    text);
-}
-
 #define HOST_CHECK(comm, call, function, expr)                                   \
     do {                                                                         \
         int host_check_rc_ = (expr);                                             \
@@ -28,6 +14,30 @@ zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const ch
             return zs__mpi_fail((comm), (call), (function), host_check_rc_);     \
         }                                                                        \
     } while (0)
+
+/* Agreements are small (a few scalars per rank), and one of them is how a
+ * rank tells the others it ran out of memory: their scratch comes from the
+ * stack up to this size, so that they allocate nothing on jobs of up to 256
+ * ranks and an allocation that fails on one rank cannot leave the others in
+ * the agreement that would report it. Larger scratch is heap memory,
+ * charged to ZS_MEM_COMM while the call runs. */
+#define SMALL_SCRATCH_BYTES 4096
+
+typedef struct {
+    _Alignas(16) unsigned char bytes[SMALL_SCRATCH_BYTES];
+} small_scratch;
+
+static zs_status scratch_take(zs__comm *comm, small_scratch *small, size_t bytes, void **out) {
+    if (bytes <= sizeof small->bytes) {
+        *out = small->bytes;
+        return ZS_OK;
+    }
+    return zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, bytes, out);
+}
+
+static void scratch_give(zs__comm *comm, small_scratch *small, void *ptr, size_t bytes) {
+    if (ptr != small->bytes) zs__mem_host_free(comm->mem, ZS_MEM_COMM, ptr, bytes);
+}
 
 /* One exchange with two peers: receive `recv_bytes` from `from` into `into`
  * while sending `send_bytes` to `to`, both under `tag`, with the deadline. */
@@ -47,6 +57,23 @@ static zs_status swap(zs__comm *comm, const zs__comm_call *call, int tag, const 
     return ZS_OK;
 }
 
+static void reverse(unsigned char *p, size_t n) {
+    for (size_t i = 0, j = n; i + 1 < j; i++, j--) {
+        const unsigned char t = p[i];
+        p[i] = p[j - 1];
+        p[j - 1] = t;
+    }
+}
+
+/* Rotates n bytes right by k in place (three reversals): no scratch. */
+static void rotate_right(unsigned char *p, size_t n, size_t k) {
+    if (n == 0 || k % n == 0) return;
+    k %= n;
+    reverse(p, n);
+    reverse(p, k);
+    reverse(p + k, n - k);
+}
+
 /* Bruck's all-gather of one piece: `len` bytes at offset `off` of every
  * rank's contribution. tmp holds size * len bytes; after round k it holds
  * the pieces of ranks rank, rank+1, ..., rank+2^(k+1)-1 (mod size). */
@@ -54,11 +81,15 @@ static zs_status exchange_piece(zs__comm *comm, const zs__comm_call *call, int t
                                 const unsigned char *mine, unsigned char *all, size_t bytes,
                                 size_t off, size_t len, unsigned char *tmp) {
     const int n = comm->size, r = comm->rank;
-    memcpy(tmp, mine + off, len);
+    memmove(tmp, mine + off, len);
     for (int dist = 1; dist < n; dist *= 2) {
         const int blocks = dist < n - dist ? dist : n - dist;
         ZS_CHECK(swap(comm, call, tag, tmp, (size_t)blocks * len, (r - dist + n) % n,
                       tmp + (size_t)dist * len, (size_t)blocks * len, (r + dist) % n));
+    }
+    if (tmp == all) { /* one piece, gathered in place: rank r's block is first */
+        rotate_right(all, (size_t)n * bytes, (size_t)r * bytes);
+        return ZS_OK;
     }
     for (int i = 0; i < n; i++)
         memcpy(all + (size_t)((r + i) % n) * bytes + off, tmp + (size_t)i * len, len);
@@ -73,14 +104,18 @@ zs_status zs__mpi_exchange(zs__comm *comm, const zs__comm_call *call, zs__tag_ki
     if (piece > bytes) piece = bytes;
     size_t tmp_bytes = piece * n;
     unsigned char *tmp = NULL;
-    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, tmp_bytes, (void **)&tmp));
+    small_scratch small;
+    /* Everything in one piece: the rounds run in `all` itself and one
+     * rotation puts the blocks in rank order, so no scratch is needed. */
+    if (piece == bytes) tmp = all;
+    else ZS_CHECK(scratch_take(comm, &small, tmp_bytes, (void **)&tmp));
     const int tag = zs__comm_tag(comm, kind, call);
     zs_status st = ZS_OK;
     for (size_t off = 0; off < bytes && st == ZS_OK; off += piece) {
         size_t len = bytes - off < piece ? bytes - off : piece;
         st = exchange_piece(comm, call, tag, mine, all, bytes, off, len, tmp);
     }
-    zs__mem_host_free(comm->mem, ZS_MEM_COMM, tmp, tmp_bytes);
+    if (tmp != all) scratch_give(comm, &small, tmp, tmp_bytes);
     return st;
 }
 
@@ -94,7 +129,8 @@ zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__
     const size_t bytes = (size_t)n * sizeof(double);
     double *all = NULL;
     const size_t all_bytes = bytes * (size_t)comm->size;
-    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
+    small_scratch small;
+    ZS_CHECK(scratch_take(comm, &small, all_bytes, (void **)&all));
     zs_status st = zs__mpi_exchange(comm, call, ZS_TAG_SCALARS, values, bytes, all);
     if (st == ZS_OK) {
         /* Rank order, the same on every rank: the result is identical
@@ -109,7 +145,7 @@ zs_status zs__mpi_all_reduce_scalars(zs__comm *comm, double *values, int n, zs__
             values[i] = v;
         }
     }
-    zs__mem_host_free(comm->mem, ZS_MEM_COMM, all, all_bytes);
+    scratch_give(comm, &small, all, all_bytes);
     return st;
 }
 
@@ -151,9 +187,10 @@ zs_status zs__mpi_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
 zs_status zs__mpi_barrier(zs__comm *comm, const zs__comm_call *call) {
     unsigned char mine = 1, *all = NULL;
     const size_t all_bytes = (size_t)comm->size;
-    ZS_CHECK(zs__mem_host_alloc(comm->mem, ZS_MEM_COMM, all_bytes, (void **)&all));
+    small_scratch small;
+    ZS_CHECK(scratch_take(comm, &small, all_bytes, (void **)&all));
     zs_status st = zs__mpi_exchange(comm, call, ZS_TAG_BARRIER, &mine, 1, all);
-    zs__mem_host_free(comm->mem, ZS_MEM_COMM, all, all_bytes);
+    scratch_give(comm, &small, all, all_bytes);
     return st;
 }
 

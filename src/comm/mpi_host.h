@@ -18,10 +18,6 @@
 #include "comm/comm_impl.h"
 #include "comm/wait.h"
 
-/* The failure message of a collective whose MPI call returned rc. */
-zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
-                       int rc);
-
 /* All-gather of `bytes` from every rank into `all` (rank order), by
  * dissemination (Bruck): ceil(log2 size) rounds, in round k each rank sends
  * what it has gathered to rank - 2^k and receives from rank + 2^k. Large

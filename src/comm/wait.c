@@ -3,12 +3,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "comm/mpi_host.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -34,14 +34,8 @@ typedef struct timeout_report {
  * times out once (the communicator refuses every call afterwards). */
 static timeout_report g_outgoing;
 
-double zs__comm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void zs__comm_backoff(double start) {
-    const double waited = zs__comm_now() - start;
+    const double waited = zs__clock_s() - start;
     /* A message between ranks of one node lands within microseconds: spin.
      * Then yield, which costs nothing when the core has nothing else to do
      * and lets an oversubscribed peer run when it does; 2 ms of it covers a
@@ -130,8 +124,8 @@ static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer,
     unsigned char heard[4096] = {0};
     timeout_report listed[8];
     int listed_count = 0, heard_count = 0;
-    const double start = zs__comm_now();
-    while (zs__comm_now() - start < grace && heard_count < n - 1) {
+    const double start = zs__clock_s();
+    while (zs__clock_s() - start < grace && heard_count < n - 1) {
         int flag = 0;
         MPI_Status status;
         if (MPI_Iprobe(MPI_ANY_SOURCE, ZS_TAG_REPORT, comm->host, &flag, &status) != MPI_SUCCESS)
@@ -270,7 +264,7 @@ zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *
         requests[i] = p[i].request;
         if (requests[i] != MPI_REQUEST_NULL) left++;
     }
-    double start = zs__comm_now();
+    double start = zs__clock_s();
     while (left > 0) {
         int completed = 0;
         MPI_Status statuses[WAIT_MAX];
@@ -292,10 +286,10 @@ zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *
         if (completed == MPI_UNDEFINED) break; /* all null */
         if (completed > 0) {
             left -= completed;
-            start = zs__comm_now(); /* progress restarts the deadline */
+            start = zs__clock_s(); /* progress restarts the deadline */
             continue;
         }
-        const double waited = zs__comm_now() - start;
+        const double waited = zs__clock_s() - start;
         if (waited > comm->timeout_s) {
             /* Report the first request still pending: in every algorithm
              * here it is the one the next step depends on. */
@@ -318,14 +312,14 @@ zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *
 zs_status zs__comm_wait_startup(MPI_Request *request, const zs__settings *settings,
                                 MPI_Comm parent, const char *what) {
     const double timeout = (double)settings->comm.timeout_s;
-    double start = zs__comm_now();
+    double start = zs__clock_s();
     for (;;) {
         int flag = 0;
         int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
             return zs__fail(ZS_ERR_COMM, "%s failed: MPI error code %d", what, rc);
         if (flag) return ZS_OK;
-        const double waited = zs__comm_now() - start;
+        const double waited = zs__clock_s() - start;
         if (waited > timeout) break;
         zs__comm_backoff(start);
     }
@@ -348,6 +342,34 @@ zs_status zs__comm_wait_startup(MPI_Request *request, const zs__settings *settin
     return st;
 }
 
+zs_status zs__comm_agree_startup(MPI_Comm comm, const zs__settings *settings, zs_status local,
+                                 const char *what) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    /* The lowest failing rank (INT_MAX: none), then its status and message. */
+    int lowest = local == ZS_OK ? INT_MAX : rank;
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm, &request);
+    if (rc != MPI_SUCCESS) return zs__fail(ZS_ERR_COMM, "%s: MPI_Iallreduce failed (%d)", what, rc);
+    ZS_CHECK(zs__comm_wait_startup(&request, settings, comm, what));
+    if (lowest == INT_MAX) return ZS_OK;
+    struct {
+        int32_t status;
+        char message[ZS_STARTUP_MESSAGE_BYTES];
+    } outcome;
+    memset(&outcome, 0, sizeof outcome);
+    if (rank == lowest) {
+        outcome.status = (int32_t)local;
+        snprintf(outcome.message, sizeof outcome.message, "%s", zs_last_error());
+    }
+    rc = MPI_Ibcast(&outcome, (int)sizeof outcome, MPI_BYTE, lowest, comm, &request);
+    if (rc != MPI_SUCCESS) return zs__fail(ZS_ERR_COMM, "%s: MPI_Ibcast failed (%d)", what, rc);
+    ZS_CHECK(zs__comm_wait_startup(&request, settings, comm, what));
+    if (local != ZS_OK) return local; /* this rank's own message stays */
+    return zs__fail((zs_status)outcome.status, "%s failed on rank %d: %s", what, lowest,
+                    outcome.message);
+}
+
 zs_status zs__comm_wait_one(zs__comm *comm, const zs__comm_call *call, MPI_Request *request,
                             int peer, int receiving) {
     if (*request == MPI_REQUEST_NULL) return ZS_OK;
@@ -355,4 +377,18 @@ zs_status zs__comm_wait_one(zs__comm *comm, const zs__comm_call *call, MPI_Reque
     zs_status st = zs__comm_wait(comm, call, &p, 1);
     *request = p.request;
     return st;
+}
+
+zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
+                       int rc) {
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", rc);
+    return zs__fail(ZS_ERR_COMM,
+                    "%s #%llu of '%s' failed on rank %d: %s: %s; check that every rank made the "
+                    "same calls (ZS_LOG_LEVEL=debug logs every collective, "
+                    "comm.check_collectives = true compares them)",
+                    call->op, (unsigned long long)call->seq, call->label, comm->rank, function,
+                    text);
 }

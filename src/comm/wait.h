@@ -1,7 +1,7 @@
 /* Waiting for MPI requests with a deadline, and what happens at the deadline.
  *
  * Every wait of the MPI path goes through zs__comm_wait: it polls the
- * requests (MPI_Testall) with a short spin and then sleeps that grow with the
+ * requests (MPI_Testsome) with a short spin and then sleeps that grow with the
  * time already waited, so a rank that waits for a slow or stopped peer does
  * not burn a core, and a wait that lasts no longer than a message transfer
  * pays at most a small fraction of it. A wait that sees no completion for
@@ -22,6 +22,7 @@
 #include <mpi.h>
 
 #include "comm/comm_impl.h"
+#include "core/clock.h"
 
 /* One outstanding request of a collective, and who is at its other end
  * (peer -1 when MPI's own collective hides it). */
@@ -76,12 +77,13 @@ zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer
 zs_status zs__comm_wait_startup(MPI_Request *request, const zs__settings *settings,
                                 MPI_Comm parent, const char *what);
 
-/* Seconds on a monotonic clock. */
-double zs__comm_now(void);
-
 /* The pause between two polls of a wait that started at `start`: none for
  * the first 50 us, a yield until 2 ms, then a sleep of about 1/16 of the time
  * waited so far, between 10 us and 1 ms. */
 void zs__comm_backoff(double start);
+
+/* The failure message of a collective whose MPI call returned rc. */
+zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const char *function,
+                       int rc);
 
 #endif

@@ -7,16 +7,23 @@
  * libconfig's parser (syntax errors with its file and line); and the
  * schema-driven validation.
  *
- * @include is supported: paths are resolved as libconfig 1.5 resolves them,
- * relative to the directory of the file given to zs_config_load (also for
- * includes inside included files), and included files are scanned too. */
-#include <errno.h>
+ * @include is supported: a relative name is found in the directory of the
+ * file given to zs_config_load (also for includes inside included files), an
+ * absolute name is itself. The scan reads and checks every included file and
+ * hands libconfig one text with the includes expanded, so libconfig opens
+ * no file; its line numbers are mapped back to files with cfg->lines.
+ *
+ * Overrides (`key=value`) read their value with the same literal readers as
+ * the scan (config_literal.c), so a value is refused in an override exactly
+ * when it is refused in a file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "core/alloc.h"
 #include "core/config_internal.h"
+#include "core/config_literal.h"
 #include "core/config_scan.h"
 #include "core/config_schema.h"
 #include "core/error.h"
@@ -51,22 +58,15 @@ void zs__config_where(const zs_config *cfg, const config_setting_t *setting, cha
     if (capacity == 0) return;
     out[0] = '\0';
     if (!setting || config_setting_source_line(setting) == 0) return;
-    const char *file = config_setting_source_file(setting);
-    if (!file || strcmp(file, cfg->path) == 0) {
-        snprintf(out, capacity, "%s:%u: ", cfg->path, config_setting_source_line(setting));
-    } else if (file[0] == '/') {
-        snprintf(out, capacity, "%s:%u: ", file, config_setting_source_line(setting));
-    } else {
-        /* libconfig records an included file by the name written after
-         * @include; the path it opened is include_dir/name. */
-        snprintf(out, capacity, "%s/%s:%u: ", cfg->include_dir, file,
-                 config_setting_source_line(setting));
-    }
+    int line = 0;
+    const char *file =
+        zs__config_lines_find(&cfg->lines, (int)config_setting_source_line(setting), &line);
+    if (file) snprintf(out, capacity, "%s:%d: ", file, line);
 }
 
 static char *duplicate(const char *text) {
     size_t n = strlen(text) + 1;
-    char *copy = malloc(n);
+    char *copy = zs__malloc(n);
     if (copy) memcpy(copy, text, n);
     return copy;
 }
@@ -76,7 +76,7 @@ static char *directory_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return duplicate(".");
     size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *dir = malloc(n + 1);
+    char *dir = zs__malloc(n + 1);
     if (!dir) return NULL;
     memcpy(dir, path, n);
     dir[n] = '\0';
@@ -103,6 +103,7 @@ void zs_config_destroy(zs_config *cfg) {
     free(cfg->retired);
     free(cfg->path);
     free(cfg->include_dir);
+    zs__config_lines_free(&cfg->lines);
     free(cfg);
 }
 
@@ -111,20 +112,13 @@ static zs_status parse_failure(const zs_config *cfg, const config_t *lc) {
     const char *text = config_error_text(lc) ? config_error_text(lc) : "unknown error";
     if (config_error_type(lc) == CONFIG_ERR_FILE_IO)
         return zs__fail(ZS_ERR_IO, "cannot read '%s': %s", cfg->path, text);
-    const char *file = config_error_file(lc);
-    char shown[1024];
-    if (!file || strcmp(file, cfg->path) == 0 || file[0] == '/')
-        snprintf(shown, sizeof shown, "%s", file ? file : cfg->path);
-    else
-        snprintf(shown, sizeof shown, "%s/%s", cfg->include_dir, file);
-    if (strstr(text, "cannot open include"))
-        return zs__fail(ZS_ERR_IO,
-                        "%s:%d: %s (included files are found relative to '%s', the directory "
-                        "of '%s')",
-                        shown, config_error_line(lc), text, cfg->include_dir, cfg->path);
+    /* libconfig parsed the expanded text (it opened no file), so its line is
+     * a line of that text. */
+    int line = config_error_line(lc);
+    const char *file = zs__config_lines_find(&cfg->lines, line, &line);
     return zs__fail(ZS_ERR_CONFIG,
                     "%s:%d: %s (settings are written `name = value;`, groups `name: { ... };`)",
-                    shown, config_error_line(lc), text);
+                    file ? file : cfg->path, line, text);
 }
 
 zs_status zs_config_load(const char *path, zs_config **out) {
@@ -133,11 +127,11 @@ zs_status zs_config_load(const char *path, zs_config **out) {
     zs_status status = ZS_OK;
     char *text = NULL;
     size_t length = 0;
-    zs_config *cfg = calloc(1, sizeof *cfg);
+    zs_config *cfg = zs__calloc(1, sizeof *cfg);
     if (!cfg) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory loading '%s'", path);
     cfg->path = duplicate(path);
     cfg->include_dir = directory_of(path);
-    cfg->lc = malloc(sizeof *cfg->lc);
+    cfg->lc = zs__malloc(sizeof *cfg->lc);
     if (!cfg->path || !cfg->include_dir || !cfg->lc) {
         free(cfg->lc);
         cfg->lc = NULL;
@@ -147,12 +141,16 @@ zs_status zs_config_load(const char *path, zs_config **out) {
     config_init(cfg->lc);
     config_set_include_dir(cfg->lc, cfg->include_dir);
     /* The scan opens the file without blocking, checks it and every file it
-     * includes, and returns the text it checked. libconfig parses that text
-     * rather than opening the path again, so what it parses cannot have been
-     * swapped for a FIFO or a directory in between. Included files are still
-     * opened by libconfig itself (1.5 has no hook for that); the scan has
-     * checked each of them just before. */
-    ZS_CHECK_GOTO(zs__config_scan_file(path, cfg->include_dir, &text, &length), status, fail);
+     * includes, and returns the text it checked with the includes expanded.
+     * libconfig parses that text rather than opening any path, so what it
+     * parses cannot have been swapped for a FIFO or a directory in between,
+     * and an absolute include is not joined to the include directory as
+     * libconfig 1.5 would (it has no hook to open includes). The expanded
+     * text holds no directive libconfig would follow: the scan lexes as
+     * libconfig does and refuses an included file that ends inside a
+     * string, a comment or an include name (see config_scan.c). */
+    ZS_CHECK_GOTO(zs__config_scan_file(path, cfg->include_dir, &text, &length, &cfg->lines),
+                  status, fail);
     if (!config_read_string(cfg->lc, text)) {
         status = parse_failure(cfg, cfg->lc);
         goto fail;
@@ -178,84 +176,36 @@ typedef struct override_value {
     char *string; /* owned */
 } override_value;
 
-static int all_digits(const char *s, int hex) {
-    if (!*s) return 0;
-    for (; *s; s++)
-        if (!(hex ? ((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f') || (*s >= 'A' && *s <= 'F'))
-                  : (*s >= '0' && *s <= '9')))
-            return 0;
-    return 1;
-}
-
-static int looks_like_float(const char *s) {
-    int digit = 0, mark = 0;
-    for (const char *c = s; *c; c++) {
-        if (*c >= '0' && *c <= '9') digit = 1;
-        else if (*c == '.' || *c == 'e' || *c == 'E') mark = 1;
-        else if (*c != '+' && *c != '-') return 0;
-    }
-    return digit && mark;
-}
-
-/* Parses the text after '=': a quoted string (with \" \\ \n \t escapes), an
- * integer (decimal or 0x hex, optional L suffix), a float, true/false, or else
- * a bare string. Integers are range-checked here, from the text, so nothing
- * can wrap on the way into libconfig. */
-static zs_status parse_value(const char *text, override_value *v) {
+/* Reads the text after '=' for the key `path`: a quoted string, a number
+ * (the whole text a libconfig number literal), true/false, or else a bare
+ * string ("adam", "run %r.log"). Quoted strings and numbers go through the
+ * readers the scan uses on files, so they are refused with the same messages
+ * ("optimizer.weight_decay = 1e-400 is too small for a double ..."); an
+ * integer that needs 64 bits needs no L here, since nothing can wrap on the
+ * way into the tree. */
+static zs_status parse_value(const char *path, const char *text, override_value *v) {
     memset(v, 0, sizeof *v);
     size_t n = strlen(text);
-    if (n >= 2 && text[0] == '"' && text[n - 1] == '"') {
+    if (n > 0 && text[0] == '"') {
         v->type = CONFIG_TYPE_STRING;
-        v->string = malloc(n);
+        v->string = zs__malloc(n + 1);
         if (!v->string) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory");
-        size_t used = 0;
-        for (size_t i = 1; i + 1 < n; i++) {
-            char c = text[i];
-            if (c == '\\' && i + 2 < n) {
-                char e = text[++i];
-                c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
-            } else if (c == '"') {
-                return zs__fail(ZS_ERR_CONFIG, "a '\"' inside a quoted string must be written \\\"");
-            }
-            v->string[used++] = c;
-        }
-        v->string[used] = '\0';
+        size_t extent = 0, used = 0;
+        ZS_CHECK(zs__config_string_read(text, n, "", path, &extent, v->string, &used));
+        if (extent != n)
+            return zs__fail(ZS_ERR_CONFIG,
+                            "%s = %s: text follows the string's closing quote; write \\\" for a "
+                            "quote inside the string",
+                            path, text);
         return ZS_OK;
     }
-    /* An integer literal: optional sign, digits or 0x digits, optional L/LL. */
-    char digits[128];
-    if (n > 0 && n < sizeof digits) {
-        memcpy(digits, text, n + 1);
-        size_t m = n;
-        if (m > 1 && digits[m - 1] == 'L') digits[--m] = '\0';
-        if (m > 1 && digits[m - 1] == 'L') digits[--m] = '\0';
-        const char *body = digits + (digits[0] == '-' || digits[0] == '+');
-        int hex = body[0] == '0' && (body[1] == 'x' || body[1] == 'X');
-        if (hex ? all_digits(body + 2, 1) : all_digits(body, 0)) {
-            errno = 0;
-            char *end = NULL;
-            long long value = strtoll(digits, &end, hex ? 16 : 10);
-            if (errno == ERANGE || !end || *end != '\0')
-                return zs__fail(ZS_ERR_CONFIG,
-                                "integer %s does not fit in 64 bits (from %lld to %lld)", text,
-                                (long long)INT64_MIN, (long long)INT64_MAX);
-            v->integer = value;
-            v->type = (value >= INT32_MIN && value <= INT32_MAX) ? CONFIG_TYPE_INT
-                                                                 : CONFIG_TYPE_INT64;
-            return ZS_OK;
-        }
-    }
-    if (looks_like_float(text)) {
-        errno = 0;
-        char *end = NULL;
-        double value = strtod(text, &end);
-        if (end && *end == '\0' && end != text) {
-            if (errno == ERANGE && (value > 1.0 || value < -1.0))
-                return zs__fail(ZS_ERR_CONFIG, "float %s is too large", text);
-            v->type = CONFIG_TYPE_FLOAT;
-            v->real = value;
-            return ZS_OK;
-        }
+    if (n > 0 && zs__config_number_extent(text, n) == n) {
+        zs__config_number number;
+        ZS_CHECK(zs__config_number_read(text, n, ZS__CONFIG_FROM_OVERRIDE, "", path, &number));
+        v->type = number.type;
+        v->integer = number.integer;
+        v->real = number.real;
+        return ZS_OK;
     }
     if (strcasecmp(text, "true") == 0 || strcasecmp(text, "false") == 0) {
         v->type = CONFIG_TYPE_BOOL;
@@ -340,8 +290,8 @@ static zs_status apply_assignment(config_t *tree, const char *assignment) {
     const char *pb = assignment, *pe = eq, *vb = eq + 1, *ve = eq + strlen(eq);
     trim(&pb, &pe);
     trim(&vb, &ve);
-    char *path = malloc((size_t)(pe - pb) + 1);
-    char *text = malloc((size_t)(ve - vb) + 1);
+    char *path = zs__malloc((size_t)(pe - pb) + 1);
+    char *text = zs__malloc((size_t)(ve - vb) + 1);
     override_value v = {0};
     zs_status status = ZS_OK;
     if (!path || !text) {
@@ -352,7 +302,7 @@ static zs_status apply_assignment(config_t *tree, const char *assignment) {
     path[pe - pb] = '\0';
     memcpy(text, vb, (size_t)(ve - vb));
     text[ve - vb] = '\0';
-    ZS_CHECK_GOTO(parse_value(text, &v), status, done);
+    ZS_CHECK_GOTO(parse_value(path, text, &v), status, done);
     ZS_CHECK_GOTO(apply_override(tree, path, &v), status, done);
 done:
     free(v.string);

@@ -55,6 +55,13 @@ typedef enum zs__timeout_policy {
     ZS_TIMEOUT_RETURN = 1  /* return ZS_ERR_TIMEOUT; the communicator refuses every later call */
 } zs__timeout_policy;
 
+/* checkpoint.on_durability_error: what a save does when a step after its
+ * commit point (the fsync of the root, writing or renaming `latest`) fails. */
+typedef enum zs__durability_policy {
+    ZS_DURABILITY_FAIL = 0, /* the save fails on every rank; the previous step stays the resume point */
+    ZS_DURABILITY_WARN = 1  /* warn and keep the new step (it may not survive a power failure) */
+} zs__durability_policy;
+
 /* What happens when the dynamic loss scale would go below min_loss_scale. */
 typedef enum zs__min_scale_policy {
     ZS_MIN_SCALE_ABORT = 0,     /* zs_step fails with ZS_ERR_NUMERIC, naming the step */
@@ -167,6 +174,7 @@ typedef struct zs__settings {
         int64_t every;             /* checkpoint.every; save every N optimizer steps; 0 = never; >= 0; default 0 */
         int64_t keep;              /* checkpoint.keep; newest step directories kept; 0 = all; >= 0; default 0 */
         char resume[512];          /* checkpoint.resume = "none" | "auto" | "<step directory>"; default "none" */
+        zs__durability_policy on_durability_error; /* checkpoint.on_durability_error = "fail" | "warn"; default "fail" */
     } checkpoint;
 
     struct {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/config_internal.h"
 #include "core/config_schema.h"
 #include "core/error.h"
@@ -19,7 +20,7 @@
 
 static char *duplicate(const char *text) {
     size_t n = strlen(text) + 1;
-    char *copy = malloc(n);
+    char *copy = zs__malloc(n);
     if (copy) memcpy(copy, text, n);
     return copy;
 }
@@ -91,7 +92,7 @@ static zs_status remember(zs_config *cfg, const char *key, const char *string,
             /* The caller may still hold the old string: retire it, do not free. */
             if (cfg->retired_count == cfg->retired_capacity) {
                 size_t capacity = cfg->retired_capacity ? 2 * cfg->retired_capacity : 8;
-                char **grown = realloc(cfg->retired, capacity * sizeof *grown);
+                char **grown = zs__realloc(cfg->retired, capacity * sizeof *grown);
                 if (!grown) {
                     free(copy);
                     return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory reading app.%s", key);
@@ -105,7 +106,7 @@ static zs_status remember(zs_config *cfg, const char *key, const char *string,
     } else {
         if (cfg->read_count == cfg->read_capacity) {
             size_t capacity = cfg->read_capacity ? 2 * cfg->read_capacity : 16;
-            zs__app_read *grown = realloc(cfg->reads, capacity * sizeof *grown);
+            zs__app_read *grown = zs__realloc(cfg->reads, capacity * sizeof *grown);
             if (!grown) {
                 free(copy);
                 return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory reading app.%s", key);
@@ -242,12 +243,12 @@ static zs_status unread_key(const zs_config *cfg, const config_setting_t *s, con
     char where[WHERE_CAPACITY], hint[1024] = "";
     zs__config_where(cfg, s, where, sizeof where);
     /* Candidates carry the "app." prefix so distances compare whole paths. */
-    char **names = calloc(cfg->read_count + 1, sizeof *names);
+    char **names = zs__calloc(cfg->read_count + 1, sizeof *names);
     if (!names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory checking app keys");
     size_t n = 0;
     for (size_t i = 0; i < cfg->read_count; i++) {
         size_t length = strlen(cfg->reads[i].key) + 5;
-        names[n] = malloc(length);
+        names[n] = zs__malloc(length);
         if (!names[n]) break;
         snprintf(names[n], length, "app.%s", cfg->reads[i].key);
         n++;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/config_internal.h"
 #include "core/error.h"
 
@@ -14,11 +15,11 @@ static const char *intern_file(zs_config *cfg, const char *file) {
     if (!file) return NULL;
     for (size_t i = 0; i < cfg->file_count; i++)
         if (cfg->files[i] == file || strcmp(cfg->files[i], file) == 0) return cfg->files[i];
-    char **grown = realloc(cfg->files, (cfg->file_count + 1) * sizeof *grown);
+    char **grown = zs__realloc(cfg->files, (cfg->file_count + 1) * sizeof *grown);
     if (!grown) return NULL;
     cfg->files = grown;
     size_t n = strlen(file) + 1;
-    char *copy = malloc(n);
+    char *copy = zs__malloc(n);
     if (!copy) return NULL;
     memcpy(copy, file, n);
     cfg->files[cfg->file_count++] = copy;
@@ -64,7 +65,7 @@ static zs_status copy_members(zs_config *cfg, config_setting_t *dst, const confi
 }
 
 zs_status zs__config_copy_tree(zs_config *cfg, const config_t *src, config_t **out) {
-    config_t *copy = malloc(sizeof *copy);
+    config_t *copy = zs__malloc(sizeof *copy);
     if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory copying the configuration");
     config_init(copy);
     config_set_options(copy, config_get_options(src));

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/alloc.h"
 #include "core/config_internal.h"
 #include "core/config_schema.h"
 #include "core/error.h"
@@ -32,7 +33,7 @@ static void put(buffer *b, const void *bytes, size_t n) {
     if (b->length + n > b->capacity) {
         size_t capacity = b->capacity ? b->capacity : 1024;
         while (capacity < b->length + n) capacity *= 2;
-        unsigned char *grown = realloc(b->data, capacity);
+        unsigned char *grown = zs__realloc(b->data, capacity);
         if (!grown) {
             b->out_of_memory = 1;
             return;
@@ -154,7 +155,7 @@ static void put_value(buffer *b, const config_setting_t *s) {
         put_tag(b, 'g');
         put_u64(b, (uint64_t)n);
         if (n == 0) break;
-        const config_setting_t **members = malloc((size_t)n * sizeof *members);
+        const config_setting_t **members = zs__malloc((size_t)n * sizeof *members);
         if (!members) {
             b->out_of_memory = 1;
             break;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "core/config_scan.h"
 
 /* An app key the program has read, so zs_config_app_finish can tell read keys
  * from unknown ones and suggest the nearest read key. */
@@ -19,8 +20,11 @@ typedef struct zs__app_read {
 
 struct zs_config {
     char *path;        /* as given to zs_config_load */
-    char *include_dir; /* the directory of path; libconfig resolves @include there */
+    char *include_dir; /* the directory of path; relative @include names are found there */
     config_t *lc;      /* the parsed tree; replaced whole by a successful override */
+    /* libconfig parses the text with the includes expanded (config_scan.h), so
+     * the lines it records are lines of that text; this maps them back. */
+    zs__config_lines lines;
     zs__settings settings;
     uint64_t hash; /* computed with every successful validation */
 
@@ -39,7 +43,7 @@ struct zs_config {
 };
 
 /* Writes "file:line: " for a setting, or "" for one an override created (it
- * has no line). Included files are named by their resolved path. */
+ * has no line). Included files are named by the path they were read from. */
 void zs__config_where(const zs_config *cfg, const config_setting_t *setting, char *out,
                       size_t capacity);
 

@@ -9,8 +9,18 @@
  * no blank, or anything else earlier on the line make it a syntax error, not
  * an include); in the name `\\` is a backslash, `\"` a quote, a backslash
  * before anything else is dropped, and newlines are kept; a name without its
- * closing quote opens nothing; every name, also an absolute one and also in
- * nested includes, is opened as include_dir + "/" + name. */
+ * closing quote opens nothing (here: is refused).
+ *
+ * Where the scan departs from libconfig 1.5 on purpose is in what it opens:
+ * 1.5 opens every name, also an absolute one and also in nested includes, as
+ * include_dir + "/" + name, so `@include "/etc/zs/base.cfg"` became
+ * "<dir>//etc/zs/base.cfg". Here a relative name is found in include_dir (the
+ * directory of the top file, as before, also for nested includes) and an
+ * absolute name is itself, as libconfig 1.7 does. Since 1.5 has no hook to
+ * open includes (1.7's config_set_include_func), the scan does not let
+ * libconfig open anything: it writes out one text in which each directive
+ * is replaced by the text of the file it names, and a line map that gives
+ * each line of that text back its file and line for messages. */
 #include "core/config_scan.h"
 
 #include <ctype.h>
@@ -20,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "core/config_literal.h"
 #include "core/config_source.h"
 #include "core/error.h"
 
@@ -55,7 +67,87 @@ typedef struct scan_state {
     char setting[ZS_SCAN_NAME_CAPACITY]; /* the setting being defined at this level */
     char last_name[ZS_SCAN_NAME_CAPACITY];
     int name_pending; /* the last token was a name, so '=' or ':' makes it a setting */
+    /* The expanded text handed to libconfig, and where its lines came from. */
+    char *out;
+    size_t out_length, out_capacity;
+    int out_line; /* the line of the expanded text being written, from 1 */
+    zs__config_lines *lines;
 } scan_state;
+
+/* Appends text[0, n) to the expanded text. */
+static zs_status emit(scan_state *s, const char *text, size_t n) {
+    if (n + 1 > s->out_capacity - s->out_length) {
+        size_t capacity = s->out_capacity ? s->out_capacity : 4096;
+        while (n + 1 > capacity - s->out_length) capacity *= 2;
+        char *grown = zs__realloc(s->out, capacity);
+        if (!grown)
+            return zs__fail(ZS_ERR_OUT_OF_MEMORY,
+                            "out of memory expanding the includes of '%s' (%zu bytes)", s->top,
+                            capacity);
+        s->out = grown;
+        s->out_capacity = capacity;
+    }
+    memcpy(s->out + s->out_length, text, n);
+    s->out_length += n;
+    s->out[s->out_length] = '\0';
+    for (size_t i = 0; i < n; i++) s->out_line += text[i] == '\n';
+    return ZS_OK;
+}
+
+/* Records that the expanded text, from its current line on, comes from
+ * line `file_line` of the file lines->files[file]. */
+static zs_status map_here(scan_state *s, size_t file, int file_line) {
+    zs__config_lines *m = s->lines;
+    if (m->span_count > 0 && m->spans[m->span_count - 1].line == s->out_line) {
+        m->span_count--; /* nothing of the earlier span is left on this line */
+    } else if (m->span_count == m->span_capacity) {
+        size_t capacity = m->span_capacity ? 2 * m->span_capacity : 16;
+        zs__config_span *grown = zs__realloc(m->spans, capacity * sizeof *grown);
+        if (!grown) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", s->top);
+        m->spans = grown;
+        m->span_capacity = capacity;
+    }
+    m->spans[m->span_count++] = (zs__config_span){s->out_line, file, file_line};
+    return ZS_OK;
+}
+
+/* Adds `path` to the files of the line map; its index is *index. */
+static zs_status map_file(scan_state *s, const char *path, size_t *index) {
+    zs__config_lines *m = s->lines;
+    char **grown = zs__realloc(m->files, (m->file_count + 1) * sizeof *grown);
+    if (!grown) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", s->top);
+    m->files = grown;
+    size_t n = strlen(path) + 1;
+    char *copy = zs__malloc(n);
+    if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", s->top);
+    memcpy(copy, path, n);
+    m->files[m->file_count] = copy;
+    *index = m->file_count++;
+    return ZS_OK;
+}
+
+const char *zs__config_lines_find(const zs__config_lines *lines, int line, int *file_line) {
+    if (!lines || lines->span_count == 0 || line < 1) return NULL;
+    /* The last span that starts at or before `line`. */
+    size_t lo = 0, hi = lines->span_count;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (lines->spans[mid].line <= line) lo = mid;
+        else hi = mid;
+    }
+    const zs__config_span *span = &lines->spans[lo];
+    if (span->line > line) return NULL;
+    *file_line = span->file_line + (line - span->line);
+    return lines->files[span->file];
+}
+
+void zs__config_lines_free(zs__config_lines *lines) {
+    if (!lines) return;
+    for (size_t i = 0; i < lines->file_count; i++) free(lines->files[i]);
+    free(lines->files);
+    free(lines->spans);
+    memset(lines, 0, sizeof *lines);
+}
 
 static zs_status scan(const char *text, size_t length, const char *name, scan_state *s);
 
@@ -131,101 +223,13 @@ static int is_name_char(char c) {
     return isalnum((unsigned char)c) || c == '-' || c == '_' || c == '*';
 }
 
-/* Checks one integer literal text[begin, end): `negative` and the digits in
- * [digits, digits_end) in base 10 or 16, `is_64` when it carries the L suffix. */
-static zs_status check_literal(const char *name, int line, const char *text, size_t begin,
-                               size_t end, int negative, size_t digits, size_t digits_end,
-                               int base, int is_64) {
-    /* Accumulates the magnitude; anything past 2^64 is simply "too big". */
-    uint64_t magnitude = 0;
-    int overflow = 0;
-    for (size_t i = digits; i < digits_end; i++) {
-        int d = isdigit((unsigned char)text[i]) ? text[i] - '0'
-                                                : tolower((unsigned char)text[i]) - 'a' + 10;
-        if (magnitude > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) overflow = 1;
-        else magnitude = magnitude * (uint64_t)base + (uint64_t)d;
-    }
-    /* Hex literals are read as unsigned and then stored into a signed int, so
-     * only the non-negative half of the type is safe for them. */
-    uint64_t limit;
-    if (is_64)
-        limit = (negative && base == 10) ? (uint64_t)INT64_MAX + 1u : (uint64_t)INT64_MAX;
-    else
-        limit = (negative && base == 10) ? (uint64_t)INT32_MAX + 1u : (uint64_t)INT32_MAX;
-    if (!overflow && magnitude <= limit) return ZS_OK;
-
-    int shown = (int)(end - begin);
-    if (shown > 64) shown = 64; /* an absurd literal is still reported, just shortened */
-    if (is_64)
-        return zs__fail(ZS_ERR_CONFIG,
-                        "%s:%d: integer literal %.*s does not fit in 64 bits (libconfig would "
-                        "silently saturate or wrap it); the largest is 9223372036854775807L",
-                        name, line, shown, text + begin);
-    if (overflow || magnitude > (uint64_t)INT64_MAX + (negative ? 1u : 0u))
-        return zs__fail(ZS_ERR_CONFIG,
-                        "%s:%d: integer literal %.*s does not fit in 64 bits (libconfig would "
-                        "silently wrap it); the largest is 9223372036854775807L",
-                        name, line, shown, text + begin);
-    return zs__fail(ZS_ERR_CONFIG,
-                    "%s:%d: integer literal %.*s does not fit in 32 bits (libconfig would "
-                    "silently wrap it); write it as %.*sL",
-                    name, line, shown, text + begin, shown, text + begin);
-}
-
-
-/* Checks the float literal text[begin, end). libconfig 1.5 converts floats
- * with atof, which returns 0 for a literal too small for a double (1e-400)
- * and inf for one too large (1e400), without a word. A zero turns off
- * clipping or weight decay and makes a static loss scale dynamic, so both are
- * errors here. Results below DBL_MIN but above zero (subnormals) are refused
- * too: they keep only a few significant digits of what was written, and no
- * setting has a use for them. */
-static zs_status check_float(const char *name, int line, const scan_state *s, const char *text,
-                             size_t begin, size_t end) {
-    size_t n = end - begin;
-    char small[128];
-    char *heap = n < sizeof small ? NULL : malloc(n + 1); /* only for absurdly long literals */
-    char *copy = heap ? heap : small;
-    if (n >= sizeof small && !heap)
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", name);
-    memcpy(copy, text + begin, n);
-    copy[n] = '\0';
-    double value = strtod(copy, NULL);
-    int nonzero = 0; /* a nonzero digit before the exponent */
-    for (size_t i = 0; i < n && copy[i] != 'e' && copy[i] != 'E'; i++)
-        if (copy[i] >= '1' && copy[i] <= '9') nonzero = 1;
-    free(heap);
-    int overflow = value > DBL_MAX || value < -DBL_MAX;
-    int underflow = nonzero && value < DBL_MIN && value > -DBL_MIN;
-    if (!overflow && !underflow) return ZS_OK;
-
-    char key[256];
-    current_key(s, key, sizeof key);
-    char subject[300];
-    if (key[0]) snprintf(subject, sizeof subject, "%s =", key);
-    else snprintf(subject, sizeof subject, "float literal");
-    int shown = (int)n;
-    if (shown > 64) shown = 64;
-    if (overflow)
-        return zs__fail(ZS_ERR_CONFIG,
-                        "%s:%d: %s %.*s is too large for a double (the largest is "
-                        "1.7976931348623157e308); libconfig would silently read it as %sinf: "
-                        "write a finite value",
-                        name, line, subject, shown, text + begin, value < 0 ? "-" : "");
-    return zs__fail(ZS_ERR_CONFIG,
-                    "%s:%d: %s %.*s is too small for a double (the smallest normal magnitude is "
-                    "2.2250738585072014e-308); libconfig would silently read it as %g, which "
-                    "can turn a setting off: write 0 if you mean zero",
-                    name, line, subject, shown, text + begin, value);
-}
-
 /* Reads the name of `@include "name"` the way libconfig 1.5 does; `*p` points
  * just after the opening quote and is left after the closing one, `*line`
  * counts the newlines inside. Returns 0 when the quote is never closed (then
  * libconfig opens nothing), 1 with the name in *out (malloc'd), -1 when out of
  * memory. */
 static int include_name(const char *text, size_t length, size_t *p, int *line, char **out) {
-    char *name = malloc(length - *p + 1);
+    char *name = zs__malloc(length - *p + 1);
     size_t n = 0;
     if (!name) return -1;
     while (*p < length && text[*p] != '"') {
@@ -271,10 +275,11 @@ static zs_status follow_include(const char *included, const char *name, int line
                         "files",
                         name, line, included, s->includes + 1, ZS_CONFIG_MAX_INCLUDES);
     s->includes++;
-    /* libconfig 1.5 joins the include directory and the name as written. */
-    const char *dir = s->include_dir;
+    /* A relative name is found in the include directory, an absolute name
+     * is itself (libconfig 1.5 would join the two: "<dir>//abs/name"). */
+    const char *dir = included[0] == '/' ? NULL : s->include_dir;
     size_t dir_n = dir ? strlen(dir) : 0, n = strlen(included);
-    char *path = malloc(dir_n + 1 + n + 1);
+    char *path = zs__malloc(dir_n + 1 + n + 1);
     if (!path) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", name);
     if (dir) snprintf(path, dir_n + 1 + n + 1, "%s/%s", dir, included);
     else memcpy(path, included, n + 1);
@@ -284,10 +289,14 @@ static zs_status follow_include(const char *included, const char *name, int line
     zs__file_id id;
     zs_status status = zs__config_read_source(path, ZS_CONFIG_MAX_FILE_BYTES, &text, &length, &id);
     if (status == ZS_ERR_IO) {
-        zs__fail_context(status,
-                         "%s:%d: @include \"%s\" (included files are found relative to '%s', "
-                         "the directory of '%s')",
-                         name, line, included, dir ? dir : ".", s->top);
+        if (included[0] == '/')
+            zs__fail_context(status, "%s:%d: @include \"%s\" (an absolute path)", name, line,
+                             included);
+        else
+            zs__fail_context(status,
+                             "%s:%d: @include \"%s\" (included files are found relative to "
+                             "'%s', the directory of '%s')",
+                             name, line, included, dir ? dir : ".", s->top);
         goto done;
     }
     if (status != ZS_OK) {
@@ -343,6 +352,11 @@ static zs_status check_nul(const char *text, size_t length, const char *name) {
 
 static zs_status scan(const char *text, size_t length, const char *name, scan_state *s) {
     ZS_CHECK(check_nul(text, length, name));
+    size_t file_index = 0;
+    ZS_CHECK(map_file(s, name, &file_index));
+    ZS_CHECK(map_here(s, file_index, 1));
+    size_t copied = 0;   /* text[0, copied) is in the expanded text */
+    size_t extent = 0;   /* of the literal at p */
     int line = 1;
     int line_start = 1; /* only spaces and tabs seen since the last newline */
     size_t p = 0;
@@ -369,24 +383,32 @@ static zs_status scan(const char *text, size_t length, const char *name, scan_st
         if (c == '#' || (c == '/' && next == '/')) {
             while (p < length && text[p] != '\n') p++;
         } else if (c == '/' && next == '*') {
+            int comment_line = line;
             p += 2;
             while (p < length && !(text[p] == '*' && p + 1 < length && text[p + 1] == '/')) {
                 if (text[p] == '\n') line++;
                 p++;
             }
+            /* libconfig 1.5 would carry an open comment from an included
+             * file on into the file that includes it; the scan could then
+             * follow an @include that libconfig skips, or the reverse. */
+            if (p >= length && s->depth > 0)
+                return zs__fail(ZS_ERR_CONFIG,
+                                "%s:%d: a /* comment is never closed (the file ends first); an "
+                                "included file must end outside comments: close it with */",
+                                name, comment_line);
             p += 2;
         } else if (c == '"') {
             s->name_pending = 0;
-            p++;
-            while (p < length && text[p] != '"') {
-                if (text[p] == '\\' && p + 1 < length) p++;
-                if (text[p] == '\n') line++;
-                p++;
-            }
-            p++;
+            char where[512], key[256];
+            snprintf(where, sizeof where, "%s:%d: ", name, line);
+            current_key(s, key, sizeof key);
+            ZS_CHECK(zs__config_string_read(text + p, length - p, where, key, &extent, NULL, NULL));
+            for (size_t i = p; i < p + extent; i++) line += text[i] == '\n';
+            p += extent;
         } else if (c == '@' && at_line_start && strncmp(text + p, "@include", 8) == 0 &&
                    p + 8 < length && (text[p + 8] == ' ' || text[p + 8] == '\t')) {
-            size_t q = p + 8;
+            size_t directive_begin = p, q = p + 8;
             while (q < length && (text[q] == ' ' || text[q] == '\t')) q++;
             if (q >= length || text[q] != '"') {
                 p++; /* not an include: libconfig reports a syntax error at the '@' */
@@ -397,69 +419,40 @@ static zs_status scan(const char *text, size_t length, const char *name, scan_st
             char *included = NULL;
             int found = include_name(text, length, &p, &line, &included);
             if (found < 0) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", name);
-            if (found == 0) continue; /* unterminated: libconfig opens nothing */
+            if (found == 0)
+                return zs__fail(ZS_ERR_CONFIG,
+                                "%s:%d: the name after @include is never closed (the file ends "
+                                "before its closing '\"'); write @include \"file.cfg\"",
+                                name, directive_line);
+            /* The directive is replaced by the included text, and what
+             * follows it on its line comes after "\n/ * * /" (without the
+             * blanks): the newline ends a `#` comment or a token the
+             * included file ends with, as the end of the file did for
+             * libconfig, and the empty comment keeps the rest of the line
+             * from starting a line (where it could start an include that
+             * the scan did not follow). */
+            ZS_CHECK(emit(s, text + copied, directive_begin - copied));
             /* A NUL cannot be in the name (check_nul ran), so strlen is its length. */
             zs_status status = follow_include(included, name, directive_line, s);
             free(included);
             ZS_CHECK(status);
+            ZS_CHECK(emit(s, "\n/**/", 5));
+            ZS_CHECK(map_here(s, file_index, line));
+            copied = p;
         } else if (is_name_start(c)) {
             size_t begin = p;
             while (p < length && is_name_char(text[p])) p++;
             copy_name(s->last_name, text + begin, p - begin);
             s->name_pending = 1;
-        } else if (isdigit((unsigned char)c) || ((c == '-' || c == '+') &&
-                                                 (isdigit((unsigned char)next) || next == '.')) ||
-                   (c == '.' && isdigit((unsigned char)next))) {
+        } else if ((extent = zs__config_number_extent(text + p, length - p)) > 0) {
             s->name_pending = 0;
-            size_t begin = p;
-            int negative = c == '-';
-            if (c == '-' || c == '+') p++;
-            if (p + 2 < length && text[p] == '0' && (text[p + 1] == 'x' || text[p + 1] == 'X') &&
-                isxdigit((unsigned char)text[p + 2])) {
-                p += 2;
-                size_t digits = p;
-                while (p < length && isxdigit((unsigned char)text[p])) p++;
-                size_t digits_end = p;
-                int is_64 = 0;
-                if (p < length && text[p] == 'L') {
-                    is_64 = 1;
-                    p++;
-                    if (p < length && text[p] == 'L') p++;
-                }
-                ZS_CHECK(check_literal(name, line, text, begin, p, negative, digits, digits_end, 16,
-                                       is_64));
-                continue;
-            }
-            size_t digits = p;
-            while (p < length && isdigit((unsigned char)text[p])) p++;
-            size_t digits_end = p;
-            int is_float = 0;
-            if (p < length && text[p] == '.') {
-                is_float = 1;
-                p++;
-                while (p < length && isdigit((unsigned char)text[p])) p++;
-            }
-            if (p < length && (text[p] == 'e' || text[p] == 'E')) {
-                size_t q = p + 1;
-                if (q < length && (text[q] == '+' || text[q] == '-')) q++;
-                if (q < length && isdigit((unsigned char)text[q])) {
-                    is_float = 1;
-                    p = q;
-                    while (p < length && isdigit((unsigned char)text[p])) p++;
-                }
-            }
-            if (is_float) {
-                ZS_CHECK(check_float(name, line, s, text, begin, p));
-                continue;
-            }
-            int is_64 = 0;
-            if (p < length && text[p] == 'L') {
-                is_64 = 1;
-                p++;
-                if (p < length && text[p] == 'L') p++;
-            }
-            ZS_CHECK(check_literal(name, line, text, begin, p, negative, digits, digits_end, 10,
-                                   is_64));
+            char where[512], key[256];
+            snprintf(where, sizeof where, "%s:%d: ", name, line);
+            current_key(s, key, sizeof key);
+            zs__config_number ignored;
+            ZS_CHECK(zs__config_number_read(text + p, extent, ZS__CONFIG_FROM_FILE, where, key,
+                                            &ignored));
+            p += extent;
         } else {
             if ((c == '=' || c == ':') && s->name_pending)
                 snprintf(s->setting, sizeof s->setting, "%s", s->last_name);
@@ -474,46 +467,66 @@ static zs_status scan(const char *text, size_t length, const char *name, scan_st
             p++;
         }
     }
+    return emit(s, text + copied, length - copied);
+}
+
+/* Runs the scan from the top file's text and, on success, hands over the
+ * expanded text and the line map. */
+static zs_status scan_top(scan_state *s, const char *text, size_t length, const char *name,
+                          char **expanded, size_t *expanded_length, zs__config_lines *lines) {
+    memset(lines, 0, sizeof *lines);
+    s->lines = lines;
+    s->out_line = 1;
+    s->top = name;
+    s->total_bytes = length;
+    zs_status status = scan(text, length, name, s);
+    if (status == ZS_OK && !s->out) status = emit(s, "", 0); /* an empty file */
+    if (status != ZS_OK) {
+        free(s->out);
+        zs__config_lines_free(lines);
+        return status;
+    }
+    *expanded = s->out;
+    *expanded_length = s->out_length;
     return ZS_OK;
 }
 
 zs_status zs__config_scan_text(const char *text, size_t length, const char *name,
                                const char *include_dir, int depth) {
-    scan_state *s = calloc(1, sizeof *s);
+    scan_state *s = zs__calloc(1, sizeof *s);
     if (!s) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", name);
     s->include_dir = include_dir;
-    s->top = name;
     s->depth = depth;
-    s->total_bytes = length;
-    zs_status status = scan(text, length, name, s);
+    char *expanded = NULL;
+    size_t expanded_length = 0;
+    zs__config_lines lines;
+    zs_status status = scan_top(s, text, length, name, &expanded, &expanded_length, &lines);
+    if (status == ZS_OK) {
+        free(expanded);
+        zs__config_lines_free(&lines);
+    }
     free(s);
     return status;
 }
 
 zs_status zs__config_scan_file(const char *path, const char *include_dir, char **text,
-                               size_t *length) {
+                               size_t *length, zs__config_lines *lines) {
     *text = NULL;
     *length = 0;
+    memset(lines, 0, sizeof *lines);
     char *content = NULL;
     size_t content_length = 0;
     zs__file_id id;
     ZS_CHECK(zs__config_read_source(path, ZS_CONFIG_MAX_FILE_BYTES, &content, &content_length, &id));
-    scan_state *s = calloc(1, sizeof *s);
+    scan_state *s = zs__calloc(1, sizeof *s);
     if (!s) {
         free(content);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory scanning '%s'", path);
     }
     s->include_dir = include_dir;
-    s->top = path;
-    s->total_bytes = content_length;
     s->open_files[s->open_count++] = id;
-    zs_status status = scan(content, content_length, path, s);
+    zs_status status = scan_top(s, content, content_length, path, text, length, lines);
     free(s);
-    if (status != ZS_OK) {
-        free(content);
-        return status;
-    }
-    *text = content;
-    *length = content_length;
-    return ZS_OK;
+    free(content);
+    return status;
 }

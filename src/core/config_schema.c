@@ -51,6 +51,7 @@ static const char *const reduce_dtype_values[] = {"compute", "fp32", NULL};
 static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
 static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
 static const char *const timeout_policy_values[] = {"abort", "return", NULL};
+static const char *const durability_policy_values[] = {"fail", "warn", NULL};
 static const char *const offload_optimizer_values[] = {"none", "host", "nvme", NULL};
 static const char *const offload_params_values[] = {"none", "host", "nvme", NULL};
 _Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1 && ZS_OFFLOAD_NVME == 2,
@@ -272,6 +273,12 @@ const zs__key zs__config_keys[] = {
                "At zs_build: \"none\" starts fresh; \"auto\" loads the newest step in "
                "checkpoint.dir that verifies (fresh if there is none); any other value is a step "
                "directory that must load."),
+    ENUM_KEY("checkpoint.on_durability_error", checkpoint.on_durability_error, "fail",
+             durability_policy_values,
+             "When an fsync of the checkpoint root or the update of `latest` fails after a "
+             "save's commit point: \"fail\" fails the save on every rank and keeps the previous "
+             "step as the resume point (an fsync error means the data may not be durable); "
+             "\"warn\" keeps the new step and only warns."),
     STRING_KEY("log.file", log.file, "",
                "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
                "ZS_LOG_FILE environment variable wins."),

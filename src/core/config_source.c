@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 
 /* What a file that is not regular is, for the message. */
@@ -59,7 +60,7 @@ zs_status zs__config_read_source(const char *path, size_t limit, char **text, si
     size_t capacity = (size_t)info.st_size + 1, used = 0;
     if (capacity < 4096) capacity = 4096;
     if (capacity > limit + 2) capacity = limit + 2;
-    buffer = malloc(capacity);
+    buffer = zs__malloc(capacity);
     if (!buffer) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory reading '%s'", path);
         goto done;
@@ -68,7 +69,7 @@ zs_status zs__config_read_source(const char *path, size_t limit, char **text, si
         if (used + 1 == capacity) {
             if (used > limit) break;
             size_t bigger_capacity = capacity * 2 > limit + 2 ? limit + 2 : capacity * 2;
-            char *bigger = realloc(buffer, bigger_capacity);
+            char *bigger = zs__realloc(buffer, bigger_capacity);
             if (!bigger) {
                 status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory reading '%s'", path);
                 goto done;

@@ -3,12 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/config_internal.h"
 
 /* Edit distance between a[0, an) and b[0, bn); SIZE_MAX if memory runs out
  * (the suggestion is a courtesy, so running out only loses the suggestion). */
 static size_t edit_distance(const char *a, size_t an, const char *b, size_t bn) {
-    size_t *row = malloc((bn + 1) * sizeof *row);
+    size_t *row = zs__malloc((bn + 1) * sizeof *row);
     if (!row) return SIZE_MAX;
     for (size_t j = 0; j <= bn; j++) row[j] = j;
     for (size_t i = 1; i <= an; i++) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/config_internal.h"
 #include "core/config_schema.h"
 #include "core/error.h"
@@ -24,8 +25,8 @@ typedef struct validation {
 /* Every dotted path a user could have meant: keys, their groups, and "app". */
 static zs_status suggest(const char *path, char *out, size_t capacity) {
     size_t cap = 2 * zs__config_key_count + 1, n = 0;
-    const char **candidates = malloc(cap * sizeof *candidates);
-    char *groups = malloc(zs__config_key_count * 64);
+    const char **candidates = zs__malloc(cap * sizeof *candidates);
+    char *groups = zs__malloc(zs__config_key_count * 64);
     if (!candidates || !groups) {
         free(candidates);
         free(groups);
@@ -412,7 +413,7 @@ static zs_status check_cross_keys(const validation *v) {
 }
 
 zs_status zs__config_validate(const zs_config *cfg, const config_t *lc, zs__settings *out) {
-    validation v = {cfg, out, calloc(zs__config_key_count, sizeof(config_setting_t *))};
+    validation v = {cfg, out, zs__calloc(zs__config_key_count, sizeof(config_setting_t *))};
     if (!v.seen) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of memory validating '%s'", cfg->path);
     fill_defaults(out);
     zs_status status = walk_group(&v, config_root_setting(lc), NULL);

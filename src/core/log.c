@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "core/log.h"
 
+#include "core/env.h"
 #include "core/file_pattern.h"
 
 #include <stdarg.h>
@@ -35,17 +36,16 @@ const char *zs__log_level_name(zs_log_level level) {
 void zs__log_configure(int rank, zs_log_level config_level, const char *config_file_pattern) {
     g_log.rank = rank;
     g_log.level = config_level;
-    const char *env_level = getenv("ZS_LOG_LEVEL");
-    if (env_level && *env_level) {
+    const char *env_level = zs__env_text(ZS_ENV_LOG_LEVEL);
+    if (env_level) {
         int parsed = zs__log_level_parse(env_level);
         if (parsed >= 0) g_log.level = (zs_log_level)parsed;
         else fprintf(stderr, "zeroshard: rank %d: WARN ignoring ZS_LOG_LEVEL=%s "
                              "(use error, warn, info or debug)\n", rank, env_level);
     }
-    const char *all = getenv("ZS_LOG_ALL_RANKS");
-    g_log.all_ranks = all && strcmp(all, "1") == 0;
-    const char *pattern = getenv("ZS_LOG_FILE");
-    if (!pattern || !*pattern) pattern = config_file_pattern;
+    g_log.all_ranks = zs__env_flag(ZS_ENV_LOG_ALL_RANKS);
+    const char *pattern = zs__env_text(ZS_ENV_LOG_FILE);
+    if (!pattern) pattern = config_file_pattern;
     if (g_log.file) {
         fclose(g_log.file);
         g_log.file = NULL;

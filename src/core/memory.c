@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 
 const char *zs_mem_tag_name(zs_mem_tag tag) {
@@ -62,7 +63,7 @@ zs_status zs__mem_host_alloc(zs__mem *mem, zs_mem_tag tag, size_t bytes, void **
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "allocation of %zu bytes for '%s' overflows",
                         bytes, zs_mem_tag_name(tag));
     rounded -= rounded % ZS_HOST_ALIGNMENT;
-    void *ptr = aligned_alloc(ZS_HOST_ALIGNMENT, rounded);
+    void *ptr = zs__aligned_alloc(ZS_HOST_ALIGNMENT, rounded);
     if (!ptr)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY,
                         "cannot allocate %zu bytes of host memory for '%s' "

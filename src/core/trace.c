@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/file_pattern.h"
 #include "core/log.h"
@@ -61,12 +62,6 @@ struct zs__trace {
 
 static const char *const track_names[ZS_TRACE_TRACK_COUNT] = {"compute", "comm", "optimizer",
                                                               "checkpoint"};
-
-uint64_t zs__trace_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* How many bytes of s (at most max) to keep so that a multi-byte UTF-8
  * character is never cut in half: a cut label must still be valid text. */
@@ -319,7 +314,7 @@ zs_status zs__trace_create(const char *pattern, int rank, size_t capacity_events
     if (!zs__mul_size(capacity_events, sizeof(trace_event), &bytes))
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "trace.capacity = %zu events overflows a size",
                         capacity_events);
-    zs__trace *tr = aligned_alloc(64, sizeof *tr);
+    zs__trace *tr = zs__aligned_alloc(64, sizeof *tr);
     if (!tr)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate the trace of rank %d (%zu bytes)",
                         rank, sizeof *tr);
@@ -335,7 +330,7 @@ zs_status zs__trace_create(const char *pattern, int rank, size_t capacity_events
                         pattern, needed, rank, sizeof tr->path - 1);
     }
     /* Allocated and touched here, so that recording never page-faults. */
-    tr->slots = aligned_alloc(64, bytes);
+    tr->slots = zs__aligned_alloc(64, bytes);
     if (!tr->slots) {
         free(tr);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY,
@@ -358,7 +353,7 @@ zs_status zs__trace_create(const char *pattern, int rank, size_t capacity_events
     for (int i = 0; i < RING_COUNT; i++) atomic_init(&tr->rings[i].count, 0);
     struct timespec unix_now;
     clock_gettime(CLOCK_REALTIME, &unix_now);
-    tr->origin_ns = zs__trace_now();
+    tr->origin_ns = zs__clock_ns();
     tr->origin_unix_ns = (uint64_t)unix_now.tv_sec * 1000000000u + (uint64_t)unix_now.tv_nsec;
     zs_status st = zs__trace_flush(tr);
     if (st != ZS_OK) {

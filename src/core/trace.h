@@ -59,6 +59,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/clock.h"
 #include "zeroshard.h"
 
 typedef struct zs__trace zs__trace;
@@ -120,18 +121,15 @@ void zs__trace_destroy(zs__trace *tr);
  * left as it was. */
 zs_status zs__trace_flush(zs__trace *tr);
 
-/* CLOCK_MONOTONIC in nanoseconds: the clock of begin_ns and end_ns. */
-uint64_t zs__trace_now(void);
-
-/* zs__trace_now() when tracing is on, 0 when tr is NULL: lets a caller take
+/* zs__clock_ns() when tracing is on, 0 when tr is NULL: lets a caller take
  * its timestamps at no cost when tracing is off. */
-static inline uint64_t zs__trace_clock(const zs__trace *tr) { return tr ? zs__trace_now() : 0; }
+static inline uint64_t zs__trace_clock(const zs__trace *tr) { return tr ? zs__clock_ns() : 0; }
 
 /* The recording itself; call zs__trace_span. */
 void zs__trace_record_(zs__trace *tr, zs__trace_track track, const char *name, uint64_t begin_ns,
                        uint64_t end_ns, const zs__trace_args *args);
 
-/* Records a complete span [begin_ns, end_ns] (zs__trace_now's clock) on
+/* Records a complete span [begin_ns, end_ns] (zs__clock_ns's clock) on
  * `track`. name must live until the trace is destroyed (a string literal): it
  * is kept by pointer. args may be NULL. Thread rule: see the top of this
  * header. Never fails; a full ring overwrites its oldest event. */

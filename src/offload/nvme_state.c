@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "offload/swap.h"
 
@@ -154,7 +155,7 @@ zs_status zs__nvme_state_create(const char *dir, int rank, const char *runid,
                                 const zs__nvme_layout *layout, zs__mem *mem,
                                 zs__nvme_state **out) {
     *out = NULL;
-    zs__nvme_state *ns = calloc(1, sizeof *ns);
+    zs__nvme_state *ns = zs__calloc(1, sizeof *ns);
     if (!ns) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "offload.nvme: out of host memory");
     ns->layout = *layout;
     ns->mem = mem;

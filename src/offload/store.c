@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 
 /* Host floats per round when a memory tier is read for a digest. */
@@ -151,7 +152,7 @@ zs_status zs__store_digest(zs__store *s, XXH3_state_t *state) {
     /* Array by array, in rounds through host memory (so a device tier and
      * the nvme tier hash the same bytes a host tier does). */
     const int64_t round = ZS_STORE_ROUND;
-    float *buf = malloc((size_t)round * sizeof(float));
+    float *buf = zs__malloc((size_t)round * sizeof(float));
     if (!buf) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "optimizer state digest: out of host memory");
     zs_status st = ZS_OK;
     for (int a = 0; a < 3 && st == ZS_OK; a++) {

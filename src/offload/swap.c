@@ -1,5 +1,6 @@
-/* The NVMe tier's swap file (see swap.h): creation and cleanup of the
- * per-run directory, the I/O thread pool, checksums and deadlines.
+/* The NVMe tier's swap file (see swap.h): an O_TMPFILE file, or the named
+ * way with its per-run directory where the file system has no O_TMPFILE; the
+ * I/O thread pool, checksums and deadlines.
  *
  * Why a pool of pread/pwrite threads rather than io_uring: with O_DIRECT a
  * blocking pread/pwrite is already zero-copy, and two to four threads keep
@@ -28,8 +29,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "checkpoint/fs.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 
 #define SWAP_PREFIX "zeroshard-swap-"
@@ -64,6 +67,7 @@ struct zs__swap {
     int fd;
     int owner_fd; /* flock()ed while this rank lives */
     int direct;
+    int tmpfile;  /* 1: opened with O_TMPFILE, no per-run directory */
     uint64_t capacity;
     size_t block_bytes;
     uint64_t block_count;
@@ -84,12 +88,6 @@ struct zs__swap {
     pthread_t *threads;
     int thread_count;
 };
-
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* vsnprintf: messages are cut, never overrun, when a path is very long. */
 static void format_into(char *out, size_t cap, const char *fmt, ...)
@@ -247,12 +245,12 @@ static void remove_stale_runs(int parentfd, const char *parent, const char *ours
             continue;
         if (count == cap) {
             size_t ncap = cap ? 2 * cap : 8;
-            char **grown = realloc(names, ncap * sizeof *names);
+            char **grown = zs__realloc(names, ncap * sizeof *names);
             if (!grown) break;
             names = grown;
             cap = ncap;
         }
-        if (!(names[count] = strdup(e->d_name))) break;
+        if (!(names[count] = zs__strdup(e->d_name))) break;
         count++;
     }
     closedir(d);
@@ -279,7 +277,7 @@ static void req_fail(zs__swap *sw, zs__swap_req *r, uint64_t at, int err, const 
  * bandwidth on a fast disk). */
 static void note_progress(zs__swap *sw) {
     pthread_mutex_lock(&sw->lock);
-    sw->progress_ns = now_ns();
+    sw->progress_ns = zs__clock_ns();
     pthread_mutex_unlock(&sw->lock);
 }
 
@@ -392,7 +390,7 @@ static void *io_thread(void *arg) {
         pthread_mutex_lock(&sw->lock);
         r->state = REQ_DONE;
         sw->inflight--;
-        sw->progress_ns = now_ns();
+        sw->progress_ns = zs__clock_ns();
         if (r->abandoned) {
             unlink_all(sw, r);
             free(r);
@@ -488,6 +486,64 @@ static zs_status join_run_dir(zs__swap *sw, int parentfd, const char *host, int 
                     sw->dir, sw->parent);
 }
 
+/* One line when O_DIRECT is refused (EINVAL): the tier still works, through
+ * the page cache. dirfd is the directory the file is in. */
+static void warn_buffered(const zs__swap *sw, int dirfd) {
+    struct statfs sf;
+    const char *fs = fstatfs(dirfd, &sf) == 0 ? fs_name(sf.f_type) : "its file system";
+    ZS_WARN("%s: O_DIRECT is not supported on %s (%s); the NVMe tier uses buffered I/O "
+            "there, through the page cache",
+            sw->path, fs, strerror(EINVAL));
+}
+
+/* The file without a name: O_TMPFILE in the user's directory (O_EXCL: it can
+ * never be linked in later), so there is nothing to clean up, ever. *opened
+ * is 0 (and ZS_OK) where the kernel or the file system has no O_TMPFILE
+ * (EISDIR from kernels before 3.11, EOPNOTSUPP from NFS and some FUSE file
+ * systems): the caller then takes the named way. "tmpfile:EOPNOTSUPP:n" in
+ * ZS_FAULT_ERRNO plays such a file system. */
+static zs_status open_tmpfile(zs__swap *sw, int parentfd, int *opened) {
+    *opened = 0;
+    const int flags = O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC;
+    int err = zs__fs_fault("tmpfile");
+    int fd = -1;
+    if (!err && sw->cfg.try_direct) {
+        /* "odirect:EINVAL:n" plays a file system without O_DIRECT, as in
+         * open_swap_file. */
+        err = zs__fs_fault("odirect");
+        fd = err ? -1 : openat(parentfd, ".", flags | O_DIRECT, 0600);
+        if (fd >= 0) sw->direct = 1;
+        else if (!err) err = errno;
+        /* EINVAL: no O_DIRECT here (or, on some kernels, no O_TMPFILE):
+         * without O_DIRECT tells the two apart. */
+        if (fd < 0 && err == EINVAL) err = 0;
+    }
+    if (fd < 0 && !err) {
+        fd = openat(parentfd, ".", flags, 0600);
+        if (fd < 0) err = errno;
+        else if (sw->cfg.try_direct) warn_buffered(sw, parentfd);
+    }
+    if (fd >= 0) {
+        sw->fd = fd;
+        sw->tmpfile = 1;
+        *opened = 1;
+        return ZS_OK;
+    }
+    if (err == EOPNOTSUPP || err == EISDIR || err == EINVAL) {
+        ZS_INFO("%s: this file system cannot open a file without a name (O_TMPFILE: %s); the "
+                "NVMe tier creates a named file in a per-run directory and unlinks it at once",
+                sw->parent, strerror(err));
+        return ZS_OK;
+    }
+    char more[PATH_MAX + 256];
+    return zs__fail(ZS_ERR_IO, "%s: cannot create the swap file: %s%s%s", sw->path, strerror(err),
+                    advice(sw, err, more, sizeof more),
+                    err == EACCES || err == EROFS || err == EPERM
+                        ? " (offload.nvme_path must be a writable directory; fix its "
+                          "permissions or point it elsewhere)"
+                        : "");
+}
+
 static zs_status open_swap_file(zs__swap *sw, int runfd) {
     char name[48];
     snprintf(name, sizeof name, "rank-%d.swap", sw->rank);
@@ -504,13 +560,7 @@ static zs_status open_swap_file(zs__swap *sw, int runfd) {
         fd = injected ? -1 : openat(runfd, name, flags | O_DIRECT, 0600);
         if (fd >= 0) sw->direct = 1;
         else if (errno != EINVAL) goto fail;
-        if (fd < 0) {
-            struct statfs sf;
-            const char *fs = fstatfs(runfd, &sf) == 0 ? fs_name(sf.f_type) : "its file system";
-            ZS_WARN("%s: O_DIRECT is not supported on %s (%s); the NVMe tier uses buffered I/O "
-                    "there, through the page cache",
-                    sw->path, fs, strerror(EINVAL));
-        }
+        if (fd < 0) warn_buffered(sw, runfd);
     }
     if (fd < 0) fd = openat(runfd, name, flags, 0600);
     if (fd < 0) goto fail;
@@ -563,6 +613,7 @@ static zs_status reserve(zs__swap *sw) {
 }
 
 static void leave_run_dir(zs__swap *sw) {
+    if (sw->tmpfile) return; /* no per-run directory was joined */
     int pfd = open(sw->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (pfd >= 0) {
         if (sw->owner_fd >= 0) {
@@ -620,7 +671,7 @@ zs_status zs__swap_create_with(const char *dir, int rank, uint64_t capacity, siz
         zs__swap_default_runid(runid, sizeof runid);
     }
 
-    zs__swap *sw = calloc(1, sizeof *sw);
+    zs__swap *sw = zs__calloc(1, sizeof *sw);
     if (!sw) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "swap: cannot allocate the swap object");
     sw->fd = sw->owner_fd = -1;
     sw->rank = rank;
@@ -633,23 +684,34 @@ zs_status zs__swap_create_with(const char *dir, int rank, uint64_t capacity, siz
     snprintf(sw->parent, sizeof sw->parent, "%s", dir);
     snprintf(sw->run_name, sizeof sw->run_name, SWAP_PREFIX "%s", runid);
     snprintf(sw->owner_name, sizeof sw->owner_name, "owner-%d", rank);
-    int n1 = snprintf(sw->dir, sizeof sw->dir, "%s/%s", dir, sw->run_name);
-    int n2 = snprintf(sw->path, sizeof sw->path, "%s/rank-%d.swap", sw->dir, rank);
+    int n1 = snprintf(sw->dir, sizeof sw->dir, "%s", dir);
+    int n2 = snprintf(sw->path, sizeof sw->path, "%s/rank-%d.swap (unnamed: O_TMPFILE)", dir,
+                      rank);
     zs_status status = ZS_OK;
-    int parentfd = -1, runfd = -1;
+    int parentfd = -1, runfd = -1, opened = 0;
     if (n1 < 0 || n2 < 0 || (size_t)n2 >= sizeof sw->path) {
         status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", dir);
         goto fail;
     }
     ZS_CHECK_GOTO(open_parent(dir, &parentfd), status, fail);
-    remove_stale_runs(parentfd, dir, sw->run_name, host);
-    ZS_CHECK_GOTO(join_run_dir(sw, parentfd, host, &runfd), status, fail);
-    ZS_CHECK_GOTO(open_swap_file(sw, runfd), status, fail);
+    if (cfg->try_tmpfile) ZS_CHECK_GOTO(open_tmpfile(sw, parentfd, &opened), status, fail);
+    if (!opened) {
+        /* The named way: the per-run directory, the file, unlinked at once. */
+        n1 = snprintf(sw->dir, sizeof sw->dir, "%s/%s", dir, sw->run_name);
+        n2 = snprintf(sw->path, sizeof sw->path, "%s/rank-%d.swap", sw->dir, rank);
+        if (n1 < 0 || n2 < 0 || (size_t)n2 >= sizeof sw->path) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: path too long", dir);
+            goto fail;
+        }
+        remove_stale_runs(parentfd, dir, sw->run_name, host);
+        ZS_CHECK_GOTO(join_run_dir(sw, parentfd, host, &runfd), status, fail);
+        ZS_CHECK_GOTO(open_swap_file(sw, runfd), status, fail);
+    }
     ZS_CHECK_GOTO(reserve(sw), status, fail);
 
     sw->meta_bytes = (size_t)blocks * ZS_SWAP_META_BYTES_PER_BLOCK; /* a sum and a flag */
-    if (!(sw->sums = calloc(blocks ? blocks : 1, sizeof *sw->sums)) ||
-        !(sw->written = calloc(blocks ? blocks : 1, 1))) {
+    if (!(sw->sums = zs__calloc(blocks ? blocks : 1, sizeof *sw->sums)) ||
+        !(sw->written = zs__calloc(blocks ? blocks : 1, 1))) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the checksum table (%zu bytes)",
                           sw->path, sw->meta_bytes);
         goto fail;
@@ -664,8 +726,8 @@ zs_status zs__swap_create_with(const char *dir, int rank, uint64_t capacity, siz
     pthread_cond_init(&sw->work, &ca);
     pthread_cond_init(&sw->done, &ca);
     pthread_condattr_destroy(&ca);
-    sw->progress_ns = now_ns();
-    sw->threads = calloc((size_t)cfg->io_threads, sizeof *sw->threads);
+    sw->progress_ns = zs__clock_ns();
+    sw->threads = zs__calloc((size_t)cfg->io_threads, sizeof *sw->threads);
     if (!sw->threads) {
         status = zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate the I/O threads", sw->path);
     } else {
@@ -686,9 +748,9 @@ zs_status zs__swap_create_with(const char *dir, int rank, uint64_t capacity, siz
         return status;
     }
     close(parentfd);
-    close(runfd);
-    ZS_INFO("NVMe tier: %s (unlinked), %llu bytes in blocks of %zu, %s, %d I/O threads", sw->path,
-            (unsigned long long)sw->capacity, block_bytes, sw->direct ? "O_DIRECT" : "buffered",
+    if (runfd >= 0) close(runfd);
+    ZS_INFO("NVMe tier: %s (%s), %llu bytes in blocks of %zu, %s, %d I/O threads", sw->path,
+            sw->tmpfile ? "O_TMPFILE" : "unlinked", (unsigned long long)sw->capacity, block_bytes, sw->direct ? "O_DIRECT" : "buffered",
             cfg->io_threads);
     *out = sw;
     return ZS_OK;
@@ -713,7 +775,7 @@ void zs__swap_destroy(zs__swap *sw) {
         uint64_t limit = (uint64_t)(sw->cfg.timeout_s * 1e9);
         int stuck = 0;
         while (sw->inflight > 0) {
-            uint64_t now = now_ns();
+            uint64_t now = zs__clock_ns();
             if (now - sw->progress_ns >= limit) {
                 stuck = 1;
                 break;
@@ -760,7 +822,7 @@ zs_status zs__swap_buffer_alloc(zs__swap *sw, size_t bytes, zs_mem_tag tag, void
     if (!zs__add_size(bytes, ZS_SWAP_ALIGNMENT - 1, &rounded))
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "swap buffer of %zu bytes overflows", bytes);
     rounded -= rounded % ZS_SWAP_ALIGNMENT;
-    void *p = aligned_alloc(ZS_SWAP_ALIGNMENT, rounded);
+    void *p = zs__aligned_alloc(ZS_SWAP_ALIGNMENT, rounded);
     if (!p)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY,
                         "cannot allocate a %zu-byte swap buffer for '%s' (%s)", bytes,
@@ -798,7 +860,7 @@ static zs_status submit(zs__swap *sw, int is_write, uint64_t offset, void *buf, 
                         "%s: %s of '%s': the buffer is not aligned to %d bytes, which O_DIRECT "
                         "needs; allocate it with zs__swap_buffer_alloc",
                         sw->path, what, label, ZS_SWAP_ALIGNMENT);
-    zs__swap_req *r = calloc(1, sizeof *r);
+    zs__swap_req *r = zs__calloc(1, sizeof *r);
     if (!r) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a request", sw->path);
     r->is_write = is_write;
     r->offset = offset;
@@ -808,7 +870,7 @@ static zs_status submit(zs__swap *sw, int is_write, uint64_t offset, void *buf, 
     r->status = ZS_OK;
     snprintf(r->label, sizeof r->label, "%s", label);
     pthread_mutex_lock(&sw->lock);
-    r->submit_ns = now_ns();
+    r->submit_ns = zs__clock_ns();
     if (sw->tail) sw->tail->next = r;
     else sw->head = r;
     sw->tail = r;
@@ -841,7 +903,7 @@ zs_status zs__swap_wait(zs__swap *sw, zs__swap_req *r) {
         /* The deadline counts time without progress on this file: a long
          * queue behind a moving device never times out. */
         uint64_t last = sw->progress_ns > r->submit_ns ? sw->progress_ns : r->submit_ns;
-        uint64_t now = now_ns();
+        uint64_t now = zs__clock_ns();
         if (now - last >= limit) {
             /* The message is formatted under the lock: once it is released
              * the I/O thread may finish the abandoned request and free it. */
@@ -870,6 +932,7 @@ zs_status zs__swap_wait(zs__swap *sw, zs__swap_req *r) {
 
 const char *zs__swap_path(const zs__swap *sw) { return sw->path; }
 const char *zs__swap_dir(const zs__swap *sw) { return sw->dir; }
+int zs__swap_is_tmpfile(const zs__swap *sw) { return sw->tmpfile; }
 int zs__swap_is_direct(const zs__swap *sw) { return sw->direct; }
 int zs__swap_fd_for_test(const zs__swap *sw) { return sw->fd; }
 

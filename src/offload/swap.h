@@ -2,16 +2,19 @@
  * blocks, read and written asynchronously by a small pool of I/O threads
  * (pread/pwrite), every block protected by an XXH3-64 checksum kept in memory.
  *
- * Layout on disk:
+ * The file never has a name: it is opened with O_TMPFILE in <dir>, so it
+ * exists only as long as its descriptor, nothing of it is ever visible in
+ * <dir>, and nothing is left whatever happens to the process.
+ *
+ * Where the file system has no O_TMPFILE (NFS, some FUSE ones; swap_named.c),
+ * a named file is created and unlinked at once, in a per-run directory:
  *   <dir>/zeroshard-swap-<runid>/            the per-run directory
  *       owner-<rank>                          "host=<h> pid=<p>", flock()ed by
  *                                             the rank while it lives
- *       rank-<rank>.swap                      unlinked right after open: the
- *                                             data lives only as long as the fd
- * The swap file itself disappears whatever happens to the process (it is
- * unlinked at create). The directory and its owner files stay until destroy,
- * where the last rank out removes the directory; a directory left by a killed
- * run (no owner lock held, owner on this host) is removed by the next create.
+ *       rank-<rank>.swap                      unlinked right after open
+ * The directory and its owner files stay until destroy, where the last rank
+ * out removes the directory; a directory left by a killed run (no owner lock
+ * held, owner on this host) is removed by the next create.
  *
  * Threads: create, destroy, buffer_alloc/free and the submit/wait calls are
  * made from one thread (the caller's); the I/O threads only run requests.
@@ -57,15 +60,19 @@ typedef struct zs__swap_config {
      * NULL in production. */
     void (*test_before_io)(void *arg);
     void *test_arg;
+    /* 1 (default) opens the file with O_TMPFILE where the file system has
+     * it; 0 always takes the named way (tests of that fallback). */
+    int try_tmpfile;
 } zs__swap_config;
 
-#define ZS__SWAP_CONFIG_INIT {2, 120.0, NULL, 1, NULL, NULL}
+#define ZS__SWAP_CONFIG_INIT {2, 120.0, NULL, 1, NULL, NULL, 1}
 
-/* Creates dir/zeroshard-swap-<runid>/ (dir itself must exist), first
- * removing per-run directories there whose owners are all gone (killed runs
- * on this host); opens rank's file there with O_DIRECT where the file system
- * allows it (otherwise buffered I/O with one log line saying why), unlinks it
- * at once, and reserves `capacity` bytes (fallocate; posix_fallocate; else
+/* Opens rank's swap file in dir (which must exist) with O_TMPFILE, or, where
+ * the file system has none, creates dir/zeroshard-swap-<runid>/ (first
+ * removing per-run directories there whose owners are all gone: killed runs
+ * on this host), creates the file there and unlinks it at once. Either way
+ * with O_DIRECT where the file system allows it (otherwise buffered I/O with
+ * one log line saying why). Then reserves `capacity` bytes (fallocate; posix_fallocate; else
  * ftruncate and an INFO line: space is then claimed at write time and a full
  * disk shows up as ENOSPC from a write). `block_bytes` is the I/O and
  * checksum granularity, a multiple of ZS_SWAP_ALIGNMENT; capacity is rounded
@@ -120,11 +127,13 @@ int zs__swap_written(const zs__swap *sw, uint64_t offset);
  * in flight. */
 void zs__swap_forget(zs__swap *sw);
 
-/* The swap file's path (unlinked: it is shown in messages only). */
+/* The swap file's path (it has no name on the disk: this is for messages). */
 const char *zs__swap_path(const zs__swap *sw);
 /* 1 when the file is open with O_DIRECT. */
 int zs__swap_is_direct(const zs__swap *sw);
-/* The per-run directory. */
+/* 1 when the file was opened with O_TMPFILE; 0 when it took the named way. */
+int zs__swap_is_tmpfile(const zs__swap *sw);
+/* The per-run directory of the named way, or dir itself with O_TMPFILE. */
 const char *zs__swap_dir(const zs__swap *sw);
 
 /* Test only: the swap file's descriptor, so a test can flip a byte or

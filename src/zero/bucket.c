@@ -18,29 +18,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "zero/ctx.h"
 
 typedef struct zs__bucket_op {
     zs__engine_op op;
     zs_ctx *zs;
-    int first, count;        /* members in zs->bucket_members */
+    int first, count;        /* members in zs->buckets.members */
     int all_reduce, to_shard;
     char label[200];
 } zs__bucket_op;
 
 /* The memory plan sizes the staging only where buckets apply. */
-static int enabled(const zs_ctx *zs) { return zs->bucket_staging.ptr != NULL; }
+static int enabled(const zs_ctx *zs) { return zs->buckets.staging.ptr != NULL; }
 
 zs_status zs__bucket_create(zs_ctx *zs, int64_t staging_numel) {
+    zs__buckets *b = &zs->buckets;
     const size_t n = (size_t)(zs->unit_count ? zs->unit_count : 1);
-    zs->bucket_members = calloc(n, sizeof *zs->bucket_members);
-    zs->bucket_ops = calloc(n, sizeof *zs->bucket_ops);
-    if (!zs->bucket_members || !zs->bucket_ops)
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
+    b->members = zs__calloc(n, sizeof *b->members);
+    b->ops = zs__calloc(n, sizeof *b->ops);
+    if (!b->members || !b->ops) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
     if (staging_numel <= 0) return ZS_OK;
-    return zs__buf_alloc(zs->backend, &zs->bucket_staging, ZS_MEM_COMM, zs->compute_dtype,
-                         staging_numel);
+    return zs__buf_alloc(zs->backend, &b->staging, ZS_MEM_COMM, zs->compute_dtype, staging_numel);
+}
+
+void zs__bucket_destroy(zs_ctx *zs) {
+    zs__buckets *b = &zs->buckets;
+    zs__buf_free(&b->staging);
+    free(b->members);
+    free(b->ops);
+    memset(b, 0, sizeof *b);
+}
+
+void zs__bucket_step_end(zs_ctx *zs) {
+    zs->buckets.used = zs->buckets.open_first = 0;
+    zs->buckets.ops_used = 0;
 }
 
 /* On the comm thread: pack, reduce, unpack. */
@@ -50,17 +63,17 @@ static zs_status run_bucket(zs__engine_op *op) {
     zs__backend *be = zs->backend;
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     const int world = zs->world_size;
-    zs_unit **units = zs->bucket_members + b->first;
+    zs_unit **units = zs->buckets.members + b->first;
     size_t S = 0; /* elements of one rank's chunk of the bucket */
     for (int i = 0; i < b->count; i++) S += (size_t)zs->plan->units[units[i]->index].shard_numel;
-    char *staging = zs->bucket_staging.ptr;
+    char *staging = zs->buckets.staging.ptr;
     /* Chunk r of the bucket = chunk r of every member, in order. */
     for (int r = 0; r < world; r++) {
         size_t at = (size_t)r * S;
         for (int i = 0; i < b->count; i++) {
             const size_t shard = (size_t)zs->plan->units[units[i]->index].shard_numel;
             ZS_CHECK(be->ops->copy(be, staging + at * elem,
-                                   (char *)units[i]->reduce_buf + (size_t)r * shard * elem,
+                                   (char *)units[i]->grad.full + (size_t)r * shard * elem,
                                    shard * elem));
             at += shard;
         }
@@ -72,18 +85,18 @@ static zs_status run_bucket(zs__engine_op *op) {
     for (int i = 0; i < b->count; i++) {
         const zs__plan_unit *pu = &zs->plan->units[units[i]->index];
         const size_t shard = (size_t)pu->shard_numel;
-        char *mine = (char *)units[i]->reduce_buf + (size_t)zs->rank * shard * elem;
+        char *mine = (char *)units[i]->grad.full + (size_t)zs->rank * shard * elem;
         if (b->to_shard) {
             const char *chunk = staging + ((size_t)zs->rank * S + off) * elem;
-            ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->reduce_buf, chunk,
+            ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->grad.full, chunk,
                                          zs->compute_dtype, mine, 1));
         } else {
             for (int r = 0; r < world; r++) {
                 if (!b->all_reduce && r != zs->rank) continue;
-                ZS_CHECK(be->ops->copy(be, (char *)units[i]->reduce_buf + (size_t)r * shard * elem,
+                ZS_CHECK(be->ops->copy(be, (char *)units[i]->grad.full + (size_t)r * shard * elem,
                                        staging + ((size_t)r * S + off) * elem, shard * elem));
             }
-            ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->reduce_buf, mine,
+            ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->grad.full, mine,
                                          zs->compute_dtype, NULL, 0));
         }
         off += shard;
@@ -92,22 +105,22 @@ static zs_status run_bucket(zs__engine_op *op) {
 }
 
 void zs__bucket_flush(zs_ctx *zs) {
-    const int count = zs->members_used - zs->open_first;
+    zs__buckets *open = &zs->buckets;
+    const int count = open->used - open->open_first;
     if (count == 0) return;
-    zs_unit **units = zs->bucket_members + zs->open_first;
+    zs_unit **units = open->members + open->open_first;
     if (count == 1) {
         /* Alone: exactly the unit's own collective. */
-        units[0]->in_bucket = 0;
-        zs__unit_reduce_submit(zs, units[0], units[0]->reduce_buf, zs->open_all_reduce,
-                               zs->open_to_shard);
+        zs__unit_reduce_submit(zs, units[0], units[0]->grad.full, open->open_all_reduce,
+                               open->open_to_shard);
     } else {
-        zs__bucket_op *b = &zs->bucket_ops[zs->bucket_ops_used++];
+        zs__bucket_op *b = &open->ops[open->ops_used++];
         memset(b, 0, sizeof *b);
         b->zs = zs;
-        b->first = zs->open_first;
+        b->first = open->open_first;
         b->count = count;
-        b->all_reduce = zs->open_all_reduce;
-        b->to_shard = zs->open_to_shard;
+        b->all_reduce = open->open_all_reduce;
+        b->to_shard = open->open_to_shard;
         snprintf(b->label, sizeof b->label, "bucket of %d units '%.80s'..'%.80s'", count, units[0]->name,
                  units[count - 1]->name);
         b->op.run = run_bucket;
@@ -115,13 +128,13 @@ void zs__bucket_flush(zs_ctx *zs) {
         b->op.label = b->label;
         for (int i = 0; i < count; i++) {
             b->op.bytes += zs__unit_bytes(zs, units[i]);
-            units[i]->in_bucket = 0;
-            units[i]->reduced_by = &b->op;
+            units[i]->grad.state = ZS__GRAD_IN_FLIGHT;
+            units[i]->grad.reduced_by = &b->op;
         }
         zs__engine_submit(zs->engine, &b->op);
     }
-    zs->open_first = zs->members_used;
-    zs->open_bytes = 0;
+    open->open_first = open->used;
+    open->open_bytes = 0;
 }
 
 void zs__bucket_add(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard) {
@@ -131,11 +144,12 @@ void zs__bucket_add(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int t
         zs__unit_reduce_submit(zs, unit, full, all_reduce, to_shard);
         return;
     }
-    unit->reduce_buf = full;
-    unit->in_bucket = 1;
-    zs->bucket_members[zs->members_used++] = unit;
-    zs->open_bytes += bytes;
-    zs->open_all_reduce = all_reduce;
-    zs->open_to_shard = to_shard;
-    if (zs->open_bytes >= zs->settings.comm.bucket_bytes) zs__bucket_flush(zs);
+    zs__buckets *open = &zs->buckets;
+    unit->grad.full = full;
+    unit->grad.state = ZS__GRAD_QUEUED;
+    open->members[open->used++] = unit;
+    open->open_bytes += bytes;
+    open->open_all_reduce = all_reduce;
+    open->open_to_shard = to_shard;
+    if (open->open_bytes >= zs->settings.comm.bucket_bytes) zs__bucket_flush(zs);
 }

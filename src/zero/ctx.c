@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "zero/ctx.h"
@@ -15,25 +16,16 @@
 static int g_contexts_owning_mpi;
 
 zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char *advice) {
-    uint64_t *all = malloc(sizeof *all * (size_t)zs->world_size);
-    if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "agreement on %s: out of host memory", what);
-    zs_status st = zs__comm_all_gather_bytes(zs->comm, &value, sizeof value, all, what);
-    if (st != ZS_OK) {
-        free(all);
-        return st;
-    }
-    int differing = -1;
-    for (int r = 1; r < zs->world_size && differing < 0; r++)
-        if (all[r] != all[0]) differing = r;
-    uint64_t first = all[0], theirs = differing >= 0 ? all[differing] : 0;
-    free(all);
-    if (differing >= 0)
-        return zs__fail(ZS_ERR_MISMATCH,
-                        "ranks disagree on the %s: rank %d has %016llx but rank 0 has %016llx "
-                        "(this is rank %d); %s",
-                        what, differing, (unsigned long long)theirs, (unsigned long long)first,
-                        zs->rank, advice);
-    return ZS_OK;
+    /* Rank 0's value goes to every rank, which compares its own: no memory
+     * per rank, so nothing here can fail on one rank only. */
+    uint64_t first = value;
+    ZS_CHECK(zs__comm_broadcast(zs->comm, &first, sizeof first, 0, what));
+    const zs_status local =
+        first == value ? ZS_OK
+                       : zs__fail(ZS_ERR_MISMATCH, "ranks disagree on the %s: rank %d has %016llx "
+                                  "but rank 0 has %016llx; %s", what, zs->rank,
+                                  (unsigned long long)value, (unsigned long long)first, advice);
+    return zs__agree_status(zs, local, what);
 }
 
 /* Room for a shared error message (a failing rank's zs_last_error). */
@@ -48,6 +40,22 @@ zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *w
     if (code == ZS_OK) return ZS_OK;
     if (zs->rank == from) return (zs_status)code;
     return zs__fail((zs_status)code, "%s (reported by rank %d)", message, from);
+}
+
+zs_status zs__calloc_agreed(zs_ctx *zs, size_t count, size_t size, const char *what,
+                            void **out) {
+    void *ptr = zs__calloc(count, size);
+    const zs_status local =
+        ptr ? ZS_OK
+            : zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes of host memory on "
+                       "rank %d", what, count * size, zs->rank);
+    const zs_status agreed = zs__agree_status(zs, local, what);
+    if (agreed != ZS_OK) {
+        free(ptr);
+        ptr = NULL;
+    }
+    *out = ptr;
+    return agreed;
 }
 
 zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what) {
@@ -68,8 +76,9 @@ static zs_status local_rank_of(zs_ctx *zs, int *local, int *on_host) {
     memset(&mine, 0, sizeof mine);
     int length = 0;
     if (MPI_Get_processor_name(mine.name, &length) != MPI_SUCCESS) mine.name[0] = '\0';
-    host_name *all = calloc((size_t)zs->world_size, sizeof *all);
-    if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (host names)");
+    host_name *all = NULL;
+    ZS_CHECK(zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof *all, "zs_create (host names)",
+                               (void **)&all));
     zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "host names");
     *local = 0;
     *on_host = 0;
@@ -94,9 +103,9 @@ static zs_status first_sharing_ranks(zs_ctx *zs, int *a, int *b, char *id, size_
     device_identity mine;
     memset(&mine, 0, sizeof mine);
     zs->backend->ops->device_identity(zs->backend, mine.id, sizeof mine.id);
-    device_identity *all = calloc((size_t)zs->world_size, sizeof *all);
-    if (!all)
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory (device identities)");
+    device_identity *all = NULL;
+    ZS_CHECK(zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof *all,
+                               "zs_create (device identities)", (void **)&all));
     zs_status st =
         zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "device identities");
     *a = *b = -1;
@@ -130,7 +139,9 @@ static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm) {
                             "\"auto\")", be->ops->name);
         s->comm.impl = ZS_COMM_LIBRARY_MPI;
         if (s->comm.host_staging)
-            return zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes);
+            return zs__agree_status(
+                zs, zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes),
+                "host staging buffers");
         zs__comm_use_backend(zs->comm, be);
         return ZS_OK;
     }
@@ -196,14 +207,29 @@ static zs_status create_engine(zs_ctx *zs) {
                               (size_t)zs->settings.trace.capacity, &zs->trace));
     /* The backend's blocking waits show on the compute track. */
     zs->backend->trace = zs->trace;
-    return zs__engine_create(threaded, zs->trace, &zs->engine);
+    ZS_CHECK(zs__engine_create(threaded, zs->trace, &zs->engine));
+    if (zs__injected_network_from_env(&zs->network))
+        zs__engine_set_after_op(zs->engine, zs__injected_network_after_op, &zs->network);
+    return ZS_OK;
 }
 
 static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs_ctx **out) {
     zs_status st = ZS_OK;
-    const uint64_t created = zs__metrics_now();
-    zs_ctx *zs = calloc(1, sizeof *zs);
-    if (!zs) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory");
+    const uint64_t created = zs__clock_ns();
+    zs_ctx *zs = zs__calloc(1, sizeof *zs);
+    /* Before the runtime's communicator exists, a rank whose context could
+     * not be allocated still tells the others (on the program's
+     * communicator, with the deadline), so none waits for it. */
+    st = zs__comm_agree_startup(
+        comm, zs__config_settings(cfg),
+        zs ? ZS_OK
+           : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: cannot allocate the context (%zu bytes "
+                      "of host memory)", sizeof *zs),
+        "agreeing that every rank allocated its context in zs_create");
+    if (st != ZS_OK) {
+        free(zs);
+        return st;
+    }
     zs->created_ns = created;
     zs->settings = *zs__config_settings(cfg);
     zs->config_hash = zs_config_hash(cfg);
@@ -229,7 +255,11 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
     /* The device of a GPU rank is picked by its rank among the ranks of its node. */
     int local_rank = 0;
     ZS_CHECK_GOTO(local_rank_of(zs, &local_rank, &zs->ranks_on_host), st, fail);
-    ZS_CHECK_GOTO(zs__backend_create(&zs->settings, &zs->mem, local_rank, &zs->backend), st, fail);
+    /* Local steps (memory above all) are agreed before the next collective. */
+    ZS_CHECK_GOTO(zs__agree_status(zs, zs__backend_create(&zs->settings, &zs->mem, local_rank,
+                                                          &zs->backend),
+                                   "zs_create (backend)"),
+                  st, fail);
     ZS_CHECK_GOTO(choose_collectives(zs, comm), st, fail);
     /* The runtime's CPU kernels give the same bits at every SIMD level, so
      * a difference between hosts costs only speed: said at INFO. */
@@ -241,8 +271,9 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
         ZS_INFO("the runtime's CPU kernels run at different SIMD levels (%s); every level gives "
                 "the same bits, the lower levels are slower", groups);
 
-    ZS_CHECK_GOTO(create_engine(zs), st, fail);
-    ZS_CHECK_GOTO(zs__metrics_open(zs), st, fail);
+    st = create_engine(zs);
+    if (st == ZS_OK) st = zs__metrics_open(zs);
+    ZS_CHECK_GOTO(zs__agree_status(zs, st, "zs_create"), st, fail);
     ZS_INFO("created on %d rank%s: stage %d, backend %s, max_live_units %d, %s %s collectives",
             zs->world_size, zs->world_size == 1 ? "" : "s", zs->settings.zero.stage,
             zs->backend->ops->name, zs->settings.zero.max_live_units,
@@ -317,7 +348,7 @@ void zs_destroy(zs_ctx *zs) {
     zs->comm = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->grads_host, &zs->grads_landing,
-                       &zs->params_host, &zs->reduce_staging, &zs->bucket_staging,
+                       &zs->params_host, &zs->reduce_staging,
                        &zs->gather_staging, &zs->gather_rounded};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         zs__buf_free(bufs[i]);
@@ -331,11 +362,7 @@ void zs_destroy(zs_ctx *zs) {
     free(zs->norm_ptrs);
     free(zs->norm_dtypes);
     free(zs->norm_counts);
-    free(zs->held);
-    free(zs->bucket_members);
-    free(zs->bucket_ops);
-    free(zs->order);
-    free(zs->recorded);
+    zs__residency_destroy(zs);
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
     zs__plan_destroy(zs->plan);
@@ -393,8 +420,8 @@ zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {
     }
     out->total_current = zs->mem.total_current;
     out->total_peak = zs->mem.total_peak;
-    out->live_units_current = zs->live_units;
-    out->live_units_peak = zs->live_units_peak;
+    out->live_units_current = zs->residency.live_units;
+    out->live_units_peak = zs->residency.live_units_peak;
     out->live_bytes_budget = zs->live.capacity;
     out->live_bytes_peak = zs->live.carved_peak;
     return ZS_OK;

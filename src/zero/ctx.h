@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/engine.h"
+#include "comm/injected_network.h"
 #include "core/config.h"
 #include "core/memory.h"
 #include "core/trace.h"
@@ -17,6 +18,7 @@
 #include "zero/live.h"
 #include "zero/metrics.h"
 #include "zero/plan.h"
+#include "zero/residency.h"
 #include "zeroshard.h"
 
 #define ZS_NAME_CAPACITY 256
@@ -61,22 +63,20 @@ struct zs_unit {
     int param_count;
     /* Per-step state. */
     int fetched;                 /* between zs_fetch and zs_release */
-    int grads_declared;          /* zs_grads_ready called since the last zs_step */
     void *live_params;           /* stage 3: the gathered parameters, carved from the live
-                                    budget between fetch and release; NULL otherwise */
-    void *live_grad;             /* stages 2-3: the open full gradient, carved from the live
-                                    budget at first use and kept across release and refetch
-                                    (tied weights) until zs_grads_ready; NULL otherwise */
+                                    budget between fetch (or a gather ahead) and release;
+                                    NULL otherwise */
+    int prefetched;              /* stage 3: gathered ahead of the program's zs_fetch */
+    zs__unit_grad grad;          /* the gradient's life cycle in this micro-step (residency.h) */
     /* The unit's collectives on the comm engine: at most one of each in flight. */
     zs__unit_op gather;          /* stage 3: the owned slice copied in, then all-gathered */
     zs__unit_op reduce;          /* the gradient's reduction (and, stages 2-3, into the shard) */
-    int prefetched;              /* stage 3: gathered ahead of the program's zs_fetch */
-    void *held_grad;             /* stages 2-3: the carve `reduce` reads, returned to the
-                                    budget once it completed (at a deterministic point) */
-    zs__engine_op *reduced_by;   /* the op that reduces it: its own, or its bucket's */
-    void *reduce_buf;            /* what the reduction reads: its full gradient */
-    int in_bucket;               /* waiting in the open bucket (not submitted yet) */
 };
+
+/* zs_grads_ready was called for the unit in this micro-step. */
+static inline int zs__grads_declared(const zs_unit *unit) {
+    return unit->grad.state >= ZS__GRAD_QUEUED;
+}
 
 /* One named blob of user state (zs_user_state_set, or restored by zs_load). */
 typedef struct zs__user_entry {
@@ -95,10 +95,11 @@ struct zs_ctx {
     int world_size;
     int owns_mpi;                /* this context initialized MPI */
     int ranks_on_host;           /* ranks of the job on this rank's host (zs_create) */
-    uint64_t created_ns;         /* zs_create's start (zs__metrics_now): the start-up's clock */
+    uint64_t created_ns;         /* zs_create's start (zs__clock_ns): the start-up's clock */
     zs__mem mem;
     zs__comm *comm;
     zs__engine *engine;          /* every collective of the step protocol (comm/engine.h) */
+    zs__injected_network network; /* benchmarks' simulated network (ZS_COMM_DELAY_*) */
     zs__trace *trace;            /* trace.file, or NULL (core/trace.h) */
     zs__metrics metrics;         /* log.metrics_file (zero/metrics.h) */
     uint64_t trace_mark;         /* when the last runtime call returned: compute since then */
@@ -164,35 +165,14 @@ struct zs_ctx {
      * back). */
     zs_dtype reduce_dtype;
     zs__buf reduce_staging;
-    /* comm.bucket_bytes (bucket.c): units whose reduction waits for the
-     * bucket to fill, in zs_grads_ready order, and the buffer the bucket is
-     * packed into ([2 x bucket_bytes], tag comm). */
-    zs_unit **bucket_members;    /* [unit_count]: buckets of this micro-step, one after another */
-    int members_used, open_first; /* the open bucket is members [open_first, members_used) */
-    int64_t open_bytes;
-    int open_all_reduce, open_to_shard;
-    struct zs__bucket_op *bucket_ops; /* [unit_count]: one per flushed bucket, reused per micro-step */
-    int bucket_ops_used;
-    zs__buf bucket_staging;
-    zs__live live;               /* stages 2-3: zero.live_bytes (zero/live.h) */
-    int live_units;              /* stage-3 units gathered now (<= max_live_units) */
-    int live_units_peak;
-    int open_grads;              /* stages 2-3: unit gradients open now, or held by their
-                                    reduction (<= max_live_units) */
-    /* Units whose gradient carve a submitted reduction still holds, oldest
-     * first: returned only where the runtime waits for them (a carve that
-     * does not fit, zs_step), so the budget's state, and with it every
-     * prefetch decision, is the same on every rank. */
-    zs_unit **held;
-    int held_count;
-    /* Stage-3 prefetch (prefetch.c): the fetch order of the first
-     * micro-step, then verified at every fetch. */
-    int *order, *recorded;       /* the order followed; this micro-step's fetches */
-    int order_len, recorded_len, order_pos;
-    int order_state;             /* 0 recording, 1 verifying (prefetching), 2 off until zs_step */
-    int order_confirmed;         /* a whole micro-step followed `order` */
-    int order_warned;
-    int64_t prefetch_bytes_in_flight;
+    /* What a step keeps live (zero/residency.h): the live budget of stages
+     * 2-3 (zero.live_bytes, zero/live.h), the units holding its carves, the
+     * open gradient bucket (comm.bucket_bytes) and the fetch orders stage-3
+     * prefetch follows. */
+    zs__live live;
+    zs__residency residency;
+    zs__buckets buckets;
+    zs__prefetch prefetch;
 
     int64_t step;                /* optimizer steps applied */
     int64_t skipped_total;
@@ -217,13 +197,21 @@ struct zs_ctx {
  * marks its own return (zs__trace_leave); free when tracing is off. */
 static inline void zs__trace_enter(zs_ctx *zs) {
     if (!zs->trace) return;
-    uint64_t now = zs__trace_now();
+    uint64_t now = zs__clock_ns();
     if (zs->trace_mark) zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "compute", zs->trace_mark, now, NULL);
     zs->trace_mark = now;
 }
 static inline void zs__trace_leave(zs_ctx *zs) {
-    if (zs->trace) zs->trace_mark = zs__trace_now();
+    if (zs->trace) zs->trace_mark = zs__clock_ns();
 }
+
+/* The mechanisms under the public zs_build and zs_step (src/api.c adds
+ * their checkpoint policy: resume after the build, a save every
+ * checkpoint.every steps). zs__build_model lays out, allocates and
+ * initializes the model; zs__step_run ends a micro-step and, at a boundary,
+ * runs the optimizer step, filling *info (never NULL) in either case. */
+zs_status zs__build_model(zs_ctx *zs);
+zs_status zs__step_run(zs_ctx *zs, zs_step_info *info);
 
 /* The metrics file (metrics.c): opened at zs_create (rank 0), a line at
  * every optimizer step. */
@@ -240,6 +228,11 @@ zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char
  * returns the lowest failing rank's status and message ("... (reported by
  * rank r)"), or ZS_OK when all succeeded. Collective. */
 zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what);
+/* zs__calloc agreed on before the collective that needs the memory:
+ * ZS_ERR_OUT_OF_MEMORY naming `what` on every rank if any rank's failed
+ * (nothing then stays allocated). Collective. */
+zs_status zs__calloc_agreed(zs_ctx *zs, size_t count, size_t size, const char *what,
+                            void **out);
 /* Every rank learns rank `from`'s status and message. Collective. */
 zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *what);
 
@@ -338,43 +331,71 @@ void zs__nvme_tier_named(zs_ctx *zs);
  * it to prove that a skipped step changed nothing. */
 uint64_t zs__state_digest(zs_ctx *zs);
 
-/* Residency helpers (residency.c, unit_ops.c, prefetch.c). */
+/* Residency (residency.c): the one place where carves of the live budget
+ * are taken, counted and given back. */
 /* The unit's full buffer size in bytes (compute dtype). */
 size_t zs__unit_bytes(const zs_ctx *zs, const zs_unit *unit);
-/* Carves bytes for unit from the live budget; when it does not fit, waits
- * for the oldest held gradient reduction, returns its carve, and tries
- * again, until nothing is held. */
-zs_status zs__live_take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, void **out);
-/* Waits for the oldest held reduction and returns its carve to the budget. */
+/* zs_build: the held list and the buckets (staging_numel: the bucket
+ * staging's elements, 0 where buckets do not apply). zs__residency_destroy
+ * frees them and the fetch orders (zs_destroy, built or not). */
+zs_status zs__residency_create(zs_ctx *zs, int64_t staging_numel);
+void zs__residency_destroy(zs_ctx *zs);
+/* Stage 3: carves the unit's parameters from the live budget into
+ * unit->live_params, counts them and submits their gather. reclaim = 1 (the
+ * program's fetch): a carve that does not fit first waits for held
+ * reductions and returns their carves, then drops what was gathered ahead;
+ * reclaim = 0 (a gather ahead): fails at once. zs__params_return gives the
+ * carve back and uncounts it. */
+zs_status zs__params_gather(zs_ctx *zs, zs_unit *unit, int reclaim);
+void zs__params_return(zs_ctx *zs, zs_unit *unit);
+/* Waits for the oldest held reduction and returns its carve to the budget
+ * (the unit's gradient is then DONE). */
 zs_status zs__reclaim_oldest(zs_ctx *zs);
+/* A new micro-step (after zs_step agreed, after zs_load): every declared
+ * gradient goes back to NONE; an open one stays open. */
+void zs__grads_new_micro_step(zs_ctx *zs);
+/* At zs_step: waits for every queued collective, returns every held carve
+ * and whatever was gathered ahead and not fetched, and ends the training
+ * pass's fetch order. Fails (after all that) inside an evaluation pass. */
+zs_status zs__residency_step_end(zs_ctx *zs);
+
+/* The unit's collectives (unit_ops.c). */
 /* Submits the stage-3 gather of `unit` into unit->live_params. */
 void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit);
 /* Submits the reduction of `unit`'s gradient in `full` (stages 0-1: the
- * unit's part of the full gradient buffer; stages 2-3: its carve). */
+ * unit's part of the full gradient buffer; stages 2-3: its carve); the
+ * gradient is then IN_FLIGHT. */
 void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
 /* A reduced unit's owned chunk into the gradient the optimizer reads (the
- * shard in stages 2-3, the host copy of an offloaded stage 0-1); unit_ops.c. */
+ * shard in stages 2-3, the host copy of an offloaded stage 0-1). */
 zs_status zs__grad_into_owned(zs_ctx *zs, int unit, const void *full, const void *chunk,
                               zs_dtype chunk_dtype, void *scratch, int to_shard);
 /* Buckets (bucket.c): zs_grads_ready hands a unit's reduction to
  * zs__bucket_add, which submits it alone (large units, buckets off) or
- * with the next units' in one collective; zs__bucket_flush submits what is
- * pending (before any wait on a pending unit, and at zs_step). */
+ * queues it with the next units' for one collective; zs__bucket_flush
+ * submits what is queued (before any wait on a queued unit, and at
+ * zs_step); zs__bucket_step_end empties the micro-step's buckets once
+ * everything is drained. */
 zs_status zs__bucket_create(zs_ctx *zs, int64_t staging_numel);
+void zs__bucket_destroy(zs_ctx *zs);
 void zs__bucket_add(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
 void zs__bucket_flush(zs_ctx *zs);
+void zs__bucket_step_end(zs_ctx *zs);
 
-/* Prefetch: called by zs_fetch before (zs__prefetch_check) and after
- * (zs__prefetch_ahead) a fetch; zs__prefetch_cancel waits for prefetched
- * units and returns them; zs__prefetch_step_end at zs_step. */
+/* Prefetch (prefetch.c): called by zs_fetch before (zs__prefetch_check) and
+ * after (zs__prefetch_ahead) a fetch; zs__prefetch_taken when the program
+ * fetches a unit that was gathered ahead; zs__prefetch_cancel waits for the
+ * units gathered ahead and returns them; zs__prefetch_pass_end at the end of
+ * a pass (zs_step for training, zs_eval_end). */
 zs_status zs__prefetch_check(zs_ctx *zs, zs_unit *unit);
 void zs__prefetch_ahead(zs_ctx *zs);
+void zs__prefetch_taken(zs_ctx *zs, zs_unit *unit);
 zs_status zs__prefetch_cancel(zs_ctx *zs);
 int zs__prefetch_pending(const zs_ctx *zs); /* units gathered ahead and not fetched */
-zs_status zs__prefetch_step_end(zs_ctx *zs);
-/* At zs_step: waits for every queued collective, returns every held carve
- * and whatever was gathered ahead and not fetched. */
-zs_status zs__residency_step_end(zs_ctx *zs);
+zs_status zs__prefetch_pass_end(zs_ctx *zs);
+/* The fetch orders' room, at zs_build (zs__residency_create). */
+zs_status zs__prefetch_create(zs_ctx *zs);
+void zs__prefetch_destroy(zs_ctx *zs);
 
 /* Learning rate of optimizer step t (1-based) under the configured schedule. */
 double zs__schedule_lr(const zs__settings *settings, int64_t t);

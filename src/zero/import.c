@@ -45,7 +45,7 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
      * rank's, agreed below). */
     zs_status local = zs__update_finish(zs);
     for (int u = 0; u < zs->unit_count && local == ZS_OK; u++)
-        if (zs->units[u]->fetched || zs->units[u]->grads_declared || zs->units[u]->live_grad)
+        if (zs->units[u]->fetched || zs->units[u]->grad.state != ZS__GRAD_NONE)
             local = zs__fail(ZS_ERR_STATE, "zs_params_import: unit '%s' is in the middle of a "
                              "micro-step; import between optimizer steps", zs->units[u]->name);
     if (local == ZS_OK && zs->micro != 0)

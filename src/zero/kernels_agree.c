@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu_isa.h"
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "zero/ctx.h"
@@ -44,8 +45,8 @@ zs_status zs__kernels_compare(zs_ctx *zs, const char *what, const char *kernel, 
     snprintf(mine, sizeof mine, "%s", kernel);
     *differ = 0;
     groups[0] = '\0';
-    char (*names)[ZS_KERNEL_NAME] = calloc((size_t)zs->world_size, sizeof *names);
-    if (!names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "comparing the %s: out of host memory", what);
+    char (*names)[ZS_KERNEL_NAME] = NULL;
+    ZS_CHECK(zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof *names, what, (void **)&names));
     zs_status st = zs__comm_all_gather_bytes(zs->comm, mine, sizeof mine, names, what);
     if (st != ZS_OK) {
         free(names);

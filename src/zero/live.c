@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 
 /* "512 bytes" or "78.6 MiB (82411520 bytes)": the exact count too, since
@@ -37,7 +38,7 @@ zs_status zs__live_create(zs__live *live, zs__backend *be, size_t capacity, int 
     memset(live, 0, sizeof *live);
     live->backend = be;
     if (capacity == 0) return ZS_OK;
-    live->blocks = calloc((size_t)(max_blocks > 0 ? max_blocks : 1), sizeof *live->blocks);
+    live->blocks = zs__calloc((size_t)(max_blocks > 0 ? max_blocks : 1), sizeof *live->blocks);
     if (!live->blocks) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "live budget: out of host memory");
     live->capacity_blocks = max_blocks;
     /* Whole ZS__LIVE_ALIGN blocks only: the tail could never be carved. */

@@ -13,16 +13,10 @@
 #include "core/log.h"
 #include "zero/ctx.h"
 
-uint64_t zs__metrics_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 zs_status zs__metrics_open(zs_ctx *zs) {
     zs__metrics *m = &zs->metrics;
     memset(m, 0, sizeof *m);
-    m->step_start_ns = zs__metrics_now();
+    m->step_start_ns = zs__clock_ns();
     if (zs->rank != 0 || zs->settings.log.metrics_file[0] == '\0') return ZS_OK;
     zs__file_pattern_expand(zs->settings.log.metrics_file, zs->rank, m->path, sizeof m->path);
     m->file = fopen(m->path, "a");
@@ -101,7 +95,7 @@ static json_object *ms(uint64_t ns) { return json_object_new_double((double)ns *
 
 zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
     zs__metrics *m = &zs->metrics;
-    const uint64_t now = zs__metrics_now();
+    const uint64_t now = zs__clock_ns();
     const uint64_t total = now - m->step_start_ns;
     if (m->file) {
         zs_comm_stats after;
@@ -158,6 +152,6 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
     m->comm_ns = m->optimizer_ns = m->checkpoint_ns = m->offload_wait_ns = 0;
     m->scalar_count = 0;
     zs__comm_stats(zs->comm, &m->comm_before);
-    m->step_start_ns = zs__metrics_now();
+    m->step_start_ns = zs__clock_ns();
     return ZS_OK;
 }

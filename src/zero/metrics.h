@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/clock.h"
 #include "zeroshard.h"
 
 #define ZS_METRICS_SCALARS 32
@@ -33,7 +34,5 @@ typedef struct zs__metrics {
     void *pending, *pending_scalars;
     int pending_scalar_count;
 } zs__metrics;
-
-uint64_t zs__metrics_now(void);
 
 #endif

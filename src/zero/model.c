@@ -5,9 +5,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "checkpoint/checkpoint.h"
 #include "kernels/init.h"
 #include "zero/ctx.h"
 #include "zero/memory_plan.h"
@@ -37,7 +37,7 @@ static zs_status grow(void **array, int *capacity, int needed, size_t element) {
     if (needed <= *capacity) return ZS_OK;
     int cap = *capacity ? *capacity * 2 : 16;
     while (cap < needed) cap *= 2;
-    void *p = realloc(*array, (size_t)cap * element);
+    void *p = zs__realloc(*array, (size_t)cap * element);
     if (!p) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "model description: out of host memory");
     *array = p;
     *capacity = cap;
@@ -54,7 +54,7 @@ zs_status zs_unit_begin(zs_ctx *zs, const char *name, zs_unit **out) {
         if (strcmp(zs->units[i]->name, name) == 0)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT, "unit name '%s' is used twice", name);
     ZS_CHECK(grow((void **)&zs->units, &zs->unit_capacity, zs->unit_count + 1, sizeof(zs_unit *)));
-    zs_unit *u = calloc(1, sizeof *u);
+    zs_unit *u = zs__calloc(1, sizeof *u);
     if (!u) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_unit_begin: out of host memory");
     u->ctx = zs;
     u->index = zs->unit_count;
@@ -105,7 +105,7 @@ zs_status zs_param_create(zs_ctx *zs, const char *name, int ndim, const int64_t 
                         flags & ~ZS_PARAM_NO_DECAY);
     ZS_CHECK(grow((void **)&zs->params, &zs->param_capacity, zs->param_count + 1,
                   sizeof(zs_param *)));
-    zs_param *p = calloc(1, sizeof *p);
+    zs_param *p = zs__calloc(1, sizeof *p);
     if (!p) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_param_create: out of host memory");
     p->ctx = zs;
     p->unit = zs->open_unit;
@@ -247,11 +247,11 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     const int stage = zs->settings.zero.stage;
     const zs_dtype dt = zs->compute_dtype;
     zs__backend *be = zs->backend;
-    const uint64_t t0 = zs__metrics_now();
+    const uint64_t t0 = zs__clock_ns();
 
     /* Every size comes from the memory plan, which zs_estimate_memory
      * reports without building (memory_plan.h). */
-    const char **names = malloc(sizeof *names * (size_t)(zs->unit_count ? zs->unit_count : 1));
+    const char **names = zs__malloc(sizeof *names * (size_t)(zs->unit_count ? zs->unit_count : 1));
     if (!names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     for (int u = 0; u < zs->unit_count; u++) names[u] = zs->units[u]->name;
     zs__memory_plan mp;
@@ -329,11 +329,11 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     ZS_CHECK(zs__store_create(&zs->store, &spec));
     if (mp.nvme) zs__nvme_tier_named(zs);
     ZS_CHECK(zs__live_create(&zs->live, be, mp.live_budget, mp.live_blocks));
-    ZS_CHECK(zs__bucket_create(zs, mp.bucket_staging_numel));
+    ZS_CHECK(zs__residency_create(zs, mp.bucket_staging_numel));
     if (mp.reduce_staging_numel > 0)
         ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
                                mp.reduce_staging_numel));
-    const double allocated = 1e-9 * (double)(zs__metrics_now() - t0);
+    const double allocated = 1e-9 * (double)(zs__clock_ns() - t0);
 
     /* Initial values: full buffers are filled whole on every rank (values
      * depend only on seed, name and index, so no communication is needed);
@@ -361,7 +361,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     ZS_CHECK(zs__store_flush(&zs->store));
     ZS_CHECK(zs__update_create(zs));
     ZS_INFO("zs_build: buffers allocated in %.2f s, initialized in %.2f s (%s tier%s)", allocated,
-            1e-9 * (double)(zs__metrics_now() - t0) - allocated, zs__tier_name(zs->store.tier),
+            1e-9 * (double)(zs__clock_ns() - t0) - allocated, zs__tier_name(zs->store.tier),
             spec.pin && spec.tier == ZS_TIER_HOST ? ", page-locked" : "");
     return ZS_OK;
 }
@@ -377,7 +377,7 @@ static zs_status measure_all_gather(zs_ctx *zs) {
         zs->settings.comm.all_gather_mpi_from_bytes > 0)
         return ZS_OK;
     const size_t elem = zs_dtype_size(zs->compute_dtype);
-    size_t *sizes = malloc(sizeof *sizes * (size_t)zs->unit_count);
+    size_t *sizes = zs__malloc(sizeof *sizes * (size_t)zs->unit_count);
     if (!sizes) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     int n = 0;
     for (int u = 0; u < zs->unit_count; u++) {
@@ -408,7 +408,7 @@ static zs_status measure_all_gather(zs_ctx *zs) {
     return ZS_OK;
 }
 
-zs_status zs_build(zs_ctx *zs) {
+zs_status zs__build_model(zs_ctx *zs) {
     ZS_CHECK(check_buildable(zs, "zs_build"));
     if (zs->open_unit)
         return zs__fail(ZS_ERR_STATE, "zs_build: unit '%s' is still open; call zs_unit_end",
@@ -419,8 +419,8 @@ zs_status zs_build(zs_ctx *zs) {
                            "every rank must register the same units and parameters (names, "
                            "shapes, flags, initializers) in the same order"));
 
-    int *per_unit = malloc(sizeof(int) * (size_t)(zs->unit_count ? zs->unit_count : 1));
-    int64_t *numels = malloc(sizeof(int64_t) * (size_t)(zs->param_count ? zs->param_count : 1));
+    int *per_unit = zs__malloc(sizeof(int) * (size_t)(zs->unit_count ? zs->unit_count : 1));
+    int64_t *numels = zs__malloc(sizeof(int64_t) * (size_t)(zs->param_count ? zs->param_count : 1));
     zs_status st = ZS_OK;
     if (!per_unit || !numels) {
         st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
@@ -434,18 +434,17 @@ zs_status zs_build(zs_ctx *zs) {
     free(numels);
     if (st != ZS_OK) return zs__fail_context(st, "zs_build");
 
-    zs->unit_sums = calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
+    zs->unit_sums = zs__calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
     const size_t units = (size_t)(zs->unit_count ? zs->unit_count : 1);
-    zs->norm_ptrs = calloc(units, sizeof *zs->norm_ptrs);
-    zs->norm_dtypes = calloc(units, sizeof *zs->norm_dtypes);
-    zs->norm_counts = calloc(units, sizeof *zs->norm_counts);
-    zs->held = calloc(units, sizeof *zs->held);
+    zs->norm_ptrs = zs__calloc(units, sizeof *zs->norm_ptrs);
+    zs->norm_dtypes = zs__calloc(units, sizeof *zs->norm_dtypes);
+    zs->norm_counts = zs__calloc(units, sizeof *zs->norm_counts);
     /* The NVMe tier's per-run directory is named once for the job, before
      * anything can fail on one rank only. */
     char runid[64] = "";
     if (zs->settings.offload.optimizer == ZS_OFFLOAD_NVME)
         ZS_CHECK(zs__nvme_runid(zs, runid, sizeof runid));
-    st = zs->unit_sums && zs->held && zs->norm_ptrs && zs->norm_dtypes && zs->norm_counts
+    st = zs->unit_sums && zs->norm_ptrs && zs->norm_dtypes && zs->norm_counts
              ? allocate_and_initialize(zs, runid)
              : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     if (st != ZS_OK) st = zs__fail_context(st, "zs_build on rank %d", zs->rank);
@@ -454,8 +453,6 @@ zs_status zs_build(zs_ctx *zs) {
     ZS_CHECK(zs__agree_status(zs, st, "zs_build"));
     ZS_CHECK(measure_all_gather(zs));
     zs->built = 1;
-    /* checkpoint.resume: load a checkpoint over the initial values. */
-    ZS_CHECK(zs__checkpoint_resume(zs));
     ZS_INFO("built %d units, %d parameters, %lld elements (%lld padded; %lld per rank)",
             zs->unit_count, zs->param_count, (long long)zs->plan->numel,
             (long long)zs->plan->padded_numel, (long long)zs->plan->shard_numel);

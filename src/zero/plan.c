@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 
 static int is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -44,10 +45,10 @@ zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
             return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: too many parameters");
     }
 
-    zs__plan *plan = calloc(1, sizeof *plan);
+    zs__plan *plan = zs__calloc(1, sizeof *plan);
     if (!plan) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "partition plan: out of host memory");
-    plan->units = calloc((size_t)unit_count, sizeof *plan->units);
-    plan->params = calloc((size_t)param_count, sizeof *plan->params);
+    plan->units = zs__calloc((size_t)unit_count, sizeof *plan->units);
+    plan->params = zs__calloc((size_t)param_count, sizeof *plan->params);
     if (!plan->units || !plan->params) {
         zs__plan_destroy(plan);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "partition plan: out of host memory");

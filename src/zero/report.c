@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "zero/ctx.h"
 
@@ -69,7 +70,7 @@ zs_status zs_report_print(zs_ctx *zs, FILE *out) {
     rank_figures mine;
     ZS_CHECK(zs_memory_report(zs, &mine.memory));
     ZS_CHECK(zs_comm_report(zs, &mine.comm));
-    rank_figures *all = calloc((size_t)zs->world_size, sizeof *all);
+    rank_figures *all = zs__calloc((size_t)zs->world_size, sizeof *all);
     if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_report_print: out of host memory");
     /* Every rank runs the same binary, so the structs travel as bytes. */
     zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "report");

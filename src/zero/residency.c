@@ -10,10 +10,17 @@
  *
  * The same call sequence is valid in every stage; calls that a stage does not
  * need still check the order, so a loop that works in stage 0 also works in
- * stage 3. */
+ * stage 3.
+ *
+ * This file is the one place where a unit's carves of the live budget are
+ * taken, counted and given back (zs__params_gather, zs__params_return and
+ * the gradient's open_grad and reclaim_oldest), whoever asks: the program's
+ * fetch, a gather ahead (prefetch.c), a reduction that completed. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "zero/ctx.h"
@@ -43,7 +50,7 @@ static void holders(const zs_ctx *zs, int params, char *out, size_t cap) {
     out[0] = '\0';
     for (int u = 0; u < zs->unit_count && used < cap; u++) {
         const zs_unit *unit = zs->units[u];
-        if (!(params ? unit->live_params != NULL : unit->live_grad || unit->held_grad)) continue;
+        if (!(params ? unit->live_params != NULL : unit->grad.carve != NULL)) continue;
         int n = snprintf(out + used, cap - used, "%s'%s'", used ? ", " : "", unit->name);
         if (n < 0) break;
         used += (size_t)n;
@@ -54,28 +61,50 @@ size_t zs__unit_bytes(const zs_ctx *zs, const zs_unit *unit) {
     return (size_t)zs->plan->units[unit->index].padded_numel * zs_dtype_size(zs->compute_dtype);
 }
 
+zs_status zs__residency_create(zs_ctx *zs, int64_t staging_numel) {
+    const size_t n = (size_t)(zs->unit_count ? zs->unit_count : 1);
+    zs->residency.held = zs__calloc(n, sizeof *zs->residency.held);
+    if (!zs->residency.held)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory for the list of held "
+                        "gradients");
+    ZS_CHECK(zs__prefetch_create(zs));
+    return zs__bucket_create(zs, staging_numel);
+}
+
+void zs__residency_destroy(zs_ctx *zs) {
+    free(zs->residency.held);
+    zs->residency.held = NULL;
+    zs__bucket_destroy(zs);
+    zs__prefetch_destroy(zs);
+}
+
 zs_status zs__reclaim_oldest(zs_ctx *zs) {
-    ZS_ASSERT(zs->held_count > 0);
-    zs_unit *unit = zs->held[0];
-    memmove(zs->held, zs->held + 1, sizeof *zs->held * (size_t)(zs->held_count - 1));
-    zs->held_count--;
-    if (unit->in_bucket) zs__bucket_flush(zs);
-    const uint64_t comm_from = zs__metrics_now();
-    zs_status st = zs__engine_wait(zs->engine, unit->reduced_by);
-    zs->metrics.comm_ns += zs__metrics_now() - comm_from;
-    zs__live_give(&zs->live, unit->held_grad);
-    unit->held_grad = NULL;
-    zs->open_grads--;
+    zs__residency *r = &zs->residency;
+    ZS_ASSERT(r->held_count > 0);
+    zs_unit *unit = r->held[0];
+    memmove(r->held, r->held + 1, sizeof *r->held * (size_t)(r->held_count - 1));
+    r->held_count--;
+    if (unit->grad.state == ZS__GRAD_QUEUED) zs__bucket_flush(zs);
+    const uint64_t comm_from = zs__clock_ns();
+    zs_status st = zs__engine_wait(zs->engine, unit->grad.reduced_by);
+    zs->metrics.comm_ns += zs__clock_ns() - comm_from;
+    zs__live_give(&zs->live, unit->grad.carve);
+    unit->grad.carve = NULL;
+    unit->grad.state = ZS__GRAD_DONE;
+    r->open_grads--;
     return st;
 }
 
-zs_status zs__live_take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, void **out) {
+/* Carves the unit's bytes of `kind` from the live budget; when they do not
+ * fit, waits for the oldest held gradient reduction, returns its carve, and
+ * tries again until nothing is held, then drops what was gathered ahead. */
+static zs_status take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, void **out) {
     for (;;) {
         zs_status st = zs__live_take(&zs->live, unit->name, kind, zs__unit_bytes(zs, unit), out);
         if (st == ZS_OK) return st;
         /* First the oldest finished (or finishing) reductions, then what was
          * gathered ahead: the program's own needs come before prefetching. */
-        if (zs->held_count > 0) {
+        if (zs->residency.held_count > 0) {
             ZS_CHECK(zs__reclaim_oldest(zs));
         } else if (zs__prefetch_pending(zs)) {
             ZS_CHECK(zs__prefetch_cancel(zs));
@@ -85,14 +114,42 @@ zs_status zs__live_take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind
     }
 }
 
+zs_status zs__params_gather(zs_ctx *zs, zs_unit *unit, int reclaim) {
+    void *full = NULL;
+    if (reclaim) {
+        ZS_CHECK(take_reclaiming(zs, unit, ZS__LIVE_PARAMS, &full));
+    } else {
+        ZS_CHECK(zs__live_take(&zs->live, unit->name, ZS__LIVE_PARAMS, zs__unit_bytes(zs, unit),
+                               &full));
+    }
+    zs__residency *r = &zs->residency;
+    unit->live_params = full;
+    r->live_units++;
+    if (r->live_units > r->live_units_peak) r->live_units_peak = r->live_units;
+    zs__unit_gather_submit(zs, unit);
+    return ZS_OK;
+}
+
+void zs__params_return(zs_ctx *zs, zs_unit *unit) {
+    zs__live_give(&zs->live, unit->live_params);
+    unit->live_params = NULL;
+    zs->residency.live_units--;
+}
+
+void zs__grads_new_micro_step(zs_ctx *zs) {
+    for (int u = 0; u < zs->unit_count; u++)
+        if (zs__grads_declared(zs->units[u])) zs->units[u]->grad.state = ZS__GRAD_NONE;
+}
+
 /* Opens the unit's full gradient (stages 2-3): carved from the live budget
  * and zeroed, because backward adds into it. */
 static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
+    zs__residency *r = &zs->residency;
     /* Gradients still held by their reductions count too: return the
      * oldest first (it waits for it) before refusing. */
-    while (zs->open_grads >= zs->settings.zero.max_live_units && zs->held_count > 0)
+    while (r->open_grads >= zs->settings.zero.max_live_units && r->held_count > 0)
         ZS_CHECK(zs__reclaim_oldest(zs));
-    if (zs->open_grads >= zs->settings.zero.max_live_units) {
+    if (r->open_grads >= zs->settings.zero.max_live_units) {
         char open[512];
         holders(zs, 0, open, sizeof open);
         return zs__fail(ZS_ERR_STATE,
@@ -102,7 +159,7 @@ static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
                         call, unit->name, zs->settings.zero.max_live_units, open);
     }
     void *grad = NULL;
-    zs_status st = zs__live_take_reclaiming(zs, unit, ZS__LIVE_GRAD, &grad);
+    zs_status st = take_reclaiming(zs, unit, ZS__LIVE_GRAD, &grad);
     if (st != ZS_OK)
         return budget_refused(st, call, unit, "call zs_grads_ready or zs_release on a unit "
                               "first, or raise zero.live_bytes");
@@ -111,21 +168,31 @@ static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
         zs__live_give(&zs->live, grad);
         return st;
     }
-    unit->live_grad = grad;
-    zs->open_grads++;
+    unit->grad.carve = grad;
+    unit->grad.state = ZS__GRAD_OPEN;
+    r->open_grads++;
     return ZS_OK;
 }
 
 zs_status zs__residency_step_end(zs_ctx *zs) {
+    /* A micro-step cannot end inside an evaluation pass: its fetches would
+     * be counted as the training order's. */
+    zs_status open_pass = ZS_OK;
+    if (zs->prefetch.pass == ZS__PASS_EVAL)
+        open_pass = zs__fail(ZS_ERR_STATE, "zs_step: an evaluation pass is open; call "
+                             "zs_eval_end before zs_step");
     zs__bucket_flush(zs);
     zs_status st = zs__engine_drain(zs->engine);
-    while (zs->held_count > 0) {
+    while (zs->residency.held_count > 0) {
         zs_status reclaimed = zs__reclaim_oldest(zs);
         if (st == ZS_OK) st = reclaimed;
     }
-    zs->members_used = zs->open_first = 0;
-    zs->bucket_ops_used = 0;
-    zs_status prefetched = zs__prefetch_step_end(zs);
+    /* Stages 0-1 reduce in place, holding no carve: drained, they are done. */
+    for (int u = 0; u < zs->unit_count; u++)
+        if (zs->units[u]->grad.state == ZS__GRAD_IN_FLIGHT) zs->units[u]->grad.state = ZS__GRAD_DONE;
+    zs__bucket_step_end(zs);
+    if (open_pass != ZS_OK) return open_pass;
+    zs_status prefetched = zs__prefetch_pass_end(zs);
     return st != ZS_OK ? st : prefetched;
 }
 
@@ -142,45 +209,39 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         ZS_CHECK(zs__prefetch_check(zs, unit));
         if (!unit->prefetched) {
             /* Units gathered ahead give way to the program's own fetch. */
-            if (zs->live_units >= zs->settings.zero.max_live_units && zs__prefetch_pending(zs))
+            const int max_live = zs->settings.zero.max_live_units;
+            if (zs->residency.live_units >= max_live && zs__prefetch_pending(zs))
                 ZS_CHECK(zs__prefetch_cancel(zs));
-            if (zs->live_units >= zs->settings.zero.max_live_units) {
+            if (zs->residency.live_units >= max_live) {
                 char fetched[512];
                 holders(zs, 1, fetched, sizeof fetched);
                 return zs__fail(ZS_ERR_STATE,
                                 "zs_fetch('%s'): zero.max_live_units = %d units are fetched "
                                 "already (%s); release one first or raise zero.max_live_units",
-                                unit->name, zs->settings.zero.max_live_units, fetched);
+                                unit->name, max_live, fetched);
             }
-            void *full = NULL;
-            zs_status st = zs__live_take_reclaiming(zs, unit, ZS__LIVE_PARAMS, &full);
+            zs_status st = zs__params_gather(zs, unit, 1);
             if (st != ZS_OK)
                 return budget_refused(st, "zs_fetch", unit, "release a unit or call "
                                       "zs_grads_ready first, or raise zero.live_bytes");
-            unit->live_params = full;
-            zs->live_units++;
-            zs__unit_gather_submit(zs, unit);
+        } else {
+            zs__prefetch_taken(zs, unit);
         }
-        if (unit->prefetched) zs->prefetch_bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
-        unit->prefetched = 0;
         const uint64_t wait_from = zs__trace_clock(zs->trace);
-        const uint64_t comm_from = zs__metrics_now();
+        const uint64_t comm_from = zs__clock_ns();
         zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);
-        zs->metrics.comm_ns += zs__metrics_now() - comm_from;
+        zs->metrics.comm_ns += zs__clock_ns() - comm_from;
         if (zs->trace) {
             /* Exposed communication: the program waits for the gather. */
             zs__trace_args args = ZS_TRACE_ARGS_INIT;
             args.unit = unit->name;
             zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "wait all_gather", wait_from,
-                           zs__trace_now(), &args);
+                           zs__clock_ns(), &args);
         }
         if (st != ZS_OK) {
-            zs__live_give(&zs->live, unit->live_params);
-            unit->live_params = NULL;
-            zs->live_units--;
+            zs__params_return(zs, unit);
             return zs__fail_context(st, "zs_fetch('%s')", unit->name);
         }
-        if (zs->live_units > zs->live_units_peak) zs->live_units_peak = zs->live_units;
         unit->fetched = 1;
         /* Gather what the recorded order fetches next, within the budget. */
         zs__prefetch_ahead(zs);
@@ -201,13 +262,9 @@ zs_status zs_release(zs_ctx *zs, zs_unit *unit) {
         return zs__fail(ZS_ERR_STATE, "zs_release('%s'): the unit is not fetched", unit->name);
     /* An open gradient stays open (tied weights: the unit is fetched again
      * later in the micro-step and adds to it); only parameters go. */
-    if (unit->live_params) {
-        /* Parameters do not change while fetched, so there is nothing to
-         * write back: the bytes simply return to the budget. */
-        zs__live_give(&zs->live, unit->live_params);
-        unit->live_params = NULL;
-        zs->live_units--;
-    }
+    /* Parameters do not change while fetched, so there is nothing to write
+     * back: the bytes simply return to the budget. */
+    if (unit->live_params) zs__params_return(zs, unit);
     unit->fetched = 0;
     return ZS_OK;
 }
@@ -238,9 +295,14 @@ void *zs_param_grad(zs_param *p) {
     zs_ctx *zs = p->ctx;
     zs_unit *unit = p->unit;
     const zs__plan_param *pp = &zs->plan->params[p->index];
-    if (unit->grads_declared) {
+    if (zs__grads_declared(unit)) {
         zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' already declared its gradient "
                  "ready in this micro-step", p->name, unit->name);
+        return NULL;
+    }
+    if (zs->prefetch.pass == ZS__PASS_EVAL) {
+        zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): inside an evaluation pass, which has no "
+                 "gradients; call zs_eval_end first", p->name);
         return NULL;
     }
     if (!unit->fetched) {
@@ -250,17 +312,21 @@ void *zs_param_grad(zs_param *p) {
     }
     if (zs->settings.zero.stage < 2)
         return zs__buf_at(&zs->grads_full, zs->plan->units[unit->index].full_offset + pp->offset);
-    if (!unit->live_grad && open_grad(zs, unit, "zs_param_grad") != ZS_OK) return NULL;
-    return (char *)unit->live_grad + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
+    if (unit->grad.state == ZS__GRAD_NONE && open_grad(zs, unit, "zs_param_grad") != ZS_OK)
+        return NULL;
+    return (char *)unit->grad.carve + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
 }
 
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_grads_ready"));
     ZS_CHECK(zs__engine_check(zs->engine));
     zs__trace_enter(zs);
-    if (unit->grads_declared)
+    if (zs__grads_declared(unit))
         return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): called twice in one micro-step",
                         unit->name);
+    if (zs->prefetch.pass == ZS__PASS_EVAL)
+        return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): inside an evaluation pass, which "
+                        "has no gradients; call zs_eval_end first", unit->name);
     const int stage = zs->settings.zero.stage;
     const zs__plan_unit *pu = &zs->plan->units[unit->index];
     if (stage < 2) {
@@ -271,18 +337,17 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
          * runs on the comm engine while backward goes on; zs_step waits. */
         if (zs_is_accumulation_boundary(zs))
             zs__bucket_add(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset), stage == 0, 0);
+        else
+            unit->grad.state = ZS__GRAD_DONE; /* accumulating in grads_full */
     } else {
         /* A unit whose backward produced no gradient on this rank still takes
          * part in the reduction, with zeros. */
-        if (!unit->live_grad) ZS_CHECK(open_grad(zs, unit, "zs_grads_ready"));
+        if (unit->grad.state == ZS__GRAD_NONE) ZS_CHECK(open_grad(zs, unit, "zs_grads_ready"));
         /* The carve stays held by the reduction (it still counts among the
          * open gradients) until the runtime waits for it. */
-        unit->held_grad = unit->live_grad;
-        unit->live_grad = NULL;
-        zs->held[zs->held_count++] = unit;
-        zs__bucket_add(zs, unit, unit->held_grad, 0, 1);
+        zs->residency.held[zs->residency.held_count++] = unit;
+        zs__bucket_add(zs, unit, unit->grad.carve, 0, 1);
     }
-    unit->grads_declared = 1;
     zs__trace_leave(zs);
     /* In synchronous mode the reduction has run already: its failure is
      * this call's. */

@@ -163,7 +163,7 @@ zs_status zs__state_loaded(zs_ctx *zs) {
     /* Training resumes at a step boundary: no gradient of a step that
      * failed (or was cut short) may leak into the next one, and no unit is
      * still marked ready from it. */
-    for (int u = 0; u < zs->unit_count; u++) zs->units[u]->grads_declared = 0;
+    zs__grads_new_micro_step(zs);
     return zs__agree_status(zs, zs__reset_gradients(zs, 1), "gradient reset");
 }
 

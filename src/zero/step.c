@@ -24,7 +24,7 @@ static zs_status local_readiness(zs_ctx *zs) {
         if (unit->fetched)
             return zs__fail(ZS_ERR_STATE, "zs_step: unit '%s' is still fetched; release every "
                             "unit before zs_step", unit->name);
-        if (!unit->grads_declared)
+        if (!zs__grads_declared(unit))
             return zs__fail(ZS_ERR_STATE, "zs_step: unit '%s' has not called zs_grads_ready in "
                             "this micro-step; every unit must, even without a gradient",
                             unit->name);
@@ -70,10 +70,19 @@ static zs_status unit_norms(zs_ctx *zs, double *unit_sums) {
                                      zs->norm_counts, unit_sums);
 }
 
-/* After an overflow the ranks learn where: the lowest rank with a non-finite
- * unit, and its first such unit. Each rank offers -(rank * units + unit), or
- * a large negative number when it saw none; the maximum is the lowest pair.
- * Only runs when an overflow happened. */
+/* After an overflow the ranks learn where it was found: the lowest rank
+ * whose owned slice of the summed gradient holds a non-finite value, and its
+ * first such unit. Each rank offers -(rank * units + unit), or a large
+ * negative number when it saw none; the maximum is the lowest pair. Only
+ * runs when an overflow happened.
+ *
+ * That rank is where the value landed, not the rank whose backward produced
+ * it: gradients are summed over ranks in place before anything reads them,
+ * and an infinity or NaN from any rank's input ends up in the sum's owner.
+ * Naming the producer would mean checking every rank's whole input gradient
+ * on every step (an extra pass, or a test inside the reduction's hot loop,
+ * which NCCL and MPI's own reductions do not offer), so the warning says
+ * exactly what is known. */
 #define ZS_NO_OVERFLOW_KEY (-1e300)
 static zs_status locate_overflow(zs_ctx *zs, const double *unit_sums, int *rank, int *unit) {
     double key = ZS_NO_OVERFLOW_KEY;
@@ -92,21 +101,15 @@ static zs_status locate_overflow(zs_ctx *zs, const double *unit_sums, int *rank,
     return ZS_OK;
 }
 
-/* The step's info for an inner micro-step (gradients keep accumulating). */
-static void inner_info(const zs_ctx *zs, zs_step_info *info) {
-    if (!info) return;
+zs_status zs__step_run(zs_ctx *zs, zs_step_info *info) {
+    /* The info as an inner micro-step leaves it (gradients keep
+     * accumulating); a boundary fills in the rest below. */
     memset(info, 0, sizeof *info);
     info->step = zs->step;
     info->skipped_total = zs->skipped_total;
     info->loss_scale = info->next_loss_scale = zs__loss_scaler_scale(&zs->scaler);
-    info->grad_norm = 0.0;
     info->clip_coef = 1.0;
     info->overflow_rank = info->overflow_unit = -1;
-}
-
-zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
-    if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_step: context is NULL");
-    zs__trace_enter(zs);
     /* Everything that can fail on this rank alone happens before the
      * agreement and is folded into `local`, so that one rank's failure
      * fails every rank's zs_step with its cause (not, later, a timeout in a
@@ -121,7 +124,7 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     /* Every collective the micro-step queued (reductions, gathers ahead)
      * completes here; the budget gets its held carves back in order. */
     const uint64_t wait_from = zs__trace_clock(zs->trace);
-    const uint64_t comm_from = zs__metrics_now();
+    const uint64_t comm_from = zs__clock_ns();
     if (zs->built) {
         zs_status drained = zs__residency_step_end(zs);
         if (local == ZS_OK) local = drained;
@@ -144,7 +147,7 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     }
     sums[1] = local == ZS_OK ? 0.0 : 1.0;
     zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement");
-    zs->metrics.comm_ns += zs__metrics_now() - comm_from;
+    zs->metrics.comm_ns += zs__clock_ns() - comm_from;
     if (st != ZS_OK) return st;
     if (sums[1] > 0) {
         /* Every rank reports the lowest failing rank's cause. */
@@ -153,10 +156,9 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
                            : zs__fail(ZS_ERR_INTERNAL, "zs_step: %d rank(s) failed, but none "
                                       "reported a cause", (int)sums[1]);
     }
-    for (int u = 0; u < zs->unit_count; u++) zs->units[u]->grads_declared = 0;
+    zs__grads_new_micro_step(zs);
     if (!boundary) {
         zs->micro++;
-        inner_info(zs, info);
         return ZS_OK;
     }
     zs->micro = 0;
@@ -174,17 +176,18 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
     if (overflow) {
         ZS_CHECK(locate_overflow(zs, unit_sums, &overflow_rank, &overflow_unit));
         zs->skipped_total++;
-        ZS_WARN("step %lld skipped: non-finite gradient on rank %d in unit '%s' at loss scale %g "
-                "(%lld skipped in total)",
-                (long long)(zs->step + zs->skipped_total), overflow_rank,
-                overflow_unit >= 0 ? zs->units[overflow_unit]->name : "?", scale,
+        ZS_WARN("step %lld skipped: the gradient of unit '%s', summed over ranks, holds a "
+                "non-finite value at loss scale %g (found in the slice rank %d owns; any rank's "
+                "backward may have produced it: the sum hides which) (%lld skipped in total)",
+                (long long)(zs->step + zs->skipped_total),
+                overflow_unit >= 0 ? zs->units[overflow_unit]->name : "?", scale, overflow_rank,
                 (long long)zs->skipped_total);
         ZS_CHECK(zs__agree_status(zs, zs__reset_gradients(zs, 1), "zs_step (gradient reset)"));
     } else {
         if (s->gradient_clipping > 0 && norm > s->gradient_clipping)
             clip = s->gradient_clipping / (norm + ZS_CLIP_EPSILON);
         const uint64_t update_from = zs__trace_clock(zs->trace);
-        const uint64_t optimizer_from = zs__metrics_now();
+        const uint64_t optimizer_from = zs__clock_ns();
         /* The update (on the device; or its hand-over to the host) and the
          * device's gradient reset, agreed before the collectives that follow
          * (the stage-1/2 gathers inside, the next step's). */
@@ -196,46 +199,29 @@ zs_status zs_step(zs_ctx *zs, zs_step_info *info) {
          * on one rank that still runs every collective, and the next
          * zs_step or zs_save reports it on every rank. */
         zs__update_start(zs);
-        zs->metrics.optimizer_ns += zs__metrics_now() - optimizer_from;
+        zs->metrics.optimizer_ns += zs__clock_ns() - optimizer_from;
         zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "optimizer step", update_from,
                        zs__trace_clock(zs->trace), NULL);
         zs->step++;
         if (zs->step == 1)
             ZS_INFO("first optimizer step done %.2f s after zs_create began",
-                    1e-9 * (double)(zs__metrics_now() - zs->created_ns));
+                    1e-9 * (double)(zs__clock_ns() - zs->created_ns));
     }
     /* Every rank runs the same update on the same agreed flag, so a
      * ZS_ERR_NUMERIC from the scaler happens on every rank at once. Messages
      * number steps as the loop sees them: optimizer steps attempted, skipped
      * ones included. */
     st = zs__loss_scaler_update(&zs->scaler, overflow, zs->step + zs->skipped_total);
-    if (info) {
-        info->step = zs->step;
-        info->boundary = 1;
-        info->lr = lr;
-        info->grad_norm = norm;
-        info->clip_coef = clip;
-        info->skipped = overflow;
-        info->skipped_total = zs->skipped_total;
-        info->loss_scale = scale;
-        info->next_loss_scale = zs__loss_scaler_scale(&zs->scaler);
-        info->overflow_rank = overflow_rank;
-        info->overflow_unit = overflow_unit;
-    }
-    /* checkpoint.every: a checkpoint after every N applied steps, taken here
-     * so that the scaler's update for this step is part of it. */
-    const int64_t every = s->checkpoint.every;
-    if (st == ZS_OK && !overflow && every > 0 && zs->step % every == 0) {
-        const uint64_t saved_from = zs__metrics_now();
-        st = zs_save(zs, NULL);
-        zs->metrics.checkpoint_ns += zs__metrics_now() - saved_from;
-    }
-    if (st == ZS_OK) {
-        zs_step_info line = {.step = zs->step, .boundary = 1, .lr = lr, .grad_norm = norm,
-                             .clip_coef = clip, .skipped = overflow,
-                             .skipped_total = zs->skipped_total, .loss_scale = scale};
-        st = zs__metrics_step(zs, &line);
-    }
-    zs__trace_leave(zs);
+    info->step = zs->step;
+    info->boundary = 1;
+    info->lr = lr;
+    info->grad_norm = norm;
+    info->clip_coef = clip;
+    info->skipped = overflow;
+    info->skipped_total = zs->skipped_total;
+    info->loss_scale = scale;
+    info->next_loss_scale = zs__loss_scaler_scale(&zs->scaler);
+    info->overflow_rank = overflow_rank;
+    info->overflow_unit = overflow_unit;
     return st;
 }

@@ -173,6 +173,8 @@ void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduc
     prepare(u, zs, unit, full, all_reduce ? "all_reduce" : "reduce_scatter", run_reduce);
     u->all_reduce = all_reduce;
     u->to_shard = to_shard;
-    unit->reduced_by = &u->op;
+    unit->grad.full = full;
+    unit->grad.state = ZS__GRAD_IN_FLIGHT;
+    unit->grad.reduced_by = &u->op;
     zs__engine_submit(zs->engine, &u->op);
 }

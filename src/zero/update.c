@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "zero/ctx.h"
@@ -205,7 +206,7 @@ static void record_failure(zs__update *up, zs_status st) {
  * them) and is kept for zs__update_finish. */
 static void run_pass(zs__update *up) {
     zs_ctx *zs = up->zs;
-    const uint64_t started = zs__metrics_now();
+    const uint64_t started = zs__clock_ns();
     if (up->offloaded) omp_set_num_threads(up->threads);
     for (int u = 0; u < zs->unit_count; u++) {
         const uint64_t from = zs__trace_clock(zs->trace);
@@ -223,7 +224,7 @@ static void run_pass(zs__update *up) {
         } else {
             up->done = u + 1;
         }
-        if (up->done == zs->unit_count) up->pass_ns = zs__metrics_now() - started;
+        if (up->done == zs->unit_count) up->pass_ns = zs__clock_ns() - started;
         pthread_cond_broadcast(&up->changed);
         pthread_mutex_unlock(&up->lock);
         if (st != ZS_OK) return;
@@ -256,7 +257,7 @@ static int default_threads(const zs_ctx *zs) {
 }
 
 zs_status zs__update_create(zs_ctx *zs) {
-    zs__update *up = calloc(1, sizeof *up);
+    zs__update *up = zs__calloc(1, sizeof *up);
     if (!up) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory (update)");
     up->zs = zs;
     up->offloaded = zs->store.tier != ZS_TIER_DEVICE;
@@ -290,6 +291,11 @@ void zs__update_destroy(zs_ctx *zs) {
         pthread_mutex_unlock(&up->lock);
         pthread_join(up->thread, NULL);
     }
+    /* zs_destroy returns nothing: a failure of the last step's update that
+     * no later call reported would otherwise vanish. */
+    if (up->status != ZS_OK)
+        ZS_WARN("zs_destroy: the last optimizer step's update failed and no later call reported "
+                "it (the state was never saved after it): %s", up->message);
     pthread_cond_destroy(&up->changed);
     pthread_mutex_destroy(&up->lock);
     free(up);
@@ -326,12 +332,12 @@ static zs_status copy_back(zs_ctx *zs, int u) {
  * its own: the host update makes progress unless a disk request is stuck,
  * and those have comm.timeout_s; a failure marks every unit done). */
 static int wait_done(zs__update *up, int unit) {
-    const uint64_t from = zs__metrics_now();
+    const uint64_t from = zs__clock_ns();
     pthread_mutex_lock(&up->lock);
     while (up->done <= unit) pthread_cond_wait(&up->changed, &up->lock);
     const int failed = up->status != ZS_OK;
     pthread_mutex_unlock(&up->lock);
-    up->zs->metrics.offload_wait_ns += zs__metrics_now() - from;
+    up->zs->metrics.offload_wait_ns += zs__clock_ns() - from;
     return failed;
 }
 

@@ -22,10 +22,11 @@
 #include <json-c/json.h>
 #include <xxhash.h>
 
-#include "checkpoint/fs.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "core/config.h"
+#include "core/fs.h"
+#include "fs_path.h"
 #include "test_util.h"
 
 /* ================================================================ helpers */
@@ -50,7 +51,7 @@ static void write_bytes(const char *path, const void *data, size_t bytes) {
 
 static unsigned char *read_bytes(const char *path, size_t *bytes) {
     char *data = NULL;
-    ZT_REQUIRE(zs__fs_read_file(path, (size_t)1 << 30, &data, bytes) == ZS_OK);
+    ZT_REQUIRE(zt_fs_read_file(path, (size_t)1 << 30, &data, bytes) == ZS_OK);
     return (unsigned char *)data;
 }
 
@@ -209,18 +210,18 @@ static void test_st_roundtrip(void) {
     ZT_FAILS_WITH(zs__st_stream_append(s, g_w, 1000), ZS_ERR_INVALID_ARGUMENT, "exceed");
     ZT_FAILS_WITH(zs__st_stream_append(s, g_w, 1), ZS_ERR_STATE, "already failed");
     ZT_FAILS_WITH(zs__st_stream_close(s, NULL, NULL), ZS_ERR_STATE, "removed");
-    ZT_CHECK(!zs__fs_is_file(spath));
+    ZT_CHECK(!zt_fs_is_file(spath));
     /* Too few bytes. */
     ZT_OK(zs__st_stream_open(spath, specs, n, NULL, 0, &s));
     ZT_OK(zs__st_stream_append(s, g_w, 8));
     ZT_FAILS_WITH(zs__st_stream_close(s, NULL, NULL), ZS_ERR_INVALID_ARGUMENT,
                   "8 of the 77 declared data bytes");
-    ZT_CHECK(!zs__fs_is_file(spath));
+    ZT_CHECK(!zt_fs_is_file(spath));
     /* Abort removes the file. */
     ZT_OK(zs__st_stream_open(spath, specs, n, NULL, 0, &s));
-    ZT_CHECK(zs__fs_is_file(spath));
+    ZT_CHECK(zt_fs_is_file(spath));
     zs__st_stream_abort(s);
-    ZT_CHECK(!zs__fs_is_file(spath));
+    ZT_CHECK(!zt_fs_is_file(spath));
     zs__st_stream_abort(NULL);
 
     /* An empty file (no tensors, no metadata) round-trips. */
@@ -255,7 +256,7 @@ static void test_st_writer_rejects(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ZT_FAILS_WITH(zs__st_write(path, &cases[k].spec, 1, NULL, 0, NULL, NULL, NULL, NULL, NULL),
                       ZS_ERR_INVALID_ARGUMENT, cases[k].text);
-        ZT_CHECK(!zs__fs_is_file(path));
+        ZT_CHECK(!zt_fs_is_file(path));
     }
     zs__st_tensor_spec two[2] = {{"a", ZS_ST_F32, 1, {1}, v, 4, NULL, NULL}, {"a", ZS_ST_F32, 1, {1}, v, 4, NULL, NULL}};
     ZT_FAILS_WITH(zs__st_write(path, two, 2, NULL, 0, NULL, NULL, NULL, NULL, NULL),
@@ -276,7 +277,7 @@ static void test_st_writer_rejects(void) {
     zs__st_tensor_spec null_data = {"a", ZS_ST_F32, 1, {2}, NULL, 8, NULL, NULL};
     ZT_FAILS_WITH(zs__st_write(path, &null_data, 1, NULL, 0, NULL, NULL, NULL, NULL, NULL),
                   ZS_ERR_INVALID_ARGUMENT, "NULL data");
-    ZT_CHECK(!zs__fs_is_file(path));
+    ZT_CHECK(!zt_fs_is_file(path));
     ZT_FAILS_WITH(zs__st_write("/nonexistent-dir/x.safetensors", two, 1, NULL, 0, NULL, NULL, NULL,
                                NULL, NULL),
                   ZS_ERR_IO, "/nonexistent-dir/x.safetensors: cannot create");
@@ -332,7 +333,7 @@ static void test_st_write_at(void) {
     ZT_FAILS_WITH(zs__st_write_at(dfd, dir, "new.safetensors", specs, n, NULL, 0, NULL, NULL, NULL,
                                   NULL, NULL),
                   ZS_ERR_IO, "new.safetensors: cannot create: File exists");
-    ZT_CHECK_MSG(zs__fs_is_file(made), "a refused create removed the existing %s", made);
+    ZT_CHECK_MSG(zt_fs_is_file(made), "a refused create removed the existing %s", made);
 
     /* A regular file planted at the name keeps its content. */
     char planted[2300];
@@ -391,7 +392,7 @@ static void test_st_write_at(void) {
     ZT_REQUIRE(symlink(g_dir, dir) == 0);
     ZT_OK(zs__st_stream_open_at(dfd, dir, "swapped.partial", specs, n, NULL, 0, &s));
     ZT_CHECK(zs__fs_kind_at(dfd, "swapped.partial") == ZS_FS_KIND_FILE);
-    ZT_CHECK_MSG(!zs__fs_is_file(path_of("swapped.partial")),
+    ZT_CHECK_MSG(!zt_fs_is_file(path_of("swapped.partial")),
                  "the writer resolved the swapped path into %s", g_dir);
     /* The stream owns a duplicate of the descriptor: after the caller closes
      * its own, a failure still unlinks the file in the right directory. */
@@ -1155,82 +1156,82 @@ static void test_fs(void) {
     const char *d = path_of("fsdir");
     char dir[2048];
     snprintf(dir, sizeof dir, "%s", d);
-    ZT_OK(zs__fs_mkdir(dir));
-    ZT_OK(zs__fs_mkdir(dir));
-    ZT_CHECK(zs__fs_is_dir(dir) && !zs__fs_is_file(dir));
+    ZT_OK(zt_fs_mkdir(dir));
+    ZT_OK(zt_fs_mkdir(dir));
+    ZT_CHECK(zs__fs_is_dir(dir) && !zt_fs_is_file(dir));
     ZT_OK(zs__fs_fsync_dir(dir));
 
-    ZT_OK(zs__fs_write_atomic(dir, "m.json", "hello", 5));
+    ZT_OK(zt_fs_write_atomic(dir, "m.json", "hello", 5));
     char path[2200];
     snprintf(path, sizeof path, "%s/m.json", dir);
-    ZT_CHECK(zs__fs_is_file(path) && !zs__fs_is_dir(path));
+    ZT_CHECK(zt_fs_is_file(path) && !zs__fs_is_dir(path));
     char *data = NULL;
     size_t bytes = 0;
-    ZT_OK(zs__fs_read_file(path, 100, &data, &bytes));
+    ZT_OK(zt_fs_read_file(path, 100, &data, &bytes));
     ZT_CHECK(bytes == 5 && data && memcmp(data, "hello", 6) == 0);
     free(data);
-    ZT_OK(zs__fs_write_atomic(dir, "m.json", "bye!!!", 6));
-    ZT_OK(zs__fs_read_file(path, 100, &data, &bytes));
+    ZT_OK(zt_fs_write_atomic(dir, "m.json", "bye!!!", 6));
+    ZT_OK(zt_fs_read_file(path, 100, &data, &bytes));
     ZT_CHECK(bytes == 6 && data && strcmp(data, "bye!!!") == 0);
     free(data);
-    ZT_OK(zs__fs_write_atomic(dir, "empty", NULL, 0));
-    ZT_FAILS_WITH(zs__fs_read_file(path, 5, &data, &bytes), ZS_ERR_INVALID_ARGUMENT,
+    ZT_OK(zt_fs_write_atomic(dir, "empty", NULL, 0));
+    ZT_FAILS_WITH(zt_fs_read_file(path, 5, &data, &bytes), ZS_ERR_INVALID_ARGUMENT,
                   "larger than the limit");
     ZT_CHECK(data == NULL);
-    ZT_FAILS_WITH(zs__fs_read_file(dir, 5, &data, &bytes), ZS_ERR_INVALID_ARGUMENT,
+    ZT_FAILS_WITH(zt_fs_read_file(dir, 5, &data, &bytes), ZS_ERR_INVALID_ARGUMENT,
                   "not a regular file");
-    ZT_FAILS_WITH(zs__fs_write_atomic(dir, "a/b", "x", 1), ZS_ERR_INVALID_ARGUMENT, "a/b");
-    ZT_FAILS_WITH(zs__fs_write_atomic(dir, "..", "x", 1), ZS_ERR_INVALID_ARGUMENT, "..");
-    ZT_FAILS_WITH(zs__fs_write_atomic("/nonexistent-zs-dir", "x", "x", 1), ZS_ERR_IO,
-                  "/nonexistent-zs-dir/.x.tmp.");
-    ZT_FAILS_WITH(zs__fs_mkdir(path), ZS_ERR_IO, "not a directory");
+    ZT_FAILS_WITH(zt_fs_write_atomic(dir, "a/b", "x", 1), ZS_ERR_INVALID_ARGUMENT, "a/b");
+    ZT_FAILS_WITH(zt_fs_write_atomic(dir, "..", "x", 1), ZS_ERR_INVALID_ARGUMENT, "..");
+    ZT_FAILS_WITH(zt_fs_write_atomic("/nonexistent-zs-dir", "x", "x", 1), ZS_ERR_IO,
+                  "/nonexistent-zs-dir: cannot open");
+    ZT_FAILS_WITH(zt_fs_mkdir(path), ZS_ERR_IO, "not a directory");
     ZT_FAILS_WITH(zs__fs_fsync_dir(path), ZS_ERR_IO, "m.json");
 
     /* Listing is sorted and shows no temporary left behind. */
-    ZT_OK(zs__fs_write_atomic(dir, "c", "3", 1));
-    ZT_OK(zs__fs_write_atomic(dir, "a", "1", 1));
-    ZT_OK(zs__fs_write_atomic(dir, "b", "2", 1));
+    ZT_OK(zt_fs_write_atomic(dir, "c", "3", 1));
+    ZT_OK(zt_fs_write_atomic(dir, "a", "1", 1));
+    ZT_OK(zt_fs_write_atomic(dir, "b", "2", 1));
     char **names = NULL;
     int count = 0;
-    ZT_OK(zs__fs_list(dir, &names, &count));
+    ZT_OK(zt_fs_list(dir, &names, &count));
     const char *expect[] = {"a", "b", "c", "empty", "m.json"};
     ZT_EQ_INT(count, 5);
     for (int k = 0; k < count && k < 5; k++)
         ZT_CHECK_MSG(strcmp(names[k], expect[k]) == 0, "entry %d: %s", k, names[k]);
     zs__fs_list_free(names, count);
     zs__fs_list_free(NULL, 0);
-    ZT_FAILS_WITH(zs__fs_list(path_of("absent"), &names, &count), ZS_ERR_IO, "absent");
+    ZT_FAILS_WITH(zt_fs_list(path_of("absent"), &names, &count), ZS_ERR_IO, "absent");
 
     /* Renames. */
     char from[2300], to[2300];
     snprintf(from, sizeof from, "%s/c", dir);
     snprintf(to, sizeof to, "%s/d", dir);
     ZT_OK(zs__fs_rename(from, to));
-    ZT_CHECK(zs__fs_is_file(to) && !zs__fs_is_file(from));
+    ZT_CHECK(zt_fs_is_file(to) && !zt_fs_is_file(from));
     ZT_FAILS_WITH(zs__fs_rename(from, to), ZS_ERR_IO, "/c: cannot rename");
 
     /* remove_dir refuses a subdirectory and a symlink, and leaves all in place. */
     char sub[2300], link_path[2300];
     snprintf(sub, sizeof sub, "%s/sub", dir);
-    ZT_OK(zs__fs_mkdir(sub));
-    ZT_FAILS_WITH(zs__fs_remove_dir(dir), ZS_ERR_IO, "refusing to remove");
-    ZT_CHECK(zs__fs_is_file(path) && zs__fs_is_dir(sub));
+    ZT_OK(zt_fs_mkdir(sub));
+    ZT_FAILS_WITH(zt_fs_remove_dir(dir), ZS_ERR_IO, "refusing to remove");
+    ZT_CHECK(zt_fs_is_file(path) && zs__fs_is_dir(sub));
     ZT_CHECK(rmdir(sub) == 0);
     snprintf(link_path, sizeof link_path, "%s/link", dir);
     ZT_CHECK(symlink(path, link_path) == 0);
-    ZT_FAILS_WITH(zs__fs_remove_dir(dir), ZS_ERR_IO, "refusing to remove");
-    ZT_CHECK(zs__fs_is_file(path));
+    ZT_FAILS_WITH(zt_fs_remove_dir(dir), ZS_ERR_IO, "refusing to remove");
+    ZT_CHECK(zt_fs_is_file(path));
     ZT_CHECK(unlink(link_path) == 0);
     /* A symlink to a directory is not removed through. */
     const char *alias = path_of("fsalias");
     ZT_CHECK(symlink(dir, alias) == 0);
-    ZT_FAILS_WITH(zs__fs_remove_dir(alias), ZS_ERR_IO, "not a directory");
+    ZT_FAILS_WITH(zt_fs_remove_dir(alias), ZS_ERR_IO, "not a directory");
     ZT_CHECK(unlink(alias) == 0);
-    ZT_CHECK(zs__fs_is_file(path));
+    ZT_CHECK(zt_fs_is_file(path));
     /* Only regular files: removed. */
-    ZT_OK(zs__fs_remove_dir(dir));
+    ZT_OK(zt_fs_remove_dir(dir));
     ZT_CHECK(!zs__fs_is_dir(dir));
-    ZT_FAILS_WITH(zs__fs_remove_dir(dir), ZS_ERR_IO, "fsdir");
+    ZT_FAILS_WITH(zt_fs_remove_dir(dir), ZS_ERR_IO, "fsdir");
     ZT_FAILS_WITH(zs__fs_fsync_dir(dir), ZS_ERR_IO, "fsdir");
 }
 
@@ -1251,6 +1252,6 @@ int main(void) {
     test_fs();
 
     /* Only regular files remain (crafted.safetensors and the like). */
-    ZT_OK(zs__fs_remove_dir(g_dir));
+    ZT_OK(zt_fs_remove_dir(g_dir));
     return zt_finish("test_formats");
 }

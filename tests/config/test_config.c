@@ -405,24 +405,24 @@ static void test_bad_configs(void) {
                "seed = -1 is out of range; it must be at least 0");
     LOAD_FAILS("inf.cfg", "optimizer: { lr = 1e400; };\n", ZS_ERR_CONFIG,
                "inf.cfg:1: optimizer.lr = 1e400 is too large for a double (the largest is "
-               "1.7976931348623157e308); libconfig would silently read it as inf");
+               "1.7976931348623157e308); it would silently be read as inf");
     /* Wrapped integers: libconfig 1.5 would read these as -2147483648, 0 and
      * -2147483648 without a word. */
     LOAD_FAILS("wrap1.cfg", LR "seed = 2147483648;\n", ZS_ERR_CONFIG,
-               "wrap1.cfg:2: integer literal 2147483648 does not fit in 32 bits (libconfig would "
+               "wrap1.cfg:2: seed = 2147483648 does not fit in 32 bits (libconfig would "
                "silently wrap it); write it as 2147483648L");
     LOAD_FAILS("wrap2.cfg", LR "app: {\n  big = 4294967296;\n};\n", ZS_ERR_CONFIG,
-               "wrap2.cfg:3: integer literal 4294967296 does not fit in 32 bits");
+               "wrap2.cfg:3: app.big = 4294967296 does not fit in 32 bits");
     LOAD_FAILS("wrap3.cfg", LR "comm: { segment_bytes = 0x80000000; };\n", ZS_ERR_CONFIG,
-               "wrap3.cfg:2: integer literal 0x80000000 does not fit in 32 bits");
+               "wrap3.cfg:2: comm.segment_bytes = 0x80000000 does not fit in 32 bits");
     LOAD_FAILS("wrap4.cfg", LR "app: { x = -2147483649; };\n", ZS_ERR_CONFIG,
-               "integer literal -2147483649 does not fit in 32 bits");
+               "app.x = -2147483649 does not fit in 32 bits");
     LOAD_FAILS("wrap5.cfg", LR "app: { x = [1, 2, 99999999999999999999]; };\n", ZS_ERR_CONFIG,
-               "integer literal 99999999999999999999 does not fit in 64 bits");
+               "app.x[2] = 99999999999999999999 does not fit in 64 bits");
     LOAD_FAILS("wrap6.cfg", LR "seed = 9223372036854775808L;\n", ZS_ERR_CONFIG,
-               "integer literal 9223372036854775808L does not fit in 64 bits");
+               "seed = 9223372036854775808L does not fit in 64 bits");
     LOAD_FAILS("wrap7.cfg", LR "seed = 0x8000000000000000L;\n", ZS_ERR_CONFIG,
-               "integer literal 0x8000000000000000L does not fit in 64 bits");
+               "seed = 0x8000000000000000L does not fit in 64 bits");
     /* Missing file and missing required key. */
     char missing[300];
     snprintf(missing, sizeof missing, "%s/no_such_file.cfg", g_dir);
@@ -537,7 +537,7 @@ static void test_good_literals(void) {
     ZT_OK(zs__config_scan_text(ok_text, sizeof ok_text - 1, "mem", NULL, 0));
     static const char bad_text[] = "a = 1;\n\n/* x */ b = 3000000000;";
     ZT_FAILS_WITH(zs__config_scan_text(bad_text, sizeof bad_text - 1, "mem", NULL, 0),
-                  ZS_ERR_CONFIG, "mem:3: integer literal 3000000000 does not fit in 32 bits");
+                  ZS_ERR_CONFIG, "mem:3: b = 3000000000 does not fit in 32 bits");
 }
 
 static void test_includes(void) {
@@ -553,7 +553,7 @@ static void test_includes(void) {
     /* The scan follows includes: a wrapped literal there names that file. */
     write_file("inc_wrap.cfg", "# included\nseed = 2147483648;\n");
     LOAD_FAILS("main_inc2.cfg", LR "@include \"inc_wrap.cfg\"\n", ZS_ERR_CONFIG,
-               "inc_wrap.cfg:2: integer literal 2147483648 does not fit in 32 bits");
+               "inc_wrap.cfg:2: seed = 2147483648 does not fit in 32 bits");
     write_file("inc_bad.cfg", "zero: {\n  stag = 1;\n};\n");
     LOAD_FAILS("main_inc3.cfg", LR "@include \"inc_bad.cfg\"\n", ZS_ERR_CONFIG,
                "inc_bad.cfg:2: unknown key 'zero.stag'; did you mean 'zero.stage'?");
@@ -746,6 +746,83 @@ static void test_include_targets(void) {
     free(many);
 }
 
+/* Issue 22, item 14: libconfig 1.5 opened `@include "/abs/x.cfg"` as
+ * "<dir>//abs/x.cfg". An absolute name is itself now, at any depth, while a
+ * relative name is still found in the top file's directory. The scan
+ * expands includes itself, so messages are mapped back to file and line. */
+static void test_absolute_includes(void) {
+    char text[1024];
+    zs_status st;
+    /* The included files live in the hostile directory, below the top file's
+     * directory, so a name joined to the include directory cannot work. */
+    const char *abs_inc = WRITE_TEXT("abs_inc.cfg", "zero: { stage = 3; };\n");
+    ZT_REQUIRE(abs_inc[0] == '/');
+    snprintf(text, sizeof text, LR "@include \"%s\"\nseed = 9;\n", abs_inc);
+    zs_config *cfg = load_text("abs_top.cfg", text, &st);
+    ZT_OK(st);
+    if (cfg) {
+        ZT_EQ_INT(zs__config_settings(cfg)->zero.stage, 3);
+        ZT_EQ_U64(zs__config_settings(cfg)->seed, 9);
+        zs_config_destroy(cfg);
+    }
+    /* Nested: a relative include pulls in a file that includes an absolute
+     * one, which includes a relative one (found in the top directory). */
+    write_file("abs_leaf.cfg", "app: { leaf = 5; };\n");
+    const char *abs_mid = WRITE_TEXT("abs_mid.cfg", "seed = 11;\n@include \"abs_leaf.cfg\"\n");
+    snprintf(text, sizeof text, "@include \"%s\"\n", abs_mid);
+    write_file("abs_rel.cfg", text);
+    cfg = load_text("abs_top2.cfg", LR "@include \"abs_rel.cfg\"\n", &st);
+    ZT_OK(st);
+    if (cfg) {
+        int64_t leaf = 0;
+        ZT_EQ_U64(zs__config_settings(cfg)->seed, 11);
+        ZT_OK(zs_config_app_int(cfg, "leaf", 0, 0, 10, &leaf));
+        ZT_EQ_INT(leaf, 5);
+        zs_config_destroy(cfg);
+    }
+    /* A missing absolute file is named as it was written. */
+    LOAD_FAILS("abs_missing.cfg", LR "@include \"/nonexistent_zeroshard_dir/x.cfg\"\n", ZS_ERR_IO,
+               "abs_missing.cfg:2: @include \"/nonexistent_zeroshard_dir/x.cfg\" (an absolute "
+               "path): cannot open '/nonexistent_zeroshard_dir/x.cfg'");
+    /* Messages name the included file and its own line... */
+    const char *abs_bad = WRITE_TEXT("abs_bad.cfg", "\n\nzero: { stag = 1; };\n");
+    snprintf(text, sizeof text, LR "@include \"%s\"\n", abs_bad);
+    char expected[512];
+    snprintf(expected, sizeof expected, "%s:3: unknown key 'zero.stag'", abs_bad);
+    LOAD_FAILS("abs_badtop.cfg", text, ZS_ERR_CONFIG, expected);
+    write_file("abs_syntax_inc.cfg", "seed = 1;\n\nzero: { stage = ; };\n");
+    LOAD_FAILS("abs_syntax.cfg", LR "@include \"abs_syntax_inc.cfg\"\n", ZS_ERR_CONFIG,
+               "abs_syntax_inc.cfg:3: syntax error");
+    /* ...and lines after an include are the including file's again. */
+    LOAD_FAILS("abs_after.cfg", LR "@include \"abs_leaf.cfg\"\n\nbogus = 1;\n", ZS_ERR_CONFIG,
+               "abs_after.cfg:4: unknown key 'bogus'");
+    LOAD_FAILS("abs_after2.cfg", LR "@include \"abs_leaf.cfg\"\nseed = ;\n", ZS_ERR_CONFIG,
+               "abs_after2.cfg:3: syntax error");
+    /* The rest of the directive's line is read after the included text, as
+     * libconfig did: a `#` comment that ends the included file without a
+     * newline does not swallow it... */
+    WRITE_TEXT("no_newline.cfg", "seed = 5; # no newline at the end");
+    LOAD_IN_CHILD(WRITE_TEXT("rest.cfg", LR "@include \"no_newline.cfg\" bogus = 1;\n"),
+                  ZS_ERR_CONFIG, "rest.cfg:2: unknown key 'bogus'");
+    /* ...and it does not start a line, so an @include there is still a
+     * syntax error that opens nothing (here: not the directory). */
+    ZT_REQUIRE(mkdir(hostile_path("subdir2"), 0700) == 0);
+    WRITE_TEXT("empty2.cfg", "");
+    LOAD_IN_CHILD(WRITE_TEXT("rest2.cfg", LR "@include \"empty2.cfg\" @include \"subdir2\"\n"),
+                  ZS_ERR_CONFIG, "rest2.cfg:2: syntax error");
+    /* An included file must end outside strings, comments and include names:
+     * libconfig would carry them on into the including file. */
+    WRITE_TEXT("open_comment.cfg", "seed = 1;\n/* never closed\n");
+    LOAD_IN_CHILD(WRITE_TEXT("inc_open_comment.cfg", LR "@include \"open_comment.cfg\"\n"),
+                  ZS_ERR_CONFIG, "open_comment.cfg:2: a /* comment is never closed");
+    WRITE_TEXT("open_string.cfg", "app: { s = \"never closed\n");
+    LOAD_IN_CHILD(WRITE_TEXT("inc_open_string.cfg", LR "@include \"open_string.cfg\"\n"),
+                  ZS_ERR_CONFIG, "open_string.cfg:1: app.s = a string is never closed");
+    WRITE_TEXT("open_name.cfg", "@include \"never closed\n");
+    LOAD_IN_CHILD(WRITE_TEXT("inc_open_name.cfg", LR "@include \"open_name.cfg\"\n"),
+                  ZS_ERR_CONFIG, "open_name.cfg:1: the name after @include is never closed");
+}
+
 /* Issue 9, defect 9: float literals that underflow to 0 or overflow to inf,
  * NUL bytes, and files too large for libconfig's quadratic string parsing. */
 static void test_hostile_text(void) {
@@ -753,8 +830,7 @@ static void test_hostile_text(void) {
      * scale off. The message names file, line and key. */
     LOAD_FAILS("under1.cfg", LR "gradient_clipping = 1e-400;\n", ZS_ERR_CONFIG,
                "under1.cfg:2: gradient_clipping = 1e-400 is too small for a double (the smallest "
-               "normal magnitude is 2.2250738585072014e-308); libconfig would silently read it "
-               "as 0");
+               "normal magnitude is 2.2250738585072014e-308); it would silently be read as 0");
     LOAD_FAILS("under2.cfg", "optimizer: {\n  lr = 3e-4;\n  weight_decay = 1e-400;\n};\n",
                ZS_ERR_CONFIG, "under2.cfg:3: optimizer.weight_decay = 1e-400 is too small");
     LOAD_FAILS("under3.cfg", LR "precision: { dtype = \"fp16\";\n  loss_scale = 1e-400; };\n",
@@ -770,7 +846,7 @@ static void test_hostile_text(void) {
     /* Overflow, also in an included file (named, with its line). */
     LOAD_FAILS("over1.cfg", LR "app: { big = -1e400; };\n", ZS_ERR_CONFIG,
                "over1.cfg:2: app.big = -1e400 is too large for a double (the largest is "
-               "1.7976931348623157e308); libconfig would silently read it as -inf");
+               "1.7976931348623157e308); it would silently be read as -inf");
     write_file("over_inc.cfg", "\nscheduler: {\n  min_lr = 2e308;\n};\n");
     LOAD_FAILS("over2.cfg", LR "@include \"over_inc.cfg\"\n", ZS_ERR_CONFIG,
                "over_inc.cfg:3: scheduler.min_lr = 2e308 is too large for a double");
@@ -850,6 +926,102 @@ static void test_hostile_text(void) {
     free(big);
 }
 
+/* Issue 22, item 13: an override's value is read by the same literal
+ * readers as a file's, so it is refused exactly when the same literal in a
+ * file is, with the same words after the "file:line: " or "override '...': "
+ * prefix. `file_text` holds the literal at `key`; `assignment` sets it. */
+static void expect_same_refusal(const char *name, const char *file_text, const char *assignment,
+                                const char *expected, int line) {
+    zs_config *cfg = NULL;
+    zs_status got = zs_config_load(write_file(name, file_text), &cfg);
+    zt_fails_with_(got, ZS_ERR_CONFIG, expected, name, __FILE__, line);
+    if (got == ZS_OK) zs_config_destroy(cfg);
+    char from_file[1024] = "";
+    const char *tail = strstr(zs_last_error(), expected);
+    snprintf(from_file, sizeof from_file, "%s", tail ? tail : "(file message lacks it)");
+
+    zs_status st;
+    cfg = load_text("same_base.cfg", LR, &st);
+    ZT_REQUIRE(cfg != NULL);
+    got = zs_config_override(cfg, assignment);
+    zt_fails_with_(got, ZS_ERR_CONFIG, expected, assignment, __FILE__, line);
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "override '%s': ", assignment);
+    const char *message = zs_last_error();
+    ZT_CHECK_MSG(strncmp(message, prefix, strlen(prefix)) == 0 &&
+                     strcmp(message + strlen(prefix), from_file) == 0,
+                 "line %d: the override and the file should be refused in the same words:\n"
+                 "  file:     \"%s\"\n  override: \"%s\"",
+                 line, from_file, message);
+    zs_config_destroy(cfg);
+}
+#define SAME_REFUSAL(name, file_text, assignment, expected) \
+    expect_same_refusal(name, file_text, assignment, expected, __LINE__)
+
+static void test_override_literals(void) {
+    /* 1e-400 became 0 through strtod and turned weight decay off. */
+    SAME_REFUSAL("same_wd.cfg", "optimizer: { lr = 3e-4;\n  weight_decay = 1e-400; };\n",
+                 "optimizer.weight_decay=1e-400",
+                 "optimizer.weight_decay = 1e-400 is too small for a double");
+    SAME_REFUSAL("same_minlr.cfg", LR "scheduler: { min_lr = 1e-400; };\n",
+                 "scheduler.min_lr=1e-400", "scheduler.min_lr = 1e-400 is too small for a double");
+    SAME_REFUSAL("same_sub.cfg", LR "app: { x = -4.9e-324; };\n", "app.x=-4.9e-324",
+                 "app.x = -4.9e-324 is too small for a double"); /* a subnormal */
+    SAME_REFUSAL("same_inf.cfg", LR "gradient_clipping = 1e400;\n", "gradient_clipping=1e400",
+                 "gradient_clipping = 1e400 is too large for a double");
+    SAME_REFUSAL("same_int64.cfg", LR "seed = 99999999999999999999L;\n",
+                 "seed=99999999999999999999L",
+                 "seed = 99999999999999999999L does not fit in 64 bits");
+    SAME_REFUSAL("same_neg64.cfg", LR "app: { x = -9223372036854775809L; };\n",
+                 "app.x=-9223372036854775809L", "app.x = -9223372036854775809L does not fit");
+    SAME_REFUSAL("same_hex.cfg", LR "app: { x = 0x10000000000000000L; };\n",
+                 "app.x=0x10000000000000000L", "app.x = 0x10000000000000000L does not fit");
+    /* libconfig drops \x00 without a word: "a\x00b" read "ab". */
+    SAME_REFUSAL("same_nul.cfg", LR "app: { s = \"a\\x00b\"; };\n", "app.s=\"a\\x00b\"",
+                 "app.s = a string holds the escape \\x00, a NUL byte");
+    SAME_REFUSAL("same_open.cfg", LR "app: { s = \"abc; };\n", "app.s=\"abc",
+                 "app.s = a string is never closed");
+
+    /* What is accepted reads the same both ways: zero written any way, the
+     * extremes, 64-bit integers, and every escape libconfig knows (a
+     * backslash before anything else stays a backslash). */
+    zs_status st;
+    zs_config *from_file = load_text(
+        "same_good.cfg",
+        LR "app: { z = 0e-400; tiny = 2.2250738585072014e-308; wide = -9223372036854775808L;\n"
+           "  s = \"a\\x41\\q\\t\\\\\\\"\\x7e\"; };\n",
+        &st);
+    ZT_OK(st);
+    zs_config *overridden = load_text("same_base2.cfg", LR, &st);
+    ZT_OK(st);
+    if (!from_file || !overridden) {
+        zs_config_destroy(from_file);
+        zs_config_destroy(overridden);
+        return;
+    }
+    static const char *const sets[] = {"app.z=0e-400", "app.tiny=2.2250738585072014e-308",
+                                       "app.wide=-9223372036854775808L",
+                                       "app.s=\"a\\x41\\q\\t\\\\\\\"\\x7e\""};
+    ZT_OK(zs_config_override_list(overridden, 4, sets));
+    zs_config *both[2] = {from_file, overridden};
+    for (int i = 0; i < 2; i++) {
+        double z = 1, tiny = 0;
+        int64_t wide = 0;
+        const char *text = NULL;
+        ZT_OK(zs_config_app_float(both[i], "z", 1, -1, 1, &z));
+        ZT_CHECK(z == 0.0);
+        ZT_OK(zs_config_app_float(both[i], "tiny", 0, 0, 1, &tiny));
+        ZT_CHECK(tiny == 2.2250738585072014e-308);
+        ZT_OK(zs_config_app_int(both[i], "wide", 0, INT64_MIN, INT64_MAX, &wide));
+        ZT_CHECK(wide == INT64_MIN);
+        ZT_OK(zs_config_app_string(both[i], "s", "", &text));
+        ZT_CHECK_MSG(text && strcmp(text, "aA\\q\t\\\"~") == 0, "%s: s reads \"%s\"",
+                     i == 0 ? "file" : "override", text ? text : "(null)");
+    }
+    zs_config_destroy(from_file);
+    zs_config_destroy(overridden);
+}
+
 static void test_overrides(void) {
     zs_status st;
     zs_config *cfg = load_text("ovr.cfg",
@@ -879,7 +1051,8 @@ static void test_overrides(void) {
     ZT_FAILS_WITH(zs_config_override(cfg, "zero.stage"), ZS_ERR_CONFIG,
                   "override 'zero.stage': expected path=value");
     ZT_FAILS_WITH(zs_config_override(cfg, "seed=99999999999999999999"), ZS_ERR_CONFIG,
-                  "integer 99999999999999999999 does not fit in 64 bits");
+                  "override 'seed=99999999999999999999': seed = 99999999999999999999 does not fit "
+                  "in 64 bits");
     ZT_FAILS_WITH(zs_config_override(cfg, "optimizer.lr=fast"), ZS_ERR_CONFIG,
                   "optimizer.lr must be a number, not a string");
     ZT_FAILS_WITH(zs_config_override(cfg, "zero=1"), ZS_ERR_CONFIG,
@@ -1227,8 +1400,10 @@ int main(void) {
     test_good_literals();
     test_includes();
     test_include_targets();
+    test_absolute_includes();
     test_hostile_text();
     test_overrides();
+    test_override_literals();
     test_warmup_override();
     test_hash();
     test_app_keys();

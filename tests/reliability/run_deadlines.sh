@@ -43,22 +43,11 @@ run() {
   elapsed_ms=$(((end - start) / 1000000))
 }
 
+source "$(dirname "$0")/timeout_reports.sh"
 # Every rank but `bad` must have logged a timeout that names the stuck
-# collective and rank `bad` (as the peer it waited for, the rank that sent no
-# report, or a rank that timed out elsewhere).
+# collective (op, sequence number, unit) and rank `bad`.
 check_reports() {
-  local name=$1 np=$2 bad=$3
-  for ((r = 0; r < np; r++)); do
-    [ "$r" -eq "$bad" ] && continue
-    local line
-    line=$(grep -a "zeroshard: rank $r: ERROR .* timed out" "$log" | head -1)
-    [ -n "$line" ]
-    check "$name: rank $r reports a timeout" $? "$(tail -5 "$log")"
-    echo "$line" | grep -Eq "(reduce_scatter|all_gather|all_reduce|broadcast|barrier) #[0-9]+ of '[^']+'"
-    check "$name: rank $r names the op, its number and unit" $? "$line"
-    echo "$line" | grep -Eq "waiting for rank $bad |no report from rank $bad|rank $bad timed out too|ranks? [0-9, ]*\b$bad\b"
-    check "$name: rank $r names rank $bad" $? "$line"
-  done
+  check_timeout_reports "$1" "$2" "$3" "(reduce_scatter|all_gather|all_reduce|broadcast|barrier) #[0-9]+ of '[^']+'"
 }
 
 # check_aborted NAME NP SCENARIO BAD STAGE [ALGORITHMS]: with

@@ -17,10 +17,10 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "checkpoint/fs.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "core/config.h"
+#include "fs_path.h"
 #include "fixture.h"
 
 #define FX_FILES_PER_RANK 3
@@ -79,8 +79,8 @@ int main(int argc, char **argv) {
     const int extra = argc == 4;
     char step_dir[4096], path[4096 + 128];
     snprintf(step_dir, sizeof step_dir, "%s/%s", root, FX_STEP_DIR);
-    if (zs__fs_mkdir(root) != ZS_OK) return die("mkdir root");
-    if (zs__fs_mkdir(step_dir) != ZS_OK) return die("mkdir step");
+    if (zt_fs_mkdir(root) != ZS_OK) return die("mkdir root");
+    if (zt_fs_mkdir(step_dir) != ZS_OK) return die("mkdir step");
 
     static const char *const kind_names[FX_FILES_PER_RANK] = {"master", "optim", "user"};
     static const char *const state_suffix[3] = {"", ":exp_avg", ":exp_avg_sq"};
@@ -200,13 +200,13 @@ int main(int argc, char **argv) {
     char *json = NULL;
     size_t bytes = 0;
     if (zs__manifest_to_json(m, &json, &bytes) != ZS_OK) return die("manifest to json");
-    if (zs__fs_write_atomic(step_dir, "manifest.json", json, bytes) != ZS_OK)
+    if (zt_fs_write_atomic(step_dir, "manifest.json", json, bytes) != ZS_OK)
         return die("manifest.json");
     char hash_text[32];
     snprintf(hash_text, sizeof hash_text, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(json, bytes));
-    if (zs__fs_write_atomic(step_dir, "manifest.json.xxh3", hash_text, strlen(hash_text)) != ZS_OK)
+    if (zt_fs_write_atomic(step_dir, "manifest.json.xxh3", hash_text, strlen(hash_text)) != ZS_OK)
         return die("manifest.json.xxh3");
-    if (zs__fs_write_atomic(root, "latest", FX_STEP_DIR "\n", strlen(FX_STEP_DIR "\n")) != ZS_OK)
+    if (zt_fs_write_atomic(root, "latest", FX_STEP_DIR "\n", strlen(FX_STEP_DIR "\n")) != ZS_OK)
         return die("latest");
     free(json);
 

@@ -2,7 +2,11 @@
  * requests in flight, corruption and truncation found at read with the block's
  * offset and label, injected ENOSPC / EIO (ZS_FAULT_ERRNO), directories that
  * cannot be used, the deadline, and cleanup: nothing left after destroy, after
- * a failed create, or after a killed process (removed by the next create). */
+ * a failed create, or after a killed process (removed by the next create).
+ * The file is opened with O_TMPFILE where the file system has it (nothing in
+ * the directory, ever); the named way with its per-run directory, for file
+ * systems without it, is tested through try_tmpfile = 0 and an injected
+ * EOPNOTSUPP. */
 #define _GNU_SOURCE /* O_DIRECT, mkdtemp */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +27,14 @@
 #define BLOCK ((size_t)64 << 10)
 
 static char root[256];
+
+/* The named way (per-run directory, owner files): what a file system without
+ * O_TMPFILE gets. */
+static zs__swap_config named(void) {
+    zs__swap_config cfg = ZS__SWAP_CONFIG_INIT;
+    cfg.try_tmpfile = 0;
+    return cfg;
+}
 
 static unsigned char pattern(uint64_t at, unsigned seed) {
     uint64_t x = (at + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)seed * 0xC2B2AE3D27D4EB4Full;
@@ -250,11 +262,20 @@ static void test_directories(void) {
     unlink(path);
     /* A read-only directory (injected: the tests run as root, who may write
      * anywhere). */
+    zs__swap_config by_name = named();
     setenv("ZS_FAULT_ERRNO", "mkdir:EROFS:1", 1);
-    ZT_EQ_INT(zs__swap_create(root, 0, BLOCK, BLOCK, NULL, &sw), ZS_ERR_IO);
+    ZT_EQ_INT(zs__swap_create_with(root, 0, BLOCK, BLOCK, &by_name, NULL, &sw), ZS_ERR_IO);
     const char *m = zs_last_error();
     ZT_CHECK_MSG(strstr(m, "cannot create the NVMe tier's swap directory") &&
                      strstr(m, strerror(EROFS)) && strstr(m, "must be a writable directory"),
+                 "message: %s", m);
+    unsetenv("ZS_FAULT_ERRNO");
+    /* O_TMPFILE in a read-only directory: the same advice. */
+    setenv("ZS_FAULT_ERRNO", "tmpfile:EROFS:1", 1);
+    ZT_EQ_INT(zs__swap_create(root, 0, BLOCK, BLOCK, NULL, &sw), ZS_ERR_IO);
+    m = zs_last_error();
+    ZT_CHECK_MSG(strstr(m, "cannot create the swap file") && strstr(m, strerror(EROFS)) &&
+                     strstr(m, "must be a writable directory"),
                  "message: %s", m);
     unsetenv("ZS_FAULT_ERRNO");
     /* A file system without O_DIRECT: buffered I/O, still checked. */
@@ -278,7 +299,7 @@ static void test_directories(void) {
 
     /* The per-run directory removed under a live swap: the file is open and
      * unlinked, so I/O goes on and destroy is quiet. */
-    ZT_OK(zs__swap_create(root, 0, 2 * BLOCK, BLOCK, NULL, &sw));
+    ZT_OK(zs__swap_create_with(root, 0, 2 * BLOCK, BLOCK, &by_name, NULL, &sw));
     ZT_REQUIRE(sw != NULL);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", zs__swap_dir(sw));
@@ -295,7 +316,7 @@ static void test_directories(void) {
 /* Two ranks of one run share the per-run directory; the last one out
  * removes it. */
 static void test_shared_run_dir(void) {
-    zs__swap_config cfg = ZS__SWAP_CONFIG_INIT;
+    zs__swap_config cfg = named();
     cfg.runid = "job-42";
     zs__swap *a = NULL, *b = NULL, *c = NULL;
     ZT_OK(zs__swap_create_with(root, 0, BLOCK, BLOCK, &cfg, NULL, &a));
@@ -314,9 +335,10 @@ static void test_shared_run_dir(void) {
                   ZS_ERR_INVALID_ARGUMENT, "runid");
 }
 
-/* A killed process's per-run directory is removed by the next create; a live
- * one's is not. */
-static void test_killed_process(void) {
+/* A child process that creates a swap file in root with cfg and then waits
+ * to be killed; returns its pid once the file exists, *tmpfile saying
+ * whether it was opened with O_TMPFILE. */
+static pid_t spawn_holder(const zs__swap_config *cfg, int *tmpfile) {
     int ready[2];
     ZT_REQUIRE(pipe(ready) == 0);
     pid_t child = fork();
@@ -324,20 +346,31 @@ static void test_killed_process(void) {
     if (child == 0) {
         close(ready[0]);
         zs__swap *sw = NULL;
-        if (zs__swap_create(root, 0, 4 * BLOCK, BLOCK, NULL, &sw) != ZS_OK) _exit(3);
-        char ok = 1;
+        if (zs__swap_create_with(root, 0, 4 * BLOCK, BLOCK, cfg, NULL, &sw) != ZS_OK) _exit(3);
+        char ok = (char)(1 + zs__swap_is_tmpfile(sw));
         if (write(ready[1], &ok, 1) != 1) _exit(4);
         for (;;) pause();
     }
     close(ready[1]);
     char ok = 0;
-    ZT_REQUIRE(read(ready[0], &ok, 1) == 1 && ok == 1);
+    ZT_REQUIRE(read(ready[0], &ok, 1) == 1 && ok >= 1);
     close(ready[0]);
+    *tmpfile = ok - 1;
+    return child;
+}
+
+/* A killed process's per-run directory is removed by the next create; a live
+ * one's is not. */
+static void test_killed_process(void) {
+    zs__swap_config by_name = named();
+    int tmpfile = -1;
+    pid_t child = spawn_holder(&by_name, &tmpfile);
+    ZT_EQ_INT(tmpfile, 0);
     ZT_EQ_INT(zt_dir_entries(root), 1);
 
     /* Alive: left alone. */
     zs__swap *sw = NULL;
-    ZT_OK(zs__swap_create(root, 0, BLOCK, BLOCK, NULL, &sw));
+    ZT_OK(zs__swap_create_with(root, 0, BLOCK, BLOCK, &by_name, NULL, &sw));
     ZT_EQ_INT(zt_dir_entries(root), 2);
     zs__swap_destroy(sw);
     ZT_EQ_INT(zt_dir_entries(root), 1);
@@ -347,8 +380,58 @@ static void test_killed_process(void) {
     waitpid(child, &st, 0);
     ZT_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     ZT_EQ_INT(zt_dir_entries(root), 1); /* the directory with owner-0; no swap file */
-    ZT_OK(zs__swap_create(root, 0, BLOCK, BLOCK, NULL, &sw));
+    ZT_OK(zs__swap_create_with(root, 0, BLOCK, BLOCK, &by_name, NULL, &sw));
     ZT_EQ_INT(zt_dir_entries(root), 1); /* only ours now */
+    zs__swap_destroy(sw);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+}
+
+/* O_TMPFILE: the swap file never appears in the directory, not while it is
+ * written and read, not after destroy, not after the process is killed; a
+ * file system without O_TMPFILE (injected) takes the named way, which leaves
+ * nothing either. */
+static void test_tmpfile(void) {
+    zs__swap *sw = NULL;
+    ZT_OK(zs__swap_create(root, 0, 4 * BLOCK, BLOCK, NULL, &sw));
+    ZT_REQUIRE(sw != NULL);
+    ZT_EQ_INT(zs__swap_is_tmpfile(sw), 1); /* ext4, xfs, btrfs and tmpfs all have it */
+    ZT_CHECK_MSG(strcmp(zs__swap_dir(sw), root) == 0, "dir %s, not %s", zs__swap_dir(sw), root);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+    void *p = NULL;
+    ZT_OK(zs__swap_buffer_alloc(sw, BLOCK, ZS_MEM_SCRATCH, &p));
+    write_units(sw, p, 4);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+    ZT_OK(read_unit(sw, p, 3));
+    ZT_EQ_U64(first_difference(p, 3 * BLOCK, BLOCK, 2), BLOCK);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+    zs__swap_buffer_free(sw, p, BLOCK, ZS_MEM_SCRATCH);
+    zs__swap_destroy(sw);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+
+    /* Killed while holding its file: nothing to clean up. */
+    const zs__swap_config defaults = ZS__SWAP_CONFIG_INIT;
+    int tmpfile = -1;
+    pid_t child = spawn_holder(&defaults, &tmpfile);
+    ZT_EQ_INT(tmpfile, 1);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    ZT_EQ_INT(zt_dir_entries(root), 0);
+
+    /* No O_TMPFILE here (injected): the named way, with its directory while
+     * the file lives and nothing after. */
+    setenv("ZS_FAULT_ERRNO", "tmpfile:EOPNOTSUPP:1", 1);
+    ZT_OK(zs__swap_create(root, 0, 2 * BLOCK, BLOCK, NULL, &sw));
+    unsetenv("ZS_FAULT_ERRNO");
+    ZT_REQUIRE(sw != NULL);
+    ZT_EQ_INT(zs__swap_is_tmpfile(sw), 0);
+    ZT_EQ_INT(zt_dir_entries(root), 1); /* zeroshard-swap-<runid> */
+    ZT_EQ_INT(zt_dir_entries(zs__swap_dir(sw)), 1); /* owner-0; the file is unlinked */
+    ZT_OK(zs__swap_buffer_alloc(sw, BLOCK, ZS_MEM_SCRATCH, &p));
+    write_units(sw, p, 2);
+    ZT_OK(read_unit(sw, p, 1));
+    ZT_EQ_U64(first_difference(p, BLOCK, BLOCK, 2), BLOCK);
+    zs__swap_buffer_free(sw, p, BLOCK, ZS_MEM_SCRATCH);
     zs__swap_destroy(sw);
     ZT_EQ_INT(zt_dir_entries(root), 0);
 }
@@ -397,6 +480,7 @@ int main(void) {
     test_corruption();
     test_injected_faults();
     test_directories();
+    test_tmpfile();
     test_shared_run_dir();
     test_killed_process();
     test_deadline();

@@ -79,7 +79,7 @@ typedef struct comm_job {
 static void *comm_thread(void *arg) {
     comm_job *job = arg;
     for (int i = 0; i < THREAD_SPANS; i++) {
-        uint64_t t0 = zs__trace_now();
+        uint64_t t0 = zs__clock_ns();
         zs__trace_args a = {.unit = "layer\"7\"\\", .op = "reduce_scatter", .bytes = (uint64_t)i * 4,
                             .seq = i, .queue_wait_ns = 1500,
                             .has = ZS_TRACE_HAS_BYTES | ZS_TRACE_HAS_SEQ | ZS_TRACE_HAS_QUEUE_WAIT};
@@ -117,7 +117,7 @@ static void test_concurrent(void) {
                                           "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9z"};
     const int nlabels = (int)(sizeof labels / sizeof labels[0]);
     for (int i = 0; i < THREAD_SPANS; i++) {
-        uint64_t t0 = zs__trace_now();
+        uint64_t t0 = zs__clock_ns();
         zs__trace_args a = {.unit = labels[i % nlabels]};
         zs__trace_span(tr, i % 3 == 2 ? ZS_TRACE_OPTIMIZER : ZS_TRACE_COMPUTE, "backward", t0,
                        t0 + 1000, &a);
@@ -225,7 +225,7 @@ static void test_overflow(void) {
     const int dropped = total - kept;
     int dropped_checkpoint = 0;
     for (int i = 0; i < dropped; i++) dropped_checkpoint += i % 10 == 0;
-    uint64_t base = zs__trace_now();
+    uint64_t base = zs__clock_ns();
     for (int i = 0; i < total; i++) {
         zs__trace_args a = {.seq = i, .has = ZS_TRACE_HAS_SEQ};
         /* Every tenth main-thread event is a checkpoint span, to check that
@@ -326,14 +326,14 @@ static void test_cost(void) {
     const int n = 1000000;
     zs__trace_args a = {.unit = "transformer.h.11", .op = "all_gather", .bytes = 1 << 20,
                         .has = ZS_TRACE_HAS_BYTES | ZS_TRACE_HAS_SEQ};
-    uint64_t t0 = zs__trace_now();
+    uint64_t t0 = zs__clock_ns();
     for (int i = 0; i < n; i++) {
         a.seq = i;
         zs__trace_span(tr, ZS_TRACE_COMM, "all_gather", t0, t0 + (uint64_t)i, &a);
     }
-    uint64_t t1 = zs__trace_now();
+    uint64_t t1 = zs__clock_ns();
     for (int i = 0; i < n; i++) zs__trace_span(tr, ZS_TRACE_COMPUTE, "forward", t0, t1, NULL);
-    uint64_t t2 = zs__trace_now();
+    uint64_t t2 = zs__clock_ns();
     /* Read through a volatile each time, so the compiler cannot drop the
      * loop: what remains is the load and the NULL checks a caller pays. */
     zs__trace *volatile off_slot = NULL;
@@ -342,17 +342,17 @@ static void test_cost(void) {
         uint64_t b = zs__trace_clock(off);
         zs__trace_span(off, ZS_TRACE_COMPUTE, "forward", b, zs__trace_clock(off), &a);
     }
-    uint64_t t3 = zs__trace_now();
-    uint64_t c0 = zs__trace_now();
-    for (int i = 0; i < n; i++) (void)zs__trace_now();
-    uint64_t c1 = zs__trace_now();
+    uint64_t t3 = zs__clock_ns();
+    uint64_t c0 = zs__clock_ns();
+    for (int i = 0; i < n; i++) (void)zs__clock_ns();
+    uint64_t c1 = zs__clock_ns();
     printf("test_trace: %.1f ns per span with args (unit label copied), %.1f ns without, "
-           "%.2f ns off (NULL trace); zs__trace_now %.1f ns\n",
+           "%.2f ns off (NULL trace); zs__clock_ns %.1f ns\n",
            (double)(t1 - t0) / n, (double)(t2 - t1) / n, (double)(t3 - t2) / n,
            (double)(c1 - c0) / n);
-    uint64_t f0 = zs__trace_now();
+    uint64_t f0 = zs__clock_ns();
     ZT_OK(zs__trace_flush(tr));
-    uint64_t f1 = zs__trace_now();
+    uint64_t f1 = zs__clock_ns();
     printf("test_trace: flush of 65536 events: %.1f ms\n", (double)(f1 - f0) / 1e6);
     zs__trace_destroy(tr);
     unlink(path);
@@ -371,7 +371,7 @@ static void write_samples(const char *dir) {
         zs__trace *tr = NULL;
         ZT_OK(zs__trace_create(pattern, rank, 4096, &tr));
         if (!tr) return;
-        uint64_t t = zs__trace_now() + 100000;
+        uint64_t t = zs__clock_ns() + 100000;
         int64_t seq = 0;
         for (int step = 0; step < 3; step++) {
             uint64_t comm_free = t;

@@ -510,3 +510,24 @@ void harness_remove_tree(const char *dir) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     }
 }
+
+void harness_warn_log(const char *name, int rank, char *extra, size_t extra_cap, char *mine,
+                      size_t mine_cap) {
+    /* The launcher's pid keeps concurrent runs of the same test apart. */
+    snprintf(mine, mine_cap, "/tmp/zs_%s_%d_%d.log", name, (int)getppid(), rank);
+    snprintf(extra, extra_cap, "log: { level = \"warn\"; file = \"/tmp/zs_%s_%d_%%r.log\"; };",
+             name, (int)getppid());
+}
+
+int harness_count_lines(const char *path, const char *needle, char *first, size_t first_cap) {
+    if (first && first_cap) first[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle) && n++ == 0 && first && first_cap)
+            snprintf(first, first_cap, "%s", line);
+    fclose(f);
+    return n;
+}

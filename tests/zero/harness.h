@@ -126,4 +126,13 @@ double harness_max_relative_diff(const float *a, const float *b, const char **wo
  * padded elements of unit l for world size n and alignment 16. */
 int64_t harness_unit_padded(int l, int world);
 
+/* Warnings of a run into a file per rank: `extra` receives the log group
+ * for harness_options.config_extra (level warn, file
+ * /tmp/zs_<name>_<launcher pid>_<rank>.log), `mine` this rank's file. */
+void harness_warn_log(const char *name, int rank, char *extra, size_t extra_cap, char *mine,
+                      size_t mine_cap);
+/* Lines of the text file `path` holding `needle` (-1 if it cannot be
+ * opened); with `first` (may be NULL), the first such line, "" if none. */
+int harness_count_lines(const char *path, const char *needle, char *first, size_t first_cap);
+
 #endif

@@ -35,6 +35,7 @@
 
 #if __has_include("checkpoint/commit_order.h")
 #include "checkpoint/commit_order.h"
+#include "commit_order_path.h"
 #define HAVE_COMMIT_ORDER 1
 #endif
 
@@ -125,7 +126,7 @@ static void case_commit_order(void) {
     if (zt_rank == 0) {
         zs__ckpt_commit *order = NULL;
         int count = 0;
-        ZT_OK(zs__checkpoint_commit_order(root, &order, &count));
+        ZT_OK(zt_checkpoint_commit_order(root, &order, &count));
         ZT_EQ_INT(count, 4);
         const int64_t steps[4] = {55, 50, 60, 40};
         const int abandoned[4] = {0, 0, 1, 0};
@@ -141,7 +142,7 @@ static void case_commit_order(void) {
     if (zt_rank == 0) {
         zs__ckpt_commit *order = NULL;
         int count = 0;
-        ZT_OK(zs__checkpoint_commit_order(root, &order, &count));
+        ZT_OK(zt_checkpoint_commit_order(root, &order, &count));
         ZT_EQ_INT(count, 4);
         for (int i = 0; i < count; i++) ZT_EQ_INT(order[i].abandoned, 0);
         if (count > 0) ZT_EQ_INT(order[0].step, 60);

@@ -17,33 +17,20 @@
 
 #define STEPS 8
 
-static int count_in_file(const char *path, const char *needle) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[4096];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, needle)) n++;
-    fclose(f);
-    return n;
-}
-
 int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &zt_rank);
-    char pattern[256], mine[256], extra[512];
-    snprintf(pattern, sizeof pattern, "/tmp/zs_prefetch_order_%d_%%r.log", (int)getppid());
-    snprintf(mine, sizeof mine, "/tmp/zs_prefetch_order_%d_%d.log", (int)getppid(), zt_rank);
-    snprintf(extra, sizeof extra, "log: { level = \"warn\"; file = \"%s\"; };", pattern);
+    char mine[256], extra[512];
+    harness_warn_log("prefetch_order", zt_rank, extra, sizeof extra, mine, sizeof mine);
     harness_options opt = {.optimizer = "adamw", .steps = STEPS, .mode = TINY_GRAD_TRUE,
                            .max_live_units = 2, .scheduler = "constant", .stage = 3,
                            .gather_ahead = 1, .config_extra = extra};
     harness_result steady, changed;
     ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &steady) == 0);
-    const int before = count_in_file(mine, "differs from the order");
+    const int before = harness_count_lines(mine, "differs from the order", NULL, 0);
     opt.order_change_step = 3;
     ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &opt, &changed) == 0);
-    const int after = count_in_file(mine, "differs from the order");
+    const int after = harness_count_lines(mine, "differs from the order", NULL, 0);
     ZT_CHECK_MSG(memcmp(steady.final, changed.final, sizeof(float) * (size_t)steady.numel) == 0,
                  "a changed fetch order changed the parameters");
     ZT_CHECK_MSG(memcmp(steady.grad_norm, changed.grad_norm, sizeof(double) * STEPS) == 0,

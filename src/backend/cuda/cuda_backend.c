@@ -22,6 +22,8 @@
 #include "backend/backend.h"
 #include "backend/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/trace.h"
@@ -84,7 +86,8 @@ static zs_status cuda_fail(const cuda_impl *c, cudaError_t e, const char *call,
     const char *advice;
     switch (e) {
     case cudaErrorMemoryAllocation:
-        advice = "the device is out of memory: lower the stage-3 max_live_units or "
+        advice = "the device is out of memory: lower zero.live_bytes (the stage-3 "
+                 "budget of gathered parameters and open gradients), zero.prefetch_bytes or "
                  "comm.segment_bytes, raise zero.stage, or use more GPUs";
         break;
     case cudaErrorIllegalAddress:
@@ -124,22 +127,16 @@ static zs__cuda_launch launch_of(const cuda_impl *c) {
     return l;
 }
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* Polls `event` (already recorded) until it completes: spin briefly, then
  * sleep between queries, and run the health check every ZS_CUDA_HEALTH_NS. */
 static zs_status poll_event(cuda_impl *c, cudaEvent_t event, const char *doing) {
-    const int64_t start = now_ns();
+    const int64_t start = (int64_t)zs__clock_ns();
     int64_t last_check = start;
     for (;;) {
         cudaError_t e = cudaEventQuery(event);
         if (e == cudaSuccess) return ZS_OK;
         if (e != cudaErrorNotReady) return cuda_fail(c, e, "cudaEventQuery", doing);
-        const int64_t t = now_ns();
+        const int64_t t = (int64_t)zs__clock_ns();
         if (c->health && t - last_check >= ZS_CUDA_HEALTH_NS) {
             last_check = t;
             zs_status s = c->health(c->health_ctx);
@@ -166,7 +163,7 @@ static zs_status wait_event(cuda_impl *c, cudaEvent_t event, const char *doing) 
     if (trace) {
         zs__trace_args args = ZS_TRACE_ARGS_INIT;
         args.op = doing;
-        zs__trace_span(trace, ZS_TRACE_COMPUTE, "device wait", from, zs__trace_now(), &args);
+        zs__trace_span(trace, ZS_TRACE_COMPUTE, "device wait", from, zs__clock_ns(), &args);
     }
     return s;
 }
@@ -207,14 +204,14 @@ static void unregister_chunks(void *p, size_t chunks) {
 static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
                               const char *advice, void **out) {
     const size_t rounded = (bytes + ZS_CUDA_PAGE - 1) / ZS_CUDA_PAGE * ZS_CUDA_PAGE;
-    const uint64_t t0 = (uint64_t)now_ns();
-    void *p = aligned_alloc(ZS_CUDA_PAGE, rounded);
+    const uint64_t t0 = zs__clock_ns();
+    void *p = zs__aligned_alloc(ZS_CUDA_PAGE, rounded);
     if (!p)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cannot allocate %zu "
                         "bytes of host memory for '%s'; free host memory, or %s",
                         c->device, bytes, zs_mem_tag_name(tag), advice);
     zs__host_zero(p, rounded);
-    const uint64_t t1 = (uint64_t)now_ns();
+    const uint64_t t1 = zs__clock_ns();
     const size_t chunks = pin_chunks(rounded);
     cudaError_t first = cudaSuccess;
     /* Each thread makes the device current for itself before it registers. */
@@ -239,7 +236,7 @@ static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, siz
                         "locked-memory limit (ulimit -l), or %s",
                         c->device, bytes, zs_mem_tag_name(tag), cudaGetErrorString(first), advice);
     }
-    const uint64_t t2 = (uint64_t)now_ns();
+    const uint64_t t2 = zs__clock_ns();
     if (rounded >= ((size_t)1 << 30))
         ZS_INFO("cuda backend (device %d): %.2f GB of page-locked memory for '%s': zeroed in "
                 "%.2f s (%.1f GB/s), registered in %.2f s (%.1f GB/s)",
@@ -295,8 +292,8 @@ static zs_status cuda_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void 
                         "'%s' failed: %s; %s", c->device, bytes, zs_mem_tag_name(tag),
                         cudaGetErrorString(e),
                         e == cudaErrorMemoryAllocation
-                            ? "raise zero.stage, lower zero.max_live_units or "
-                              "comm.segment_bytes, or use more GPUs"
+                            ? "raise zero.stage, lower zero.live_bytes, zero.prefetch_bytes "
+                              "or comm.segment_bytes, or use more GPUs"
                             : "check the device with nvidia-smi");
     }
     /* The interface promises zeroed memory; the memset is ordered before
@@ -748,8 +745,8 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     if (local_rank < 0)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "cuda backend: local rank %d is negative",
                         local_rank);
-    zs__backend *be = calloc(1, sizeof *be);
-    cuda_impl *c = calloc(1, sizeof *c);
+    zs__backend *be = zs__calloc(1, sizeof *be);
+    cuda_impl *c = zs__calloc(1, sizeof *c);
     if (!be || !c) {
         free(be);
         free(c);

@@ -51,6 +51,8 @@
 #include "comm/comm_impl.h"
 #include "comm/mpi_host.h"
 #include "comm/wait.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -84,7 +86,7 @@ typedef struct nccl_state {
     char last_label[128];
     uint64_t last_seq;
     uint64_t last_bytes;
-    double last_enqueued_at;      /* now_s() when it was enqueued: the watchdog's clock */
+    double last_enqueued_at;      /* zs__clock_s() when it was enqueued: the watchdog's clock */
     /* Set when the communicator was aborted: the message every later call
      * repeats. */
     int failed;
@@ -92,12 +94,6 @@ typedef struct nccl_state {
 } nccl_state;
 
 /* ------------------------------------------------------------- utilities */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void pause_briefly(unsigned polls) {
     /* Spin for the common case (an enqueue that finishes in microseconds),
@@ -122,7 +118,7 @@ static ncclResult_t wait_async(ncclComm_t nccl, double deadline, ncclResult_t *q
             *query_rc = rc;
             return rc;
         }
-        if (state != ncclInProgress || now_s() > deadline) return state;
+        if (state != ncclInProgress || zs__clock_s() > deadline) return state;
         pause_briefly(polls);
     }
 }
@@ -216,7 +212,7 @@ static zs_status health_check(void *ctx) {
          * within comm.timeout_s of its enqueue, as MPI waits must. */
         if (st->last_seq == 0 || !st->comm || cudaEventQuery(st->comm_done) != cudaErrorNotReady)
             return ZS_OK;
-        const double waited = now_s() - st->last_enqueued_at;
+        const double waited = zs__clock_s() - st->last_enqueued_at;
         if (waited <= st->timeout_s) return ZS_OK;
         const zs__comm_call call = {st->last_op, st->last_label, st->last_seq, st->last_bytes};
         char what[160];
@@ -283,7 +279,7 @@ static zs_status enqueue(zs__comm *comm, int gather, void *buf, size_t count, zs
     snprintf(st->last_label, sizeof st->last_label, "%s", call->label);
     st->last_seq = call->seq;
     st->last_bytes = call->bytes;
-    st->last_enqueued_at = now_s();
+    st->last_enqueued_at = zs__clock_s();
 
     /* NCCL requires its device to be current; a program that switched
      * devices between calls gets its own device back afterwards. */
@@ -322,7 +318,7 @@ static zs_status enqueue(zs__comm *comm, int gather, void *buf, size_t count, zs
          * the background (the first call also connects to the peers). The
          * communicator must not be used again before it is done. */
         ncclResult_t query_rc;
-        rc = wait_async(st->nccl, now_s() + st->timeout_s, &query_rc);
+        rc = wait_async(st->nccl, zs__clock_s() + st->timeout_s, &query_rc);
         if (query_rc != ncclSuccess) function = "ncclCommGetAsyncError";
         if (rc == ncclInProgress) {
             char message[sizeof st->failure];
@@ -418,7 +414,7 @@ static void free_state(nccl_state *st) {
          * that fails or does not finish in time falls back to an abort, so
          * destroy never hangs on a dead peer. */
         ncclResult_t rc = ncclCommFinalize(st->nccl), query_rc = ncclSuccess;
-        if (rc == ncclInProgress) rc = wait_async(st->nccl, now_s() + st->timeout_s, &query_rc);
+        if (rc == ncclInProgress) rc = wait_async(st->nccl, zs__clock_s() + st->timeout_s, &query_rc);
         if (rc == ncclSuccess) {
             rc = ncclCommDestroy(st->nccl);
             if (rc != ncclSuccess)
@@ -554,7 +550,7 @@ static zs_status create_nccl(nccl_state *st) {
     ncclResult_t query_rc = ncclSuccess;
     const char *function = "ncclCommInitRankConfig";
     if ((rc == ncclInProgress || rc == ncclSuccess) && st->nccl) {
-        rc = wait_async(st->nccl, now_s() + st->timeout_s, &query_rc);
+        rc = wait_async(st->nccl, zs__clock_s() + st->timeout_s, &query_rc);
         if (query_rc != ncclSuccess) function = "ncclCommGetAsyncError";
     }
     if (rc == ncclSuccess) return ZS_OK;
@@ -602,7 +598,7 @@ zs_status zs__comm_create_nccl(MPI_Comm comm, const zs__settings *settings, zs__
                         (long long)segment, INT_MAX);
 
     zs_status status = ZS_OK;
-    nccl_state *st = calloc(1, sizeof *st);
+    nccl_state *st = zs__calloc(1, sizeof *st);
     if (!st) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cannot allocate the NCCL communicator state");
     st->mpi = MPI_COMM_NULL;
     st->device = -1;

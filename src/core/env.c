@@ -1,0 +1,103 @@
+/* The registry of environment variables (env.h). */
+#include "core/env.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const zs__env_entry registry[ZS_ENV_COUNT] = {
+    [ZS_ENV_LOG_LEVEL] = {"ZS_LOG_LEVEL", "error, warn, info or debug", "log.level",
+                          "Overrides log.level for every rank, also before the configuration "
+                          "is read; debug logs every collective."},
+    [ZS_ENV_LOG_FILE] = {"ZS_LOG_FILE", "file pattern (%h host, %p pid, %r rank)", "log.file",
+                         "Overrides log.file: each rank appends its log lines there instead "
+                         "of stderr."},
+    [ZS_ENV_LOG_ALL_RANKS] = {"ZS_LOG_ALL_RANKS", "1 or unset", "rank 0 only",
+                              "1: INFO and DEBUG lines from every rank, not only rank 0."},
+    [ZS_ENV_CPU_ISA] = {"ZS_CPU_ISA", "scalar, avx2, avx512 or auto", "auto",
+                        "The CPU kernels' SIMD level, clamped to what the CPU and build "
+                        "support (every level gives the same bits)."},
+    [ZS_ENV_FAULT] = {"ZS_FAULT", "point:rank[:step]", "off",
+                      "Tests only: kills the process (SIGKILL) at a named point of the "
+                      "checkpoint save protocol."},
+    [ZS_ENV_FAULT_ERRNO] = {"ZS_FAULT_ERRNO", "point:ERRNO:n", "off",
+                            "Tests only: the n-th file-system call of a kind (e.g. "
+                            "fsync:EIO:2) fails with that errno."},
+    [ZS_ENV_STEP_FAULT] = {"ZS_STEP_FAULT", "point:rank[:step]", "off",
+                           "Tests only: one rank fails at a point of zs_step (ready, update, "
+                           "host, gather), to show that every rank fails together."},
+    [ZS_ENV_COMM_DELAY_US] = {"ZS_COMM_DELAY_US", "microseconds, >= 0", "0",
+                              "Benchmarks only: every collective of the comm engine takes at "
+                              "least this latency (a simulated network)."},
+    [ZS_ENV_COMM_DELAY_GBPS] = {"ZS_COMM_DELAY_GBPS", "Gbit/s, >= 0", "0 (no bandwidth limit)",
+                                "Benchmarks only: and at least its bytes at this bandwidth."},
+    [ZS_ENV_PROGRESS_AFTER_S] = {"ZS_PROGRESS_AFTER_S", "seconds, >= 0", "2",
+                                 "zs-ckpt: seconds before a long operation starts printing "
+                                 "progress on a terminal."},
+};
+
+const zs__env_entry *zs__env_entry_of(zs__env_var var) {
+    return var >= 0 && var < ZS_ENV_COUNT ? &registry[var] : NULL;
+}
+
+const char *zs__env_text(zs__env_var var) {
+    const zs__env_entry *e = zs__env_entry_of(var);
+    if (!e) return NULL;
+    const char *v = getenv(e->name);
+    return v && *v ? v : NULL;
+}
+
+int zs__env_flag(zs__env_var var) {
+    const char *v = zs__env_text(var);
+    return v && strcmp(v, "1") == 0;
+}
+
+int zs__env_nonnegative(zs__env_var var, double *out, char *why, size_t capacity) {
+    *out = 0.0;
+    if (capacity > 0) why[0] = '\0';
+    const char *v = zs__env_text(var);
+    if (!v) return 0;
+    char *end = NULL;
+    const double d = strtod(v, &end);
+    if (end == v || *end != '\0' || !(d >= 0) || d > 1e300) {
+        snprintf(why, capacity, "%s=\"%s\" is not a non-negative number", zs__env_entry_of(var)->name,
+                 v);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int zs__env_fault_matches(zs__env_var var, const char *point, int rank, int64_t step) {
+    const char *spec = zs__env_text(var);
+    if (!spec) return 0;
+    char name[32];
+    int want_rank = -1;
+    long long want_step = -1;
+    const int fields = sscanf(spec, "%31[a-z]:%d:%lld", name, &want_rank, &want_step);
+    if (fields < 2 || strcmp(name, point) != 0 || want_rank != rank) return 0;
+    return fields == 2 || want_step == step;
+}
+
+/* Appends like snprintf at out + *used, counting the full length. */
+static void put(char *out, size_t capacity, size_t *used, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *at = out && *used < capacity ? out + *used : NULL;
+    const int n = vsnprintf(at, at ? capacity - *used : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) *used += (size_t)n;
+}
+
+size_t zs__env_markdown(char *out, size_t capacity) {
+    size_t used = 0;
+    if (out && capacity > 0) out[0] = '\0';
+    put(out, capacity, &used,
+        "<!-- Generated from src/core/env.c; test_env checks that they agree. -->\n"
+        "| variable | value | unset means | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < ZS_ENV_COUNT; i++)
+        put(out, capacity, &used, "| `%s` | %s | %s | %s |\n", registry[i].name, registry[i].type,
+            registry[i].default_text, registry[i].doc);
+    return used;
+}
