@@ -51,7 +51,7 @@ test-sanitize: deps
 # The comm engine and the NVMe tier under ThreadSanitizer: the engine's
 # thread, the swap's I/O threads, the program's thread and the trace rings,
 # through the engine, stage and offload tests (CPU-only build).
-TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise|test_swap|test_nvme_state|test_offload|test_nvme_faults
+TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise|test_swap|test_nvme_state|test_offload|test_nvme_faults|test_step_fail_np2|test_prefetch_passes|test_alloc_fail_np2|host_collective_np2
 
 test-tsan: deps
 	@cmake -S . -B $(BUILD_DIR)-tsan -DZS_WERROR=ON -DZS_TSAN=ON -DZS_CUDA=OFF
