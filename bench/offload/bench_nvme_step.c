@@ -25,6 +25,7 @@
 #include "core/number.h"
 #include "offload/nvme_state.h"
 #include "offload/swap.h"
+#include "../lib/options.h"
 #include "../lib/stats.h"
 #include "raw_disk.h"
 #include "zeroshard_mpi.h"
@@ -87,32 +88,18 @@ int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     const char *dir = "/tmp";
-    long long mparams = 32, buffer = 16 << 20;
-    int steps = 5;
-    for (int i = 1; i < argc; i += 2) {
-        const char *option = argv[i], *text = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t value = 0;
-        zs_status st = ZS_OK;
-        if (!text) {
-            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s needs a value", option);
-        } else if (strcmp(option, "--dir") == 0) {
-            dir = text;
-        } else if (strcmp(option, "--mparams") == 0) {
-            st = zs__number_option_int64(option, text, 1, INT64_MAX / (1 << 20), &value);
-            mparams = value;
-        } else if (strcmp(option, "--buffer") == 0) {
-            st = zs__number_option_size(option, text, 4096, INT64_MAX, &value);
-            buffer = value;
-        } else if (strcmp(option, "--steps") == 0) {
-            st = zs__number_option_int(option, text, 1, INT32_MAX, &steps);
-        } else {
-            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown option %s", option);
-        }
-        if (st != ZS_OK) {
-            fprintf(stderr, "bench_nvme_step: %s\n", zs_last_error());
-            return 2;
-        }
-    }
+    int64_t opt_mparams = 32, opt_buffer = 16 << 20, opt_steps = 5;
+    const bench_option options[] = {
+        {"--dir", BENCH_OPT_TEXT, 0, 0, &dir},
+        {"--mparams", BENCH_OPT_INT, 1, INT64_MAX / (1 << 20), &opt_mparams},
+        {"--buffer", BENCH_OPT_SIZE, 4096, INT64_MAX, &opt_buffer},
+        {"--steps", BENCH_OPT_INT, 1, INT32_MAX, &opt_steps},
+    };
+    if (bench_options_read("bench_nvme_step", argc, argv, options,
+                           (int)(sizeof options / sizeof options[0])) != 0)
+        return 2;
+    const long long mparams = (long long)opt_mparams, buffer = (long long)opt_buffer;
+    const int steps = (int)opt_steps;
     if (mparams < 1 || buffer < 4096 || steps < 1) {
         fprintf(stderr, "bench_nvme_step: need --mparams >= 1, --buffer >= 4096, --steps >= 1\n");
         return 2;

@@ -20,6 +20,7 @@
 #include "core/number.h"
 #include "offload/swap.h"
 #include "raw_disk.h"
+#include "../lib/options.h"
 
 /* Seconds to move every block once through the swap with q in flight. */
 static double swap_pass(zs__swap *sw, int is_write, size_t block, uint64_t blocks, int q,
@@ -47,34 +48,21 @@ static double swap_pass(zs__swap *sw, int is_write, size_t block, uint64_t block
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp";
-    long mib = 1024, q = 4, threads = 0, repeat = 1;
-    long long block = 1 << 20;
-    for (int i = 1; i < argc; i += 2) {
-        const char *option = argv[i], *text = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t value = 0;
-        zs_status st = ZS_OK;
-        if (!text) {
-            st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s needs a value", option);
-        } else if (strcmp(option, "--dir") == 0) {
-            dir = text;
-        } else if (strcmp(option, "--block") == 0) {
-            st = zs__number_option_size(option, text, 4096, INT64_MAX, &value);
-            block = value;
-        } else {
-            long *count = strcmp(option, "--mib") == 0       ? &mib
-                          : strcmp(option, "--queue") == 0   ? &q
-                          : strcmp(option, "--threads") == 0 ? &threads
-                          : strcmp(option, "--repeat") == 0  ? &repeat
-                                                             : NULL;
-            if (count) st = zs__number_option_int64(option, text, 0, INT32_MAX, &value);
-            else st = zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown option %s", option);
-            if (count && st == ZS_OK) *count = (long)value;
-        }
-        if (st != ZS_OK) {
-            fprintf(stderr, "bench_swap: %s\n", zs_last_error());
-            return 2;
-        }
-    }
+    int64_t opt_mib = 1024, opt_q = 4, opt_threads = 0, opt_repeat = 1, opt_block = 1 << 20;
+    const bench_option options[] = {
+        {"--dir", BENCH_OPT_TEXT, 0, 0, &dir},
+        {"--block", BENCH_OPT_SIZE, 4096, INT64_MAX, &opt_block},
+        {"--mib", BENCH_OPT_INT, 0, INT32_MAX, &opt_mib},
+        {"--queue", BENCH_OPT_INT, 0, INT32_MAX, &opt_q},
+        {"--threads", BENCH_OPT_INT, 0, INT32_MAX, &opt_threads},
+        {"--repeat", BENCH_OPT_INT, 0, INT32_MAX, &opt_repeat},
+    };
+    if (bench_options_read("bench_swap", argc, argv, options,
+                           (int)(sizeof options / sizeof options[0])) != 0)
+        return 2;
+    long mib = (long)opt_mib, q = (long)opt_q, threads = (long)opt_threads,
+         repeat = (long)opt_repeat;
+    long long block = (long long)opt_block;
     if (threads <= 0) threads = q;
     if (mib <= 0 || block <= 0 || block % 4096 != 0 || q < 1 || q > 64 || threads > 64 ||
         repeat < 1) {
