@@ -57,3 +57,20 @@ void zs__buf_free(zs__buf *buf) {
 void *zs__buf_at(const zs__buf *buf, int64_t index) {
     return (char *)buf->ptr + (size_t)index * zs_dtype_size(buf->dtype);
 }
+
+zs_status zs__fence_create(zs__backend *be, void **out) {
+    *out = NULL;
+    return be->ops->fence_create ? be->ops->fence_create(be, out) : ZS_OK;
+}
+
+void zs__fence_destroy(zs__backend *be, void *fence) {
+    if (fence && be->ops->fence_destroy) be->ops->fence_destroy(be, fence);
+}
+
+zs_status zs__fence_record(zs__backend *be, void *fence) {
+    return fence && be->ops->fence_record ? be->ops->fence_record(be, fence) : ZS_OK;
+}
+
+zs_status zs__fence_wait(zs__backend *be, void *fence) {
+    return fence && be->ops->fence_wait ? be->ops->fence_wait(be, fence) : ZS_OK;
+}

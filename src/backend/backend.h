@@ -115,6 +115,19 @@ typedef struct zs__backend_ops {
     zs_status (*upload)(zs__backend *be, void *dst, const void *host, size_t bytes);
     /* Waits until every op enqueued so far has finished. */
     zs_status (*synchronize)(zs__backend *be);
+    /* Fences: marks in the op order that the host can wait for, so that
+     * host memory an asynchronous `copy` reads is written again only after
+     * that copy ran, without waiting for everything else enqueued.
+     * fence_record marks every op enqueued so far; fence_wait blocks the
+     * host until the ops before the fence's last record have finished (it
+     * returns at once when they have, or when the fence was never
+     * recorded, and only a wait that blocks is counted as one). A backend
+     * whose ops have finished when they return (the CPU's) leaves all four
+     * NULL; callers go through zs__fence_*, which then do nothing. */
+    zs_status (*fence_create)(zs__backend *be, void **out);
+    void (*fence_destroy)(zs__backend *be, void *fence);
+    zs_status (*fence_record)(zs__backend *be, void *fence);
+    zs_status (*fence_wait)(zs__backend *be, void *fence);
     /* The compute stream every op is enqueued on (CUDA: a cudaStream_t), or
      * NULL for a backend without streams; set_stream changes it (the program's
      * own stream, zeroshard_cuda.h). */
@@ -156,6 +169,13 @@ zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out);
  * that fails with ZS_ERR_UNSUPPORTED and says how to get one. */
 zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
                                   zs__backend **out);
+
+/* The fence ops of be, or nothing where be has none (see fence_record):
+ * *out is then NULL, which record and wait accept. */
+zs_status zs__fence_create(zs__backend *be, void **out);
+void zs__fence_destroy(zs__backend *be, void *fence);
+zs_status zs__fence_record(zs__backend *be, void *fence);
+zs_status zs__fence_wait(zs__backend *be, void *fence);
 
 /* Allocates a zero-filled buffer of count elements (count may be 0) in
  * be's memory. */

@@ -35,6 +35,12 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
     [ZS_ENV_PROGRESS_AFTER_S] = {"ZS_PROGRESS_AFTER_S", "seconds, >= 0", "2",
                                  "zs-ckpt: seconds before a long operation starts printing "
                                  "progress on a terminal."},
+    [ZS_ENV_CUDA_PIN_CHUNK_BYTES] = {"ZS_CUDA_PIN_CHUNK_BYTES",
+                                     "bytes, a power of two >= 4096", "1073741824 (1 GiB)",
+                                     "CUDA backend: page-locked host memory is registered in "
+                                     "chunks of this size on several threads (copies are cut at "
+                                     "chunk boundaries); tests make it small to cross "
+                                     "boundaries with small buffers."},
 };
 
 const zs__env_entry *zs__env_entry_of(zs__env_var var) {

@@ -22,6 +22,7 @@ typedef enum {
     ZS_ENV_COMM_DELAY_US,
     ZS_ENV_COMM_DELAY_GBPS,
     ZS_ENV_PROGRESS_AFTER_S,
+    ZS_ENV_CUDA_PIN_CHUNK_BYTES,
     ZS_ENV_COUNT
 } zs__env_var;
 

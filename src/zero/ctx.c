@@ -352,6 +352,8 @@ void zs_destroy(zs_ctx *zs) {
                        &zs->gather_staging, &zs->gather_rounded};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         zs__buf_free(bufs[i]);
+    for (int h = 0; h < 2; h++)
+        if (zs->backend) zs__fence_destroy(zs->backend, zs->gather_fence[h]);
     zs__store_destroy(&zs->store);
     zs__live_destroy(&zs->live);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);

@@ -153,8 +153,16 @@ struct zs_ctx {
      * staging (the largest unit's shard, tag offload_staging) and rounds it
      * into place. */
     int params_on_nvme;
-    zs__buf gather_staging, gather_rounded; /* rounded: [largest unit shard] compute dtype,
-                                               host; none in fp32 */
+    zs__buf gather_staging, gather_rounded; /* rounded: [2 x largest unit shard] compute
+                                               dtype, host; none in fp32 */
+    /* The copy into place reads one of two halves of the staging (fp32) or
+     * the rounding; gathers alternate halves (gather_next, touched only by
+     * the thread running the engine's ops), and a half is rewritten only
+     * after its fence, recorded behind the copy that read it, has passed
+     * (unit_ops.c). */
+    int64_t gather_half_numel;
+    void *gather_fence[2];
+    int gather_next;
     /* The stage-2/3 gradient shard holds the compute dtype when there is one
      * micro-step per step (nothing to accumulate), else
      * precision.accumulate_dtype (fp32 by default). */

@@ -78,8 +78,13 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     out->params_on_nvme = stage == 3 && s->offload.params == ZS_OFFLOAD_NVME;
     const int64_t max_shard = plan->max_unit_padded_numel / world;
     if (out->params_on_nvme) {
-        out->gather_staging_numel = max_shard;
-        if (dt != ZS_DTYPE_FP32) out->gather_rounded_numel = max_shard;
+        /* Two halves of whichever buffer the copy into place reads (the
+         * staging itself in fp32, else the rounding): that copy is
+         * asynchronous on CUDA, so a gather fills one half while the
+         * previous gather's copy may still read the other (unit_ops.c). */
+        out->gather_half_numel = max_shard;
+        out->gather_staging_numel = dt == ZS_DTYPE_FP32 ? 2 * max_shard : max_shard;
+        if (dt != ZS_DTYPE_FP32) out->gather_rounded_numel = 2 * max_shard;
     }
     out->grads_tag = stage >= 2 && offload_opt ? ZS_MEM_HOST_STATE : ZS_MEM_GRADS;
     out->nvme = s->offload.optimizer == ZS_OFFLOAD_NVME;

@@ -31,8 +31,11 @@ typedef struct zs__memory_plan {
     int nvme;                    /* offload.optimizer = "nvme": master and moments in the swap file */
     int params_on_nvme;          /* offload.params = "nvme": no parameter shard is kept; each
                                     gather reads the fp32 master through gather staging */
-    int64_t gather_staging_numel; /* fp32 elements of that staging: the largest unit's shard */
-    int64_t gather_rounded_numel; /* ... and of its rounding into the compute dtype (not fp32) */
+    int64_t gather_half_numel;    /* the largest unit's shard: one half of the copy source */
+    int64_t gather_staging_numel; /* fp32 elements of that staging: the largest unit's shard,
+                                     two halves in fp32 (where the copy reads it) */
+    int64_t gather_rounded_numel; /* ... and of its rounding into the compute dtype (not fp32):
+                                     two halves */
     /* The optimizer offloaded (ctx.h): host copies of the owned gradient
      * (stages 0-1, compute dtype, tag host_state), the landing of a reduced
      * chunk before the host adds it into the shard (stages 2-3 with

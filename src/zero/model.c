@@ -302,6 +302,8 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
                           mp.gather_staging_numel));
         ZS_CHECK(plan_buf(zs, &zs->gather_rounded, ZS_MEM_OFFLOAD_STAGING, dt,
                           mp.gather_rounded_numel));
+        zs->gather_half_numel = mp.gather_half_numel;
+        for (int h = 0; h < 2; h++) ZS_CHECK(zs__fence_create(be, &zs->gather_fence[h]));
     } else ZS_CHECK(plan_buf(zs, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
     zs->params_on_nvme = mp.params_on_nvme;
     if (stage < 2) ZS_CHECK(plan_buf(zs, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));

@@ -102,25 +102,36 @@ zs_status zs__grad_into_owned(zs_ctx *zs, int u, const void *full, const void *c
 static zs_status run_gather(zs__engine_op *op) {
     zs__unit_op *u = (zs__unit_op *)op;
     zs_ctx *zs = u->zs;
+    zs__backend *be = zs->backend;
     const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     void *mine = (char *)u->buf + (size_t)(zs->rank * pu->shard_numel) * elem;
     if (zs->params_on_nvme) {
         /* The shard's fp32 master weights from the swap file, rounded on the
          * host (the bits the optimizer would have written to a parameter
-         * copy), then copied into place. */
-        float *master = zs->gather_staging.ptr;
-        void *rounded = zs->gather_rounded.ptr ? zs->gather_rounded.ptr : (void *)master;
+         * copy), then copied into place. That copy is asynchronous on CUDA
+         * (a DMA queued behind whatever the device has still to run), so
+         * the half it reads is filled again only two gathers later, after
+         * the fence recorded behind it: a wait in the rare case that the
+         * device lags that far, never one per gather, which would end
+         * prefetching (and the one host wait per step). */
+        const int h = zs->gather_next;
+        zs->gather_next ^= 1;
+        const int64_t at = (int64_t)h * zs->gather_half_numel;
+        ZS_CHECK(zs__fence_wait(be, zs->gather_fence[h]));
+        float *master = zs->gather_rounded.ptr ? (float *)zs->gather_staging.ptr
+                                               : (float *)zs__buf_at(&zs->gather_staging, at);
+        void *rounded = zs->gather_rounded.ptr ? zs__buf_at(&zs->gather_rounded, at) : (void *)master;
         ZS_CHECK(zs__store_read(&zs->store, ZS_STATE_MASTER, pu->shard_offset, pu->shard_numel,
                                 master));
         if (rounded != (void *)master)
             ZS_CHECK(zs_convert(rounded, zs->compute_dtype, master, ZS_DTYPE_FP32,
                                 pu->shard_numel));
-        ZS_CHECK(zs->backend->ops->copy(zs->backend, mine, rounded, (size_t)pu->shard_numel * elem));
+        ZS_CHECK(be->ops->copy(be, mine, rounded, (size_t)pu->shard_numel * elem));
+        ZS_CHECK(zs__fence_record(be, zs->gather_fence[h]));
     } else {
-        ZS_CHECK(zs->backend->ops->copy(zs->backend, mine,
-                                        zs__buf_at(&zs->params_shard, pu->shard_offset),
-                                        (size_t)pu->shard_numel * elem));
+        ZS_CHECK(be->ops->copy(be, mine, zs__buf_at(&zs->params_shard, pu->shard_offset),
+                               (size_t)pu->shard_numel * elem));
     }
     ZS_CHECK(zs__comm_all_gather(zs->comm, u->buf, (size_t)pu->shard_numel, zs->compute_dtype,
                                  u->unit->name));

@@ -22,20 +22,28 @@
  *     (NCCL, whose collectives only enqueue), zs_step blocks the host
  *     exactly once in every stage, for the gradient's sums of squares of
  *     all units together (the CUDA backend's wait count,
- *     zs__cuda_blocking_waits).
+ *     zs__cuda_blocking_waits); with the parameters on NVMe the gathers
+ *     of a step block it never (their staging alternates halves guarded by
+ *     fences instead of a wait after every gather);
+ *   - parameters on NVMe, the device held back: a host function that
+ *     sleeps is queued on the compute stream, then two units are fetched
+ *     back to back, so both gathers' copies out of the pinned staging are
+ *     still queued when the second gather has filled its staging; the
+ *     values must still be each unit's own (issue 26, item 2).
  * Every rank computes the same gradient, so the average over ranks is that
  * gradient exactly (x + x = 2x and 2x / 2 = x in floating point), and the
  * single-process CPU run is a valid reference at any world size.
  *
  * Without a usable device every rank prints SKIP and exits 77, which mpirun
  * passes on and ctest reports as skipped. */
-#define _DEFAULT_SOURCE /* mkdtemp */
+#define _DEFAULT_SOURCE /* mkdtemp, nanosleep */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -49,9 +57,12 @@
 #define SKIP_CODE 77
 
 /* Parameter shapes: unit u holds a weight [rows x cols] and a bias [rows].
- * No unit's size is a multiple of 2 (the largest world size registered), so
- * every unit is padded and its last shard is partly padding. */
-static const int64_t shapes[UNITS][2] = {{7, 5}, {3, 7}, {11, 3}};
+ * No unit's size is a multiple of 2 or 3 (the world sizes registered), so
+ * every unit is padded and its last shard is partly padding. The last unit
+ * (1035 elements, 4 KiB in fp32) is larger than a piece of the host staging
+ * the comm.impl = "mpi" runs use (staging_bytes = 1024), so its shards go
+ * through comm/staging.c in several pieces at np 1-3. */
+static const int64_t shapes[UNITS][2] = {{7, 5}, {3, 7}, {45, 22}};
 #define PARAMS (2 * UNITS)
 
 typedef struct run {
@@ -60,6 +71,16 @@ typedef struct run {
 } run;
 
 static int is_cuda(const zs_ctx *zs) { return strcmp(zs_backend_name(zs), "cuda") == 0; }
+
+/* Set by main for one run: before the final fetches, the compute stream is
+ * held back by a host function that sleeps this long (0: not held). */
+static int hold_stream_ms = 0;
+
+static void CUDART_CB sleep_on_stream(void *ms) {
+    const int n = *(const int *)ms;
+    struct timespec nap = {n / 1000, (long)(n % 1000) * 1000000L};
+    nanosleep(&nap, NULL);
+}
 
 /* Copies between host and backend memory. On CUDA the copy runs on the
  * compute stream, so a read sees every all-gather and optimizer update
@@ -184,8 +205,13 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
     int ranks = 0;
     MPI_Comm_size(comm, &ranks);
     const int count_waits = is_cuda(zs) && ranks == 1 && !extra;
+    /* Parameters on NVMe: the gathers of a step (everything but zs_step)
+     * do not block the host. */
+    const int count_gather_waits = is_cuda(zs) && ranks == 1 && extra &&
+                                   strstr(extra, "params = \"nvme\"") != NULL;
 
     for (int step = 0; step < STEPS; step++) {
+        const uint64_t pass_before = zs__cuda_blocking_waits(zs);
         /* Forward does nothing here; backward runs in reverse unit order. */
         for (int u = UNITS - 1; u >= 0; u--) {
             zs_unit *unit = zs_unit_at(zs, u);
@@ -209,6 +235,11 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
         }
         zs_step_info info;
         const uint64_t waits_before = zs__cuda_blocking_waits(zs);
+        if (count_gather_waits)
+            ZT_CHECK_MSG(waits_before == pass_before, "stage %d step %d, parameters on NVMe: "
+                         "the gathers of the backward pass blocked the host %llu times; none "
+                         "was expected", stage, step,
+                         (unsigned long long)(waits_before - pass_before));
         st = zs_step(zs, &info);
         const uint64_t waits = zs__cuda_blocking_waits(zs) - waits_before;
         ZT_OK(st);
@@ -221,9 +252,20 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
                      "grad norm %g", backend, stage, step, info.skipped, info.grad_norm);
     }
 
+    /* Held back: the device sleeps while the first two units are fetched
+     * back to back (max_live_units = 2), so both copies into place are
+     * queued behind the sleep when the second gather refills staging. */
+    if (hold_stream_ms > 0 && is_cuda(zs)) {
+        cudaError_t e = cudaLaunchHostFunc(zs_cuda_stream(zs), sleep_on_stream, &hold_stream_ms);
+        ZT_CHECK_MSG(e == cudaSuccess, "cudaLaunchHostFunc: %s", cudaGetErrorString(e));
+        for (int u = 0; u < 2 && st == ZS_OK; u++) st = zs_fetch(zs, zs_unit_at(zs, u));
+        ZT_OK(st);
+        if (st != ZS_OK) goto done;
+    }
     for (int u = 0; u < UNITS; u++) {
         zs_unit *unit = zs_unit_at(zs, u);
-        st = zs_fetch(zs, unit);
+        const int held = hold_stream_ms > 0 && is_cuda(zs) && u < 2;
+        st = held ? ZS_OK : zs_fetch(zs, unit);
         ZT_OK(st);
         if (st != ZS_OK) goto done;
         for (int k = 0; k < 2; k++) {
@@ -358,6 +400,18 @@ int main(int argc, char **argv) {
             compare_bitwise(&offloaded, &runs[stage], stage, offloads[k]);
             free_run(&offloaded);
         }
+    /* Parameters on NVMe with the device held back for 300 ms before two
+     * gathers back to back (in fp32 the copy reads the staging's halves
+     * themselves; the rounded halves of bf16/fp16 alternate the same way). */
+    {
+        run held;
+        memset(&held, 0, sizeof held);
+        hold_stream_ms = 300;
+        ZT_REQUIRE(train(MPI_COMM_WORLD, "cuda", 3, offloads[4], &held) == 0);
+        hold_stream_ms = 0;
+        compare_bitwise(&held, &runs[3], 3, "parameters on NVMe, gathers behind a held stream");
+        free_run(&held);
+    }
     for (int stage = 0; stage < 4; stage++) {
         free_run(&runs[stage]);
         free_run(&cpu[stage]);

@@ -24,8 +24,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/number.h"
 #include "core/trace.h"
 #include "kernels/cuda_launch.h"
 
@@ -70,6 +72,8 @@ typedef struct cuda_impl {
     int norm_cap;             /* arrays the totals hold */
     size_t norm_bytes;        /* charged to ZS_MEM_SCRATCH for the two above */
     uint64_t waits;           /* blocking waits so far (wait_event calls) */
+    size_t pin_chunk;         /* bytes of each cudaHostRegister of pinned_alloc: a power
+                                 of two, the alignment of multi-chunk allocations */
 } cuda_impl;
 
 static cuda_impl *impl_of(zs__backend *be) { return be->impl; }
@@ -187,38 +191,71 @@ static zs_status wait_stream(cuda_impl *c, const char *doing) {
  * allows: cudaHostAlloc maps and locks the pages on one thread (about
  * 2 GB/s, a minute for the tens of GB of a large model's offloaded state),
  * so the memory is allocated plainly, zeroed (first touch) on every OpenMP
- * thread, and registered (cudaHostRegister) in chunks, the chunks on
- * several threads at once. Freed by unregistering the same chunks. Copies
- * between it and the device are then DMA, asynchronous on the stream. */
-#define ZS_CUDA_PIN_CHUNK ((size_t)1 << 30)
+ * thread, and registered (cudaHostRegister) in chunks of c->pin_chunk
+ * bytes (ZS_CUDA_PIN_CHUNK_BYTES, default 1 GiB), the chunks on several
+ * threads at once. Freed by unregistering the same chunks. Copies between
+ * it and the device are then DMA, asynchronous on the stream.
+ *
+ * Each chunk is a registration of its own, and one cudaMemcpyAsync over
+ * two registrations is not a copy from one page-locked allocation (the
+ * driver refuses it or falls back to a pageable, synchronous copy), so
+ * `copy` cuts every copy where it crosses a chunk boundary. An allocation
+ * of several chunks starts at a multiple of the chunk size, so those
+ * boundaries are the multiples of it in the address space and `copy` finds
+ * them from the addresses alone, without a table of allocations. */
+#define ZS_CUDA_PIN_CHUNK_DEFAULT ((size_t)1 << 30)
 #define ZS_CUDA_PAGE ((size_t)4096)
 
-static size_t pin_chunks(size_t bytes) { return (bytes + ZS_CUDA_PIN_CHUNK - 1) / ZS_CUDA_PIN_CHUNK; }
+static size_t pin_chunks(const cuda_impl *c, size_t bytes) {
+    return (bytes + c->pin_chunk - 1) / c->pin_chunk;
+}
 
-static void unregister_chunks(void *p, size_t chunks) {
+static void unregister_chunks(const cuda_impl *c, void *p, size_t chunks) {
     for (size_t k = 0; k < chunks; k++)
-        if (cudaHostUnregister((char *)p + k * ZS_CUDA_PIN_CHUNK) != cudaSuccess)
+        if (cudaHostUnregister((char *)p + k * c->pin_chunk) != cudaSuccess)
             (void)cudaGetLastError();
+}
+
+/* ZS_CUDA_PIN_CHUNK_BYTES, read once when the backend is created. */
+static zs_status read_pin_chunk(size_t *out) {
+    *out = ZS_CUDA_PIN_CHUNK_DEFAULT;
+    const char *text = zs__env_text(ZS_ENV_CUDA_PIN_CHUNK_BYTES);
+    if (!text) return ZS_OK;
+    int64_t v = 0;
+    zs_status st = zs__number_option_size("ZS_CUDA_PIN_CHUNK_BYTES", text, (int64_t)ZS_CUDA_PAGE,
+                                          (int64_t)1 << 40, &v);
+    if (st != ZS_OK) return st;
+    if ((v & (v - 1)) != 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "ZS_CUDA_PIN_CHUNK_BYTES=\"%s\" is not a power "
+                        "of two; page-locked memory is registered in chunks whose boundaries "
+                        "must be computable from addresses (e.g. 65536 or 1GiB)", text);
+    *out = (size_t)v;
+    return ZS_OK;
 }
 
 static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
                               const char *advice, void **out) {
     const size_t rounded = (bytes + ZS_CUDA_PAGE - 1) / ZS_CUDA_PAGE * ZS_CUDA_PAGE;
     const uint64_t t0 = zs__clock_ns();
-    void *p = zs__aligned_alloc(ZS_CUDA_PAGE, rounded);
+    /* Several chunks: aligned to the chunk size, so that the registrations'
+     * boundaries are multiples of it. C11 wants the size a multiple of the
+     * alignment; the alignment and that rounding cost address space, not
+     * memory: pages never touched are never mapped. */
+    const size_t chunks = pin_chunks(c, rounded);
+    void *p = chunks > 1 ? zs__aligned_alloc(c->pin_chunk, chunks * c->pin_chunk)
+                         : zs__aligned_alloc(ZS_CUDA_PAGE, rounded);
     if (!p)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cannot allocate %zu "
                         "bytes of host memory for '%s'; free host memory, or %s",
                         c->device, bytes, zs_mem_tag_name(tag), advice);
     zs__host_zero(p, rounded);
     const uint64_t t1 = zs__clock_ns();
-    const size_t chunks = pin_chunks(rounded);
     cudaError_t first = cudaSuccess;
     /* Each thread makes the device current for itself before it registers. */
 #pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
     for (long k = 0; k < (long)chunks; k++) {
-        const size_t at = (size_t)k * ZS_CUDA_PIN_CHUNK;
-        const size_t n = rounded - at < ZS_CUDA_PIN_CHUNK ? rounded - at : ZS_CUDA_PIN_CHUNK;
+        const size_t at = (size_t)k * c->pin_chunk;
+        const size_t n = rounded - at < c->pin_chunk ? rounded - at : c->pin_chunk;
         cudaError_t e = cudaSetDevice(c->device);
         if (e == cudaSuccess) e = cudaHostRegister((char *)p + at, n, cudaHostRegisterPortable);
         if (e != cudaSuccess) {
@@ -229,7 +266,7 @@ static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, siz
     if (first != cudaSuccess) {
         (void)cudaGetLastError();
         /* Whichever chunks were registered (the others fail harmlessly). */
-        unregister_chunks(p, chunks);
+        unregister_chunks(c, p, chunks);
         free(p);
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cuda backend (device %d): cudaHostRegister of "
                         "%zu bytes for '%s' failed: %s; free host memory, raise the "
@@ -254,7 +291,7 @@ static void pinned_free(zs__backend *be, cuda_impl *c, zs_mem_tag tag, void *ptr
     if (cudaSetDevice(c->device) != cudaSuccess) (void)cudaGetLastError();
     if (wait_stream(c, "freeing page-locked memory") != ZS_OK)
         ZS_WARN("cuda backend (device %d): %s", c->device, zs_last_error());
-    unregister_chunks(ptr, pin_chunks(rounded));
+    unregister_chunks(c, ptr, pin_chunks(c, rounded));
     free(ptr);
     zs__mem_uncharge(be->mem, tag, bytes);
 }
@@ -353,8 +390,22 @@ static zs_status cuda_copy(zs__backend *be, void *dst, const void *src, size_t b
     /* Either side may be host memory (a host tier, a pinned staging buffer
      * of host_alloc): the runtime infers the direction from the addresses
      * (unified addressing). Such a copy is stream-ordered like the others;
-     * the host reads its destination only after synchronizing. */
-    CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), "copying device memory");
+     * the host reads its destination only after synchronizing. A piece
+     * never crosses a multiple of the pin chunk on either side, so each
+     * stays inside one registration of pinned_alloc (device addresses do
+     * not care: a device copy is cut only where a boundary happens to lie). */
+    const size_t chunk = c->pin_chunk;
+    for (size_t done = 0; done < bytes;) {
+        const uintptr_t at_d = d + done, at_s = s + done;
+        size_t n = bytes - done;
+        const size_t to_d = chunk - (size_t)(at_d & (chunk - 1));
+        const size_t to_s = chunk - (size_t)(at_s & (chunk - 1));
+        if (n > to_d) n = to_d;
+        if (n > to_s) n = to_s;
+        CU(c, cudaMemcpyAsync((void *)at_d, (const void *)at_s, n, cudaMemcpyDefault, c->stream),
+           "copying device memory");
+        done += n;
+    }
     return ZS_OK;
 }
 
@@ -631,6 +682,41 @@ static zs_status cuda_synchronize(zs__backend *be) {
     return wait_stream(c, "waiting for the compute stream");
 }
 
+/* Fences are CUDA events recorded on the compute stream. A wait first asks
+ * whether the event has completed, so a fence the device has long passed
+ * (a staging half two gathers old) costs no counted, traced wait. */
+static zs_status cuda_fence_create(zs__backend *be, void **out) {
+    cuda_impl *c = impl_of(be);
+    *out = NULL;
+    ZS_CHECK(enter(c, "creating a fence"));
+    cudaEvent_t ev = NULL;
+    CU(c, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating a fence");
+    *out = (void *)ev;
+    return ZS_OK;
+}
+
+static void cuda_fence_destroy(zs__backend *be, void *fence) {
+    cuda_impl *c = impl_of(be);
+    if (cudaSetDevice(c->device) != cudaSuccess || cudaEventDestroy((cudaEvent_t)fence) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static zs_status cuda_fence_record(zs__backend *be, void *fence) {
+    cuda_impl *c = impl_of(be);
+    ZS_CHECK(enter(c, "recording a fence"));
+    CU(c, cudaEventRecord((cudaEvent_t)fence, c->stream), "recording a fence");
+    return ZS_OK;
+}
+
+static zs_status cuda_fence_wait(zs__backend *be, void *fence) {
+    cuda_impl *c = impl_of(be);
+    ZS_CHECK(enter(c, "waiting for a fence"));
+    const cudaError_t e = cudaEventQuery((cudaEvent_t)fence);
+    if (e == cudaSuccess) return ZS_OK;
+    if (e != cudaErrorNotReady) return cuda_fail(c, e, "cudaEventQuery", "waiting for a fence");
+    return wait_event(c, (cudaEvent_t)fence, "waiting for a copy out of host memory");
+}
+
 /* The UUID as nvidia-smi prints it (GPU-8-4-4-4-12 hex digits): the same
  * device gives the same string in every process, whatever its index under
  * that process's CUDA_VISIBLE_DEVICES. */
@@ -711,6 +797,10 @@ static const zs__backend_ops cuda_ops = {
     .download = cuda_download,
     .upload = cuda_upload,
     .synchronize = cuda_synchronize,
+    .fence_create = cuda_fence_create,
+    .fence_destroy = cuda_fence_destroy,
+    .fence_record = cuda_fence_record,
+    .fence_wait = cuda_fence_wait,
     .get_stream = cuda_get_stream,
     .set_stream = cuda_set_stream,
     .device_identity = cuda_device_identity,
@@ -758,7 +848,12 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     c->be = be;
     c->device = local_rank % devices;
     c->devices = devices;
-    zs_status s = ZS_OK;
+    zs_status s = read_pin_chunk(&c->pin_chunk);
+    if (s != ZS_OK) {
+        free(c);
+        free(be);
+        return s;
+    }
     const char *doing = "starting the CUDA backend";
     int sms = 0;
 #define CU_INIT(call)                                                           \
