@@ -101,9 +101,10 @@ const zs__key zs__config_keys[] = {
              "offload.optimizer = \"nvme\": each gather reads the shard's fp32 master weights "
              "from the swap file and rounds them, so no separate copy is kept)."),
     INT_KEY("offload.buffer_bytes", offload.buffer_bytes, 16777216, 4096, 1073741824,
-            "offload.optimizer = \"nvme\": the size of each of the three I/O buffers "
-            "(read-ahead, update, write-behind), each holding one chunk of the swap file: a block "
-            "per optimizer array."),
+            "offload.optimizer = \"nvme\": the size of each of the four chunk buffers: three "
+            "for the optimizer step (read-ahead, update, write-behind) and one for the "
+            "write-back cache that initialization, checkpoints and stage-3 gathers read "
+            "through; each holds one chunk of the swap file: a block per optimizer array."),
     BOOL_KEY("offload.overlap", offload.overlap, 1,
              "With the optimizer offloaded: zs_step returns once the step is decided and the "
              "host updates the units in forward order on its own thread, each unit's new "

@@ -10,7 +10,12 @@
 #include "core/error.h"
 #include "offload/swap.h"
 
-#define SLOTS 3 /* read-ahead, update, write-behind */
+/* Slots 0-2 are the sweep's (read-ahead, update, write-behind); slot 3 is
+ * the get/put cache's own, so a get never waits for a sweep to give a slot
+ * back. */
+#define SWEEP_SLOTS 3
+#define CACHE_SLOT 3
+#define SLOTS 4
 #define PAGE_FLOATS (ZS_SWAP_ALIGNMENT / (int64_t)sizeof(float))
 
 struct zs__nvme_state {
@@ -18,22 +23,50 @@ struct zs__nvme_state {
     zs__mem *mem;
     zs__nvme_layout layout;
     float *slot[SLOTS];
-    zs__swap_req *req[SLOTS][3]; /* one request per array of the slot's chunk */
-    /* The get/put cache lives in slot 0 between sweeps, block by block: a
-     * reader of one array (a stage-3 gather of master weights) reads only
-     * that array's blocks. */
-    int64_t cached;    /* the chunk whose blocks slot 0 holds, or -1 */
-    unsigned valid;    /* bit a: array a's block of `cached` is in slot 0 */
-    unsigned dirty;    /* bit a: ... and was changed by a put */
-    /* Callers may be two threads (the program's, and the comm engine's for
-     * stage-3 gathers of parameters kept on NVMe); every entry point holds
-     * this, so they take turns. */
+    /* One request per array of the slot's chunk. The sweep's slots are used
+     * by the sweeping thread only, the cache's by the holder of the cache
+     * (cache_busy): neither needs the lock. */
+    zs__swap_req *req[SLOTS][3];
+    /* Two threads use the tier at once: the host optimizer's sweeps a unit
+     * while the main thread (or the comm engine's) gathers the unit before
+     * it, with parameters on NVMe, through the cache. So that a gather waits
+     * only for the chunks the sweep holds (a boundary chunk the two units
+     * share), not for the unit's whole update, no lock is held across I/O
+     * or the visitor:
+     *   - sweep_lock serializes sweeps (the next unit's sweep reads what
+     *     this one wrote where they share a chunk);
+     *   - lock guards the fields below, for bookkeeping only; `changed` is
+     *     signalled whenever the window shrinks, the cache is given back or
+     *     the state is lost. */
+    pthread_mutex_t sweep_lock;
     pthread_mutex_t lock;
+    pthread_cond_t changed;
+    /* Chunks [window_lo, window_hi) belong to the running sweep: being read,
+     * visited or written behind. The swap may not have two requests on one
+     * block in flight (a write marks its blocks unwritten until it is done,
+     * so a read beside it fails), and a copy taken while the sweep changes a
+     * chunk would be stale: the cache touches none of them. Empty (lo == hi)
+     * between sweeps. */
+    int64_t window_lo, window_hi;
+    /* The get/put cache: blocks of one chunk in the cache slot. A reader of
+     * one array (a stage-3 gather of master weights) reads only that
+     * array's blocks. The cached chunk is never in the window: the sweep
+     * flushes and forgets it before taking it. */
+    int64_t cached;    /* the chunk whose blocks the cache slot holds, or -1 */
+    unsigned valid;    /* bit a: array a's block of `cached` is in the cache slot */
+    unsigned dirty;    /* bit a: ... and was changed by a put */
+    /* The cache slot is in use (I/O or a copy, with the lock dropped) by one
+     * caller, moving to chunk busy_chunk: other gets and puts wait, and the
+     * sweep waits before taking busy_chunk or the cached chunk. A holder
+     * waits for nothing but its own I/O, so the sweep's wait is short and
+     * cannot close a cycle. */
+    int cache_busy;
+    int64_t busy_chunk;
     int stuck;         /* a request passed its deadline (see destroy) */
     uint64_t charged;  /* bytes charged to ZS_MEM_NVME_STATE */
     /* After a failed read or write the state on disk is not what the
      * optimizer last computed; every later use fails with the first reason
-     * instead of training on from it. */
+     * instead of training on from it. Under `lock`. */
     zs_status lost;
     char lost_message[768];
     zs__nvme_namer namer;
@@ -65,6 +98,7 @@ uint64_t zs__nvme_table_bytes(const zs__nvme_layout *layout) {
     return (uint64_t)layout->chunks * (uint64_t)layout->arrays * ZS_SWAP_META_BYTES_PER_BLOCK;
 }
 
+/* Both of these with the lock held. */
 static zs_status check_usable(const zs__nvme_state *ns) {
     if (ns->lost == ZS_OK) return ZS_OK;
     return zs__fail(ns->lost, "%s: the optimizer state on NVMe was lost by an earlier failure "
@@ -76,6 +110,8 @@ static zs_status lose(zs__nvme_state *ns, zs_status st) {
     if (st != ZS_OK && ns->lost == ZS_OK) {
         ns->lost = st;
         snprintf(ns->lost_message, sizeof ns->lost_message, "%s", zs_last_error());
+        /* A get waiting for a chunk of a failed sweep gives up now. */
+        pthread_cond_broadcast(&ns->changed);
     }
     return st;
 }
@@ -112,7 +148,9 @@ static int64_t chunk_count(const zs__nvme_state *ns, int64_t chunk) {
 }
 
 /* Starts moving array a of chunk k out of slot s (is_write) or into it; a
- * block never written reads as zeros, at once. */
+ * block never written reads as zeros, at once. Only the sweep and the
+ * cache's holder call this, on chunks no one else is moving (the window),
+ * so the block's written flag cannot change under the check. */
 static zs_status submit_block(zs__nvme_state *ns, int64_t k, int a, int s, int is_write) {
     ns->req[s][a] = NULL;
     if (!is_write && !zs__swap_written(ns->swap, block_offset(ns, k, a))) {
@@ -134,7 +172,8 @@ static zs_status start_chunk(zs__nvme_state *ns, int64_t k, int s, int is_write)
 }
 
 /* Waits for every request of slot s; the first failure is returned (all
- * are waited for, so the slot's buffer is free either way). */
+ * are waited for, so the slot's buffer is free either way). Called without
+ * the lock: this is the wait the other thread must not sit behind. */
 static zs_status finish(zs__nvme_state *ns, int s) {
     zs_status first = ZS_OK;
     char message[768] = "";
@@ -142,7 +181,11 @@ static zs_status finish(zs__nvme_state *ns, int s) {
         zs__swap_req *r = ns->req[s][a];
         ns->req[s][a] = NULL;
         zs_status st = r ? zs__swap_wait(ns->swap, r) : ZS_OK;
-        if (st == ZS_ERR_TIMEOUT) ns->stuck = 1;
+        if (st == ZS_ERR_TIMEOUT) {
+            pthread_mutex_lock(&ns->lock);
+            ns->stuck = 1;
+            pthread_mutex_unlock(&ns->lock);
+        }
         if (st != ZS_OK && first == ZS_OK) {
             first = st;
             snprintf(message, sizeof message, "%s", zs_last_error());
@@ -160,7 +203,9 @@ zs_status zs__nvme_state_create(const char *dir, int rank, const char *runid,
     ns->layout = *layout;
     ns->mem = mem;
     ns->cached = -1;
+    pthread_mutex_init(&ns->sweep_lock, NULL);
     pthread_mutex_init(&ns->lock, NULL);
+    pthread_cond_init(&ns->changed, NULL);
     zs__swap_config cfg = ZS__SWAP_CONFIG_INIT;
     cfg.runid = runid;
     cfg.io_threads = layout->arrays; /* a chunk's arrays move at once */
@@ -191,7 +236,9 @@ void zs__nvme_state_destroy(zs__nvme_state *ns) {
         if (ns->slot[s]) zs__swap_buffer_free(ns->swap, ns->slot[s], ns->layout.block_bytes,
                                               ZS_MEM_OFFLOAD_STAGING);
     zs__swap_destroy(ns->swap);
+    pthread_cond_destroy(&ns->changed);
     pthread_mutex_destroy(&ns->lock);
+    pthread_mutex_destroy(&ns->sweep_lock);
     free(ns);
 }
 
@@ -202,25 +249,51 @@ static zs_status move_block(zs__nvme_state *ns, int64_t k, int a, int s, int is_
     return st;
 }
 
-static zs_status flush_cache(zs__nvme_state *ns) {
+/* Writes back the blocks of chunk k that puts changed (bits of `dirty`),
+ * from the cache slot. The caller holds the cache (cache_busy), not the
+ * lock; k is outside the window, so no sweep moves it meanwhile. */
+static zs_status write_dirty(zs__nvme_state *ns, int64_t k, unsigned dirty) {
     for (int a = 0; a < ns->layout.arrays; a++)
-        if (ns->dirty & (1u << a)) {
-            ns->dirty &= ~(1u << a);
-            ZS_CHECK(lose(ns, move_block(ns, ns->cached, a, 0, 1)));
-        }
+        if (dirty & (1u << a)) ZS_CHECK(move_block(ns, k, a, CACHE_SLOT, 1));
     return ZS_OK;
+}
+
+/* The lock is held on entry and on return; it is dropped while the cache
+ * slot is written, with the cache held (cache_busy) so no one else uses the
+ * slot or takes the chunk. */
+static zs_status flush_locked(zs__nvme_state *ns) {
+    while (ns->cache_busy) pthread_cond_wait(&ns->changed, &ns->lock);
+    ZS_CHECK(check_usable(ns));
+    if (!ns->dirty) return ZS_OK;
+    const int64_t k = ns->cached;
+    const unsigned dirty = ns->dirty;
+    ns->cache_busy = 1;
+    ns->busy_chunk = k;
+    pthread_mutex_unlock(&ns->lock);
+    zs_status st = write_dirty(ns, k, dirty);
+    pthread_mutex_lock(&ns->lock);
+    /* Clean even after a failure: the state is lost then, and a write is
+     * not tried twice. */
+    ns->dirty = 0;
+    ns->cache_busy = 0;
+    pthread_cond_broadcast(&ns->changed);
+    return lose(ns, st);
 }
 
 zs_status zs__nvme_state_flush(zs__nvme_state *ns) {
     pthread_mutex_lock(&ns->lock);
-    zs_status st = check_usable(ns);
-    if (st == ZS_OK) st = flush_cache(ns);
+    zs_status st = flush_locked(ns);
     pthread_mutex_unlock(&ns->lock);
     return st;
 }
 
 zs_status zs__nvme_state_reset(zs__nvme_state *ns) {
+    /* No sweep and no cache I/O may be in flight while the swap forgets its
+     * blocks. The callers (zs_load) have waited for the pipeline's pass
+     * already; taking the sweep lock makes it so regardless. */
+    pthread_mutex_lock(&ns->sweep_lock);
     pthread_mutex_lock(&ns->lock);
+    while (ns->cache_busy) pthread_cond_wait(&ns->changed, &ns->lock);
     zs_status st = ZS_OK;
     if (ns->stuck) {
         st = zs__fail(ZS_ERR_IO, "%s: a read or write is still stuck in the kernel; the NVMe tier "
@@ -234,22 +307,71 @@ zs_status zs__nvme_state_reset(zs__nvme_state *ns) {
         ns->lost_message[0] = '\0';
     }
     pthread_mutex_unlock(&ns->lock);
+    pthread_mutex_unlock(&ns->sweep_lock);
     return st;
 }
 
-static zs_status cache_block(zs__nvme_state *ns, int64_t k, int a) {
-    if (ns->cached != k) {
-        ZS_CHECK(flush_cache(ns));
-        ns->cached = k;
-        ns->valid = 0;
-    }
-    if (ns->valid & (1u << a)) return ZS_OK;
-    ZS_CHECK(lose(ns, move_block(ns, k, a, 0, 0)));
-    ns->valid |= 1u << a;
-    return ZS_OK;
+static int in_window(const zs__nvme_state *ns, int64_t k) {
+    return k >= ns->window_lo && k < ns->window_hi;
 }
 
-/* get and put: the same walk over the chunks of a range. */
+/* Elements [at, at + n) of `array` in chunk k, into dst or from src,
+ * through the cache. The lock is held on entry and on return, and dropped
+ * for the I/O and the copy while this caller holds the cache. */
+static zs_status copy_chunk(zs__nvme_state *ns, int64_t k, int array, int64_t at, int64_t n,
+                            float *dst, const float *src) {
+    /* A chunk in the sweep's window is waited for: the disk holds an old
+     * copy of it (or, mid-write, one the swap refuses to read), and the
+     * sweep's copy is not ours to read. */
+    while (ns->lost == ZS_OK && (ns->cache_busy || in_window(ns, k)))
+        pthread_cond_wait(&ns->changed, &ns->lock);
+    ZS_CHECK(check_usable(ns));
+    /* Held from here: the sweep will not take k (nor the cached chunk,
+     * which may be written back below) until it is given back. The cache's
+     * fields change under the lock only, at the end; locals until then. */
+    ns->cache_busy = 1;
+    ns->busy_chunk = k;
+    int64_t cached = ns->cached;
+    unsigned valid = ns->valid, dirty = ns->dirty;
+    pthread_mutex_unlock(&ns->lock);
+    zs_status st = ZS_OK;
+    if (cached != k) {
+        /* The cached chunk is outside the window (the sweep forgets a
+         * chunk before taking it), so writing it back races nothing. */
+        if (cached >= 0) st = write_dirty(ns, cached, dirty);
+        cached = k;
+        valid = dirty = 0;
+    }
+    const unsigned bit = 1u << array;
+    if (st == ZS_OK && !(valid & bit)) {
+        st = move_block(ns, k, array, CACHE_SLOT, 0);
+        if (st == ZS_OK) valid |= bit;
+    }
+    if (st == ZS_OK) {
+        float *cell = block_at(ns, CACHE_SLOT, array) + (size_t)at;
+        if (dst) {
+            memcpy(dst, cell, (size_t)n * sizeof(float));
+        } else {
+            memcpy(cell, src, (size_t)n * sizeof(float));
+            dirty |= bit;
+        }
+    }
+    pthread_mutex_lock(&ns->lock);
+    if (st == ZS_OK) {
+        ns->cached = cached;
+        ns->valid = valid;
+        ns->dirty = dirty;
+    } else {
+        /* The state is lost; the cache holds nothing worth writing. */
+        ns->cached = -1;
+        ns->valid = ns->dirty = 0;
+    }
+    ns->cache_busy = 0;
+    pthread_cond_broadcast(&ns->changed);
+    return lose(ns, st);
+}
+
+/* get and put: the same walk over the chunks of a range, with the lock. */
 static zs_status copy_range(zs__nvme_state *ns, int array, int64_t index, int64_t count, float *dst,
                             const float *src) {
     ZS_CHECK(check_usable(ns));
@@ -262,16 +384,9 @@ static zs_status copy_range(zs__nvme_state *ns, int array, int64_t index, int64_
         const int64_t k = index / l->chunk_numel;
         const int64_t at = index - k * l->chunk_numel;
         const int64_t n = l->chunk_numel - at < count ? l->chunk_numel - at : count;
-        ZS_CHECK(cache_block(ns, k, array));
-        float *cell = ns->slot[0] + (size_t)array * (size_t)l->chunk_numel + (size_t)at;
-        if (dst) {
-            memcpy(dst, cell, (size_t)n * sizeof(float));
-            dst += n;
-        } else {
-            memcpy(cell, src, (size_t)n * sizeof(float));
-            src += n;
-            ns->dirty |= 1u << array;
-        }
+        ZS_CHECK(copy_chunk(ns, k, array, at, n, dst, src));
+        if (dst) dst += n;
+        else src += n;
         index += n;
         count -= n;
     }
@@ -294,61 +409,144 @@ zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64
     return st;
 }
 
+/* The sweep takes chunk k into its window, before reading it. If the cache
+ * holds k, its changes are written back first (the sweep must read them)
+ * and it is forgotten (the sweep is about to change k on the disk). The lock
+ * is held on entry and on return; dropped while the cache is written. */
+static zs_status take_chunk(zs__nvme_state *ns, int64_t k) {
+    /* Wait only for a holder that moves k; one moving another chunk goes on
+     * beside the sweep. */
+    while (ns->cache_busy && (ns->busy_chunk == k || ns->cached == k))
+        pthread_cond_wait(&ns->changed, &ns->lock);
+    /* A get that failed meanwhile lost the state: stop with its reason. */
+    ZS_CHECK(check_usable(ns));
+    zs_status st = ZS_OK;
+    if (ns->cached == k) {
+        if (ns->dirty) {
+            const unsigned dirty = ns->dirty;
+            ns->cache_busy = 1;
+            ns->busy_chunk = k;
+            pthread_mutex_unlock(&ns->lock);
+            st = write_dirty(ns, k, dirty);
+            pthread_mutex_lock(&ns->lock);
+            ns->cache_busy = 0;
+        }
+        ns->cached = -1;
+        ns->valid = ns->dirty = 0;
+    }
+    /* Taken in the same hold of the lock that gave the cache back, so no
+     * get slips in between and reads k. */
+    if (st == ZS_OK) {
+        if (ns->window_lo == ns->window_hi) ns->window_lo = k;
+        ns->window_hi = k + 1;
+    }
+    pthread_cond_broadcast(&ns->changed);
+    return lose(ns, st);
+}
+
+static zs_status take(zs__nvme_state *ns, int64_t k) {
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = take_chunk(ns, k);
+    pthread_mutex_unlock(&ns->lock);
+    return st;
+}
+
+/* The sweep is done with every chunk before k: a get waiting for one goes
+ * on. */
+static void release_before(zs__nvme_state *ns, int64_t k) {
+    pthread_mutex_lock(&ns->lock);
+    if (k > ns->window_hi) k = ns->window_hi;
+    if (k > ns->window_lo) {
+        ns->window_lo = k;
+        pthread_cond_broadcast(&ns->changed);
+    }
+    pthread_mutex_unlock(&ns->lock);
+}
+
 static zs_status sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
                        zs__nvme_visit visit, void *ctx);
 
 zs_status zs__nvme_state_sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
                                zs__nvme_visit visit, void *ctx) {
-    pthread_mutex_lock(&ns->lock);
+    pthread_mutex_lock(&ns->sweep_lock);
     zs_status st = sweep(ns, first, end, write_back, visit, ctx);
-    pthread_mutex_unlock(&ns->lock);
+    pthread_mutex_unlock(&ns->sweep_lock);
     return st;
 }
 
 static zs_status sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
                        zs__nvme_visit visit, void *ctx) {
-    ZS_CHECK(check_usable(ns));
-    ZS_CHECK(flush_cache(ns));
-    ns->cached = -1; /* slot 0 is the sweep's now */
-    ns->valid = 0;
+    pthread_mutex_lock(&ns->lock);
+    zs_status st = check_usable(ns);
+    pthread_mutex_unlock(&ns->lock);
+    ZS_CHECK(st);
     const zs__nvme_layout *l = &ns->layout;
     if (first < 0) first = 0;
     if (end > l->state_numel) end = l->state_numel;
     if (first >= end) return ZS_OK;
-    /* Chunks k0 .. k1 - 1 overlap [first, end); slot k % SLOTS holds chunk k. */
+    /* Chunks k0 .. k1 - 1 overlap [first, end); slot k % SWEEP_SLOTS holds
+     * chunk k. The window holds at most three chunks (k - 1 written behind,
+     * k visited, k + 1 read ahead), one per slot. */
     const int64_t k0 = first / l->chunk_numel;
     const int64_t k1 = (end + l->chunk_numel - 1) / l->chunk_numel;
-    zs_status st = start_chunk(ns, k0, (int)(k0 % SLOTS), 0);
+    st = take(ns, k0);
+    if (st == ZS_OK) st = start_chunk(ns, k0, (int)(k0 % SWEEP_SLOTS), 0);
     for (int64_t k = k0; k < k1 && st == ZS_OK; k++) {
-        const int s = (int)(k % SLOTS);
+        const int s = (int)(k % SWEEP_SLOTS);
         if (k + 1 < k1) {
-            /* The next chunk's slot held chunk k - 2, written behind. */
-            const int next = (int)((k + 1) % SLOTS);
+            /* The next chunk's slot held chunk k - 2, written behind; once
+             * that write is done, chunk k - 2 is the cache's again. */
+            const int next = (int)((k + 1) % SWEEP_SLOTS);
             st = finish(ns, next);
+            if (st != ZS_OK) break;
+            if (write_back) release_before(ns, k - 1);
+            st = take(ns, k + 1);
             if (st == ZS_OK) st = start_chunk(ns, k + 1, next, 0);
             if (st != ZS_OK) break;
         }
         st = finish(ns, s);
         if (st != ZS_OK) break;
         float *arrays[3] = {NULL, NULL, NULL};
-        for (int a = 0; a < l->arrays; a++) arrays[a] = ns->slot[s] + (size_t)a * (size_t)l->chunk_numel;
+        for (int a = 0; a < l->arrays; a++) arrays[a] = block_at(ns, s, a);
         st = visit(ctx, k * l->chunk_numel, chunk_count(ns, k), arrays);
-        if (st == ZS_OK && write_back) st = start_chunk(ns, k, s, 1);
+        if (st != ZS_OK) break;
+        /* Read only: the disk still holds k as it is, so it is released at
+         * once; otherwise once its write-behind is done. */
+        if (write_back) st = start_chunk(ns, k, s, 1);
+        else release_before(ns, k + 1);
     }
-    /* Drain: every request waited for, so no buffer is in use on return and
-     * the next sweep reads what this one wrote. */
+    /* A failure loses the state before any chunk is released, so a get
+     * waiting for one fails too instead of reading what a failed write left
+     * (a block marked unwritten reads as zeros). */
     char first_error[768] = "";
-    if (st != ZS_OK) snprintf(first_error, sizeof first_error, "%s", zs_last_error());
-    zs_status drained = ZS_OK;
-    for (int s = 0; s < SLOTS; s++) {
-        zs_status d = finish(ns, s);
-        if (d != ZS_OK && drained == ZS_OK) drained = d;
-    }
     if (st != ZS_OK) {
-        lose(ns, zs__fail(st, "%s", first_error));
-        return zs__fail(st, "%s", first_error);
+        snprintf(first_error, sizeof first_error, "%s", zs_last_error());
+        pthread_mutex_lock(&ns->lock);
+        lose(ns, st);
+        pthread_mutex_unlock(&ns->lock);
     }
-    return lose(ns, drained);
+    /* Drain, in chunk order, releasing each chunk once its requests are
+     * done: every request in flight is one of a chunk in the window, so none
+     * is left on return and the next sweep reads what this one wrote. */
+    pthread_mutex_lock(&ns->lock);
+    const int64_t lo = ns->window_lo, hi = ns->window_hi;
+    pthread_mutex_unlock(&ns->lock);
+    for (int64_t j = lo; j < hi; j++) {
+        zs_status d = finish(ns, (int)(j % SWEEP_SLOTS));
+        if (d != ZS_OK && st == ZS_OK) {
+            st = d;
+            snprintf(first_error, sizeof first_error, "%s", zs_last_error());
+            pthread_mutex_lock(&ns->lock);
+            lose(ns, d);
+            pthread_mutex_unlock(&ns->lock);
+        }
+        if (st == ZS_OK) release_before(ns, j + 1);
+    }
+    pthread_mutex_lock(&ns->lock);
+    ns->window_lo = ns->window_hi = 0;
+    pthread_cond_broadcast(&ns->changed);
+    pthread_mutex_unlock(&ns->lock);
+    return st == ZS_OK ? ZS_OK : zs__fail(st, "%s", first_error);
 }
 
 void zs__nvme_state_set_namer(zs__nvme_state *ns, zs__nvme_namer namer, void *ctx) {

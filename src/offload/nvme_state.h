@@ -13,13 +13,19 @@
  *   - the sweep, for the optimizer step: every chunk in order through three
  *     I/O buffers, reading the next chunk ahead and writing the last one
  *     behind while the caller updates the current one;
- *   - get/put of any range, through a one-chunk write-back cache, for
- *     initialization, import, checkpoints and digests.
+ *   - get/put of any range, through a one-chunk write-back cache in a
+ *     fourth buffer of its own, for initialization, import, checkpoints,
+ *     digests and the gathers of parameters kept on NVMe.
  * A chunk never written (initialization writes only chunks that hold
  * parameters) reads as zeros, which is what the memory tiers hold there.
- * Every call takes the state's lock, so two threads may use it (the
- * pipeline's worker sweeps while a gather reads parameters); the swap's I/O
- * threads are internal. */
+ *
+ * Threads: every call is thread-safe, and a get or put runs beside a sweep
+ * (the pipeline's worker sweeps unit u + 1 while a stage-3 gather reads unit
+ * u's master weights). Sweeps take turns. A sweep holds a window of at most
+ * three chunks (read ahead, visited, written behind) and gives each back
+ * once its write is done; a get or put of a chunk in the window waits for
+ * it, and sees what the sweep wrote. No lock is held across I/O or the
+ * visitor. The swap's I/O threads are internal. */
 #ifndef ZS_OFFLOAD_NVME_STATE_H
 #define ZS_OFFLOAD_NVME_STATE_H
 
@@ -45,8 +51,9 @@ typedef struct zs__nvme_layout {
  * pages of each array, and at least one page per array. */
 void zs__nvme_layout_make(int arrays, int64_t state_numel, int64_t buffer_bytes,
                           zs__nvme_layout *out);
-/* The host memory the tier holds: its three I/O buffers (tag
- * offload_staging) and the swap file's checksum table (tag host_state). */
+/* The host memory the tier holds: its four chunk buffers, three for the
+ * sweep and one for the get/put cache (tag offload_staging), and the swap
+ * file's checksum table (tag host_state). */
 uint64_t zs__nvme_buffer_bytes(const zs__nvme_layout *layout);
 uint64_t zs__nvme_table_bytes(const zs__nvme_layout *layout);
 
@@ -64,9 +71,10 @@ void zs__nvme_state_destroy(zs__nvme_state *ns);
 
 /* Copies `count` elements of `array` (0 master, 1 first moment, 2 second)
  * from state index `index` into dst, or from src into the tier. A put stays
- * in the cache until another chunk is touched, a sweep starts, or
- * zs__nvme_state_flush. Errors name the swap file, the byte offset and the
- * chunk. */
+ * in the cache until another chunk is touched, a sweep takes its chunk, or
+ * zs__nvme_state_flush. Synchronous; while a sweep runs, a chunk the sweep
+ * holds is waited for (a few chunks' I/O at most, not the sweep). Errors
+ * name the swap file, the byte offset and the chunk. */
 zs_status zs__nvme_state_get(zs__nvme_state *ns, int array, int64_t index, int64_t count,
                              float *dst);
 zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64_t count,
@@ -74,7 +82,8 @@ zs_status zs__nvme_state_put(zs__nvme_state *ns, int array, int64_t index, int64
 zs_status zs__nvme_state_flush(zs__nvme_state *ns);
 /* Starts over with every element zero and the state usable again, even
  * after it was lost (zs_load then writes a checkpoint's values over it).
- * Fails only when a request is still stuck past its deadline. */
+ * Waits for a running sweep to end. Fails only when a request is still
+ * stuck past its deadline. */
 zs_status zs__nvme_state_reset(zs__nvme_state *ns);
 
 /* One chunk of the sweep: elements [first, first + count) of the state
@@ -88,8 +97,10 @@ typedef zs_status (*zs__nvme_visit)(void *ctx, int64_t first, int64_t count, flo
  * a following sweep sees what this one wrote. On an error (the visitor's or
  * the disk's) it waits for the requests in flight and returns the first
  * error; chunks before the failing one are updated, the others are not (the
- * step is lost; the last checkpoint is intact). Thread-safe against the
- * other calls (one lock), so a worker thread may sweep. */
+ * step is lost; the last checkpoint is intact). Thread-safe: sweeps take
+ * turns, and gets and puts of chunks outside the window go on meanwhile
+ * (the visitor must not get or put a chunk of its own sweep: it would wait
+ * for itself). */
 zs_status zs__nvme_state_sweep(zs__nvme_state *ns, int64_t first, int64_t end, int write_back,
                                zs__nvme_visit visit, void *ctx);
 

@@ -14,13 +14,15 @@
  *     (page-locked by the device backend when offload.pin_memory), computed
  *     on by the host backend (the CPU kernels); one chunk per request.
  *   - nvme (offload.optimizer = "nvme"): the swap file of nvme_state.h,
- *     streamed through its three I/O buffers; a request is a sweep over the
+ *     streamed through its three I/O buffers (a fourth holds the get/put
+ *     cache); a request is a sweep over the
  *     file's chunks that overlap it, each computed on by the host backend and
  *     written back.
  *
  * The state index space is [0, numel): the zero layer's shard layout (stage
  * 0: the full layout). Not thread-safe, except that one thread may sweep
- * (zs__store_each) while no other uses the store (the pipeline's worker). */
+ * (zs__store_each: the pipeline's worker) while another reads and writes
+ * ranges (zs__store_read/write: the stage-3 gathers of parameters on NVMe). */
 #ifndef ZS_OFFLOAD_STORE_H
 #define ZS_OFFLOAD_STORE_H
 

@@ -16,10 +16,12 @@
  * out removes the directory; a directory left by a killed run (no owner lock
  * held, owner on this host) is removed by the next create.
  *
- * Threads: create, destroy, buffer_alloc/free and the submit/wait calls are
- * made from one thread (the caller's); the I/O threads only run requests.
- * Requests complete in any order. Two in-flight requests must not overlap in
- * the file (the caller's unit layout guarantees it; it is not checked). */
+ * Threads: create, destroy and buffer_alloc/free are called from one
+ * thread; submit and wait may be called from several threads at once
+ * (nvme_state's sweep and its cache), each request waited for by one
+ * thread; the I/O threads only run requests. Requests complete in any
+ * order. Two in-flight requests must not overlap in the file (nvme_state's
+ * sweep window guarantees it; it is not checked). */
 #ifndef ZS_OFFLOAD_SWAP_H
 #define ZS_OFFLOAD_SWAP_H
 

@@ -118,7 +118,7 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
                                 (uint64_t)out->grads_landing_numel *
                                     (out->grads_landing_numel ? zs_dtype_size(out->landing_dtype) : 0);
     if (out->nvme) {
-        /* Whole chunks in the swap file; three of them in memory. */
+        /* Whole chunks in the swap file; four of them in memory (three for the sweep, one for the get/put cache). */
         zs__nvme_layout_make(1 + out->moments, out->state_numel, s->offload.buffer_bytes,
                              &out->nvme_layout);
         b[ZS_MEM_NVME_STATE] = (uint64_t)out->nvme_layout.chunks * out->nvme_layout.block_bytes;
