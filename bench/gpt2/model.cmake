@@ -6,3 +6,10 @@ if(TARGET gpt2_model)
   add_executable(bench_gpt2_model ${CMAKE_CURRENT_LIST_DIR}/bench_gpt2_model.c)
   target_link_libraries(bench_gpt2_model PRIVATE gpt2_model zeroshard_internal) # core/number.h
 endif()
+# bench_gpu_peaks: the GPU's own bf16 GEMM rate through cuBLASLt and its
+# page-locked PCIe copy rate, the ceilings scripts/gpu-check.sh compares the
+# trainers and the offload pipeline with (bench_gpu_peaks.c says how).
+if(ZS_HAVE_CUDA)
+  add_executable(bench_gpu_peaks ${CMAKE_CURRENT_LIST_DIR}/bench_gpu_peaks.c)
+  target_link_libraries(bench_gpu_peaks PRIVATE CUDA::cublasLt CUDA::cudart)
+endif()

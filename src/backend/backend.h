@@ -97,8 +97,9 @@ typedef struct zs__backend_ops {
      * a < n: each value is the bits sum_squares gives, and the backend
      * blocks the host at most once for the whole call (CUDA: one wait for
      * every array, where sum_squares waits once per call). Synchronous:
-     * out holds the values on return. The arrays are any mix of backend and
-     * host-tier memory; n >= 0. */
+     * out holds the values on return. The arrays are this backend's memory
+     * (the CUDA backend's kernels read device memory only: host-tier arrays
+     * are summed by the host backend, step.c); n >= 0. */
     zs_status (*sum_squares_many)(zs__backend *be, int n, const void *const *ptrs,
                                   const zs_dtype *dtypes, const int64_t *counts, double *out);
     zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);
