@@ -5,6 +5,7 @@
  *   bench_gpt2_model [--preset 124M | --layers L --heads NH --embd C --vocab V]
  *                    [--seq T] [--batch B] [--steps N] [--chunk R] [--breakdown]
  *                    [--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--gelu-fusion F]
+ *                    [--unfused-bias]
  *
  * Without a model option it runs two: a small one (4 layers, 4 heads, 256
  * channels, vocab 256, T 256, B 4) and GPT-2 124M at T 64, B 1.
@@ -28,6 +29,14 @@
  * bench_gpt2_cuda.sh subtracts it from the trainer's step to get the
  * runtime's share. The step is timed from its first launch to the device's
  * end (one synchronize); --breakdown synchronizes after each phase too.
+ * --gelu-fusion (gpt2_cuda_options: -1 the device's default, 0, 1, 2) and
+ * --unfused-bias choose the epilogue paths, so that a GPU measures both;
+ * after the times a CUDA run prints gpt2_cuda_backend_stats's line,
+ *   fusion: bias fused N fallback M; gelu fused N fallback M; dgelu fused N
+ *   fallback M; gemm lt N classic M (gelu_fusion G, unfused_bias U, sm_XY)
+ * (one line), which says whether the fused epilogues ran. With
+ * GPT2_CUDA_PROFILE=STEPS[,WARMUP] in the environment the backend times
+ * every op of those steps and prints its table to stderr at the end.
  *
  * Single-threaded numbers (as the project reports them):
  *   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ./bench_gpt2_model
@@ -123,6 +132,7 @@ typedef struct bench_options {
     int cuda;
     gpt2_dtype dtype;
     int gelu_fusion;
+    int unfused_bias;
 } bench_options;
 
 static gpt2_backend *make_backend(const bench_options *o) {
@@ -134,7 +144,8 @@ static gpt2_backend *make_backend(const bench_options *o) {
         }
         return be;
     }
-    const gpt2_cuda_options options = {.dtype = o->dtype, .gelu_fusion = o->gelu_fusion};
+    const gpt2_cuda_options options = {
+        .dtype = o->dtype, .gelu_fusion = o->gelu_fusion, .unfused_bias = o->unfused_bias};
     gpt2_backend *be = NULL;
     char err[512];
     if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != GPT2_OK) {
@@ -329,6 +340,11 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
                best_ph.embed, best_ph.blocks_fwd, best_ph.head, best_ph.blocks_bwd,
                best_ph.embed_bwd);
     }
+    if (o->cuda) {
+        char line[512];
+        if (gpt2_cuda_backend_stats(be, NULL, line, sizeof(line)) == GPT2_OK)
+            printf("  %s\n", line);
+    }
     fflush(stdout);
 
     be->ops->free(be, params);
@@ -368,7 +384,7 @@ int main(int argc, char **argv) {
     gpt2_dims d = {0, 0, 0, 0, 0};
     int custom = 0, B = -1, T = -1, steps = 3, chunk = GPT2_HEAD_CHUNK_ROWS_DEFAULT;
     int breakdown = 0, chunk_given = 0;
-    bench_options o = {.cuda = 0, .dtype = GPT2_F32, .gelu_fusion = -1};
+    bench_options o = {.cuda = 0, .dtype = GPT2_F32, .gelu_fusion = -1, .unfused_bias = 0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) {
             if (gpt2_dims_preset(argv[++i], &d) != 0) {
@@ -412,13 +428,16 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--gelu-fusion") == 0) {
             o.gelu_fusion = arg_int(argc, argv, &i);
+        } else if (strcmp(argv[i], "--unfused-bias") == 0) {
+            o.unfused_bias = 1;
         } else if (strcmp(argv[i], "--breakdown") == 0) {
             breakdown = 1;
         } else {
             fprintf(stderr,
                     "usage: bench_gpt2_model [--preset NAME | --layers L --heads NH --embd C "
                     "--vocab V] [--seq T] [--batch B] [--steps N] [--chunk R] [--breakdown] "
-                    "[--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--gelu-fusion -1|0|1|2]\n");
+                    "[--backend cpu|cuda] [--dtype fp32|bf16|fp16] [--gelu-fusion -1|0|1|2] "
+                    "[--unfused-bias]\n");
             return 2;
         }
     }

@@ -18,7 +18,9 @@
  *     fp32, bf16 or fp16 on CUDA), LayerNorm statistics and losses in fp32.
  *   - Every fallible op returns 0 on success and nonzero on failure (a
  *     gpt2_status value); then ops->last_error(be) tells what failed and what
- *     to do, until the next failing op. Nothing exits or prints.
+ *     to do, until the next failing op. Nothing exits or prints (one
+ *     exception, asked for by the user: with GPT2_CUDA_PROFILE set, the
+ *     CUDA backend's destroy prints its profile to stderr).
  *   - Backward ops ADD into parameter gradients (g += ...), never overwrite:
  *     the caller zeroes them once per step, micro-batches accumulate, and the
  *     tied wte receives both its contributions (embedding and output layer).
@@ -117,7 +119,9 @@ typedef struct gpt2_backend_ops {
                          const gpt2_embed_w *w, const int *tokens, void *x);
     /* g->wte[tokens[r]] += dx[r] and g->wpe[t] += dx[b*T + t]; lnfw and lnfb
      * are not touched. Deterministic: each row of wte adds its rows of dx in
-     * ascending r. dx: [BT][C]. */
+     * an order fixed by the tokens alone (the CPU in ascending r; CUDA in
+     * ascending r within fixed groups of rows, the groups' sums then in a
+     * fixed tree), rounded once. dx: [BT][C]. */
     int (*embed_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                           gpt2_embed_w *g, const int *tokens, const void *dx);
 
@@ -184,12 +188,24 @@ typedef struct gpt2_cuda_options {
     gpt2_dtype dtype; /* fp32 (exact: no TF32), bf16 or fp16 (tensor cores) */
     /* GELU fused into the c_fc GEMM's epilogue: 0 none, 1 the forward, 2 the
      * forward and the backward (cuBLASLt's GELU_AUX_BIAS and DGELU), -1
-     * the default: 2 in bf16 and fp16 from compute capability 9.0, where
-     * llm.c measured it faster; 0 before, and 0 in fp32, the exact mode,
-     * which keeps gpt2_math.h's GELU. Shapes cuBLASLt's epilogues refuse
-     * (4 * n_embd not a multiple of 8, ...) run unfused whatever this says.
-     * Other values: GPT2_ERR_ARG. */
+     * the default: 2 in bf16 and fp16 from compute capability 9.0, 0
+     * before, and 0 in fp32, the exact mode, which keeps gpt2_math.h's
+     * GELU. This is the default llm.c's usage text names, but llm.c's code
+     * still resolves -1 to 0 ("in the future, we might want to set gelu
+     * fusion to 2 for SM90+"): nobody has measured it yet. Both settings
+     * can be chosen at run time (the trainer's app.gelu_fusion,
+     * bench_gpt2_model --gelu-fusion, bench_gpt2_cuda.sh GELU_FUSION="0
+     * 2") so that a GPU measures both, and this default should follow that
+     * measurement. Shapes cuBLASLt's epilogues refuse (4 * n_embd not a
+     * multiple of 8, ...) run unfused whatever this says, and
+     * gpt2_cuda_backend_stats counts them. Other values: GPT2_ERR_ARG. */
     int gelu_fusion;
+    /* Nonzero: never use cuBLASLt's BIAS epilogue; every bias is added by a
+     * plain GEMM and a separate bias kernel, the path taken anyway for the
+     * shapes and alignments whose epilogue cuBLASLt refuses. For the tests
+     * (the fallback must give the same results) and measurements; 0, the
+     * default, fuses. */
+    int unfused_bias;
 } gpt2_cuda_options;
 
 /* The CUDA backend on the current device, enqueuing everything on
@@ -198,9 +214,49 @@ typedef struct gpt2_cuda_options {
  * reductions are ordered against the model's work without extra
  * synchronization. Returns GPT2_OK and *out, or a status and a message in err
  * (cap bytes): GPT2_ERR_UNAVAILABLE in builds without CUDA
- * (gpt2_cuda_absent.c) or without a usable device. */
+ * (gpt2_cuda_absent.c) or without a usable device.
+ *
+ * The environment, read here:
+ *   GPT2_CUDA_PROFILE=STEPS[,WARMUP]  time every op of STEPS training
+ *       micro-steps (a micro-step ends with embed_backward) after WARMUP
+ *       ones (default 2) with CUDA events on the stream; no host wait is
+ *       added (finished events are read when the next micro-step starts,
+ *       the rest at destroy), and destroy prints the table and the fusion
+ *       line to stderr (gpt2_cuda.cu's profile section says the format).
+ *       STEPS and WARMUP are integers, 1..100000 and 0..100000; anything
+ *       else is GPT2_ERR_ARG.
+ *   GPT2_CUDA_FAULT=softmax_no_mask|qkv_transposed  (tests only) a
+ *       deliberately wrong kernel. */
 int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options,
                              gpt2_backend **out, char *err, size_t cap);
+
+/* What a CUDA backend has launched since its creation: for each fused
+ * epilogue, the products that ran it (fused) and those that ran the
+ * unfused path (fallback: a plain GEMM and a separate kernel) although the
+ * options asked for the fusion, because cuBLASLt found no algorithm or
+ * refused the launch, the shape cannot take it, or unfused_bias forced it.
+ * With gelu_fusion 0 (or 1 for dgelu) neither count moves. Counts of
+ * launches, cumulative. */
+typedef struct gpt2_cuda_stats {
+    int sm;           /* the device's compute capability, major * 10 + minor (90: Hopper) */
+    int gelu_fusion;  /* the mode in effect: -1 resolved to 0, 1 or 2 */
+    int unfused_bias; /* the option as given */
+    long long bias_fused, bias_fallback;   /* the BIAS epilogue (with or without a residual) */
+    long long gelu_fused, gelu_fallback;   /* GELU_AUX_BIAS: c_fc forward */
+    long long dgelu_fused, dgelu_fallback; /* DGELU: c_fc's input gradient through the GELU */
+    long long gemm_lt;      /* model GEMMs through cuBLASLt, any epilogue */
+    long long gemm_classic; /* model GEMMs cuBLASLt had no algorithm for: classic cuBLAS */
+} gpt2_cuda_stats;
+
+/* Fills *out with be's counts and, when line is not NULL, writes them as
+ * one line (cap bytes, no newline), the format the benchmarks print and
+ * scripts parse:
+ *   fusion: bias fused N fallback M; gelu fused N fallback M; dgelu fused N fallback M;
+ *   gemm lt N classic M (gelu_fusion G, unfused_bias U, sm_XY)
+ * (on one line). Synchronous, no device access. GPT2_ERR_ARG when be is not
+ * a CUDA backend; GPT2_ERR_UNAVAILABLE in builds without CUDA. */
+int gpt2_cuda_backend_stats(const gpt2_backend *be, gpt2_cuda_stats *out, char *line,
+                            size_t cap);
 
 /* "ok", "bad argument", ... for a gpt2_status. */
 const char *gpt2_status_name(int status);

@@ -9,6 +9,7 @@
 //   gpt2_cuda_encoder.cu     token + position embeddings fwd/bwd
 //   gpt2_cuda_classifier.cu  the fused head: ln_f, logits, cross-entropy
 //   gpt2_cuda_elementwise.cu GELU, bias-gradient column sums, loss sums
+//   gpt2_cuda_profile.cu     GPT2_CUDA_PROFILE's per-op times
 // (gpt2_cuda_common.cuh says what they share: storage types, determinism).
 //
 // A block, forward: ln_1; qkv = ln_1 . W^T + b (bias in the GEMM's epilogue);
@@ -247,6 +248,7 @@ int cuda_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const
     TRY(gpt2__check_embed_w("embed_forward", "w", w, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_forward", "tokens", tokens, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_forward", "x", x, ERR_ARGS(be)));
+    prof_step_begin(impl_of(be));
     return encoder_forward(be, d, B, T, w, tokens, x);
 }
 
@@ -256,29 +258,43 @@ int cuda_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T, gpt2
     TRY(gpt2__check_embed_w("embed_backward", "g", g, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_backward", "tokens", tokens, ERR_ARGS(be)));
     TRY(gpt2__check_ptr("embed_backward", "dx", dx, ERR_ARGS(be)));
-    return encoder_backward(be, d, B, T, g, tokens, dx);
+    TRY(encoder_backward(be, d, B, T, g, tokens, dx));
+    prof_step_end(impl_of(be)); // a training micro-step ends here
+    return GPT2_OK;
+}
+
+// Whether cuBLASLt's GELU epilogues can take this shape at all: the aux
+// (fch) has a leading dimension of 4C, which they need divisible by 8, and
+// buffers of the 16-byte class (align_class: the decision must not depend
+// on alignment beyond the class, or stages could differ). Anything else
+// they refuse is found by matmul (GPT2_ERR_UNAVAILABLE, remembered per
+// shape and class) and falls back the same way.
+bool gelu_fusable(int C, const void *aux, const void *out) {
+    return (4 * C) % 8 == 0 && align_class(aux) == kMaxAlignClass &&
+           align_class(out) == kMaxAlignClass;
 }
 
 // fch = ln2 . W^T + b and fch_gelu = gelu(fch): one GEMM with cuBLASLt's
 // GELU epilogue when fused (it keeps fch as the epilogue's aux output), else
-// a GEMM with the bias epilogue and the GELU kernel.
-// Whether cuBLASLt's GELU epilogues can take this shape at all: the aux
-// (fch) has a leading dimension of 4C, which they need divisible by 8, and
-// 16-byte aligned buffers. Anything else they refuse is found by matmul
-// (GPT2_ERR_UNAVAILABLE) and falls back the same way.
-bool gelu_fusable(int C, const void *aux, const void *out) {
-    return (4 * C) % 8 == 0 && (uintptr_t)aux % 16 == 0 && (uintptr_t)out % 16 == 0;
-}
-
+// a GEMM with the bias epilogue and the GELU kernel. Counted in the stats:
+// fused, or fallback when the mode asked for the fusion.
 int mlp_up(gpt2_backend *be, int BT, int C, const gpt2_block_w *w, gpt2_block_acts *a) {
     cuda_impl *ci = impl_of(be);
-    if (ci->gelu_fusion >= 1 && gelu_fusable(C, a->fch, a->fch_gelu)) {
-        const int s = matmul(be, false, true, BT, 4 * C, C, a->ln2, C, w->fcw, C, nullptr,
-                             a->fch_gelu, 4 * C, EPI_GELU_AUX, w->fcb, a->fch);
-        if (s != GPT2_ERR_UNAVAILABLE) return s;
+    if (ci->gelu_fusion >= 1) {
+        if (gelu_fusable(C, a->fch, a->fch_gelu)) {
+            const int s = timed(be, PROF_MATMUL_FC_FWD, [&] {
+                return matmul(be, false, true, BT, 4 * C, C, a->ln2, C, w->fcw, C, nullptr,
+                              a->fch_gelu, 4 * C, EPI_GELU_AUX, w->fcb, a->fch);
+            });
+            if (s == GPT2_OK) ci->stats.gelu_fused++;
+            if (s != GPT2_ERR_UNAVAILABLE) return s;
+        }
+        ci->stats.gelu_fallback++;
     }
-    TRY(matmul(be, false, true, BT, 4 * C, C, a->ln2, C, w->fcw, C, nullptr, a->fch, 4 * C,
-               EPI_BIAS, w->fcb, nullptr));
+    TRY(timed(be, PROF_MATMUL_FC_FWD, [&] {
+        return matmul(be, false, true, BT, 4 * C, C, a->ln2, C, w->fcw, C, nullptr, a->fch,
+                      4 * C, EPI_BIAS, w->fcb, nullptr);
+    }));
     return gelu_forward(be, (long long)BT * 4 * C, a->fch, a->fch_gelu);
 }
 
@@ -295,38 +311,53 @@ int cuda_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const
     const block_parts s = carve_block(be, d, B, T, scratch);
     // Attention half: res1 = x + c_proj(attn(ln_1(x))).
     TRY(layernorm_forward(be, BT, C, x, w->ln1w, w->ln1b, a->ln1, a->ln1_mean, a->ln1_rstd));
-    if (ci->fault == FAULT_QKV_TRANSPOSED) // the test hook's wrong operand: W read as [in][out]
-        TRY(matmul(be, false, false, BT, 3 * C, C, a->ln1, C, w->qkvw, 3 * C, nullptr, a->qkv,
-                   3 * C, EPI_BIAS, w->qkvb, nullptr));
-    else
-        TRY(matmul(be, false, true, BT, 3 * C, C, a->ln1, C, w->qkvw, C, nullptr, a->qkv, 3 * C,
-                   EPI_BIAS, w->qkvb, nullptr));
+    TRY(timed(be, PROF_MATMUL_QKV_FWD, [&] {
+        if (ci->fault == FAULT_QKV_TRANSPOSED) // the test hook's wrong operand: W read as [in][out]
+            return matmul(be, false, false, BT, 3 * C, C, a->ln1, C, w->qkvw, 3 * C, nullptr,
+                          a->qkv, 3 * C, EPI_BIAS, w->qkvb, nullptr);
+        return matmul(be, false, true, BT, 3 * C, C, a->ln1, C, w->qkvw, C, nullptr, a->qkv,
+                      3 * C, EPI_BIAS, w->qkvb, nullptr);
+    }));
     TRY(attention_forward(be, d, B, T, a->qkv, a->att, a->atty, s.attn));
-    TRY(matmul(be, false, true, BT, C, C, a->atty, C, w->attprojw, C, x, a->res1, C, EPI_BIAS,
-               w->attprojb, nullptr));
+    TRY(timed(be, PROF_MATMUL_ATTPROJ_FWD, [&] {
+        return matmul(be, false, true, BT, C, C, a->atty, C, w->attprojw, C, x, a->res1, C,
+                      EPI_BIAS, w->attprojb, nullptr);
+    }));
     // MLP half: y = res1 + c_proj(gelu(c_fc(ln_2(res1)))).
     TRY(layernorm_forward(be, BT, C, a->res1, w->ln2w, w->ln2b, a->ln2, a->ln2_mean,
                           a->ln2_rstd));
     TRY(mlp_up(be, BT, C, w, a));
-    TRY(matmul(be, false, true, BT, C, 4 * C, a->fch_gelu, 4 * C, w->fcprojw, 4 * C, a->res1, y,
-               C, EPI_BIAS, w->fcprojb, nullptr));
+    TRY(timed(be, PROF_MATMUL_FCPROJ_FWD, [&] {
+        return matmul(be, false, true, BT, C, 4 * C, a->fch_gelu, 4 * C, w->fcprojw, 4 * C,
+                      a->res1, y, C, EPI_BIAS, w->fcprojb, nullptr);
+    }));
     return GPT2_OK;
 }
 
 // d fch = (dy . W) * gelu'(fch), and fcb's gradient: the DGELU epilogue and
 // a column sum when fused, else a GEMM and the fused GELU-gradient column
-// sum.
+// sum. Counted in the stats like mlp_up.
 int mlp_down_backward(gpt2_backend *be, int BT, int C, const gpt2_block_w *w, gpt2_block_w *g,
                       const gpt2_block_acts *a, const void *dy, void *dbig) {
     cuda_impl *ci = impl_of(be);
-    if (ci->gelu_fusion >= 2 && gelu_fusable(C, a->fch, dbig)) {
-        const int s = matmul(be, false, false, BT, 4 * C, C, dy, C, w->fcprojw, 4 * C, nullptr,
-                             dbig, 4 * C, EPI_DGELU, nullptr, a->fch);
-        if (s == GPT2_OK) return colsum_add(be, BT, 4 * C, dbig, g->fcb);
-        if (s != GPT2_ERR_UNAVAILABLE) return s;
+    if (ci->gelu_fusion >= 2) {
+        if (gelu_fusable(C, a->fch, dbig)) {
+            const int s = timed(be, PROF_MATMUL_FCPROJ_DX, [&] {
+                return matmul(be, false, false, BT, 4 * C, C, dy, C, w->fcprojw, 4 * C, nullptr,
+                              dbig, 4 * C, EPI_DGELU, nullptr, a->fch);
+            });
+            if (s == GPT2_OK) {
+                ci->stats.dgelu_fused++;
+                return colsum_add(be, BT, 4 * C, dbig, g->fcb);
+            }
+            if (s != GPT2_ERR_UNAVAILABLE) return s;
+        }
+        ci->stats.dgelu_fallback++;
     }
-    TRY(matmul(be, false, false, BT, 4 * C, C, dy, C, w->fcprojw, 4 * C, nullptr, dbig, 4 * C,
-               EPI_NONE, nullptr, nullptr));
+    TRY(timed(be, PROF_MATMUL_FCPROJ_DX, [&] {
+        return matmul(be, false, false, BT, 4 * C, C, dy, C, w->fcprojw, 4 * C, nullptr, dbig,
+                      4 * C, EPI_NONE, nullptr, nullptr);
+    }));
     return gelu_backward_colsum(be, BT, 4 * C, dbig, a->fch, g->fcb);
 }
 
@@ -346,29 +377,43 @@ int cuda_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
 
     // MLP half. dy reaches res1 directly (residual) and through the MLP.
     TRY(colsum_add(be, BT, C, dy, g->fcprojb));
-    TRY(matmul(be, true, false, C, 4 * C, BT, dy, C, a->fch_gelu, 4 * C, g->fcprojw, g->fcprojw,
-               4 * C, EPI_NONE, nullptr, nullptr));
+    TRY(timed(be, PROF_MATMUL_FCPROJ_DW, [&] {
+        return matmul(be, true, false, C, 4 * C, BT, dy, C, a->fch_gelu, 4 * C, g->fcprojw,
+                      g->fcprojw, 4 * C, EPI_NONE, nullptr, nullptr);
+    }));
     TRY(mlp_down_backward(be, BT, C, w, g, a, dy, s.dbig));
-    TRY(matmul(be, true, false, 4 * C, C, BT, s.dbig, 4 * C, a->ln2, C, g->fcw, g->fcw, C,
-               EPI_NONE, nullptr, nullptr));
-    TRY(matmul(be, false, false, BT, C, 4 * C, s.dbig, 4 * C, w->fcw, C, nullptr, s.dmid, C,
-               EPI_NONE, nullptr, nullptr));
+    TRY(timed(be, PROF_MATMUL_FC_DW, [&] {
+        return matmul(be, true, false, 4 * C, C, BT, s.dbig, 4 * C, a->ln2, C, g->fcw, g->fcw, C,
+                      EPI_NONE, nullptr, nullptr);
+    }));
+    TRY(timed(be, PROF_MATMUL_FC_DX, [&] {
+        return matmul(be, false, false, BT, C, 4 * C, s.dbig, 4 * C, w->fcw, C, nullptr, s.dmid,
+                      C, EPI_NONE, nullptr, nullptr);
+    }));
     // dx holds d res1 = dy + ln_2's input gradient from here on.
     TRY(layernorm_backward(be, BT, C, s.dmid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w, dy, dx,
                            g->ln2w, g->ln2b));
 
     // Attention half, the same way with d res1.
     TRY(colsum_add(be, BT, C, dx, g->attprojb));
-    TRY(matmul(be, true, false, C, C, BT, dx, C, a->atty, C, g->attprojw, g->attprojw, C,
-               EPI_NONE, nullptr, nullptr));
-    TRY(matmul(be, false, false, BT, C, C, dx, C, w->attprojw, C, nullptr, s.dmid, C, EPI_NONE,
-               nullptr, nullptr));
+    TRY(timed(be, PROF_MATMUL_ATTPROJ_DW, [&] {
+        return matmul(be, true, false, C, C, BT, dx, C, a->atty, C, g->attprojw, g->attprojw, C,
+                      EPI_NONE, nullptr, nullptr);
+    }));
+    TRY(timed(be, PROF_MATMUL_ATTPROJ_DX, [&] {
+        return matmul(be, false, false, BT, C, C, dx, C, w->attprojw, C, nullptr, s.dmid, C,
+                      EPI_NONE, nullptr, nullptr);
+    }));
     TRY(attention_backward(be, d, B, T, a->qkv, a->att, s.dmid, s.dbig, s.datt, s.attn));
     TRY(colsum_add(be, BT, 3 * C, s.dbig, g->qkvb));
-    TRY(matmul(be, true, false, 3 * C, C, BT, s.dbig, 3 * C, a->ln1, C, g->qkvw, g->qkvw, C,
-               EPI_NONE, nullptr, nullptr));
-    TRY(matmul(be, false, false, BT, C, 3 * C, s.dbig, 3 * C, w->qkvw, C, nullptr, s.dmid, C,
-               EPI_NONE, nullptr, nullptr));
+    TRY(timed(be, PROF_MATMUL_QKV_DW, [&] {
+        return matmul(be, true, false, 3 * C, C, BT, s.dbig, 3 * C, a->ln1, C, g->qkvw, g->qkvw,
+                      C, EPI_NONE, nullptr, nullptr);
+    }));
+    TRY(timed(be, PROF_MATMUL_QKV_DX, [&] {
+        return matmul(be, false, false, BT, C, 3 * C, s.dbig, 3 * C, w->qkvw, C, nullptr, s.dmid,
+                      C, EPI_NONE, nullptr, nullptr);
+    }));
     TRY(layernorm_backward(be, BT, C, s.dmid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx,
                            g->ln1w, g->ln1b));
     return GPT2_OK;
@@ -434,6 +479,14 @@ void cuda_destroy(gpt2_backend *be) {
     // Errors here have no one to go to; the stream and device stay usable
     // for the caller whatever they are.
     cudaStreamSynchronize(ci->stream);
+    if (ci->prof != nullptr) {
+        // The user asked for the profile (GPT2_CUDA_PROFILE): it goes to
+        // stderr now that every event has completed; a backend whose
+        // creation failed has nothing to report.
+        char line[512];
+        gpt2_cuda_backend_stats(be, nullptr, line, sizeof line);
+        profiler_destroy(ci, ci->ready ? line : nullptr);
+    }
     for (int i = 0; i < kPinnedSlots; i++) cuda_host_free(be, ci->pinned[i].ptr);
     matmul_cache_destroy(ci);
     // The handles first: the classic one uses lt_workspace as its own.
@@ -529,11 +582,21 @@ extern "C" int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_optio
     ci->dtype = options->dtype;
     ci->stream = static_cast<cudaStream_t>(cuda_stream);
     ci->fault = fault_from_env();
+    ci->unfused_bias = options->unfused_bias != 0;
+    const int prof_status = profiler_create(ci, std::getenv("GPT2_CUDA_PROFILE"), err, cap);
+    if (prof_status != GPT2_OK) {
+        cuda_destroy(be);
+        return prof_status;
+    }
     const char *what = nullptr;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    int sm_minor = 0;
     e = cudaGetDevice(&ci->device);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&ci->sm_major, cudaDevAttrComputeCapabilityMajor, ci->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sm_minor, cudaDevAttrComputeCapabilityMinor, ci->device);
+    ci->sm = ci->sm_major * 10 + sm_minor;
     if (e == cudaSuccess) e = cudaMalloc(&ci->lt_workspace, kLtWorkspace);
     if (e == cudaSuccess) e = cudaMalloc(reinterpret_cast<void **>(&ci->loss_dev), sizeof(double));
     if (e != cudaSuccess) {
@@ -543,8 +606,11 @@ extern "C" int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_optio
         return e == cudaErrorMemoryAllocation ? GPT2_ERR_NOMEM : GPT2_ERR_DEVICE;
     }
     ci->lt_workspace_bytes = kLtWorkspace;
-    // GELU in the epilogue from Hopper on, in bf16/fp16 (llm.c measured it
-    // faster there); fp32, the exact mode, keeps gpt2_math.h's GELU.
+    // GELU in the epilogue from Hopper on, in bf16/fp16: the default
+    // llm.c's usage text names (its code still picks 0; gpt2_backend.h),
+    // not yet measured against the unfused path, which the GPU check does
+    // (bench_gpt2_cuda.sh GELU_FUSION="0 2"). fp32, the exact mode, keeps
+    // gpt2_math.h's GELU.
     ci->gelu_fusion = options->gelu_fusion >= 0 ? options->gelu_fusion
                       : options->dtype != GPT2_F32 && ci->sm_major >= 9 ? 2
                                                                          : 0;
@@ -576,6 +642,28 @@ extern "C" int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_optio
         cuda_destroy(be);
         return GPT2_ERR_DEVICE;
     }
+    ci->ready = true;
     *out = be;
+    return GPT2_OK;
+}
+
+extern "C" int gpt2_cuda_backend_stats(const gpt2_backend *be, gpt2_cuda_stats *out, char *line,
+                                       size_t cap) {
+    if (line != nullptr && cap > 0) line[0] = '\0';
+    if (be == nullptr || be->ops != &cuda_ops) return GPT2_ERR_ARG;
+    const cuda_impl *ci = impl_of(be);
+    gpt2_cuda_stats s = ci->stats;
+    s.sm = ci->sm;
+    s.gelu_fusion = ci->gelu_fusion;
+    s.unfused_bias = ci->unfused_bias ? 1 : 0;
+    if (out != nullptr) *out = s;
+    if (line != nullptr && cap > 0)
+        std::snprintf(line, cap,
+                      "fusion: bias fused %lld fallback %lld; gelu fused %lld fallback %lld; "
+                      "dgelu fused %lld fallback %lld; gemm lt %lld classic %lld "
+                      "(gelu_fusion %d, unfused_bias %d, sm_%d)",
+                      s.bias_fused, s.bias_fallback, s.gelu_fused, s.gelu_fallback,
+                      s.dgelu_fused, s.dgelu_fallback, s.gemm_lt, s.gemm_classic, s.gelu_fusion,
+                      s.unfused_bias, s.sm);
     return GPT2_OK;
 }

@@ -20,3 +20,12 @@ int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options
     }
     return GPT2_ERR_UNAVAILABLE;
 }
+
+/* No CUDA backend can exist in this build, so there is nothing to count. */
+int gpt2_cuda_backend_stats(const gpt2_backend *be, gpt2_cuda_stats *out, char *line,
+                            size_t cap) {
+    (void)be;
+    (void)out;
+    if (line != NULL && cap > 0) line[0] = '\0';
+    return GPT2_ERR_UNAVAILABLE;
+}

@@ -186,24 +186,36 @@ int attention_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const 
         const void *bufs[5] = {qkv, atty, h.q, h.k, h.v};
         const bool vec = heads_vectorizable<T_>(hs, bufs, 5) && aligned16(h.y);
         const long long moves = (long long)B * NH * T * (vec ? hs / pack<T_>::n : hs);
-        if (vec)
-            permute_kernel<T_, true><<<grid_for(moves, kThreads), kThreads, 0, ci->stream>>>(
-                B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
-        else
-            permute_kernel<T_, false><<<grid_for(moves, kThreads), kThreads, 0, ci->stream>>>(
-                B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
-        LAUNCHED();
+        {
+            prof_scope scope(be, PROF_ATTN_FWD_PERMUTE);
+            if (vec)
+                permute_kernel<T_, true><<<grid_for(moves, kThreads), kThreads, 0, ci->stream>>>(
+                    B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
+            else
+                permute_kernel<T_, false><<<grid_for(moves, kThreads), kThreads, 0,
+                                            ci->stream>>>(B, T, NH, hs, (const T_ *)qkv,
+                                                          (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
+            LAUNCHED();
+        }
         // scores_bh = q_bh k_bh^T (raw; the scale goes into the softmax).
-        TRY(matmul_batched(be, false, true, T, T, hs, h.q, hs, Ths, h.k, hs, Ths, att, T, TT,
-                           B * NH));
+        TRY(timed(be, PROF_ATTN_FWD_QK, [&] {
+            return matmul_batched(be, false, true, T, T, hs, h.q, hs, Ths, h.k, hs, Ths, att, T,
+                                  TT, B * NH);
+        }));
         const long long rows = (long long)B * NH * T;
-        softmax_forward_kernel<T_><<<blocks_for(rows, kRowWarps), kRowWarps * kWarp, 0,
-                                     ci->stream>>>(rows, T, scale, (T_ *)att,
-                                                   ci->fault != FAULT_SOFTMAX_NO_MASK);
-        LAUNCHED();
+        {
+            prof_scope scope(be, PROF_ATTN_FWD_SOFTMAX);
+            softmax_forward_kernel<T_><<<blocks_for(rows, kRowWarps), kRowWarps * kWarp, 0,
+                                         ci->stream>>>(rows, T, scale, (T_ *)att,
+                                                       ci->fault != FAULT_SOFTMAX_NO_MASK);
+            LAUNCHED();
+        }
         // y_bh = att_bh v_bh; att is 0 above the diagonal: the causal mask.
-        TRY(matmul_batched(be, false, false, T, hs, T, att, T, TT, h.v, hs, Ths, h.y, hs, Ths,
-                           B * NH));
+        TRY(timed(be, PROF_ATTN_FWD_AV, [&] {
+            return matmul_batched(be, false, false, T, hs, T, att, T, TT, h.v, hs, Ths, h.y, hs,
+                                  Ths, B * NH);
+        }));
+        prof_scope scope_unpermute(be, PROF_ATTN_FWD_UNPERMUTE);
         if (vec)
             rows_heads_kernel<T_, true><<<grid_for(moves, kThreads), kThreads, 0, ci->stream>>>(
                 B, T, NH, hs, (const T_ *)h.y, (T_ *)atty, 0);
@@ -230,32 +242,44 @@ int attention_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const
         const bool vec = heads_vectorizable<T_>(hs, bufs, 9) && aligned16(h.dv);
         const long long moves = (long long)B * NH * T * (vec ? hs / pack<T_>::n : hs);
         const unsigned grid = grid_for(moves, kThreads);
-        if (vec) {
-            permute_kernel<T_, true><<<grid, kThreads, 0, ci->stream>>>(
-                B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
-            rows_heads_kernel<T_, true><<<grid, kThreads, 0, ci->stream>>>(
-                B, T, NH, hs, (const T_ *)datty, (T_ *)dy, 1);
-        } else {
-            permute_kernel<T_, false><<<grid, kThreads, 0, ci->stream>>>(
-                B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
-            rows_heads_kernel<T_, false><<<grid, kThreads, 0, ci->stream>>>(
-                B, T, NH, hs, (const T_ *)datty, (T_ *)dy, 1);
+        {
+            prof_scope scope(be, PROF_ATTN_BWD_PERMUTE);
+            if (vec) {
+                permute_kernel<T_, true><<<grid, kThreads, 0, ci->stream>>>(
+                    B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
+                rows_heads_kernel<T_, true><<<grid, kThreads, 0, ci->stream>>>(
+                    B, T, NH, hs, (const T_ *)datty, (T_ *)dy, 1);
+            } else {
+                permute_kernel<T_, false><<<grid, kThreads, 0, ci->stream>>>(
+                    B, T, NH, hs, (const T_ *)qkv, (T_ *)h.q, (T_ *)h.k, (T_ *)h.v);
+                rows_heads_kernel<T_, false><<<grid, kThreads, 0, ci->stream>>>(
+                    B, T, NH, hs, (const T_ *)datty, (T_ *)dy, 1);
+            }
+            LAUNCHED();
         }
-        LAUNCHED();
         // dp_bh = dy_bh v_bh^T; dv_bh = att_bh^T dy_bh.
-        TRY(matmul_batched(be, false, true, T, T, hs, dy, hs, Ths, h.v, hs, Ths, datt, T, TT,
-                           B * NH));
-        TRY(matmul_batched(be, true, false, T, hs, T, att, T, TT, dy, hs, Ths, h.dv, hs, Ths,
-                           B * NH));
+        TRY(timed(be, PROF_ATTN_BWD_DP_DV, [&] {
+            TRY(matmul_batched(be, false, true, T, T, hs, dy, hs, Ths, h.v, hs, Ths, datt, T, TT,
+                               B * NH));
+            return matmul_batched(be, true, false, T, hs, T, att, T, TT, dy, hs, Ths, h.dv, hs,
+                                  Ths, B * NH);
+        }));
         const long long rows = (long long)B * NH * T;
-        softmax_backward_kernel<T_><<<blocks_for(rows, kRowWarps), kRowWarps * kWarp, 0,
-                                      ci->stream>>>(rows, T, scale, (const T_ *)att, (T_ *)datt);
-        LAUNCHED();
+        {
+            prof_scope scope(be, PROF_ATTN_BWD_SOFTMAX);
+            softmax_backward_kernel<T_><<<blocks_for(rows, kRowWarps), kRowWarps * kWarp, 0,
+                                          ci->stream>>>(rows, T, scale, (const T_ *)att,
+                                                        (T_ *)datt);
+            LAUNCHED();
+        }
         // dq_bh = ds_bh k_bh; dk_bh = ds_bh^T q_bh (ds: the scores' gradient).
-        TRY(matmul_batched(be, false, false, T, hs, T, datt, T, TT, h.k, hs, Ths, h.dq, hs, Ths,
-                           B * NH));
-        TRY(matmul_batched(be, true, false, T, hs, T, datt, T, TT, h.q, hs, Ths, h.dk, hs, Ths,
-                           B * NH));
+        TRY(timed(be, PROF_ATTN_BWD_DQ_DK, [&] {
+            TRY(matmul_batched(be, false, false, T, hs, T, datt, T, TT, h.k, hs, Ths, h.dq, hs,
+                               Ths, B * NH));
+            return matmul_batched(be, true, false, T, hs, T, datt, T, TT, h.q, hs, Ths, h.dk, hs,
+                                  Ths, B * NH);
+        }));
+        prof_scope scope_unpermute(be, PROF_ATTN_BWD_UNPERMUTE);
         if (vec)
             unpermute3_kernel<T_, true><<<grid, kThreads, 0, ci->stream>>>(
                 B, T, NH, hs, (const T_ *)h.dq, (const T_ *)h.dk, (const T_ *)h.dv, (T_ *)dqkv);

@@ -143,25 +143,33 @@ int head_run(gpt2_backend *be, const gpt2_dims *d, int BT, const gpt2_embed_w *w
         const void *xc = (const unsigned char *)x + (size_t)r0 * C * e;
         TRY(layernorm_forward(be, n, C, xc, w->lnfw, w->lnfb, h.xn, h.mean, h.rstd));
         // logits: [n][V] (rows ld apart) = xn . wte^T
-        TRY(matmul(be, false, true, n, V, C, h.xn, C, w->wte, C, nullptr, h.logits, ld, EPI_NONE,
-                   nullptr, nullptr));
-        TRY(with_type(ci->dtype, [&](auto tag) {
-            using E = decltype(tag);
-            if (aligned16(h.logits) && ld % pack<E>::n == 0)
-                xent_kernel<E, true><<<(unsigned)n, kXentThreads, 0, ci->stream>>>(
-                    V, ld, (E *)h.logits, targets + r0, dloss_scale, want_grad, losses + r0);
-            else
-                xent_kernel<E, false><<<(unsigned)n, kXentThreads, 0, ci->stream>>>(
-                    V, ld, (E *)h.logits, targets + r0, dloss_scale, want_grad, losses + r0);
-            LAUNCHED();
-            return (int)GPT2_OK;
+        TRY(timed(be, PROF_MATMUL_LOGITS, [&] {
+            return matmul(be, false, true, n, V, C, h.xn, C, w->wte, C, nullptr, h.logits, ld,
+                          EPI_NONE, nullptr, nullptr);
+        }));
+        TRY(timed(be, PROF_CLASSIFIER_XENT, [&] {
+            return with_type(ci->dtype, [&](auto tag) {
+                using E = decltype(tag);
+                if (aligned16(h.logits) && ld % pack<E>::n == 0)
+                    xent_kernel<E, true><<<(unsigned)n, kXentThreads, 0, ci->stream>>>(
+                        V, ld, (E *)h.logits, targets + r0, dloss_scale, want_grad, losses + r0);
+                else
+                    xent_kernel<E, false><<<(unsigned)n, kXentThreads, 0, ci->stream>>>(
+                        V, ld, (E *)h.logits, targets + r0, dloss_scale, want_grad, losses + r0);
+                LAUNCHED();
+                return (int)GPT2_OK;
+            });
         }));
         if (!want_grad) continue;
         // wte's gradient: [V][C] += dlogits^T . xn; dxn = dlogits . wte.
-        TRY(matmul(be, true, false, V, C, n, h.logits, ld, h.xn, C, g->wte, g->wte, C, EPI_NONE,
-                   nullptr, nullptr));
-        TRY(matmul(be, false, false, n, C, V, h.logits, ld, w->wte, C, nullptr, h.dxn, C,
-                   EPI_NONE, nullptr, nullptr));
+        TRY(timed(be, PROF_MATMUL_WTE_DW, [&] {
+            return matmul(be, true, false, V, C, n, h.logits, ld, h.xn, C, g->wte, g->wte, C,
+                          EPI_NONE, nullptr, nullptr);
+        }));
+        TRY(timed(be, PROF_MATMUL_HEAD_DX, [&] {
+            return matmul(be, false, false, n, C, V, h.logits, ld, w->wte, C, nullptr, h.dxn, C,
+                          EPI_NONE, nullptr, nullptr);
+        }));
         TRY(layernorm_backward(be, n, C, h.dxn, xc, h.mean, h.rstd, w->lnfw, nullptr,
                                (unsigned char *)dx + (size_t)r0 * C * e, g->lnfw, g->lnfb));
     }

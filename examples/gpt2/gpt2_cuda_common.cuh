@@ -47,12 +47,20 @@ struct pinned_buffer {
 };
 
 // A cached cuBLASLt configuration: descriptors and the algorithm the
-// heuristic chose, for one shape, layout, alignment and epilogue.
+// heuristic chose, for one shape, layout, alignment class and epilogue.
+// Every alignment is clamped to kMaxAlignClass (gpt2_cuda_matmul.cu says
+// why): the key, and so the algorithm and the fused-or-fallback choice,
+// depends on the shapes and on which of 1, 2, 4, 8 or 16 bytes each
+// pointer is aligned to, never on where a buffer happens to start beyond
+// that.
 constexpr int kMatmulCache = 96;
+constexpr int kMaxAlignClass = 16;
 struct matmul_key {
     int ta, tb, M, N, K, lda, ldb, ldc, epilogue, has_c;
-    int align;      // the smallest alignment of A, B, C, D and aux, in bytes (up to 256)
-    int bias_align; // the bias's alignment (0 without a bias)
+    // Alignment classes in bytes (powers of two, at most kMaxAlignClass) of
+    // our operands A and B, of C (D when there is no C), of D, of the bias
+    // and of the aux matrix (0 for an absent bias or aux).
+    int align_a, align_b, align_c, align_d, align_bias, align_aux;
     int dtype;
 };
 struct matmul_entry {
@@ -61,8 +69,10 @@ struct matmul_entry {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c, d;
     cublasLtMatmulAlgo_t algo;
-    bool supported; // the heuristic found an algorithm
+    bool supported; // the heuristic found an algorithm and no launch was refused
 };
+
+struct profiler; // gpt2_cuda_profile.cu
 
 struct cuda_impl {
     cudaStream_t stream;
@@ -74,6 +84,14 @@ struct cuda_impl {
     int sm_major;
     gpt2_dtype dtype;
     int gelu_fusion; // 0 none, 1 forward, 2 forward and backward
+    bool unfused_bias; // gpt2_cuda_options::unfused_bias
+    int sm;            // compute capability, major * 10 + minor
+    // Launch counts by path (gpt2_cuda_backend_stats); the fields sm,
+    // gelu_fusion and unfused_bias are filled when they are read.
+    gpt2_cuda_stats stats;
+    // GPT2_CUDA_PROFILE's state; nullptr when not profiling.
+    profiler *prof;
+    bool ready; // creation completed (destroy reports only then)
     char err[GPT2_ERR_CAP];
     // Internal scratch of fp32 partial sums, sort keys and CUB's temporary
     // storage, grown on demand (cudaFree waits for the device, so growing
@@ -226,6 +244,45 @@ constexpr long long kMaxBlocks = 8192;
 // Rows per partial sum of the column sums: part of the definition of the
 // result's rounding (fixed, so results do not depend on the launch).
 constexpr int kColRows = 32;
+// The column sums' finish adds the partials of a column in kFinishLanes
+// interleaved lanes (lane l: partials l, l + kFinishLanes, ... in order),
+// then the lanes in a fixed tree: also part of the rounding's definition.
+// 32 lanes keep a column's serial chain at nblocks / 32 additions (16 for
+// B*T = 16384) and the block at 32 columns x 32 lanes = 1024 threads.
+constexpr int kFinishLanes = 32;
+constexpr int kFinishCols = 32;
+
+// The sum of a column's partials load(0), ..., load(nparts - 1): lane l =
+// threadIdx.y adds load(l), load(l + kFinishLanes), ... in order, then the
+// lanes are added in a fixed tree through `shared` (kFinishLanes *
+// kFinishCols floats; threadIdx.x is the column within the block, blockDim
+// = (kFinishCols, kFinishLanes)). Every thread of the block must call it
+// (it has barriers); `active` false makes a thread's lane contribute 0.
+// Returns the sum in lane 0 (threadIdx.y == 0), 0 elsewhere. It ends with
+// a barrier after its last read of another thread's slot, so a second call
+// may reuse `shared` at once.
+template <typename Load>
+__device__ __forceinline__ float finish_lanes(Load load, int nparts, bool active,
+                                              float *shared) {
+    const int lane = threadIdx.y, col = threadIdx.x;
+    float s = 0.0f;
+    if (active)
+        for (int y = lane; y < nparts; y += kFinishLanes) s += load(y);
+    shared[lane * kFinishCols + col] = s;
+    __syncthreads();
+    for (int half = kFinishLanes / 2; half > 0; half /= 2) {
+        if (lane < half)
+            shared[lane * kFinishCols + col] += shared[(lane + half) * kFinishCols + col];
+        __syncthreads();
+    }
+    return lane == 0 ? shared[col] : 0.0f;
+}
+
+// finish_lanes over part[y * N + c], y < nparts (the column sums' layout).
+__device__ __forceinline__ float finish_column(const float *part, int nparts, int N, int c,
+                                               float *shared) {
+    return finish_lanes([&](int y) { return part[(size_t)y * N + c]; }, nparts, c < N, shared);
+}
 
 inline unsigned grid_for(long long n, int threads) {
     long long blocks = (n + threads - 1) / threads;
@@ -266,11 +323,21 @@ enum epilogue {
 // cblas_sgemm's row-major arguments (ta: A is [K][M]; tb: B is [N][K]); C
 // and D share ldc and may be the same buffer (accumulation). bias: [N];
 // aux: [M][N] with leading dimension ldc. Elements of the backend's dtype,
-// fp32 accumulation. Returns GPT2_ERR_UNAVAILABLE (no message) when
-// cuBLASLt has no algorithm for an epilogue, so callers can fall back.
+// fp32 accumulation.
+// EPI_NONE always runs: through cuBLASLt, or classic cuBLAS for a shape
+// cuBLASLt has no algorithm for. EPI_BIAS always runs: fused, or (cuBLASLt
+// refuses the epilogue, or unfused_bias) the plain product and add_bias.
+// The GELU epilogues return GPT2_ERR_UNAVAILABLE (no message) when cuBLASLt
+// refuses them, so that the caller runs its unfused path; they count
+// nothing themselves (the callers count gelu and dgelu).
 int matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
            const void *B, int ldb, const void *c, void *d, int ldc, epilogue epi,
            const void *bias, void *aux);
+
+// The alignment class of p: the largest power of two up to kMaxAlignClass
+// that divides its address (kMaxAlignClass for NULL, which constrains
+// nothing).
+int align_class(const void *p);
 
 // The same for `count` independent products whose operands are sA, sB, sC
 // elements apart (beta 0): the attention's per-head products in one call.
@@ -295,6 +362,9 @@ int layernorm_backward(gpt2_backend *be, int rows, int C, const void *dout, cons
 
 // out[c] += sum over rows of a[r][c] (bias gradients); deterministic.
 int colsum_add(gpt2_backend *be, int rows, int N, const void *a, void *out);
+// d[r][c] += bias[c] for r < rows, c < N, rows ld elements apart (the bias
+// epilogue's fallback).
+int add_bias(gpt2_backend *be, int rows, int N, void *d, int ld, const void *bias);
 // d *= gelu'(pre) in place, and out[c] += the column sums of the new d.
 int gelu_backward_colsum(gpt2_backend *be, int rows, int N, void *d, const void *pre, void *out);
 // post = gelu(pre), n elements.
@@ -335,6 +405,95 @@ size_t head_scratch_bytes(const gpt2_backend *be, const gpt2_dims *d, int chunk_
 // The logits of one row into host_logits (fp32), waiting for them.
 int head_logits_row(gpt2_backend *be, const gpt2_dims *d, const gpt2_embed_w *w, const void *x,
                     int row, float *host_logits, void *scratch);
+
+// ---------------------------------------------- gpt2_cuda_profile.cu
+
+// The ops GPT2_CUDA_PROFILE times, each by its own pair of events. The
+// names (gpt2_cuda_profile.cu) have no spaces so that scripts can split the
+// table's rows on white space.
+enum prof_op {
+    PROF_ENCODER_FWD,
+    PROF_ENCODER_BWD_SORT,
+    PROF_ENCODER_BWD_WTE,
+    PROF_ENCODER_BWD_WPE,
+    PROF_LAYERNORM_FWD,
+    PROF_LAYERNORM_BWD_DWDB,
+    PROF_LAYERNORM_BWD_DX,
+    PROF_MATMUL_QKV_FWD,
+    PROF_MATMUL_ATTPROJ_FWD,
+    PROF_MATMUL_FC_FWD,
+    PROF_GELU_FWD,
+    PROF_MATMUL_FCPROJ_FWD,
+    PROF_MATMUL_FCPROJ_DW,
+    PROF_MATMUL_FCPROJ_DX,
+    PROF_GELU_BWD_FCB_SUM,
+    PROF_MATMUL_FC_DW,
+    PROF_MATMUL_FC_DX,
+    PROF_MATMUL_ATTPROJ_DW,
+    PROF_MATMUL_ATTPROJ_DX,
+    PROF_MATMUL_QKV_DW,
+    PROF_MATMUL_QKV_DX,
+    PROF_BIAS_GRAD_SUMS,
+    PROF_ATTN_FWD_PERMUTE,
+    PROF_ATTN_FWD_QK,
+    PROF_ATTN_FWD_SOFTMAX,
+    PROF_ATTN_FWD_AV,
+    PROF_ATTN_FWD_UNPERMUTE,
+    PROF_ATTN_BWD_PERMUTE,
+    PROF_ATTN_BWD_DP_DV,
+    PROF_ATTN_BWD_SOFTMAX,
+    PROF_ATTN_BWD_DQ_DK,
+    PROF_ATTN_BWD_UNPERMUTE,
+    PROF_MATMUL_LOGITS,
+    PROF_CLASSIFIER_XENT,
+    PROF_MATMUL_WTE_DW,
+    PROF_MATMUL_HEAD_DX,
+    PROF_LOSSES_SUM,
+    PROF_OPS
+};
+
+// GPT2_CUDA_PROFILE's value into a profiler (ci->prof stays nullptr when
+// the variable is unset or empty); GPT2_ERR_ARG with a message in err for a
+// malformed value.
+int profiler_create(cuda_impl *ci, const char *spec, char *err, size_t cap);
+// Prints the table and `fusion_line` to stderr (the stream must have been
+// synchronized: every event is read) and frees the profiler; with
+// fusion_line nullptr it frees without printing. No profiler: a no-op.
+void profiler_destroy(cuda_impl *ci, const char *fusion_line);
+// The start of a micro-step (embed_forward) and the end of a training one
+// (after embed_backward): they open and close the profiled window.
+void prof_step_begin(cuda_impl *ci);
+void prof_step_end(cuda_impl *ci);
+void prof_begin(cuda_impl *ci, prof_op op);
+void prof_end(cuda_impl *ci);
+// Drops the open outermost scope's record (its launches did not happen).
+void prof_cancel(cuda_impl *ci);
+
+// Times the enclosed launches as `op` while the profile's window is open;
+// nothing without GPT2_CUDA_PROFILE. A scope inside another is not
+// recorded (the outer one's time includes it), so scopes sit around
+// leaves: a call site's GEMM, a kernel or two.
+struct prof_scope {
+    cuda_impl *ci;
+    prof_scope(gpt2_backend *be, prof_op op) : ci(impl_of(be)) {
+        if (ci->prof != nullptr) prof_begin(ci, op);
+    }
+    ~prof_scope() {
+        if (ci->prof != nullptr) prof_end(ci);
+    }
+    prof_scope(const prof_scope &) = delete;
+    prof_scope &operator=(const prof_scope &) = delete;
+};
+
+// f() timed as `op`. A GPT2_ERR_UNAVAILABLE answer (a fused epilogue
+// refused before anything was launched) leaves no record, so that the
+// fallback's launches, timed next under the same op, are its one call.
+template <typename F> int timed(gpt2_backend *be, prof_op op, F &&f) {
+    prof_scope scope(be, op);
+    const int status = f();
+    if (status == GPT2_ERR_UNAVAILABLE) prof_cancel(scope.ci);
+    return status;
+}
 
 } // namespace gpt2cuda
 

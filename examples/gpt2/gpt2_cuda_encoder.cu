@@ -6,12 +6,18 @@
 // shows it.
 //
 // Backward, deterministic without atomics: the rows are sorted by token
-// (CUB's radix sort, stable: rows of one token stay in ascending order),
-// then one block per distinct token adds that token's rows of dx, in
-// ascending row order, channel by channel, and rounds into wte's gradient
-// once; wpe's gradient adds the B rows of each position in order. Every
-// thread reads only the rows of its token (the previous kernel had every
-// thread scan all B*T tokens).
+// (CUB's radix sort, stable: rows of one token stay in ascending order) and
+// the sorted positions cut into tiles of kEmbedTile. A block per tile adds,
+// channel by channel, each run of one token within the tile in ascending
+// order; a run that lies wholly in the tile is rounded into wte's gradient
+// at once, a run cut by a tile boundary leaves its segment's fp32 sum in
+// the tile's first or last slot. A second kernel, a block per tile where
+// such a run starts, adds the run's segments (tile by tile, in
+// finish_lanes' fixed lanes and tree) and rounds once. So a token
+// repeated n times costs n / kEmbedTile additions in a chain and
+// n / kEmbedTile / kFinishLanes more per lane, where one block used to add
+// all n rows in turn (16384 for a batch of one repeated token). wpe's
+// gradient adds the B rows of each position in order.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "gpt2_cuda_common.cuh"
@@ -50,22 +56,87 @@ __global__ void iota_kernel(int n, int *out) {
     GRID_STRIDE(k, n) { out[k] = (int)k; }
 }
 
-// Block i (a position in token order) owns token keys[i] when it is the
-// first position of that token: it adds dx of the token's rows (rows[i..j),
-// ascending) into g_wte[token], one rounding per element.
+// Sorted positions per tile of the wte gradient: part of the definition
+// of its rounding (a run's rows are added in tiles of this many, the
+// tiles' sums then in finish_lanes' order), fixed so that results do not
+// depend on the launch.
+constexpr int kEmbedTile = 32;
+
+// Block (tile, channel block): for the tile's positions [i0, i1) of the
+// sorted keys, adds each token's rows of dx (rows[i], ascending) channel
+// by channel. A run wholly inside the tile is added to g_wte[token] (one
+// rounding); the tile's first and last segments, when their run goes on
+// beyond the tile, are stored in first[tile] and last[tile] (fp32, [C]
+// each; both, for a run covering the tile). Invalid tokens add nothing.
 template <typename E>
-__global__ void embed_backward_wte_kernel(int BT, int C, int V, const int *keys,
-                                          const int *rows, const E *dx, E *g_wte) {
-    const int i = blockIdx.x;
-    const int tok = keys[i];
-    if ((i > 0 && keys[i - 1] == tok) || tok < 0 || tok >= V) return;
-    int end = i + 1;
-    while (end < BT && keys[end] == tok) end++;
-    E *g = g_wte + (size_t)tok * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = 0.0f;
-        for (int j = i; j < end; j++) sum += to_f32(dx[(size_t)rows[j] * C + c]);
-        g[c] = from_f32<E>(to_f32(g[c]) + sum);
+__global__ void embed_wte_tiles_kernel(int BT, int C, int V, const int *keys, const int *rows,
+                                       const E *dx, E *g_wte, float *first, float *last) {
+    const int tile = blockIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int i0 = tile * kEmbedTile;
+    const int i1 = i0 + kEmbedTile < BT ? i0 + kEmbedTile : BT;
+    float sum = 0.0f;
+    int seg = i0; // where the current segment starts
+    for (int i = i0; i < i1; i++) {
+        const int tok = keys[i];
+        sum += to_f32(dx[(size_t)rows[i] * C + c]);
+        if (i + 1 < i1 && keys[i + 1] == tok) continue;
+        // The segment [seg, i] ends here.
+        if (tok >= 0 && tok < V) {
+            const bool starts = seg == 0 || keys[seg - 1] != tok;
+            const bool ends = i + 1 == BT || keys[i + 1] != tok;
+            if (starts && ends) {
+                E *g = g_wte + (size_t)tok * C + c;
+                *g = from_f32<E>(to_f32(*g) + sum);
+            } else {
+                if (seg == i0) first[(size_t)tile * C + c] = sum;
+                if (i + 1 == i1) last[(size_t)tile * C + c] = sum;
+            }
+        }
+        sum = 0.0f;
+        seg = i + 1;
+    }
+}
+
+// Block `tile`: when a run of one valid token starts in this tile and goes
+// on beyond it, adds the run's segments, last[tile], first[tile + 1], ...,
+// first[t1] (t1: the tile of its last position), and rounds into g_wte
+// once; every other block returns at once. The block walks the channels
+// kFinishCols at a time. blockDim = (kFinishCols, kFinishLanes).
+template <typename E>
+__global__ void embed_wte_runs_kernel(int BT, int C, int V, const int *keys, const float *first,
+                                      const float *last, E *g_wte) {
+    __shared__ float shared[kFinishLanes * kFinishCols];
+    const int tile = blockIdx.x;
+    const int i0 = tile * kEmbedTile;
+    const int i1 = i0 + kEmbedTile < BT ? i0 + kEmbedTile : BT;
+    const int tok = keys[i1 - 1];
+    // The same test in every thread, so the whole block returns or stays.
+    const bool spans = i1 < BT && keys[i1] == tok;
+    const bool starts = keys[i0] != tok || i0 == 0 || keys[i0 - 1] != tok;
+    if (!spans || !starts || tok < 0 || tok >= V) return;
+    // The run's end: the first sorted position past it (keys ascend).
+    int lo = i1, hi = BT;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (keys[mid] == tok)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const int nparts = (lo - 1) / kEmbedTile - tile + 1;
+    for (int c0 = 0; c0 < C; c0 += kFinishCols) {
+        const int c = c0 + threadIdx.x;
+        const float s = finish_lanes(
+            [&](int y) {
+                return y == 0 ? last[(size_t)tile * C + c] : first[(size_t)(tile + y) * C + c];
+            },
+            nparts, c < C, shared);
+        if (threadIdx.y == 0 && c < C) {
+            E *g = g_wte + (size_t)tok * C + c;
+            *g = from_f32<E>(to_f32(*g) + s);
+        }
     }
 }
 
@@ -84,6 +155,7 @@ __global__ void embed_backward_wpe_kernel(int B, int T, int C, const E *dx, E *g
 int encoder_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T, const gpt2_embed_w *w,
                     const int *tokens, void *x) {
     cuda_impl *ci = impl_of(be);
+    prof_scope scope(be, PROF_ENCODER_FWD);
     const long long BT = (long long)B * T;
     const int C = d->n_embd;
     return with_type(ci->dtype, [&](auto tag) {
@@ -106,26 +178,43 @@ int encoder_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T, gpt2_em
                      const int *tokens, const void *dx) {
     cuda_impl *ci = impl_of(be);
     const int BT = B * T, C = d->n_embd;
-    // The work area: sorted keys, row indices in and out, then CUB's storage.
+    const int tiles = (BT + kEmbedTile - 1) / kEmbedTile;
+    // The work area: sorted keys, row indices in and out, the tiles' first
+    // and last segment sums, then CUB's storage.
     size_t cub_bytes = 0;
     CU_TRY(cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, (const int *)nullptr,
                                            (int *)nullptr, (const int *)nullptr, (int *)nullptr,
                                            BT, 0, 32, ci->stream));
     const size_t ints = round_up((size_t)BT * sizeof(int));
-    TRY(ensure_work(be, 3 * ints + cub_bytes));
+    const size_t segs = round_up((size_t)tiles * C * sizeof(float));
+    TRY(ensure_work(be, 3 * ints + 2 * segs + cub_bytes));
     int *keys = (int *)ci->work;
     int *rows_in = (int *)(ci->work + ints);
     int *rows = (int *)(ci->work + 2 * ints);
-    void *cub_temp = ci->work + 3 * ints;
-    iota_kernel<<<grid_for(BT, kThreads), kThreads, 0, ci->stream>>>(BT, rows_in);
-    LAUNCHED();
-    CU_TRY(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, tokens, keys, rows_in, rows, BT,
-                                           0, 32, ci->stream));
+    float *first = (float *)(ci->work + 3 * ints);
+    float *last = (float *)(ci->work + 3 * ints + segs);
+    void *cub_temp = ci->work + 3 * ints + 2 * segs;
+    {
+        prof_scope scope(be, PROF_ENCODER_BWD_SORT);
+        iota_kernel<<<grid_for(BT, kThreads), kThreads, 0, ci->stream>>>(BT, rows_in);
+        LAUNCHED();
+        CU_TRY(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, tokens, keys, rows_in, rows,
+                                               BT, 0, 32, ci->stream));
+    }
     return with_type(ci->dtype, [&](auto tag) {
         using E = decltype(tag);
-        embed_backward_wte_kernel<E><<<(unsigned)BT, kThreads, 0, ci->stream>>>(
-            BT, C, d->vocab, keys, rows, (const E *)dx, (E *)g->wte);
-        LAUNCHED();
+        {
+            prof_scope scope(be, PROF_ENCODER_BWD_WTE);
+            const dim3 grid((unsigned)tiles, blocks_for(C, kThreads));
+            embed_wte_tiles_kernel<E><<<grid, kThreads, 0, ci->stream>>>(
+                BT, C, d->vocab, keys, rows, (const E *)dx, (E *)g->wte, first, last);
+            LAUNCHED();
+            embed_wte_runs_kernel<E><<<(unsigned)tiles, dim3(kFinishCols, kFinishLanes), 0,
+                                       ci->stream>>>(BT, C, d->vocab, keys, first, last,
+                                                     (E *)g->wte);
+            LAUNCHED();
+        }
+        prof_scope scope(be, PROF_ENCODER_BWD_WPE);
         embed_backward_wpe_kernel<E><<<grid_for((long long)T * C, kThreads), kThreads, 0,
                                        ci->stream>>>(B, T, C, (const E *)dx, (E *)g->wpe);
         LAUNCHED();

@@ -2,7 +2,8 @@
 // (the row's statistics are warp sums in fp32, the elements gpt2_math.h's
 // gpt2_layernorm_out and gpt2_layernorm_dx), and a deterministic column sum
 // for the weight and bias gradients (blocks of kColRows rows in order, then
-// the blocks in order, one rounding into the gradient).
+// the blocks' partials in finish_column's fixed lanes and tree, one
+// rounding into the gradient).
 //
 // Loads and stores: with C a multiple of the 16-byte pack and every row
 // 16-byte aligned, each lane reads and writes whole packs of a row (128-bit
@@ -124,20 +125,21 @@ __global__ void ln_param_partial_kernel(int rows, int C, const T *dout, const T 
     }
 }
 
-// Stage 2: dw[c] += sum over blocks (ascending) of pw[y][c], rounded once;
-// the same for db.
+// Stage 2: dw[c] += the sum of pw[0..nblocks)[c] in finish_column's order
+// (lanes, then a tree; it was one thread per column adding every partial
+// in turn), rounded once; the same for db. blockDim = (kFinishCols,
+// kFinishLanes).
 template <typename T>
 __global__ void ln_param_finish_kernel(int nblocks, int C, const float *pw, const float *pb,
                                        T *dw, T *db) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sw = 0.0f, sb = 0.0f;
-    for (int y = 0; y < nblocks; y++) {
-        sw += pw[(size_t)y * C + c];
-        sb += pb[(size_t)y * C + c];
+    __shared__ float shared[kFinishLanes * kFinishCols];
+    const int c = blockIdx.x * kFinishCols + threadIdx.x;
+    const float sw = finish_column(pw, nblocks, C, c, shared);
+    const float sb = finish_column(pb, nblocks, C, c, shared);
+    if (threadIdx.y == 0 && c < C) {
+        dw[c] = from_f32<T>(to_f32(dw[c]) + sw);
+        db[c] = from_f32<T>(to_f32(db[c]) + sb);
     }
-    dw[c] = from_f32<T>(to_f32(dw[c]) + sw);
-    db[c] = from_f32<T>(to_f32(db[c]) + sb);
 }
 
 // Rows can go through packs when they all start 16-byte aligned.
@@ -154,6 +156,7 @@ int layernorm_forward(gpt2_backend *be, int rows, int C, const void *x, const vo
                       const void *b, void *out, float *mean, float *rstd) {
     cuda_impl *ci = impl_of(be);
     if (rows <= 0) return GPT2_OK;
+    prof_scope scope(be, PROF_LAYERNORM_FWD);
     return with_type(ci->dtype, [&](auto tag) {
         using T = decltype(tag);
         const void *rows_at[2] = {x, out};
@@ -183,13 +186,19 @@ int layernorm_backward(gpt2_backend *be, int rows, int C, const void *dout, cons
         // The parameter gradients first: they read dout, which dx may be
         // (the head's ln_f backward writes dx elsewhere, but a caller may
         // pass dres == dout == dx).
-        const dim3 grid(blocks_for(C, kThreads), (unsigned)(nblocks < 65535 ? nblocks : 65535));
-        ln_param_partial_kernel<T><<<grid, kThreads, 0, ci->stream>>>(
-            rows, C, (const T *)dout, (const T *)x, mean, rstd, pw, pb);
-        LAUNCHED();
-        ln_param_finish_kernel<T><<<blocks_for(C, kThreads), kThreads, 0, ci->stream>>>(
-            nblocks, C, pw, pb, (T *)dw, (T *)db);
-        LAUNCHED();
+        {
+            prof_scope scope(be, PROF_LAYERNORM_BWD_DWDB);
+            const dim3 grid(blocks_for(C, kThreads),
+                            (unsigned)(nblocks < 65535 ? nblocks : 65535));
+            ln_param_partial_kernel<T><<<grid, kThreads, 0, ci->stream>>>(
+                rows, C, (const T *)dout, (const T *)x, mean, rstd, pw, pb);
+            LAUNCHED();
+            ln_param_finish_kernel<T><<<blocks_for(C, kFinishCols),
+                                        dim3(kFinishCols, kFinishLanes), 0, ci->stream>>>(
+                nblocks, C, pw, pb, (T *)dw, (T *)db);
+            LAUNCHED();
+        }
+        prof_scope scope(be, PROF_LAYERNORM_BWD_DX);
         const void *rows_at[4] = {dout, x, dres, dx};
         const unsigned rgrid = blocks_for(rows, kRowWarps);
         if (rows_vectorizable<T>(C, rows_at, 4))

@@ -13,7 +13,7 @@
 // in bf16 and fp16 it is tensor cores with fp32 accumulators).
 //
 // Determinism: cuBLASLt's heuristic returns the same algorithm for the same
-// shapes, layouts and alignments on the same GPU (the algorithm is chosen
+// shapes, layouts and alignment classes on the same GPU (the algorithm is chosen
 // once per key and cached), every GEMM gets the backend's own workspace, and
 // split-K reduction schemes are limited to those that combine partial sums
 // in a fixed order (INPLACE is left out as a precaution: it is sequential
@@ -21,12 +21,32 @@
 // attention GEMMs) runs with atomics disallowed and its own workspace, which
 // cuBLAS requires for the same bits while other streams (zeroshard's) run.
 //
-// Alignment: the heuristic reads the bias and aux pointers' values to know
-// their alignment, so they are set on the descriptor before it runs, and
-// their alignments are part of the cache key. The GELU epilogues have more
-// requirements (an aux leading dimension divisible by 8, supported types):
-// any refusal of theirs, by the heuristic or at launch, is reported as
-// GPT2_ERR_UNAVAILABLE and the callers fall back to the unfused path.
+// Alignment: cuBLASLt's heuristic judges A, B, C and D by the minimum
+// alignments the preferences state, and the bias and aux matrices by the
+// pointers on the descriptor. Each is clamped to an alignment class of at
+// most 16 bytes (kMaxAlignClass), in the cache key and in what the
+// heuristic is shown. 16 bytes covers the widest loads (128-bit vectors;
+// Hopper's TMA needs 16-byte addresses), while stage 0's flat parameter
+// buffer, stage 3's live buffers and the activations' 256-byte carving
+// start tensors at 32, 64 or 256-byte boundaries by chance of layout: a
+// kernel that asked for more would be chosen in one stage and not in
+// another. Keyed on the raw alignment (up to 256 bytes), the
+// same product could get another algorithm in another stage (another
+// summation order: other bits), or a fused epilogue in one stage and the
+// fallback in another; clamped, the algorithm and the fused-or-fallback
+// choice are functions of the shapes and of the classes 1, 2, 4, 8 or 16,
+// which ZeRO's layout (zero.align, 16 elements by default) keeps at 16 in
+// every stage. The heuristic is shown the bias and aux as pointers into the
+// workspace with exactly the class's alignment, so the first caller's
+// pointer cannot sway it either; each launch sets the real ones.
+//
+// Fallbacks: any refusal of an epilogue, by the heuristic or at launch, is
+// remembered for its key. The bias epilogue then runs as the plain product
+// and add_bias (two roundings instead of one); the GELU epilogues return
+// GPT2_ERR_UNAVAILABLE and the callers run their unfused path; a plain
+// product cuBLASLt has no algorithm for runs through classic cuBLAS (its
+// handle has atomics disallowed; it picks its kernel per shape too, and the
+// clamped classes that select the fallback are the same in every stage).
 #include <cstring>
 
 #include "gpt2_cuda_common.cuh"
@@ -34,16 +54,6 @@
 namespace gpt2cuda {
 
 namespace {
-
-// The alignment (a power of two, at most 256 bytes) of every pointer given.
-int common_alignment(const void *const *ptrs, int n) {
-    uintptr_t bits = 256;
-    for (int i = 0; i < n; i++) {
-        if (ptrs[i] == nullptr) continue;
-        bits |= (uintptr_t)ptrs[i];
-    }
-    return (int)(bits & (~bits + 1)); // lowest set bit
-}
 
 cublasLtEpilogue_t lt_epilogue(epilogue e) {
     switch (e) {
@@ -82,12 +92,17 @@ void entry_destroy(matmul_entry *e) {
 
 bool is_gelu(int epi) { return epi == EPI_GELU_AUX || epi == EPI_DGELU; }
 
+// A device pointer with exactly `align_bytes` of alignment (a class below
+// 256, the workspace's own alignment): what the heuristic is shown for the
+// bias and aux, so that it judges the class, not the caller's pointer.
+const void *representative(const cuda_impl *ci, int align_bytes) {
+    return static_cast<const unsigned char *>(ci->lt_workspace) + align_bytes;
+}
+
 // Builds the descriptors of `key` in slot e and asks the heuristic for an
-// algorithm (e->supported = 0 when it has none, or when a GELU epilogue is
-// refused in any way). bias and aux are the call's pointers: the heuristic
-// judges their alignment from them.
-int entry_create(gpt2_backend *be, const matmul_key &key, const void *bias, const void *aux,
-                 matmul_entry *e) {
+// algorithm (e->supported = false when it has none, or when an epilogue is
+// refused in any way: the callers fall back).
+int entry_create(gpt2_backend *be, const matmul_key &key, matmul_entry *e) {
     cuda_impl *ci = impl_of(be);
     std::memset(e, 0, sizeof *e);
     e->key = key;
@@ -104,18 +119,23 @@ int entry_create(gpt2_backend *be, const matmul_key &key, const void *bias, cons
     LT_SET(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                           sizeof epi));
     if (key.epilogue == EPI_BIAS || key.epilogue == EPI_GELU_AUX) {
+        const void *bias = representative(ci, key.align_bias);
         LT_SET(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
                                               sizeof type));
         LT_SET(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias));
     }
     if (is_gelu(key.epilogue)) {
+        // The aux matrix's type is left at its default, D's type: cuBLASLt
+        // documents setting CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE for
+        // fp8 outputs only, and a value set for a combination it does not
+        // support makes cublasLtMatmul fail with CUBLAS_STATUS_INVALID_VALUE
+        // (cublasLt.h), which would silently send every GELU to the unfused
+        // path. llm.c, whose fused GELU runs, leaves it unset too.
         const int64_t ld = key.ldc;
+        const void *aux = representative(ci, key.align_aux);
         LT_SET(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                               sizeof ld));
-        LT_SET(cublasLtMatmulDescSetAttribute(e->desc,
-                                              CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type,
-                                              sizeof type));
         LT_SET(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                               &aux, sizeof aux));
     }
@@ -132,17 +152,23 @@ int entry_create(gpt2_backend *be, const matmul_key &key, const void *bias, cons
     LT_SET(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t workspace = ci->lt_workspace_bytes;
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
-    const uint32_t align = (uint32_t)key.align;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                   &schemes, sizeof schemes);
-    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    // The clamped classes, never the raw alignments (see the top of the
+    // file); cuBLASLt's A is our B and its B our A.
+    const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        uint32_t bytes;
+    } aligns[4] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, (uint32_t)key.align_b},
+                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, (uint32_t)key.align_a},
+                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, (uint32_t)key.align_c},
+                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, (uint32_t)key.align_d}};
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
+        st = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &aligns[i].bytes,
+                                                  sizeof aligns[i].bytes);
     cublasLtMatmulHeuristicResult_t result;
     std::memset(&result, 0, sizeof result);
     int found = 0;
@@ -150,11 +176,14 @@ int entry_create(gpt2_backend *be, const matmul_key &key, const void *bias, cons
         st = cublasLtMatmulAlgoGetHeuristic(ci->lt, e->desc, e->a, e->b, e->c, e->d, pref, 1,
                                             &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    // No algorithm is an answer, not a failure: the caller may fall back.
-    // The result's fields count only when its own state says success.
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+    // No algorithm is an answer, not a failure: the caller falls back. The
+    // result's fields count only when its own state says success. Any other
+    // refusal of an epilogue, or of a plain product, falls back too (the
+    // fallbacks compute the same product by other means; a real argument
+    // error shows there).
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
         (st == CUBLAS_STATUS_SUCCESS && (found == 0 || result.state != CUBLAS_STATUS_SUCCESS)) ||
-        (st != CUBLAS_STATUS_SUCCESS && is_gelu(key.epilogue))) {
+        (st != CUBLAS_STATUS_SUCCESS && key.epilogue != EPI_NONE)) {
         e->supported = false;
         return GPT2_OK;
     }
@@ -167,8 +196,7 @@ int entry_create(gpt2_backend *be, const matmul_key &key, const void *bias, cons
 #undef LT_SET
 
 // The cached entry of `key`, made on first use; the cache is a ring.
-int entry_for(gpt2_backend *be, const matmul_key &key, const void *bias, const void *aux,
-              matmul_entry **out) {
+int entry_for(gpt2_backend *be, const matmul_key &key, matmul_entry **out) {
     cuda_impl *ci = impl_of(be);
     for (int i = 0; i < kMatmulCache; i++) {
         matmul_entry *e = &ci->matmuls[i];
@@ -180,25 +208,20 @@ int entry_for(gpt2_backend *be, const matmul_key &key, const void *bias, const v
     matmul_entry *e = &ci->matmuls[ci->matmul_next];
     ci->matmul_next = (ci->matmul_next + 1) % kMatmulCache;
     entry_destroy(e);
-    TRY(entry_create(be, key, bias, aux, e));
+    TRY(entry_create(be, key, e));
     *out = e;
     return GPT2_OK;
 }
 
-} // namespace
-
-cudaDataType_t cuda_type_of(gpt2_dtype t) {
-    return t == GPT2_BF16 ? CUDA_R_16BF : t == GPT2_F16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
-int matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
-           const void *B, int ldb, const void *c, void *d, int ldc, epilogue epi,
-           const void *bias, void *aux) {
+// One cuBLASLt product with epilogue `epi`; GPT2_ERR_UNAVAILABLE (no
+// message, nothing written) when cuBLASLt refuses it for this key, now or
+// at an earlier call.
+int lt_matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
+              const void *B, int ldb, const void *c, void *d, int ldc, epilogue epi,
+              const void *bias, void *aux) {
     cuda_impl *ci = impl_of(be);
-    if (M <= 0 || N <= 0) return GPT2_OK;
-    const void *ptrs[5] = {A, B, c, d, aux};
     matmul_key key;
-    std::memset(&key, 0, sizeof key);
+    std::memset(&key, 0, sizeof key); // the key is compared as bytes
     key.ta = ta;
     key.tb = tb;
     key.M = M;
@@ -209,37 +232,105 @@ int matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *
     key.ldc = ldc;
     key.epilogue = epi;
     key.has_c = c != nullptr;
-    key.align = common_alignment(ptrs, 5);
-    key.bias_align = bias != nullptr ? common_alignment(&bias, 1) : 0;
+    key.align_a = align_class(A);
+    key.align_b = align_class(B);
+    key.align_c = align_class(c != nullptr ? c : d);
+    key.align_d = align_class(d);
+    key.align_bias = bias != nullptr ? align_class(bias) : 0;
+    key.align_aux = aux != nullptr ? align_class(aux) : 0;
     key.dtype = ci->dtype;
     matmul_entry *e = nullptr;
-    TRY(entry_for(be, key, bias, aux, &e));
-    if (!e->supported) {
-        if (is_gelu(epi)) return GPT2_ERR_UNAVAILABLE;
-        return fail(be, GPT2_ERR_DEVICE,
-                    "gpt2 cuda: cuBLASLt has no algorithm for a %s %dx%dx%d product (ta %d, tb "
-                    "%d, lda %d, ldb %d, ldc %d, alignment %d)",
-                    gpt2_dtype_name(ci->dtype), M, N, K, (int)ta, (int)tb, lda, ldb, ldc,
-                    key.align);
-    }
+    TRY(entry_for(be, key, &e));
+    if (!e->supported) return GPT2_ERR_UNAVAILABLE;
     if (epi == EPI_BIAS || epi == EPI_GELU_AUX)
         BLAS_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof bias));
-    if (epi == EPI_GELU_AUX || epi == EPI_DGELU)
+    if (is_gelu(epi))
         BLAS_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                 &aux, sizeof aux));
     const float alpha = 1.0f, beta = c != nullptr ? 1.0f : 0.0f;
     const cublasStatus_t st =
         cublasLtMatmul(ci->lt, e->desc, &alpha, B, e->a, A, e->b, &beta, c ? c : d, e->c, d,
                        e->d, &e->algo, ci->lt_workspace, ci->lt_workspace_bytes, ci->stream);
-    // A GELU epilogue refused at launch (nothing was written): remembered,
-    // and the caller runs the unfused path.
-    if (is_gelu(epi) && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
+    // Refused at launch (nothing was written): remembered for the key, so
+    // that every later call of this shape and class takes the same path.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
         e->supported = false;
         return GPT2_ERR_UNAVAILABLE;
     }
     BLAS_TRY(st);
+    ci->stats.gemm_lt++;
     return GPT2_OK;
+}
+
+// The same product through classic cuBLAS (cublasGemmEx, fp32 compute, no
+// TF32, atomics disallowed: deterministic), for shapes cuBLASLt has no
+// algorithm for. cublasGemmEx accumulates in place, so a separate C is
+// first copied into D.
+int classic_matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A,
+                   int lda, const void *B, int ldb, const void *c, void *d, int ldc) {
+    cuda_impl *ci = impl_of(be);
+    const cudaDataType_t type = cuda_type_of(ci->dtype);
+    const size_t e = gpt2_dtype_size(ci->dtype);
+    if (c != nullptr && c != d)
+        CU_TRY(cudaMemcpy2DAsync(d, (size_t)ldc * e, c, (size_t)ldc * e, (size_t)N * e,
+                                 (size_t)M, cudaMemcpyDeviceToDevice, ci->stream));
+    const float alpha = 1.0f, beta = c != nullptr ? 1.0f : 0.0f;
+    BLAS_TRY(cublasGemmEx(ci->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          N, M, K, &alpha, B, type, ldb, A, type, lda, &beta, d, type, ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    ci->stats.gemm_classic++;
+    return GPT2_OK;
+}
+
+// A product without epilogue: cuBLASLt, or classic cuBLAS where it has no
+// algorithm.
+int plain_matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
+                 const void *B, int ldb, const void *c, void *d, int ldc) {
+    const int s = lt_matmul(be, ta, tb, M, N, K, A, lda, B, ldb, c, d, ldc, EPI_NONE, nullptr,
+                            nullptr);
+    if (s != GPT2_ERR_UNAVAILABLE) return s;
+    return classic_matmul(be, ta, tb, M, N, K, A, lda, B, ldb, c, d, ldc);
+}
+
+} // namespace
+
+cudaDataType_t cuda_type_of(gpt2_dtype t) {
+    return t == GPT2_BF16 ? CUDA_R_16BF : t == GPT2_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+int align_class(const void *p) {
+    const uintptr_t bits = (uintptr_t)p | (uintptr_t)kMaxAlignClass;
+    return (int)(bits & (~bits + 1)); // the lowest set bit
+}
+
+int matmul(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
+           const void *B, int ldb, const void *c, void *d, int ldc, epilogue epi,
+           const void *bias, void *aux) {
+    cuda_impl *ci = impl_of(be);
+    if (M <= 0 || N <= 0) return GPT2_OK;
+    switch (epi) {
+    case EPI_NONE:
+        return plain_matmul(be, ta, tb, M, N, K, A, lda, B, ldb, c, d, ldc);
+    case EPI_BIAS:
+        if (!ci->unfused_bias) {
+            const int s =
+                lt_matmul(be, ta, tb, M, N, K, A, lda, B, ldb, c, d, ldc, EPI_BIAS, bias, nullptr);
+            if (s != GPT2_ERR_UNAVAILABLE) {
+                if (s == GPT2_OK) ci->stats.bias_fused++;
+                return s;
+            }
+        }
+        // D = A.B (+ C), then D += bias: the epilogue's sum in two roundings.
+        TRY(plain_matmul(be, ta, tb, M, N, K, A, lda, B, ldb, c, d, ldc));
+        TRY(add_bias(be, M, N, d, ldc, bias));
+        ci->stats.bias_fallback++;
+        return GPT2_OK;
+    case EPI_GELU_AUX:
+    case EPI_DGELU:
+        break;
+    }
+    return lt_matmul(be, ta, tb, M, N, K, A, lda, B, ldb, c, d, ldc, epi, bias, aux);
 }
 
 int matmul_batched(gpt2_backend *be, bool ta, bool tb, int M, int N, int K, const void *A,

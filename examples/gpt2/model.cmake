@@ -12,7 +12,7 @@ set(GPT2_MODEL_SOURCES
   ${GPT2_MODEL_DIR}/gpt2_cpu.c)
 if(ZS_HAVE_CUDA)
   # One file per op, as llm.c's llmc/ (gpt2_cuda.cu says which is which).
-  foreach(part "" _matmul _attention _layernorm _encoder _classifier _elementwise)
+  foreach(part "" _matmul _attention _layernorm _encoder _classifier _elementwise _profile)
     list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda${part}.cu)
   endforeach()
 else()
@@ -38,10 +38,23 @@ set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_cpu.c PROPERTIES
 if(ZS_HAVE_CUDA)
   target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cublasLt CUDA::cudart)
   # The library's rules for device code (root CMakeLists.txt): warnings are
-  # errors and, unless ZS_CUDA_FMAD, no multiply-add contraction, so that the
-  # element math of gpt2_math.h gives the CPU's bits on the GPU.
+  # errors. Multiply-add contraction is GPT2_CUDA_FMAD's choice, apart from
+  # the runtime's kernels (ZS_CUDA_FMAD, whose bits must equal the CPU's):
+  # no test needs GPT-2's CUDA kernels to give the CPU's bits (the CUDA
+  # tests compare with tolerances, 1e-3 of a tensor's scale in fp32, far
+  # above the few ulp contraction moves an element, and the stage and
+  # repeat comparisons run the same kernels on both sides). The default
+  # stays OFF, following ZS_CUDA_FMAD: with it the element math of
+  # gpt2_math.h gives the CPU's bits on the GPU, so a CPU-vs-CUDA
+  # difference can only come from the order of sums, which keeps the fp32
+  # comparisons easy to read; these kernels are bound by memory traffic,
+  # where a fused multiply-add saves instructions, not time. The GPU check
+  # builds both (-DGPT2_CUDA_FMAD=ON) and the measurement decides.
+  option(GPT2_CUDA_FMAD "Let nvcc contract multiply-adds in GPT-2's CUDA kernels" ${ZS_CUDA_FMAD})
   set(GPT2_CUDA_FLAGS -Xcompiler=-Wall,-Wextra --Werror=all-warnings)
-  if(NOT ZS_CUDA_FMAD)
+  if(GPT2_CUDA_FMAD)
+    list(APPEND GPT2_CUDA_FLAGS --fmad=true)
+  else()
     list(APPEND GPT2_CUDA_FLAGS --fmad=false)
   endif()
   target_compile_options(gpt2_model PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${GPT2_CUDA_FLAGS}>)

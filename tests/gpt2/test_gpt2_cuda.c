@@ -6,11 +6,21 @@
  * bf16 (tensor cores) against the CPU's fp32. Also on the GPU: the same step
  * twice gives the same bits in both dtypes (no atomics), head_forward's
  * losses are head_forward_backward's, and each deliberately wrong kernel of
- * the test hook (GPT2_CUDA_FAULT) fails the bf16 comparison. Exits 77
+ * the test hook (GPT2_CUDA_FAULT) fails the bf16 comparison. The fused
+ * epilogues: every GELU fusion mode and the bias fallback (unfused_bias)
+ * pass the bf16 comparison, and on sm_80 and sm_90, where cuBLASLt has
+ * them, a model with GPT-2 124M's aligned widths (768 channels, 12 heads)
+ * must run every bias, GELU and DGELU product fused (the counts of
+ * gpt2_cuda_backend_stats): a fused path that silently never runs fails
+ * here. The embedding backward with a token repeated across many tiles,
+ * and column sums over more partials than the finish has lanes, against
+ * the CPU; GPT2_CUDA_PROFILE's table, parsed as scripts parse it. Exits 77
  * (skipped) without a usable CUDA device.
  *
  * fp32 tolerances. Both backends run the same element math bit for bit
- * (gpt2_math.h, --fmad=false; no TF32); they differ in the order of sums:
+ * (gpt2_math.h, with GPT2_CUDA_FMAD off, its default; no TF32; with it on,
+ * nvcc's contractions move an element by a few ulp, far inside the bounds
+ * below); they differ in the order of sums:
  * cuBLAS's GEMM reductions and the GPU's tree/column-block sums against
  * OpenBLAS's and the CPU's lanes. Each such sum differs by a few ulp (~1e-7
  * relative); through two blocks and the head the differences stay below
@@ -44,10 +54,12 @@
  * operand or a softmax without the causal mask moved a gradient tensor by
  * 2^-0.6 to 2^1 of its scale and a position's loss by 2^-4.3 or more.
  */
-#define _POSIX_C_SOURCE 200809L // setenv
+#define _POSIX_C_SOURCE 200809L // setenv, fileno, dup
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -274,6 +286,53 @@ static gpt2_backend *cuda_backend(gpt2_dtype dtype, const char *fault) {
     return be;
 }
 
+/* A bf16 backend with the given fusion settings. */
+static gpt2_backend *fusion_backend(int gelu_fusion, int unfused_bias) {
+    const gpt2_cuda_options options = {
+        .dtype = GPT2_BF16, .gelu_fusion = gelu_fusion, .unfused_bias = unfused_bias};
+    gpt2_backend *be = NULL;
+    char err[512];
+    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != GPT2_OK) {
+        fprintf(stderr, "test_gpt2_cuda: %s\n", err);
+        exit(1);
+    }
+    return be;
+}
+
+/* The launch counts of be, printed as the benchmarks print them. */
+static gpt2_cuda_stats stats_of(gpt2_backend *be) {
+    gpt2_cuda_stats st;
+    char line[512];
+    REQUIRE(gpt2_cuda_backend_stats(be, &st, line, sizeof(line)) == GPT2_OK);
+    printf("  %s\n", line);
+    return st;
+}
+
+/* What one training step (run) must have counted on a backend of mode
+ * gelu_fusion / unfused_bias for an L-layer model: every block's c_fc GELU
+ * fused or fallen back exactly once when the mode asks for it, nothing
+ * otherwise, and the forced bias fallback taken every time. */
+static void check_counts(const char *model, const gpt2_cuda_stats *st, int L, int gelu_fusion,
+                         int unfused_bias) {
+    const long long gelu = gelu_fusion >= 1 ? L : 0, dgelu = gelu_fusion >= 2 ? L : 0;
+    CHECK_MSG(st->gelu_fusion == gelu_fusion && st->unfused_bias == unfused_bias,
+              "%s: stats say gelu_fusion %d, unfused_bias %d; asked for %d, %d", model,
+              st->gelu_fusion, st->unfused_bias, gelu_fusion, unfused_bias);
+    CHECK_MSG(st->gelu_fused + st->gelu_fallback == gelu,
+              "%s, gelu_fusion %d: gelu fused %lld + fallback %lld, expected %lld", model,
+              gelu_fusion, st->gelu_fused, st->gelu_fallback, gelu);
+    CHECK_MSG(st->dgelu_fused + st->dgelu_fallback == dgelu,
+              "%s, gelu_fusion %d: dgelu fused %lld + fallback %lld, expected %lld", model,
+              gelu_fusion, st->dgelu_fused, st->dgelu_fallback, dgelu);
+    CHECK_MSG(st->bias_fused + st->bias_fallback >= 3LL * L,
+              "%s: %lld bias products for %d blocks (at least 3 each)", model,
+              st->bias_fused + st->bias_fallback, L);
+    if (unfused_bias)
+        CHECK_MSG(st->bias_fused == 0 && st->bias_fallback > 0,
+                  "%s, unfused_bias: bias fused %lld, fallback %lld", model, st->bias_fused,
+                  st->bias_fallback);
+}
+
 static void test_bf16(gpt2_backend *cpu, gpt2_backend *gpu, const gpt2_dims *d, int B, int T,
                       int chunk, double gain) {
     const int BT = B * T;
@@ -289,17 +348,19 @@ static void test_bf16(gpt2_backend *cpu, gpt2_backend *gpu, const gpt2_dims *d, 
     CHECK_MSG(worst <= 1.0, "bf16 on the GPU is %.3g times a bound away from fp32 on the CPU",
               worst);
     check_same_bits("bf16", &g, &g2, (size_t)gpt2_num_params(d), (size_t)BT);
-    // The gelu fusions are alternatives of one computation: each passes.
-    for (int fusion = 0; fusion <= 2; fusion++) {
-        const gpt2_cuda_options options = {.dtype = GPT2_BF16, .gelu_fusion = fusion};
-        gpt2_backend *be = NULL;
-        char err[512];
-        REQUIRE(gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) == GPT2_OK);
+    // The gelu fusions and the bias epilogue's fallback are alternatives of
+    // one computation: each passes, and each took the path it counts.
+    for (int mode = 0; mode <= 3; mode++) {
+        const int fusion = mode < 3 ? mode : 2, unfused_bias = mode == 3;
+        gpt2_backend *be = fusion_backend(fusion, unfused_bias);
         host_step f;
         run(be, d, B, T, chunk, in.params, in.tokens, in.targets, &f);
-        printf(" gelu_fusion %d:", fusion);
+        printf(" gelu_fusion %d, unfused_bias %d:", fusion, unfused_bias);
         const double w = bf16_margin(d, BT, &f, &c);
-        CHECK_MSG(w <= 1.0, "bf16 with gelu_fusion %d: %.3g times a bound", fusion, w);
+        CHECK_MSG(w <= 1.0, "bf16 with gelu_fusion %d, unfused_bias %d: %.3g times a bound",
+                  fusion, unfused_bias, w);
+        const gpt2_cuda_stats st = stats_of(be);
+        check_counts("bf16", &st, d->n_layer, fusion, unfused_bias);
         free_step(&f);
         be->ops->destroy(be);
     }
@@ -319,6 +380,183 @@ static void test_bf16(gpt2_backend *cpu, gpt2_backend *gpu, const gpt2_dims *d, 
     free_step(&c);
     free_step(&g);
     free_step(&g2);
+    free_inputs(&in);
+}
+
+/* GPT-2 124M's widths (768 channels, 12 heads of 64, 4C = 3072: every
+ * leading dimension a multiple of 8, every tensor of the flat bf16 layout
+ * 16-byte aligned) in one block: the products of the real model, shape for
+ * shape but the number of rows. On sm_80 and sm_90 cuBLASLt has the bias,
+ * GELU_AUX_BIAS and DGELU epilogues for them in bf16, so each must run
+ * fused every time; elsewhere the counts are printed only. Each mode also
+ * passes the bf16 comparison with the CPU. */
+static void test_fusion_aligned(gpt2_backend *cpu) {
+    const gpt2_dims d = {.n_layer = 1, .n_head = 12, .n_embd = 768, .vocab = 512,
+                         .block_size = 64};
+    const int B = 4, T = 64, BT = B * T, chunk = 128;
+    inputs in;
+    make_inputs(&d, BT, 1.0, 1, &in);
+    printf("bf16 fusion, 124M's widths: %d layer, %d heads, %d channels, vocab %d; B %d, T %d\n",
+           d.n_layer, d.n_head, d.n_embd, d.vocab, B, T);
+    host_step c;
+    run(cpu, &d, B, T, chunk, in.params, in.tokens, in.targets, &c);
+    for (int fusion = 0; fusion <= 2; fusion++) {
+        gpt2_backend *be = fusion_backend(fusion, 0);
+        host_step f;
+        run(be, &d, B, T, chunk, in.params, in.tokens, in.targets, &f);
+        printf(" gelu_fusion %d:", fusion);
+        const double w = bf16_margin(&d, BT, &f, &c);
+        CHECK_MSG(w <= 1.0, "124M's widths, gelu_fusion %d: %.3g times a bound", fusion, w);
+        const gpt2_cuda_stats st = stats_of(be);
+        check_counts("124M's widths", &st, d.n_layer, fusion, 0);
+        if (st.sm == 80 || st.sm == 90) {
+            CHECK_MSG(st.bias_fused > 0 && st.bias_fallback == 0,
+                      "sm_%d, 124M's widths: the bias epilogue fused %lld times, fell back %lld "
+                      "times; cuBLASLt should take every one (see gpt2_cuda_matmul.cu)",
+                      st.sm, st.bias_fused, st.bias_fallback);
+            if (fusion >= 1)
+                CHECK_MSG(st.gelu_fused > 0 && st.gelu_fallback == 0,
+                          "sm_%d, 124M's widths, gelu_fusion %d: GELU fused %lld times, fell "
+                          "back %lld times; the fused forward never runs",
+                          st.sm, fusion, st.gelu_fused, st.gelu_fallback);
+            if (fusion >= 2)
+                CHECK_MSG(st.dgelu_fused > 0 && st.dgelu_fallback == 0,
+                          "sm_%d, 124M's widths, gelu_fusion 2: DGELU fused %lld times, fell "
+                          "back %lld times; the fused backward never runs",
+                          st.sm, st.dgelu_fused, st.dgelu_fallback);
+        } else {
+            printf("  (sm_%d: the counts are not required; sm_80 and sm_90 are)\n", st.sm);
+        }
+        free_step(&f);
+        be->ops->destroy(be);
+    }
+    free_step(&c);
+    free_inputs(&in);
+}
+
+/* The embedding backward with one token filling more than 32 tiles of the
+ * sorted positions (so the finish's lanes add several tiles each), runs cut
+ * by tile boundaries and runs inside one tile, in fp32 against the CPU, and
+ * twice on the GPU for the same bits. C = 40 leaves a partial group of
+ * columns. */
+static void test_embed_backward_runs(gpt2_backend *cpu, gpt2_backend *gpu) {
+    const gpt2_dims d = {.n_layer = 1, .n_head = 4, .n_embd = 40, .vocab = 50,
+                         .block_size = 256};
+    const int B = 6, T = 256, BT = B * T, C = d.n_embd;
+    const size_t n_wte = (size_t)d.vocab * C, n_wpe = (size_t)d.block_size * C;
+    int *tokens = malloc(sizeof(int) * BT);
+    float *dx = malloc(sizeof(float) * (size_t)BT * C);
+    float *out[3];
+    REQUIRE(tokens && dx);
+    gpt2_tm_random_tokens(BT, d.vocab, tokens, 51);
+    for (int r = 0; r < 1200; r++) tokens[(r * 7) % BT] = 3; // 1200 rows of token 3, spread
+    uint64_t state = 52;
+    for (size_t i = 0; i < (size_t)BT * C; i++) dx[i] = (float)gpt2_tm_normal(&state);
+    gpt2_backend *bes[3] = {cpu, gpu, gpu};
+    for (int k = 0; k < 3; k++) {
+        gpt2_backend *be = bes[k];
+        void *g = NULL, *dev_dx = NULL;
+        int *dev_tokens = NULL;
+        out[k] = malloc(sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C));
+        REQUIRE(out[k] != NULL);
+        REQUIRE(be->ops->alloc(be, sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C), &g) == 0);
+        REQUIRE(be->ops->alloc(be, sizeof(float) * (size_t)BT * C, &dev_dx) == 0);
+        REQUIRE(be->ops->alloc(be, sizeof(int) * BT, (void **)&dev_tokens) == 0);
+        REQUIRE(be->ops->upload(be, dev_dx, dx, sizeof(float) * (size_t)BT * C) == 0);
+        REQUIRE(be->ops->upload(be, dev_tokens, tokens, sizeof(int) * BT) == 0);
+        gpt2_embed_w gw;
+        gpt2_embed_w_carve(&d, GPT2_F32, g, &gw);
+        REQUIRE(be->ops->embed_backward(be, &d, B, T, &gw, dev_tokens, dev_dx) == 0);
+        REQUIRE(be->ops->download(be, out[k], g,
+                                  sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C)) == 0);
+        be->ops->free(be, g);
+        be->ops->free(be, dev_dx);
+        be->ops->free(be, dev_tokens);
+    }
+    printf("embedding backward: %d rows, token 3 in 1200 of them, C %d\n", BT, C);
+    compare("embedding backward: wte gradient", out[1], out[0], n_wte, TOL_REL);
+    compare("embedding backward: wpe gradient", out[1] + n_wte, out[0] + n_wte, n_wpe, TOL_REL);
+    CHECK_MSG(memcmp(out[1], out[2], sizeof(float) * (n_wte + n_wpe)) == 0,
+              "embedding backward: two runs on the GPU differ in some bit");
+    for (int k = 0; k < 3; k++) free(out[k]);
+    free(tokens);
+    free(dx);
+}
+
+/* The rows of GPT2_CUDA_PROFILE's table that scripts read: "profile NAME
+ * CALLS TOTAL_MS MS_PER_STEP PCT_STEP". 1 when `name`'s row is in text. */
+static int profile_row(const char *text, const char *name, long long *calls, double *total,
+                       double *pct) {
+    char key[64];
+    snprintf(key, sizeof(key), "\nprofile %s ", name);
+    const char *at = strstr(text, key);
+    double per_step = 0.0;
+    return at != NULL && sscanf(at + strlen(key), "%lld %lf %lf %lf", calls, total, &per_step,
+                                pct) == 4;
+}
+
+/* GPT2_CUDA_PROFILE: malformed values are refused at creation; "1,1" times
+ * the second of three micro-steps and prints, at destroy, a table whose rows
+ * count each op once per call in that micro-step, ops inside the step. */
+static void test_profile(void) {
+    const char *bad[] = {"0", "x", "2,", "2,-1", "3;1"};
+    for (int i = 0; i < 5; i++) {
+        setenv("GPT2_CUDA_PROFILE", bad[i], 1);
+        const gpt2_cuda_options options = {.dtype = GPT2_BF16, .gelu_fusion = -1};
+        gpt2_backend *be = NULL;
+        char err[512];
+        const int s = gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err));
+        CHECK_MSG(s == GPT2_ERR_ARG && be == NULL && strstr(err, "GPT2_CUDA_PROFILE") != NULL,
+                  "GPT2_CUDA_PROFILE=\"%s\": status %d, message \"%s\"", bad[i], s, err);
+        if (be != NULL) be->ops->destroy(be);
+    }
+    setenv("GPT2_CUDA_PROFILE", "1,1", 1);
+    const gpt2_dims d = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab = 64, .block_size = 16};
+    const int B = 2, T = 16, BT = B * T;
+    gpt2_backend *be = cuda_backend(GPT2_BF16, NULL);
+    unsetenv("GPT2_CUDA_PROFILE");
+    inputs in;
+    make_inputs(&d, BT, 10.0, 1, &in);
+    gpt2_tm m;
+    REQUIRE(gpt2_tm_init(&m, be, &d, B, T, 12) == 0);
+    REQUIRE(gpt2_tm_set_params(&m, in.params) == 0);
+    REQUIRE(gpt2_tm_set_data(&m, in.tokens, in.targets) == 0);
+    double loss;
+    for (int step = 0; step < 3; step++) REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss) == 0);
+    gpt2_tm_free(&m);
+    // The table goes to stderr at destroy: catch it in a file.
+    FILE *catch = tmpfile();
+    REQUIRE(catch != NULL);
+    fflush(stderr);
+    const int saved = dup(fileno(stderr));
+    REQUIRE(saved >= 0 && dup2(fileno(catch), fileno(stderr)) >= 0);
+    be->ops->destroy(be);
+    fflush(stderr);
+    REQUIRE(dup2(saved, fileno(stderr)) >= 0);
+    close(saved);
+    static char text[1 << 16];
+    text[0] = '\n'; // so that every row, the first too, follows a newline
+    rewind(catch);
+    const size_t n = fread(text + 1, 1, sizeof(text) - 2, catch);
+    text[n + 1] = '\0';
+    fclose(catch);
+    printf("GPT2_CUDA_PROFILE=1,1 printed:%s", text);
+    long long calls = 0;
+    double total = 0.0, pct = 0.0, ops_total = 0.0, step_total = 0.0;
+    CHECK_MSG(profile_row(text, "step", &calls, &step_total, &pct) && calls == 1 &&
+                  step_total > 0.0 && fabs(pct - 100.0) < 0.01,
+              "profile: no \"step\" row for 1 step (calls %lld, %.3f ms, %.2f%%)", calls,
+              step_total, pct);
+    CHECK_MSG(profile_row(text, "matmul_qkv_fwd", &calls, &total, &pct) && calls == d.n_layer,
+              "profile: matmul_qkv_fwd counted %lld calls in one micro-step of %d blocks", calls,
+              d.n_layer);
+    CHECK_MSG(profile_row(text, "encoder_bwd_wte", &calls, &total, &pct) && calls == 1,
+              "profile: encoder_bwd_wte counted %lld calls in one micro-step", calls);
+    CHECK_MSG(profile_row(text, "all_ops", &calls, &ops_total, &pct) && ops_total > 0.0 &&
+                  ops_total <= step_total + 1e-3 * (double)calls,
+              "profile: the ops take %.3f ms of a %.3f ms step", ops_total, step_total);
+    CHECK_MSG(strstr(text, "\nfusion: bias fused ") != NULL,
+              "profile: no fusion line after the table");
     free_inputs(&in);
 }
 
@@ -397,10 +635,19 @@ int main(void) {
     // T < block_size, partial head chunks, more than 32 rows.
     const gpt2_dims odd = {.n_layer = 2, .n_head = 3, .n_embd = 45, .vocab = 301,
                            .block_size = 24};
+    // ... and one with more rows (1536) than the column sums' finish has
+    // lanes times partial rows (32 x 32), and tokens repeated across the
+    // embedding backward's tiles.
+    const gpt2_dims rows = {.n_layer = 1, .n_head = 2, .n_embd = 64, .vocab = 128,
+                            .block_size = 64};
     test_fp32(cpu, gpu, &tiny, 2, 16, 12, 10.0);
     test_fp32(cpu, gpu, &odd, 3, 13, 5, 5.0);
+    test_fp32(cpu, gpu, &rows, 24, 64, 256, 5.0);
     test_bf16(cpu, gpu16, &tiny, 2, 16, 12, 10.0);
     test_bf16(cpu, gpu16, &odd, 3, 13, 5, 5.0);
+    test_fusion_aligned(cpu);
+    test_embed_backward_runs(cpu, gpu);
+    test_profile();
     test_head_consistency(gpu);
     test_head_consistency(gpu16);
     test_async_transfers(gpu);
