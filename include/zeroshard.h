@@ -277,6 +277,56 @@ typedef int (*zs_param_source)(void *user, const zs_param *p, int64_t first, int
                                float *dst, char *err, size_t err_cap);
 zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user);
 
+/* Pretrained weights from a Hugging Face checkpoint (what transformers'
+ * save_pretrained writes), by name: each parameter is read from the
+ * safetensors tensor of the same name, in F32, BF16 or F16 (converted
+ * exactly to the fp32 master weights), through zs_params_import, so each
+ * rank reads only the byte ranges it keeps (stage 0: every byte) and opens
+ * only the files that hold them.
+ *
+ * `path` is a .safetensors file, a model.safetensors.index.json (its
+ * weight_map names, for each tensor, a file in the index's directory), or a
+ * directory holding one of them (the index when both are there). Symlinks
+ * are followed (a Hugging Face cache links every file).
+ *
+ * Before any value is used, every rank checks the index and the headers of
+ * the files it opens, and the ranks agree (the lowest failing rank's
+ * message is returned on every rank): a parameter with no tensor ("missing
+ * tensor"), a tensor that is no parameter and matches no ignore pattern
+ * ("unexpected tensor"), a shape that differs (both printed), a dtype other
+ * than F32/BF16/F16, offsets that overlap or leave the file, a truncated
+ * file, a bad index (a missing file, a name with '/' or "..", a value that
+ * is not a string). Messages name the file and the tensor. What a header
+ * or index may claim is bounded by what the model needs (bytes, tensors)
+ * and refused before it is parsed, so hostile files cost bounded time and
+ * memory. A failed call changes no parameter.
+ *
+ * Collective; call after zs_build between optimizer steps, as
+ * zs_params_import. Optimizer moments and the step count are left as they
+ * are. options and report may be NULL; report is written on success only. */
+typedef struct zs_safetensors_import {
+    /* Glob patterns (fnmatch(3), no flags) of tensor names that are not
+     * parameters and are skipped instead of refused, e.g.
+     * "*.rotary_emb.inv_freq", which older Llama checkpoints carry; a
+     * parameter's tensor is always read. `ignore_count` strings owned by the
+     * caller, read during the call only. */
+    const char *const *ignore;
+    int ignore_count;
+} zs_safetensors_import;
+
+typedef struct zs_import_report {
+    uint64_t bytes_read;  /* bytes of tensor data this rank read: its owned elements times
+                             their size in the file (headers and the index not counted) */
+    int files_opened;     /* safetensors files this rank opened: those holding its ranges */
+    int tensors_ignored;  /* tensors the ignore patterns skipped: in the index (every rank
+                             counts them), or in the single file (counted by the ranks that
+                             opened it) */
+} zs_import_report;
+
+zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
+                                       const zs_safetensors_import *options,
+                                       zs_import_report *report);
+
 /* Element-wise operations on the context's backend memory (host memory on
  * the cpu backend; device memory on cuda, ordered on the compute stream),
  * for programs that compute in fp32 on fp16/bf16 parameters and gradients:
@@ -340,6 +390,16 @@ void *zs_param_data(const zs_param *p);
  * zero.max_live_units are open at once); NULL (with zs_last_error set) if the
  * unit is not fetched or the gradient does not fit. */
 void *zs_param_grad(zs_param *p);
+
+/* Opens the unit's gradient for this micro-step without its parameters,
+ * for a backward that needs none (a token embedding's: it adds rows of the
+ * output gradient into the rows of the tokens it looked up): after it,
+ * zs_param_grad answers for the unit's parameters until zs_grads_ready,
+ * whether the unit is fetched or not, and stage 3 gathers nothing for it.
+ * An open gradient (a tied weight's) stays as it is. Stages 2-3 carve it
+ * from zero.live_bytes now, so a refusal (the budget, zero.max_live_units)
+ * is this call's. Not collective; not inside an evaluation pass. */
+zs_status zs_grads_open(zs_ctx *zs, zs_unit *unit);
 
 /* Declares the unit's gradient complete for this micro-step (after its last
  * use: the unit need not be fetched). Stages 2-3

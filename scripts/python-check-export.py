@@ -49,7 +49,8 @@ def main():
         return fail(f"tensors {sorted(tensors)} != parameters {sorted(names)}")
     with safe_open(args.export, framework="numpy") as f:
         meta = f.metadata() or {}
-    want_meta = {"format": "zeroshard-export", "step": str(manifest["step"]), "dtype": args.dtype}
+    # "pt": the format transformers requires (it refuses anything but pt, tf, flax, mlx).
+    want_meta = {"format": "pt", "step": str(manifest["step"]), "dtype": args.dtype}
     for key, value in want_meta.items():
         if meta.get(key) != value:
             return fail(f"metadata {key} = {meta.get(key)!r}, expected {value!r}")

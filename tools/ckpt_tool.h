@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
 #include "checkpoint/verify.h"
 #include "progress.h"
 #include "zeroshard.h"
@@ -37,6 +38,44 @@ zs_status zs__tool_open(const char *arg, zs__ckpt_step *out, int *from_root);
  * Long runs show a progress line on stderr (progress.h) unless quiet. */
 zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
                           const char *out_path, int quiet, uint64_t *out_bytes);
+
+/* The parameters of a step read back in full from its master shards, for
+ * the exports (ckpt_export.c): opening verifies every master file (size,
+ * header, exactly the listed tensors, each tensor's XXH3) with `progress`,
+ * whose total the caller set to zs__ckpt_verify_read_bytes(step, 0, 1, 1)
+ * plus the output's tensor bytes; then each parameter is assembled in
+ * pieces from the ranks' ranges that cover it, converted to `dtype`
+ * (round to nearest even) and appended to a stream, within buffer_bytes
+ * of host memory. */
+typedef struct zs__tool_reader zs__tool_reader;
+zs_status zs__tool_reader_open(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
+                               zs__progress *progress, zs__tool_reader **out);
+/* Appends every byte of parameter p (manifest order index) in the
+ * reader's dtype to `stream`, whose header declared it. */
+zs_status zs__tool_reader_append(zs__tool_reader *r, int p, zs__st_stream *stream);
+void zs__tool_reader_close(zs__tool_reader *r); /* NULL is a no-op */
+/* Parameter p as a tensor of the export: its name, shape and bytes in dtype. */
+zs_status zs__tool_param_spec(const zs__manifest *m, int p, zs_dtype dtype,
+                              zs__st_tensor_spec *spec);
+/* Bytes of every parameter in dtype: the tensor data of an export. */
+uint64_t zs__tool_data_bytes(const zs__manifest *m, zs_dtype dtype);
+
+/* The export in the Hugging Face layout (ckpt_export_hf.c), into the new
+ * directory out_dir: model.safetensors, or above max_shard_bytes
+ * model-0000i-of-0000N.safetensors and model.safetensors.index.json, each
+ * file with metadata {"format": "pt"}; config.json from the checkpoint's
+ * global user state "hf.config.json" (a note on stdout when there is none);
+ * the tokenizer files found in tokenizer_from (may be NULL). Written in a
+ * temporary directory beside out_dir and renamed to it when complete. */
+typedef struct zs__tool_hf_summary {
+    int files;              /* safetensors files written */
+    uint64_t tensor_bytes;  /* their tensor data (the index's total_size) */
+    int config_written;     /* 1 when config.json was written */
+    int tokenizer_files;    /* tokenizer files copied */
+} zs__tool_hf_summary;
+zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
+                             uint64_t max_shard_bytes, const char *out_dir,
+                             const char *tokenizer_from, int quiet, zs__tool_hf_summary *summary);
 
 /* Adapts zs__ckpt_verify_files_progress's callback to a zs__progress whose
  * work starts with the verification (user = the zs__progress). */

@@ -3,6 +3,8 @@
  *   zs-ckpt info   <step dir | checkpoint root>
  *   zs-ckpt verify [--quiet] <step dir | checkpoint root>
  *   zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet] <step dir | root> <out.safetensors>
+ *   zs-ckpt export --hf <out dir> [--max-shard-bytes N] [--tokenizer-from DIR] [--dtype ...]
+ *                  [--buffer-bytes N] [--quiet] <step dir | root>
  *
  * A checkpoint root is resolved as zs_load resolves it (src/checkpoint/select.h):
  * the step `latest` names if it verifies, else the newest step directory
@@ -25,6 +27,9 @@
 /* Default of --buffer-bytes: large enough that reads and writes run at the
  * disk's speed, small enough for any machine that can run training. */
 #define ZS_TOOL_DEFAULT_BUFFER_BYTES (64ull << 20)
+/* Default of --max-shard-bytes: save_pretrained's max_shard_size, "5GB"
+ * (transformers counts a GB as 10^9 bytes). */
+#define ZS_TOOL_DEFAULT_MAX_SHARD_BYTES 5000000000ull
 
 #define EXIT_INVALID 1
 #define EXIT_USAGE 2
@@ -34,6 +39,9 @@ static const char usage_text[] =
     "       zs-ckpt verify [--quiet] <step dir | checkpoint root>\n"
     "       zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet]\n"
     "                      <step dir | checkpoint root> <out.safetensors>\n"
+    "       zs-ckpt export --hf <out dir> [--max-shard-bytes N] [--tokenizer-from DIR]\n"
+    "                      [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet]\n"
+    "                      <step dir | checkpoint root>\n"
     "\n"
     "  info     print the manifest: step, world size and stage at save time, dtype,\n"
     "           optimizer, loss scale, config hash, units and parameters, files.\n"
@@ -46,6 +54,19 @@ static const char usage_text[] =
     "           (default fp32; round to nearest even) with memory bounded by\n"
     "           --buffer-bytes (default 67108864 = 64 MiB, at least 16). Master\n"
     "           tensors are verified before use; the output appears only when complete.\n"
+    "           Metadata: format \"pt\", step, dtype.\n"
+    "  export --hf <out dir>\n"
+    "           the Hugging Face layout transformers' from_pretrained loads: a new\n"
+    "           directory holding model.safetensors, or, when the tensors take more than\n"
+    "           --max-shard-bytes (default 5GB, as save_pretrained), model-00001-of-0000N\n"
+    "           .safetensors ... and model.safetensors.index.json; metadata format \"pt\";\n"
+    "           tensors under the parameters' names in --dtype (default: the checkpoint's\n"
+    "           compute dtype). config.json from the checkpoint's global user state\n"
+    "           \"hf.config.json\" (where the trainer keeps the model's config.json);\n"
+    "           --tokenizer-from DIR copies tokenizer.json, tokenizer_config.json,\n"
+    "           special_tokens_map.json, tokenizer.model and generation_config.json\n"
+    "           found there. Written into a temporary directory renamed when complete;\n"
+    "           <out dir> must not exist (or be empty).\n"
     "\n"
     "A checkpoint root is resolved as the runtime resumes from it: the step `latest`\n"
     "names if it verifies, else the newest step directory that verifies.\n"
@@ -165,7 +186,10 @@ static int parse_dtype(const char *text, zs_dtype *out) {
 
 static int cmd_export(int argc, char **argv) {
     zs_dtype dtype = ZS_DTYPE_FP32;
+    int dtype_given = 0;
     uint64_t buffer_bytes = ZS_TOOL_DEFAULT_BUFFER_BYTES;
+    uint64_t max_shard_bytes = ZS_TOOL_DEFAULT_MAX_SHARD_BYTES;
+    const char *hf_dir = NULL, *tokenizer_from = NULL, *shard_option = NULL;
     int quiet = 0;
     const char *positional[2];
     int npos = 0;
@@ -174,13 +198,26 @@ static int cmd_export(int argc, char **argv) {
             if (i + 1 >= argc) return usage_error("%s needs a value", "--dtype");
             if (!parse_dtype(argv[++i], &dtype))
                 return usage_error("unknown --dtype \"%s\" (fp32, bf16 or fp16)", argv[i]);
-        } else if (strcmp(argv[i], "--buffer-bytes") == 0) {
-            if (i + 1 >= argc) return usage_error("%s needs a value", "--buffer-bytes");
+            dtype_given = 1;
+        } else if (strcmp(argv[i], "--buffer-bytes") == 0 ||
+                   strcmp(argv[i], "--max-shard-bytes") == 0) {
+            const char *option = argv[i];
+            if (i + 1 >= argc) return usage_error("%s needs a value", option);
+            const int buffer = strcmp(option, "--buffer-bytes") == 0;
             int64_t bytes = 0;
-            if (zs__number_option_size("--buffer-bytes", argv[++i], ZS_TOOL_MIN_BUFFER_BYTES,
+            if (zs__number_option_size(option, argv[++i], buffer ? ZS_TOOL_MIN_BUFFER_BYTES : 1,
                                        INT64_MAX, &bytes) != ZS_OK)
                 return usage_error("%s", zs_last_error());
-            buffer_bytes = (uint64_t)bytes;
+            if (buffer) {
+                buffer_bytes = (uint64_t)bytes;
+            } else {
+                max_shard_bytes = (uint64_t)bytes;
+                shard_option = option;
+            }
+        } else if (strcmp(argv[i], "--hf") == 0 || strcmp(argv[i], "--tokenizer-from") == 0) {
+            if (i + 1 >= argc || !argv[i + 1][0]) return usage_error("%s needs a directory", argv[i]);
+            if (strcmp(argv[i], "--hf") == 0) hf_dir = argv[++i];
+            else tokenizer_from = argv[++i];
         } else if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
@@ -191,14 +228,38 @@ static int cmd_export(int argc, char **argv) {
             return usage_error("unexpected argument %s", argv[i]);
         }
     }
-    if (npos != 2) return usage_error("%s", "export needs a checkpoint and an output file");
+    if (!hf_dir && (shard_option || tokenizer_from))
+        return usage_error("%s is an option of export --hf", shard_option ? shard_option
+                                                                          : "--tokenizer-from");
+    if (hf_dir && npos != 1)
+        return usage_error("%s", "export --hf <out dir> needs one checkpoint (and no output file)");
+    if (!hf_dir && npos != 2)
+        return usage_error("%s", "export needs a checkpoint and an output file");
 
     zs__ckpt_step step;
     if (zs__tool_open(positional[0], &step, NULL) != ZS_OK) return fail("export");
-    uint64_t bytes = 0;
-    zs_status s = zs__tool_export(&step, dtype, buffer_bytes, positional[1], quiet, &bytes);
     int params = step.m->param_count;
     int64_t step_number = step.m->step;
+    zs_status s;
+    if (hf_dir) {
+        /* Hugging Face checkpoints are usually kept in the dtype the model
+         * trained in. */
+        if (!dtype_given) dtype = step.m->compute_dtype;
+        zs__tool_hf_summary summary;
+        s = zs__tool_export_hf(&step, dtype, buffer_bytes, max_shard_bytes, hf_dir,
+                               tokenizer_from, quiet, &summary);
+        zs__ckpt_step_close(&step);
+        if (s != ZS_OK) return fail("export");
+        printf("exported step %" PRId64 ": %d tensors, %s, %" PRIu64 " bytes in %d file%s%s%s, "
+               "to %s\n",
+               step_number, params, zs_dtype_name(dtype), summary.tensor_bytes, summary.files,
+               summary.files == 1 ? "" : "s (with model.safetensors.index.json)",
+               summary.config_written ? ", config.json" : "",
+               summary.tokenizer_files > 0 ? ", tokenizer files" : "", hf_dir);
+        return 0;
+    }
+    uint64_t bytes = 0;
+    s = zs__tool_export(&step, dtype, buffer_bytes, positional[1], quiet, &bytes);
     zs__ckpt_step_close(&step);
     if (s != ZS_OK) return fail("export");
     printf("exported step %" PRId64 ": %d tensors, %s, %" PRIu64 " bytes to %s\n", step_number, params,

@@ -70,6 +70,7 @@ typedef struct json_lexer {
     size_t len;
     size_t i;
     const char *error; /* first problem found, a static string */
+    int over_limit;    /* the error is the top-level member bound */
 } json_lexer;
 
 /* A string starting at the opening quote. Keys may not contain \u0000,
@@ -224,11 +225,12 @@ static int is_json_space(unsigned c) { return c == ' ' || c == '\t' || c == '\n'
 
 /* Checks the tokens of the text and its nesting; outputs the number of object
  * members and the offset just after the top-level object. */
-static int json_lex(json_lexer *lx, const zs__json_rules *rules, int64_t *members,
-                    size_t *object_end) {
+static int json_lex(json_lexer *lx, const zs__json_rules *rules, int64_t max_top_members,
+                    int64_t *members, size_t *object_end) {
     char stack[JSON_LEX_MAX_DEPTH];           /* '{' or '[' per open container */
     int64_t elements[JSON_LEX_MAX_DEPTH];     /* values seen in each open array */
     int depth = 0, expect_key = 0, closed = 0;
+    int64_t top_members = 0;
     int max_depth = rules->max_depth < JSON_LEX_MAX_DEPTH ? rules->max_depth : JSON_LEX_MAX_DEPTH;
     *members = 0;
     if (rules->spaces_only) {
@@ -292,6 +294,11 @@ static int json_lex(json_lexer *lx, const zs__json_rules *rules, int64_t *member
                 return 0;
             }
             (*members)++;
+            if (depth == 1 && max_top_members > 0 && ++top_members > max_top_members) {
+                lx->error = "has more top-level members than allowed";
+                lx->over_limit = 1;
+                return 0;
+            }
             lx->i++;
         } else if (c == ',') {
             expect_key = depth > 0 && stack[depth - 1] == '{';
@@ -338,16 +345,27 @@ static int64_t json_tree_members(struct json_object *o) {
 
 zs_status zs__json_parse_strict(const char *text, size_t bytes, const zs__json_rules *rules,
                                 const char *where, const char *what, struct json_object **out) {
+    ZS_CHECK(zs__json_parse_strict_bounded(text, bytes, rules, 0, where, what, NULL, out));
+    return ZS_OK;
+}
+
+zs_status zs__json_parse_strict_bounded(const char *text, size_t bytes,
+                                        const zs__json_rules *rules, int64_t max_top_members,
+                                        const char *where, const char *what, int *over_limit,
+                                        struct json_object **out) {
     *out = NULL;
+    if (over_limit) *over_limit = 0;
     if (bytes > (size_t)INT_MAX)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s of %zu bytes is too large to parse",
                         where, what, bytes);
-    json_lexer lx = {(const unsigned char *)text, bytes, 0, NULL};
+    json_lexer lx = {(const unsigned char *)text, bytes, 0, NULL, 0};
     int64_t members = 0;
     size_t object_end = 0;
-    if (!json_lex(&lx, rules, &members, &object_end))
+    if (!json_lex(&lx, rules, max_top_members, &members, &object_end)) {
+        if (over_limit) *over_limit = lx.over_limit;
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s %s (at byte %zu)", where, what, lx.error,
                         lx.i);
+    }
 
     struct json_tokener *tok = json_tokener_new_ex(rules->max_depth + 1);
     if (!tok) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a JSON parser", where);

@@ -28,6 +28,14 @@ typedef struct zs__json_rules {
  * *out is a JSON object the caller releases with json_object_put. */
 zs_status zs__json_parse_strict(const char *text, size_t bytes, const zs__json_rules *rules,
                                 const char *where, const char *what, struct json_object **out);
+/* The same, refusing a document whose top-level object has more than
+ * max_top_members members (0: no limit) while lexing, before json-c
+ * allocates a node for any of them; *over_limit (may be NULL) then says
+ * so, for a caller with a message of its own. */
+zs_status zs__json_parse_strict_bounded(const char *text, size_t bytes,
+                                        const zs__json_rules *rules, int64_t max_top_members,
+                                        const char *where, const char *what, int *over_limit,
+                                        struct json_object **out);
 
 /* 1 if text[0..len) is well-formed UTF-8 (what the strict parser accepts in
  * strings), so writers can refuse names their readers would refuse. */

@@ -35,6 +35,10 @@
  * with the file; writes of smaller pieces are gathered into one of this size. */
 #define ST_IO_CHUNK ((size_t)1 << 20)
 #define ST_METADATA_KEY "__metadata__"
+/* An escaped tensor name (zs__st_printable: at most 4 bytes per byte of a
+ * 255-byte name) and a message's "header tensor N (\"name\")". */
+#define ST_SHOWN_NAME_BYTES (4 * ZS_ST_NAME_MAX + 8)
+#define ST_LABEL_BYTES (ST_SHOWN_NAME_BYTES + 48)
 
 static const struct {
     const char *name;
@@ -626,6 +630,13 @@ struct zs__st_file {
     int fd;
     uint64_t file_bytes;
     uint64_t data_start; /* 8 + header length */
+    /* What this open accepts (zs__st_limits), resolved: the format's own
+     * bounds, or the caller's tighter ones. */
+    uint64_t max_header_bytes;
+    int max_tensors;
+    const char *expected; /* the caller's words for the bounds, or NULL; the caller's string,
+                             so cleared when the open returns */
+    int name_tensors;
     int count;
     zs__st_entry *entries;          /* header order */
     const zs__st_entry **by_name;   /* sorted by name, for zs__st_find */
@@ -738,63 +749,117 @@ static zs_status st_parse_metadata(zs__st_file *f, struct json_object *m) {
     return ZS_OK;
 }
 
+void zs__st_printable(const char *text, char *out, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    if (cap < 8) { /* no room for an escape and the "..." of a cut */
+        if (cap > 0) out[0] = '\0';
+        return;
+    }
+    for (const unsigned char *s = (const unsigned char *)text; *s; s++) {
+        /* Room for the longest form (\xNN) and the "..." of a cut text. */
+        if (o + 4 + 3 + 1 > cap) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (*s < 0x20 || *s == 0x7f || *s == '"' || *s == '\\') {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[*s >> 4];
+            out[o++] = hex[*s & 15];
+        } else {
+            out[o++] = (char)*s;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* How messages name header tensor `index`: by its position always (the
+ * bytes of a checkpoint's file are not ours to print), followed by its
+ * name, escaped, when the caller opened a file whose names are public
+ * (zs__st_limits.name_tensors) and the name passed its checks. */
+static const char *st_shown_name(const zs__st_file *f, const char *name, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (f->name_tensors && name) {
+        char shown[ST_SHOWN_NAME_BYTES];
+        zs__st_printable(name, shown, sizeof shown);
+        snprintf(buf, cap, " (\"%s\")", shown);
+    }
+    return buf;
+}
+
+static const char *st_label(const zs__st_file *f, int index, const char *name, char *buf,
+                            size_t cap) {
+    char shown[ST_SHOWN_NAME_BYTES + 8];
+    snprintf(buf, cap, "header tensor %d%s", index, st_shown_name(f, name, shown, sizeof shown));
+    return buf;
+}
+
 /* Messages name the entry by its position among the header's tensors
- * (`index`, counting from 0 in file order), never by its text. */
-static zs_status st_parse_entry(const char *path, int index, const char *name,
+ * (`index`, counting from 0 in file order), and by its name only as
+ * st_label allows. */
+static zs_status st_parse_entry(const zs__st_file *f, int index, const char *name,
                                 struct json_object *v, zs__st_entry *e) {
+    const char *path = f->path;
+    char label[ST_LABEL_BYTES];
     const char *why = st_name_problem(name, strlen(name), 1);
     if (why)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: header tensor %d: the name %s", path, index,
                         why);
     memcpy(e->name, name, strlen(name) + 1);
+    st_label(f, index, name, label, sizeof label);
     if (!json_object_is_type(v, json_type_object))
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: header tensor %d is not an object", path, index);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s is not an object", path, label);
     struct json_object *dtype = NULL, *shape = NULL, *offsets = NULL;
     if (json_object_object_length(v) != 3 || !json_object_object_get_ex(v, "dtype", &dtype) ||
         !json_object_object_get_ex(v, "shape", &shape) ||
         !json_object_object_get_ex(v, "data_offsets", &offsets))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: header tensor %d must have exactly the fields dtype, shape and "
-                        "data_offsets",
-                        path, index);
+                        "%s: %s must have exactly the fields dtype, shape and data_offsets", path,
+                        label);
     if (!json_object_is_type(dtype, json_type_string) ||
         !st_parse_dtype(json_object_get_string(dtype), (size_t)json_object_get_string_len(dtype),
-                        &e->dtype))
+                        &e->dtype)) {
+        /* The dtype's text is shown only where names are: it is the file's. */
+        char shown[48] = "";
+        if (f->name_tensors && json_object_is_type(dtype, json_type_string)) {
+            char text[24];
+            zs__st_printable(json_object_get_string(dtype), text, sizeof text);
+            snprintf(shown, sizeof shown, " %s,", text);
+        }
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: header tensor %d has a dtype outside the allowed F32, F16, BF16, U8",
-                        path, index);
+                        "%s: %s has a dtype%s outside the allowed F32, F16, BF16, U8", path, label,
+                        shown);
+    }
     if (!json_object_is_type(shape, json_type_array) ||
         json_object_array_length(shape) > ZS_ST_MAX_DIMS)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: header tensor %d shape must be an array of at most %d dimensions", path,
-                        index, ZS_ST_MAX_DIMS);
+                        "%s: %s shape must be an array of at most %d dimensions", path, label,
+                        ZS_ST_MAX_DIMS);
     e->ndim = (int)json_object_array_length(shape);
     for (int d = 0; d < e->ndim; d++) {
         if (!st_json_nonneg(json_object_array_get_idx(shape, (size_t)d), &e->shape[d]))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: header tensor %d shape[%d] is not a non-negative integer", path,
-                            index, d);
+                            "%s: %s shape[%d] is not a non-negative integer", path, label, d);
     }
     int64_t begin, end;
     if (!json_object_is_type(offsets, json_type_array) || json_object_array_length(offsets) != 2 ||
         !st_json_nonneg(json_object_array_get_idx(offsets, 0), &begin) ||
         !st_json_nonneg(json_object_array_get_idx(offsets, 1), &end) || begin > end)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: header tensor %d data_offsets must be [begin, end] with 0 <= begin <= "
-                        "end",
-                        path, index);
+                        "%s: %s data_offsets must be [begin, end] with 0 <= begin <= end", path,
+                        label);
     e->begin = (uint64_t)begin;
     e->end = (uint64_t)end;
     int ok;
     uint64_t want = st_shape_bytes(e->shape, e->ndim, e->dtype, &ok);
     if (!ok)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: header tensor %d shape overflows 64 bits", path,
-                        index);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s shape overflows 64 bits", path, label);
     if (want != e->end - e->begin)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: header tensor %d spans %llu bytes but its shape and dtype need %llu",
-                        path, index, (unsigned long long)(e->end - e->begin),
-                        (unsigned long long)want);
+                        "%s: %s spans %llu bytes but its shape and dtype need %llu", path, label,
+                        (unsigned long long)(e->end - e->begin), (unsigned long long)want);
     return ZS_OK;
 }
 
@@ -803,12 +868,14 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
     const char *path = f->path;
     const zs__st_entry **order = NULL;
     zs_status status = ZS_OK;
+    char label[ST_LABEL_BYTES], other[ST_LABEL_BYTES];
     for (int k = 0; k < f->count; k++) {
         if (f->entries[k].end > data_bytes)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: header tensor %d ends at data byte %llu, beyond the %llu-byte "
-                            "data section",
-                            path, k, (unsigned long long)f->entries[k].end,
+                            "%s: %s ends at data byte %llu, beyond the %llu-byte data section "
+                            "(the file is truncated, or its header claims more than it holds)",
+                            path, st_label(f, k, f->entries[k].name, label, sizeof label),
+                            (unsigned long long)f->entries[k].end,
                             (unsigned long long)data_bytes);
     }
     if (f->count > 0) {
@@ -821,11 +888,15 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
     int previous = -1;
     for (int k = 0; k < f->count; k++) {
         const zs__st_entry *e = order[k];
+        const int index = (int)(e - f->entries);
         if (e->begin < covered) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                              "%s: header tensors %d and %d overlap (data bytes %llu..%llu)",
-                              path, previous, (int)(e - f->entries), (unsigned long long)e->begin,
-                              (unsigned long long)covered);
+                              "%s: header tensors %d%s and %d%s overlap (data bytes %llu..%llu)",
+                              path, previous,
+                              st_shown_name(f, previous >= 0 ? f->entries[previous].name : NULL,
+                                            other, sizeof other),
+                              index, st_shown_name(f, e->name, label, sizeof label),
+                              (unsigned long long)e->begin, (unsigned long long)covered);
             goto done;
         }
         if (e->begin > covered) {
@@ -834,7 +905,7 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
                               path, (unsigned long long)covered, (unsigned long long)e->begin);
             goto done;
         }
-        if (e->end > e->begin) previous = (int)(e - f->entries);
+        if (e->end > e->begin) previous = index;
         covered = e->end;
     }
     if (covered != data_bytes)
@@ -851,16 +922,30 @@ static zs_status st_parse_header(zs__st_file *f, const char *text, size_t bytes)
     const char *path = f->path;
     struct json_object *root = NULL;
     zs_status status = ZS_OK;
-    /* Depth 3: the header object, an entry or __metadata__, shape/data_offsets. */
+    /* Depth 3: the header object, an entry or __metadata__, shape/data_offsets.
+     * The lexer stops at the first top-level member beyond the tensors
+     * allowed (plus __metadata__), before json-c builds anything. */
     const zs__json_rules rules = {3, ZS_ST_MAX_DIMS, 1};
-    ZS_CHECK(zs__json_parse_strict(text, bytes, &rules, path, "header", &root));
+    int over_limit = 0;
+    zs_status parsed = zs__json_parse_strict_bounded(text, bytes, &rules,
+                                                     (int64_t)f->max_tensors + 1, path, "header",
+                                                     &over_limit, &root);
+    if (over_limit && f->expected)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: the header lists more than %d tensors, the bound for %s; the "
+                        "file is not the one expected",
+                        path, f->max_tensors, f->expected);
+    if (over_limit)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: the header lists more than %d tensors, the "
+                        "limit of this reader", path, f->max_tensors);
+    ZS_CHECK(parsed);
 
     struct json_object *meta = NULL;
     int has_meta = json_object_object_get_ex(root, ST_METADATA_KEY, &meta);
     int64_t count = (int64_t)json_object_object_length(root) - (has_meta ? 1 : 0);
-    if (count > ZS_ST_MAX_TENSORS) {
+    if (count > f->max_tensors) {
         status = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %lld tensors exceed the limit of %d", path,
-                          (long long)count, ZS_ST_MAX_TENSORS);
+                          (long long)count, f->max_tensors);
         goto done;
     }
     if (has_meta) ZS_CHECK_GOTO(st_parse_metadata(f, meta), status, done);
@@ -875,7 +960,7 @@ static zs_status st_parse_header(zs__st_file *f, const char *text, size_t bytes)
     }
     json_object_object_foreach(root, name, value) {
         if (strcmp(name, ST_METADATA_KEY) == 0) continue;
-        ZS_CHECK_GOTO(st_parse_entry(path, f->count, name, value, &f->entries[f->count]), status,
+        ZS_CHECK_GOTO(st_parse_entry(f, f->count, name, value, &f->entries[f->count]), status,
                       done);
         f->by_name[f->count] = &f->entries[f->count];
         f->count++;
@@ -922,13 +1007,21 @@ static zs_status st_open_fd(zs__st_file *f) {
     for (int k = 7; k >= 0; k--) n = (n << 8) | length_bytes[k];
     /* Bounded and checked against the file size before anything is
      * allocated. The length read is not printed: for a file that is not
-     * safetensors at all, those 8 bytes are its first 8 bytes of content. */
-    if (n < 2 || n > ZS_ST_HEADER_MAX || n > f->file_bytes - 8)
+     * safetensors at all, those 8 bytes are its first 8 bytes of content.
+     * A caller's tighter bound has its own message, for a length the file
+     * could hold: it says what the bound was derived from. */
+    if (f->expected && n > f->max_header_bytes && n <= f->file_bytes - 8)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: the header is longer than the %llu bytes allowed for %s; the "
+                        "file claims far more tensors than expected, or is not the one expected",
+                        path, (unsigned long long)f->max_header_bytes, f->expected);
+    if (n < 2 || n > f->max_header_bytes || n > f->file_bytes - 8)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "%s: bytes 0..7 do not hold a valid header length (expected a little-"
-                        "endian integer of at least 2, at most %u, and within the file's %llu "
+                        "endian integer of at least 2, at most %llu, and within the file's %llu "
                         "bytes); the file is truncated or not safetensors",
-                        path, ZS_ST_HEADER_MAX, (unsigned long long)f->file_bytes);
+                        path, (unsigned long long)f->max_header_bytes,
+                        (unsigned long long)f->file_bytes);
     header = zs__malloc((size_t)n);
     if (!header)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a %llu-byte header", path,
@@ -942,11 +1035,26 @@ done:
     return status;
 }
 
-static zs_status st_new(const char *path, zs__st_file **out) {
+/* A reader for `path` (shown in messages) under `limits` (NULL: the
+ * format's own bounds), not yet opened. */
+static zs_status st_new(const char *path, const zs__st_limits *limits, zs__st_file **out) {
     *out = NULL;
+    if (limits && limits->max_tensors < 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: a negative tensor limit", path);
     zs__st_file *f = zs__calloc(1, sizeof *f);
     if (!f) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a reader", path);
     f->fd = -1;
+    f->max_header_bytes = ZS_ST_HEADER_MAX;
+    f->max_tensors = ZS_ST_MAX_TENSORS;
+    if (limits) {
+        /* A caller may tighten the bounds, never loosen them. */
+        if (limits->max_header_bytes > 0 && limits->max_header_bytes < f->max_header_bytes)
+            f->max_header_bytes = limits->max_header_bytes;
+        if (limits->max_tensors > 0 && limits->max_tensors < f->max_tensors)
+            f->max_tensors = limits->max_tensors;
+        f->expected = limits->expected;
+        f->name_tensors = limits->name_tensors;
+    }
     f->path = zs__strdup(path);
     if (!f->path) {
         free(f);
@@ -956,23 +1064,54 @@ static zs_status st_new(const char *path, zs__st_file **out) {
     return ZS_OK;
 }
 
-zs_status zs__st_open(const char *path, zs__st_file **out) {
+zs_status zs__st_open_limited(const char *path, const zs__st_limits *limits, zs__st_file **out) {
     *out = NULL;
     if (!path) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "safetensors reader: NULL path");
     zs__st_file *f = NULL;
-    ZS_CHECK(st_new(path, &f));
+    ZS_CHECK(st_new(path, limits, &f));
     zs_status status = ZS_OK;
     /* O_NONBLOCK keeps a FIFO planted at the path from blocking the open; it
-     * does nothing to regular files, the only kind accepted. O_NOFOLLOW: a
-     * symlink as the last component is refused, never followed. */
-    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+     * does nothing to regular files, the only kind accepted (st_open_fd
+     * checks what was opened). O_NOFOLLOW: a symlink as the last component
+     * is refused, never followed, unless the caller asked to follow one. */
+    const int follow = limits && limits->follow_symlinks;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW));
     if (f->fd < 0) {
-        status = errno == ELOOP
+        status = errno == ELOOP && !follow
                      ? zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: is a symlink (never followed)", path)
                      : zs__fail(ZS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     ZS_CHECK_GOTO(st_open_fd(f), status, fail);
+    f->expected = NULL;
+    *out = f;
+    return ZS_OK;
+fail:
+    zs__st_close(f);
+    return status;
+}
+
+zs_status zs__st_open(const char *path, zs__st_file **out) {
+    ZS_CHECK(zs__st_open_limited(path, NULL, out));
+    return ZS_OK;
+}
+
+zs_status zs__st_open_at_limited(int dir_fd, const char *dir_path, const char *name,
+                                 const zs__st_limits *limits, zs__st_file **out) {
+    *out = NULL;
+    char display[4096];
+    snprintf(display, sizeof display, "%s/%s", dir_path, name);
+    if (limits && limits->follow_symlinks)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: a file inside a directory descriptor is never opened through a "
+                        "symlink",
+                        display);
+    zs__st_file *f = NULL;
+    ZS_CHECK(st_new(display, limits, &f));
+    zs_status status = ZS_OK;
+    ZS_CHECK_GOTO(zs__fs_open_file_at(dir_fd, dir_path, name, &f->fd, NULL), status, fail);
+    ZS_CHECK_GOTO(st_open_fd(f), status, fail);
+    f->expected = NULL;
     *out = f;
     return ZS_OK;
 fail:
@@ -981,19 +1120,19 @@ fail:
 }
 
 zs_status zs__st_open_at(int dir_fd, const char *dir_path, const char *name, zs__st_file **out) {
-    *out = NULL;
-    char display[4096];
-    snprintf(display, sizeof display, "%s/%s", dir_path, name);
-    zs__st_file *f = NULL;
-    ZS_CHECK(st_new(display, &f));
-    zs_status status = ZS_OK;
-    ZS_CHECK_GOTO(zs__fs_open_file_at(dir_fd, dir_path, name, &f->fd, NULL), status, fail);
-    ZS_CHECK_GOTO(st_open_fd(f), status, fail);
-    *out = f;
+    ZS_CHECK(zs__st_open_at_limited(dir_fd, dir_path, name, NULL, out));
     return ZS_OK;
-fail:
-    zs__st_close(f);
-    return status;
+}
+
+uint64_t zs__st_entry_bytes_bound(size_t name_bytes, int ndim) {
+    /* "name":{"dtype":"BF16","shape":[d0,d1],"data_offsets":[b,e]}, with
+     * every integer at its longest (19 digits of an int64) and every
+     * byte of the name written as a six-byte JSON escape. */
+    static const char skeleton[] = "\"\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[,]},";
+    const uint64_t digits = 19;
+    const uint64_t dims = ndim > 0 ? (uint64_t)ndim : 0;
+    return (uint64_t)(sizeof skeleton - 1) + 6 * (uint64_t)name_bytes + dims * (digits + 1) +
+           2 * digits;
 }
 
 zs_status zs__st_read(const zs__st_file *f, const zs__st_entry *e, uint64_t offset, void *dst,

@@ -65,17 +65,15 @@ zs_status zs__fs_open_dir_at(int dirfd, const char *dir_path, const char *name, 
     return zs__fail(ZS_ERR_IO, "%s: cannot open as a directory: %s", path, strerror(saved));
 }
 
-zs_status zs__fs_open_file_at(int dirfd, const char *dir_path, const char *name, int *fd,
+/* Opens dirfd/name (`path` in messages) for reading and checks that it is
+ * a regular file; `follow`: a symlink at the name is followed. */
+static zs_status open_regular(int dirfd, const char *name, const char *path, int follow, int *fd,
                               uint64_t *bytes) {
-    char path[ZS_FS_SHOWN_MAX];
     *fd = -1;
-    zs__fs_shown(path, sizeof path, dir_path, name);
-    if (!zs__fs_is_component(name))
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a plain file name", path);
-    int f = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    int f = openat(dirfd, name, O_RDONLY | (follow ? 0 : O_NOFOLLOW) | O_CLOEXEC | O_NONBLOCK);
     if (f < 0) {
         const int saved = errno;
-        if (saved == ELOOP)
+        if (saved == ELOOP && !follow)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: is a symlink; only regular files inside the directory are read "
                             "(links are never followed)",
@@ -103,15 +101,26 @@ zs_status zs__fs_open_file_at(int dirfd, const char *dir_path, const char *name,
     return ZS_OK;
 }
 
-zs_status zs__fs_read_file_at(int dirfd, const char *dir_path, const char *name,
-                              size_t max_bytes, char **data, size_t *bytes) {
+zs_status zs__fs_open_file_at(int dirfd, const char *dir_path, const char *name, int *fd,
+                              uint64_t *bytes) {
     char path[ZS_FS_SHOWN_MAX];
+    *fd = -1;
+    zs__fs_shown(path, sizeof path, dir_path, name);
+    if (!zs__fs_is_component(name))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a plain file name", path);
+    ZS_CHECK(open_regular(dirfd, name, path, 0, fd, bytes));
+    return ZS_OK;
+}
+
+/* Reads the regular file dirfd/name (`path` in messages; `follow` as for
+ * open_regular) of at most max_bytes into a new NUL-terminated buffer. */
+static zs_status read_regular(int dirfd, const char *name, const char *path, int follow,
+                              size_t max_bytes, char **data, size_t *bytes) {
     *data = NULL;
     *bytes = 0;
-    zs__fs_shown(path, sizeof path, dir_path, name);
     int fd = -1;
     uint64_t size = 0;
-    ZS_CHECK(zs__fs_open_file_at(dirfd, dir_path, name, &fd, &size));
+    ZS_CHECK(open_regular(dirfd, name, path, follow, &fd, &size));
     zs_status status = ZS_OK;
     char *buffer = NULL;
     if (size > (uint64_t)max_bytes || size >= (uint64_t)SIZE_MAX) {
@@ -149,6 +158,23 @@ done:
     free(buffer);
     close(fd);
     return status;
+}
+
+zs_status zs__fs_read_file_at(int dirfd, const char *dir_path, const char *name,
+                              size_t max_bytes, char **data, size_t *bytes) {
+    char path[ZS_FS_SHOWN_MAX];
+    *data = NULL;
+    *bytes = 0;
+    zs__fs_shown(path, sizeof path, dir_path, name);
+    if (!zs__fs_is_component(name))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: not a plain file name", path);
+    ZS_CHECK(read_regular(dirfd, name, path, 0, max_bytes, data, bytes));
+    return ZS_OK;
+}
+
+zs_status zs__fs_read_file_path(const char *path, size_t max_bytes, char **data, size_t *bytes) {
+    ZS_CHECK(read_regular(AT_FDCWD, path, path, 1, max_bytes, data, bytes));
+    return ZS_OK;
 }
 
 zs__fs_kind zs__fs_kind_at(int dirfd, const char *name) {

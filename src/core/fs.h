@@ -54,6 +54,10 @@ zs_status zs__fs_open_file_at(int dirfd, const char *dir_path, const char *name,
  * that says so, before anything is allocated. */
 zs_status zs__fs_read_file_at(int dirfd, const char *dir_path, const char *name,
                               size_t max_bytes, char **data, size_t *bytes);
+/* The same for a file the user named by its path: a symlink there is
+ * followed (a Hugging Face cache links every file of a snapshot to its
+ * blob), what is opened must still be a regular file of at most max_bytes. */
+zs_status zs__fs_read_file_path(const char *path, size_t max_bytes, char **data, size_t *bytes);
 /* What dirfd/name is, without following a symlink. */
 zs__fs_kind zs__fs_kind_at(int dirfd, const char *name);
 /* Entries of an open directory (not "." or ".."), sorted by name; more than

@@ -137,8 +137,10 @@ void zs__params_return(zs_ctx *zs, zs_unit *unit) {
 }
 
 void zs__grads_new_micro_step(zs_ctx *zs) {
-    for (int u = 0; u < zs->unit_count; u++)
+    for (int u = 0; u < zs->unit_count; u++) {
         if (zs__grads_declared(zs->units[u])) zs->units[u]->grad.state = ZS__GRAD_NONE;
+        zs->units[u]->grad.open_unfetched = 0;
+    }
 }
 
 /* Opens the unit's full gradient (stages 2-3): carved from the live budget
@@ -305,9 +307,10 @@ void *zs_param_grad(zs_param *p) {
                  "gradients; call zs_eval_end first", p->name);
         return NULL;
     }
-    if (!unit->fetched) {
+    if (!unit->fetched && !unit->grad.open_unfetched) {
         zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' is not fetched; call zs_fetch "
-                 "first", p->name, unit->name);
+                 "first (or zs_grads_open, for a backward that needs no parameters)", p->name,
+                 unit->name);
         return NULL;
     }
     if (zs->settings.zero.stage < 2)
@@ -315,6 +318,22 @@ void *zs_param_grad(zs_param *p) {
     if (unit->grad.state == ZS__GRAD_NONE && open_grad(zs, unit, "zs_param_grad") != ZS_OK)
         return NULL;
     return (char *)unit->grad.carve + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
+}
+
+zs_status zs_grads_open(zs_ctx *zs, zs_unit *unit) {
+    ZS_CHECK(check_unit(zs, unit, "zs_grads_open"));
+    if (zs__grads_declared(unit))
+        return zs__fail(ZS_ERR_STATE, "zs_grads_open('%s'): the unit already declared its "
+                        "gradient ready in this micro-step", unit->name);
+    if (zs->prefetch.pass == ZS__PASS_EVAL)
+        return zs__fail(ZS_ERR_STATE, "zs_grads_open('%s'): inside an evaluation pass, which "
+                        "has no gradients; call zs_eval_end first", unit->name);
+    /* Stages 2-3 carve it now, so a refusal (budget, max_live_units) is
+     * this call's; stages 0-1 add into grads_full. Nothing is gathered. */
+    if (zs->settings.zero.stage >= 2 && unit->grad.state == ZS__GRAD_NONE)
+        ZS_CHECK(open_grad(zs, unit, "zs_grads_open"));
+    unit->grad.open_unfetched = 1;
+    return ZS_OK;
 }
 
 zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {

@@ -39,6 +39,8 @@ typedef struct zs__unit_grad {
     void *full;                  /* QUEUED, IN_FLIGHT: what the reduction reads (the carve,
                                     or the unit's part of grads_full) */
     zs__engine_op *reduced_by;   /* IN_FLIGHT: the op that reduces it, its own or its bucket's */
+    int open_unfetched;          /* zs_grads_open: zs_param_grad answers while the unit is
+                                    not fetched, until the micro-step ends */
 } zs__unit_grad;
 
 /* Units holding carves of the live budget (residency.c). */

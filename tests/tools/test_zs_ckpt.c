@@ -229,7 +229,8 @@ static void check_export(const char *path, zs_dtype dtype, const float *master) 
     const char *meta_format = zs__st_meta_get(f, "format");
     const char *meta_step = zs__st_meta_get(f, "step");
     const char *meta_dtype = zs__st_meta_get(f, "dtype");
-    ZT_CHECK(meta_format && strcmp(meta_format, "zeroshard-export") == 0);
+    /* "pt": transformers refuses any other format. */
+    ZT_CHECK(meta_format && strcmp(meta_format, "pt") == 0);
     ZT_CHECK(meta_step && strcmp(meta_step, "10") == 0);
     ZT_CHECK_MSG(meta_dtype && strcmp(meta_dtype, zs_dtype_name(dtype)) == 0, "dtype %s",
                  meta_dtype ? meta_dtype : "(none)");

@@ -3,7 +3,9 @@
  *   - ranks that loaded different configurations, or described different
  *     models, fail together naming the disagreement;
  *   - stage 3 refuses to hold more than max_live_units fetched units;
- *   - data and gradients are refused outside fetch/release;
+ *   - data and gradients are refused outside fetch/release, except a
+ *     gradient opened without its parameters (zs_grads_open), which stage
+ *     3 serves without a gather;
  *   - a step with a unit still fetched on one rank fails on every rank;
  *   - bad names, shapes and call orders are rejected. */
 #define _DEFAULT_SOURCE /* mkdtemp */
@@ -110,6 +112,57 @@ static void test_live_units_bound(void) {
     zs_destroy(zs);
 }
 
+/* zs_grads_open: a gradient without its parameters, in every stage; stage 3
+ * carves it without gathering the unit. */
+static void test_grads_open(void) {
+    for (int stage = 0; stage < 4; stage++) {
+        char set[32];
+        snprintf(set, sizeof set, "zero.stage=%d", stage);
+        zs_ctx *zs = create(set, "zero.max_live_units=2");
+        zs_param *params[3];
+        describe(zs, params, 5);
+        ZT_OK(zs_build(zs));
+        zs_unit *u0 = zs_unit_at(zs, 0), *u1 = zs_unit_at(zs, 1), *u2 = zs_unit_at(zs, 2);
+        /* Not fetched, not opened: refused, naming the way out. */
+        ZT_CHECK(zs_param_grad(params[0]) == NULL);
+        ZT_CHECK_MSG(strstr(zs_last_error(), "zs_grads_open") != NULL, "message: %s",
+                     zs_last_error());
+        zs_comm_stats before, after;
+        ZT_OK(zs_comm_report(zs, &before));
+        ZT_OK(zs_grads_open(zs, u0));
+        ZT_OK(zs_comm_report(zs, &after));
+        ZT_EQ_INT((int)(after.calls[ZS_COMM_ALL_GATHER] - before.calls[ZS_COMM_ALL_GATHER]), 0);
+        ZT_CHECK(zs_param_data(params[0]) == NULL); /* the parameters are still not there */
+        float *g0 = zs_param_grad(params[0]);
+        ZT_CHECK_MSG(g0 != NULL, "stage %d: %s", stage, zs_last_error());
+        /* An open gradient of a released unit is served again once opened. */
+        ZT_OK(zs_fetch(zs, u1));
+        void *g1 = zs_param_grad(params[1]);
+        ZT_CHECK(g1 != NULL);
+        ZT_OK(zs_release(zs, u1));
+        ZT_CHECK(zs_param_grad(params[1]) == NULL);
+        ZT_OK(zs_grads_open(zs, u1));
+        ZT_CHECK(zs_param_grad(params[1]) == g1);
+        if (stage >= 2) {
+            /* Two gradients open (max_live_units = 2): a third is refused
+             * by zs_grads_open itself. */
+            ZT_FAILS_WITH(zs_grads_open(zs, u2), ZS_ERR_STATE,
+                          "zero.max_live_units = 2 unit gradients are open already");
+        }
+        ZT_OK(zs_grads_ready(zs, u1));
+        ZT_OK(zs_grads_open(zs, u2));
+        ZT_OK(zs_grads_ready(zs, u2));
+        ZT_FAILS_WITH(zs_grads_open(zs, u2), ZS_ERR_STATE, "already declared its gradient ready");
+        g0[0] = 1.0f;
+        ZT_OK(zs_grads_ready(zs, u0));
+        zs_step_info info;
+        ZT_OK(zs_step(zs, &info));
+        /* A new micro-step: opened gradients are closed again. */
+        ZT_CHECK(zs_param_grad(params[0]) == NULL);
+        zs_destroy(zs);
+    }
+}
+
 /* One rank keeps a unit fetched; the step fails on both ranks, and neither hangs. */
 static void test_step_fails_together(void) {
     zs_ctx *zs = create("zero.stage=2", NULL);
@@ -195,6 +248,7 @@ int main(int argc, char **argv) {
     test_layout_disagreement();
     test_live_units_bound();
     test_step_fails_together();
+    test_grads_open();
     test_description_errors();
 
     MPI_Barrier(MPI_COMM_WORLD);

@@ -1,0 +1,396 @@
+/* zs-ckpt export --hf: a checkpoint as a Hugging Face model directory,
+ * what transformers' from_pretrained loads unchanged (ckpt_tool.h).
+ *
+ * The tensors are the parameters under their own names (the models that
+ * use this name their parameters as transformers does), split as
+ * save_pretrained splits them: in manifest order, a new file when the next
+ * tensor would take the current one past --max-shard-bytes (a tensor larger
+ * than the limit gets a file of its own), one file named model.safetensors
+ * when everything fits, otherwise model-0000i-of-0000N.safetensors and an
+ * index. Every file carries the metadata {"format": "pt"}, without which
+ * transformers refuses it. The bytes stream through the shared parameter
+ * reader (ckpt_export.c), so memory is bounded by --buffer-bytes.
+ *
+ * Nothing appears under the requested name until everything is written:
+ * the files go into a new temporary directory beside it, which is fsynced
+ * and renamed to the requested name (which must not exist, or be an empty
+ * directory); a failure removes the temporary directory. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <xxhash.h>
+
+#include "checkpoint/hf_index.h"
+#include "checkpoint/json_strict.h"
+#include "ckpt_tool.h"
+#include "core/error.h"
+#include "core/fs.h"
+
+/* The global user state a trainer keeps the model's config.json in. */
+#define HF_CONFIG_STATE "hf.config.json"
+#define HF_CONFIG_KEY "global:" HF_CONFIG_STATE
+#define HF_CONFIG_FILE "config.json"
+/* A config.json is a few kilobytes; anything past this is not one. */
+#define HF_CONFIG_MAX_BYTES ((size_t)16 << 20)
+/* config.json nests little (rope_scaling, quantization_config). */
+#define HF_CONFIG_MAX_DEPTH 16
+/* The largest tokenizer file copied (tokenizer.json of large vocabularies
+ * is tens of megabytes). */
+#define HF_TOKENIZER_MAX_BYTES ((size_t)512 << 20)
+
+/* What a tokenizer needs beside the weights, copied where present. */
+static const char *const tokenizer_files[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "generation_config.json",
+};
+
+/* The output directory and its temporary sibling. */
+typedef struct hf_out {
+    char parent[PATH_MAX]; /* the directory that receives out_dir */
+    char name[PATH_MAX];   /* out_dir's last component */
+    char tmp_name[PATH_MAX];
+    char tmp_path[PATH_MAX];
+    int parent_fd, tmp_fd;
+    int tmp_made;
+} hf_out;
+
+/* Splits out_dir, opens its parent and refuses an existing non-empty
+ * directory or any other entry at the name, before any work is done. */
+static zs_status out_begin(hf_out *o, const char *out_dir) {
+    memset(o, 0, sizeof *o);
+    o->parent_fd = o->tmp_fd = -1;
+    char copy[PATH_MAX];
+    int n = snprintf(copy, sizeof copy, "%s", out_dir);
+    if (n <= 0 || (size_t)n >= sizeof copy)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--hf: the path is empty or too long");
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = '\0';
+    char a[PATH_MAX], b[PATH_MAX];
+    snprintf(a, sizeof a, "%s", copy);
+    snprintf(b, sizeof b, "%s", copy);
+    snprintf(o->parent, sizeof o->parent, "%s", dirname(a));
+    snprintf(o->name, sizeof o->name, "%s", basename(b));
+    if (strcmp(o->name, ".") == 0 || strcmp(o->name, "..") == 0 || strcmp(o->name, "/") == 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "--hf %s: name a new directory (not \".\", \"..\" or \"/\")", out_dir);
+    ZS_CHECK(zs__fs_open_root(o->parent, 0, &o->parent_fd));
+    const zs__fs_kind kind = zs__fs_kind_at(o->parent_fd, o->name);
+    if (kind == ZS_FS_KIND_DIR) {
+        int fd = -1, count = 0;
+        char **names = NULL;
+        ZS_CHECK(zs__fs_open_dir_at(o->parent_fd, o->parent, o->name, &fd));
+        zs_status s = zs__fs_list_at(fd, out_dir, 0, &names, &count);
+        zs__fs_list_free(names, count);
+        close(fd);
+        if (s != ZS_OK)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "--hf %s: the directory exists and is not empty; name a new one",
+                            out_dir);
+    } else if (kind != ZS_FS_KIND_MISSING) {
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "--hf %s: something that is not a directory is there; name a new "
+                        "directory",
+                        out_dir);
+    }
+    snprintf(o->tmp_name, sizeof o->tmp_name, ".%.200s.tmp.%ld.%016llx", o->name, (long)getpid(),
+             (unsigned long long)zs__fs_random());
+    ZS_CHECK(zs__tool_join(o->tmp_path, sizeof o->tmp_path, o->parent, o->tmp_name));
+    ZS_CHECK(zs__fs_mkdir_new_at(o->parent_fd, o->parent, o->tmp_name));
+    o->tmp_made = 1;
+    ZS_CHECK(zs__fs_open_dir_at(o->parent_fd, o->parent, o->tmp_name, &o->tmp_fd));
+    return ZS_OK;
+}
+
+/* Removes the temporary directory and what was written into it. */
+static void out_abandon(hf_out *o) {
+    if (o->tmp_fd >= 0) {
+        char **names = NULL;
+        int count = 0;
+        if (zs__fs_list_at(o->tmp_fd, o->tmp_path, 1 << 20, &names, &count) == ZS_OK)
+            for (int i = 0; i < count; i++) unlinkat(o->tmp_fd, names[i], 0);
+        zs__fs_list_free(names, count);
+    }
+    if (o->tmp_made) unlinkat(o->parent_fd, o->tmp_name, AT_REMOVEDIR);
+    o->tmp_made = 0;
+}
+
+static void out_close(hf_out *o) {
+    if (o->tmp_fd >= 0) close(o->tmp_fd);
+    if (o->parent_fd >= 0) close(o->parent_fd);
+    o->tmp_fd = o->parent_fd = -1;
+}
+
+/* The commit: everything in the temporary directory is durable, then the
+ * rename publishes it and the parent's fsync makes the rename durable. */
+static zs_status out_commit(hf_out *o) {
+    ZS_CHECK(zs__fs_fsync_fd(o->tmp_fd, o->tmp_path));
+    ZS_CHECK(zs__fs_rename_at(o->parent_fd, o->parent, o->tmp_name, o->parent_fd, o->parent,
+                              o->name));
+    o->tmp_made = 0;
+    ZS_CHECK(zs__fs_fsync_fd(o->parent_fd, o->parent));
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- shards */
+
+/* The file of each parameter (shard[p], from 0) and the file count, as
+ * save_pretrained splits: greedily in order, never splitting a tensor. A
+ * model without parameters still gets its (empty) model.safetensors. */
+static int plan_shards(const zs__manifest *m, zs_dtype dtype, uint64_t max_bytes, int *shard) {
+    if (m->param_count == 0) return 1;
+    int files = 0;
+    uint64_t current = 0;
+    for (int p = 0; p < m->param_count; p++) {
+        const uint64_t bytes =
+            (uint64_t)zs__ckpt_param_numel(&m->params[p]) * zs_dtype_size(dtype);
+        if (files == 0 || (current > 0 && current + bytes > max_bytes)) {
+            files++;
+            current = 0;
+        }
+        current += bytes;
+        shard[p] = files - 1;
+    }
+    return files;
+}
+
+static void shard_name(char *out, size_t cap, int shard, int files) {
+    if (files == 1)
+        snprintf(out, cap, "%s", ZS_HF_SINGLE_FILE);
+    else
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, files);
+}
+
+/* Writes shard `shard`: its parameters, in manifest order. */
+static zs_status write_shard(hf_out *o, zs__tool_reader *reader, const zs__manifest *m,
+                             zs_dtype dtype, const int *shard_of, int shard, int files,
+                             zs__st_tensor_spec *specs, int *members) {
+    char name[64];
+    shard_name(name, sizeof name, shard, files);
+    int count = 0;
+    for (int p = 0; p < m->param_count; p++) {
+        if (shard_of[p] != shard) continue;
+        ZS_CHECK(zs__tool_param_spec(m, p, dtype, &specs[count]));
+        members[count++] = p;
+    }
+    /* The one key transformers reads: it refuses files whose format is not
+     * pt, tf, flax or mlx. */
+    const zs__st_meta meta[] = {{"format", "pt"}};
+    zs__st_stream *stream = NULL;
+    ZS_CHECK(zs__st_stream_open_at(o->tmp_fd, o->tmp_path, name, specs, count, meta, 1, &stream));
+    for (int k = 0; k < count; k++) {
+        zs_status s = zs__tool_reader_append(reader, members[k], stream);
+        if (s != ZS_OK) {
+            zs__st_stream_abort(stream);
+            return s;
+        }
+    }
+    ZS_CHECK(zs__st_stream_close(stream, NULL, NULL));
+    return ZS_OK;
+}
+
+/* A json-c member, the value's ownership passed in every case. */
+static int add_member(struct json_object *obj, const char *key, struct json_object *value) {
+    if (!value || json_object_object_add(obj, key, value) != 0) {
+        json_object_put(value);
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct named_param {
+    const char *name;
+    int param;
+} named_param;
+
+static int compare_named(const void *a, const void *b) {
+    return strcmp(((const named_param *)a)->name, ((const named_param *)b)->name);
+}
+
+/* model.safetensors.index.json as save_pretrained writes it: metadata
+ * {"total_size": tensor bytes} and the weight_map with sorted keys. */
+static zs_status write_index(hf_out *o, const zs__manifest *m, const int *shard_of, int files,
+                             uint64_t total_size) {
+    zs_status s = ZS_OK;
+    struct json_object *root = json_object_new_object(), *meta = NULL, *map = NULL;
+    named_param *names = malloc(sizeof *names * (size_t)(m->param_count > 0 ? m->param_count : 1));
+    /* Each member is created as it is added, so a failure leaks nothing. */
+    const int ok =
+        root && names && add_member(root, "metadata", meta = json_object_new_object()) &&
+        add_member(meta, "total_size", json_object_new_int64((int64_t)total_size)) &&
+        add_member(root, "weight_map", map = json_object_new_object());
+    if (!ok) {
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for the index");
+        goto done;
+    }
+    for (int p = 0; p < m->param_count; p++) names[p] = (named_param){m->params[p].name, p};
+    qsort(names, (size_t)m->param_count, sizeof *names, compare_named);
+    for (int k = 0; k < m->param_count; k++) {
+        char file[64];
+        shard_name(file, sizeof file, shard_of[names[k].param], files);
+        if (!add_member(map, names[k].name, json_object_new_string(file))) {
+            s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for the index");
+            goto done;
+        }
+    }
+    size_t length = 0;
+    const char *text = json_object_to_json_string_length(
+        root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE,
+        &length);
+    char *with_newline = text ? malloc(length + 2) : NULL;
+    if (!with_newline) {
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for the index text");
+        goto done;
+    }
+    memcpy(with_newline, text, length);
+    with_newline[length] = '\n';
+    s = zs__fs_write_atomic_at(o->tmp_fd, o->tmp_path, ZS_HF_INDEX_FILE, with_newline, length + 1);
+    free(with_newline);
+done:
+    json_object_put(root);
+    free(names);
+    return s;
+}
+
+/* ---------------------------------------------------------------- config and tokenizer */
+
+/* config.json from the checkpoint's global user state, whose bytes are
+ * checked against the manifest's XXH3 and must be one JSON object. */
+static zs_status write_config(hf_out *o, const zs__ckpt_step *step, int *written) {
+    const zs__manifest *m = step->m;
+    *written = 0;
+    const zs__ckpt_tensor *t = NULL;
+    for (int i = 0; i < m->tensor_count && !t; i++)
+        if (m->tensors[i].state == ZS_CKPT_STATE_USER_GLOBAL &&
+            strcmp(m->tensors[i].key, HF_CONFIG_KEY) == 0)
+            t = &m->tensors[i];
+    if (!t) {
+        printf("no config.json written: the checkpoint holds no global user state \"%s\" (a "
+               "trainer keeps the model's config.json there with zs_user_state_set); copy the "
+               "model's config.json into the output directory yourself\n",
+               HF_CONFIG_STATE);
+        return ZS_OK;
+    }
+    if (t->count <= 0 || (uint64_t)t->count > HF_CONFIG_MAX_BYTES)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: user state \"%s\" holds %lld bytes; a config.json takes 1 to %zu",
+                        step->path, HF_CONFIG_STATE, (long long)t->count, HF_CONFIG_MAX_BYTES);
+    zs__st_file *sf = NULL;
+    ZS_CHECK(zs__ckpt_open_shard(step, t->file, &sf));
+    zs_status s = ZS_OK;
+    struct json_object *root = NULL;
+    char *text = malloc((size_t)t->count);
+    const zs__st_entry *e = zs__st_find(sf, t->key);
+    if (!text) {
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for config.json");
+        goto done;
+    }
+    if (!e || e->end - e->begin != (uint64_t)t->count) {
+        s = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: the user state \"%s\" is not as the manifest "
+                     "lists it", zs__st_path(sf), HF_CONFIG_STATE);
+        goto done;
+    }
+    ZS_CHECK_GOTO(zs__st_read(sf, e, 0, text, (uint64_t)t->count), s, done);
+    if (XXH3_64bits(text, (size_t)t->count) != t->xxh3) {
+        s = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                     "%s: the user state \"%s\" does not match its hash in the manifest",
+                     zs__st_path(sf), HF_CONFIG_STATE);
+        goto done;
+    }
+    const zs__json_rules rules = {HF_CONFIG_MAX_DEPTH, 0, 0};
+    s = zs__json_parse_strict(text, (size_t)t->count, &rules, step->path,
+                              "user state \"" HF_CONFIG_STATE "\"", &root);
+    if (s != ZS_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", zs_last_error());
+        s = zs__fail(s, "%s; transformers could not read it as config.json", why);
+        goto done;
+    }
+    ZS_CHECK_GOTO(zs__fs_write_atomic_at(o->tmp_fd, o->tmp_path, HF_CONFIG_FILE, text,
+                                         (size_t)t->count),
+                  s, done);
+    *written = 1;
+done:
+    json_object_put(root);
+    free(text);
+    zs__st_close(sf);
+    return s;
+}
+
+/* The tokenizer files present in `from`, copied byte for byte. */
+static zs_status copy_tokenizer(hf_out *o, const char *from, int *copied) {
+    *copied = 0;
+    if (!from) return ZS_OK;
+    if (!zs__fs_is_dir(from))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--tokenizer-from %s: not a directory", from);
+    for (size_t k = 0; k < sizeof tokenizer_files / sizeof tokenizer_files[0]; k++) {
+        char path[PATH_MAX];
+        ZS_CHECK(zs__tool_join(path, sizeof path, from, tokenizer_files[k]));
+        struct stat st;
+        if (stat(path, &st) != 0 && errno == ENOENT) continue;
+        char *data = NULL;
+        size_t bytes = 0;
+        ZS_CHECK(zs__fs_read_file_path(path, HF_TOKENIZER_MAX_BYTES, &data, &bytes));
+        zs_status s = zs__fs_write_atomic_at(o->tmp_fd, o->tmp_path, tokenizer_files[k], data,
+                                             bytes);
+        free(data);
+        ZS_CHECK(s);
+        ++*copied;
+    }
+    if (*copied == 0)
+        printf("--tokenizer-from %s: none of tokenizer.json, tokenizer_config.json, "
+               "special_tokens_map.json, tokenizer.model, generation_config.json is there; no "
+               "tokenizer file copied\n",
+               from);
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- the export */
+
+zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
+                             uint64_t max_shard_bytes, const char *out_dir,
+                             const char *tokenizer_from, int quiet, zs__tool_hf_summary *summary) {
+    const zs__manifest *m = step->m;
+    memset(summary, 0, sizeof *summary);
+    if (max_shard_bytes == 0)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--max-shard-bytes must be positive");
+    hf_out o;
+    zs_status s = out_begin(&o, out_dir);
+    zs__tool_reader *reader = NULL;
+    const size_t n = (size_t)(m->param_count > 0 ? m->param_count : 1);
+    int *shard_of = malloc(sizeof *shard_of * n), *members = malloc(sizeof *members * n);
+    zs__st_tensor_spec *specs = calloc(n, sizeof *specs);
+    if (s == ZS_OK && (!shard_of || !members || !specs))
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory to plan %d tensors", m->param_count);
+    if (s != ZS_OK) goto done;
+
+    zs__progress progress;
+    const uint64_t data_bytes = zs__tool_data_bytes(m, dtype);
+    zs__progress_begin(&progress, "zs-ckpt export",
+                       zs__ckpt_verify_read_bytes(step, 0, 1, 1) + data_bytes, quiet);
+    ZS_CHECK_GOTO(zs__tool_reader_open(step, dtype, buffer_bytes, &progress, &reader), s, done);
+    const int files = plan_shards(m, dtype, max_shard_bytes, shard_of);
+    for (int f = 0; f < files; f++)
+        ZS_CHECK_GOTO(write_shard(&o, reader, m, dtype, shard_of, f, files, specs, members), s,
+                      done);
+    if (files > 1) ZS_CHECK_GOTO(write_index(&o, m, shard_of, files, data_bytes), s, done);
+    ZS_CHECK_GOTO(write_config(&o, step, &summary->config_written), s, done);
+    ZS_CHECK_GOTO(copy_tokenizer(&o, tokenizer_from, &summary->tokenizer_files), s, done);
+    ZS_CHECK_GOTO(out_commit(&o), s, done);
+    zs__progress_end(&progress);
+    summary->files = files;
+    summary->tensor_bytes = data_bytes;
+done:
+    if (s != ZS_OK) out_abandon(&o);
+    out_close(&o);
+    zs__tool_reader_close(reader);
+    free(shard_of);
+    free(members);
+    free(specs);
+    return s;
+}
