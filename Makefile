@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN = mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1
 
-.PHONY: all deps configure build demo demo-mlp test test-sanitize test-tsan clean
+.PHONY: all deps configure build demo demo-mlp demo-llama test test-sanitize test-tsan clean
 
 all: build
 
@@ -34,6 +34,11 @@ demo: build
 
 demo-mlp: build
 	$(MPIRUN) -np $(NP) $(BUILD_DIR)/examples/mlp/mlp_train configs/mlp_zero3.cfg
+
+# The Llama-family demo: a small Llama (RMSNorm, RoPE, grouped-query
+# attention, SwiGLU) learns Shakespeare the same way.
+demo-llama: build
+	$(MPIRUN) -np 2 $(BUILD_DIR)/examples/llama/llama_train configs/llama_demo.cfg
 
 # The cuda tests first, verbosely: without a GPU they skip, and ctest alone
 # would not say why. Then the whole suite, whose summary ends the log.

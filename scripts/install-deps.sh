@@ -20,13 +20,15 @@ packages=(
 )
 
 # Optional: the Python safetensors and numpy packages, with which a test reads
-# back a `zs-ckpt export` (it is skipped without them). Never fatal: pip may be
-# absent or refuse (PEP 668 on Debian 12); we say what happened and go on.
-if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" >/dev/null 2>&1; then
-  if python3 -m pip install --quiet --retries 1 --timeout 15 safetensors numpy >/dev/null 2>&1; then
-    echo "install-deps: installed the optional Python packages safetensors and numpy"
+# back a `zs-ckpt export`, and Hugging Face's tokenizers, which
+# scripts/tokenize_text.py and decode_tokens.py use (their tests are skipped
+# without them). Never fatal: pip may be absent or refuse (PEP 668 on Debian
+# 12); we say what happened and go on.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy, tokenizers" >/dev/null 2>&1; then
+  if python3 -m pip install --quiet --retries 1 --timeout 15 safetensors numpy tokenizers >/dev/null 2>&1; then
+    echo "install-deps: installed the optional Python packages safetensors, numpy and tokenizers"
   else
-    echo "install-deps: could not pip-install the optional safetensors and numpy (the Python export check will be skipped)"
+    echo "install-deps: could not pip-install the optional safetensors, numpy and tokenizers (the Python export and tokenizing checks will be skipped)"
   fi
 fi
 

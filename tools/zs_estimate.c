@@ -30,6 +30,7 @@
 #include "core/number.h"
 #include "gpt2_llmc.h"
 #include "gpt2_model.h"
+#include "llama_model.h"
 #include "zeroshard.h"
 
 #define EXIT_FAILED 1
@@ -63,6 +64,12 @@ static const char usage_text[] =
     "                      unit 0 = embeddings and final LayerNorm, one unit per block\n"
     "  --llmc FILE         an llm.c model file (gpt2_124M.bin): sizes from its header,\n"
     "                      then the GPT-2 layout\n"
+    "  --llama tiny|llama-3.2-1b|llama-3.1-8b|llama-3.1-70b   the Llama family as its\n"
+    "                      trainer registers it: unit 0 = the token embedding (and the\n"
+    "                      final norm when the head is tied), one unit per block, and\n"
+    "                      the final norm with lm_head for an untied head\n"
+    "  --hf-config FILE    a Hugging Face config.json of the Llama family (llama,\n"
+    "                      mistral, qwen2): its sizes, then the Llama layout\n"
     "  --checkpoint DIR    a zeroshard checkpoint step directory or root (resolved as\n"
     "                      zs-ckpt info resolves it): units and parameters of its\n"
     "                      manifest. Without --config its compute dtype and optimizer\n"
@@ -74,8 +81,9 @@ static const char usage_text[] =
     "                      (\"transformer.h.3.\"), or, for names without one, the first\n"
     "                      component (\"wte.\"); --unit-per-tensor makes every tensor a\n"
     "                      unit. Empty tensors are skipped.\n"
-    "  A bare argument is read by its form: a preset name, a directory (checkpoint),\n"
-    "  a *.safetensors file, or another file (llm.c).\n"
+    "  A bare argument is read by its form: a preset name (GPT-2's or Llama's), a\n"
+    "  directory (checkpoint), a *config.json (Hugging Face), a *.safetensors file,\n"
+    "  or another file (llm.c).\n"
     "\n"
     "Options:\n"
     "  --config FILE       the run's libconfig file (default: every default, with\n"
@@ -175,7 +183,7 @@ static int load_preset(layout *l, const char *name) {
 
 static int load_llmc(layout *l, const char *path) {
     gpt2_llmc_model *m = NULL;
-    char err[GPT2_ERR_CAP];
+    char err[EX_ERR_CAP];
     if (gpt2_llmc_model_open(path, &m, err, sizeof err) != 0) {
         fprintf(stderr, "zs-estimate: %s\n", err);
         return -EXIT_FAILED;
@@ -186,6 +194,56 @@ static int load_llmc(layout *l, const char *path) {
     snprintf(l->source, sizeof l->source, "GPT-2 from llm.c file %.80s (%d layers, %d channels)",
              path, d.n_layer, d.n_embd);
     return layout_gpt2(l, &d) ? 0 : -EXIT_FAILED;
+}
+
+/* The Llama family through llama_model's table: the trainer's units, in its
+ * order (examples/llama/llama_family.c). */
+static int layout_llama(layout *l, const llama_dims *d) {
+    char err[512];
+    if (llama_dims_check(d, err, sizeof err) != 0) {
+        fprintf(stderr, "zs-estimate: %s: %s\n", l->source, err);
+        return 0;
+    }
+    const int units = llama_num_units(d);
+    int params = 0;
+    for (int u = 0; u < units; u++) params += llama_unit_num_params(d, u);
+    if (!layout_alloc(l, units, params)) return 0;
+    l->unit_count = units;
+    for (int u = 0; u < units; u++) {
+        const int n = llama_unit_num_params(d, u);
+        l->params_per_unit[u] = n;
+        llama_unit_name(d, u, l->unit_names[u], sizeof l->unit_names[u]);
+        for (int i = 0; i < n; i++) {
+            llama_param_spec spec;
+            llama_param_spec_get(d, u, i, &spec);
+            l->param_numel[l->param_count++] = spec.numel;
+            l->numel += spec.numel;
+        }
+    }
+    return 1;
+}
+
+static int load_llama(layout *l, const char *name) {
+    llama_dims d;
+    if (llama_dims_preset(name, &d) != 0) {
+        fprintf(stderr, "zs-estimate: unknown --llama \"%s\" (tiny, llama-3.2-1b, llama-3.1-8b "
+                        "or llama-3.1-70b)\n\n%s", name, usage_text);
+        return -EXIT_USAGE;
+    }
+    snprintf(l->source, sizeof l->source, "Llama %s (preset)", name);
+    return layout_llama(l, &d) ? 0 : -EXIT_FAILED;
+}
+
+static int load_hf_config(layout *l, const char *path) {
+    llama_dims d;
+    char err[1024];
+    if (llama_config_read(path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "zs-estimate: %s\n", err);
+        return -EXIT_FAILED;
+    }
+    snprintf(l->source, sizeof l->source, "%s from %.80s (%d layers, %d channels)", d.model_type,
+             path, d.n_layer, d.n_embd);
+    return layout_llama(l, &d) ? 0 : -EXIT_FAILED;
 }
 
 static int load_checkpoint(layout *l, const char *dir) {
@@ -299,14 +357,18 @@ static int load_safetensors(layout *l, const char *path, int unit_per_tensor) {
 static int load_guess(layout *l, const char *arg, int unit_per_tensor) {
     gpt2_dims d;
     if (gpt2_dims_preset(arg, &d) == 0) return load_preset(l, arg);
+    llama_dims ld;
+    if (llama_dims_preset(arg, &ld) == 0) return load_llama(l, arg);
     struct stat st;
     if (stat(arg, &st) != 0) {
         fprintf(stderr, "zs-estimate: %s: %s (not a preset name either: 124M, 350M, 774M, "
-                        "1558M)\n", arg, strerror(errno));
+                        "1558M, tiny, llama-3.2-1b, llama-3.1-8b, llama-3.1-70b)\n",
+                arg, strerror(errno));
         return -EXIT_FAILED;
     }
     if (S_ISDIR(st.st_mode)) return load_checkpoint(l, arg);
     const size_t len = strlen(arg);
+    if (len >= 11 && strcmp(arg + len - 11, "config.json") == 0) return load_hf_config(l, arg);
     if (len >= 12 && strcmp(arg + len - 12, ".safetensors") == 0)
         return load_safetensors(l, arg, unit_per_tensor);
     return load_llmc(l, arg);
@@ -351,13 +413,18 @@ typedef struct run_info {
     int accumulate; /* the stage-2/3 gradient shard is fp32 (accumulation) */
 } run_info;
 
-/* The estimate of one stage and offload mode on `world` ranks. */
+/* The estimate of one stage and offload mode on `world` ranks. The stage and
+ * the mode's keys are applied as one list, validated once: one at a time,
+ * the previous mode's keys could refuse the new stage (nvme with stage 0)
+ * before the new mode replaced them. */
 static zs_status estimate(const run_info *r, int stage, int mode, int world, zs_memory_stats *out) {
     char assignment[64];
     snprintf(assignment, sizeof assignment, "zero.stage=%d", stage);
-    zs_status s = zs_config_override(r->cfg, assignment);
-    for (int i = 0; s == ZS_OK && offload_modes[mode].overrides[i]; i++)
-        s = zs_config_override(r->cfg, offload_modes[mode].overrides[i]);
+    const char *list[4];
+    int n = 0;
+    for (int i = 0; offload_modes[mode].overrides[i]; i++) list[n++] = offload_modes[mode].overrides[i];
+    list[n++] = assignment;
+    zs_status s = zs_config_override_list(r->cfg, n, list);
     if (s != ZS_OK) return s;
     return zs_estimate_memory(r->cfg, world, r->l->unit_count, r->l->params_per_unit,
                               r->l->param_numel, out);
@@ -416,8 +483,10 @@ static int print_stage(const run_info *r, int stage, int world) {
     for (int o = 0; o < OFFLOAD_MODES; o++) print_cell(planned[o], m[o].total_current);
     printf("\n");
     if (stage == 3) {
-        /* The shard every rank owns: the stage-3 parameters, in elements. */
-        const uint64_t shard = m[0].current[ZS_MEM_PARAMS] / zs_dtype_size(r->dtype);
+        /* The shard every rank owns: the stage-3 parameters, in elements
+         * (in host memory with offload.params = "host"). */
+        const uint64_t shard = (m[0].current[ZS_MEM_PARAMS] + m[0].current[ZS_MEM_HOST_PARAMS]) /
+                               zs_dtype_size(r->dtype);
         printf("  %-24s  %" PRIu64 " elements (Psi/N = %.0f, plus padding)\n", "shard per rank",
                shard, ceil((double)r->l->numel / world));
     }
@@ -531,7 +600,8 @@ static const char *optimizer_text(int kind) {
 }
 
 static int takes_value(const char *option) {
-    static const char *const options[] = {"--preset", "--llmc",  "--checkpoint",
+    static const char *const options[] = {"--preset", "--llmc",  "--checkpoint", "--llama",
+                                           "--hf-config",
                                            "--safetensors", "--config", "--set",
                                            "--dtype", "--world", "--device-memory"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
@@ -541,6 +611,7 @@ static int takes_value(const char *option) {
 
 int main(int argc, char **argv) {
     const char *preset = NULL, *llmc = NULL, *checkpoint = NULL, *safetensors = NULL;
+    const char *llama = NULL, *hf_config = NULL;
     const char *bare = NULL, *config_path = NULL, *dtype_text = NULL;
     const char *sets[ZS_ESTIMATE_MAX_SETS];
     int set_count = 0, world = 0, unit_per_tensor = 0, sources = 0;
@@ -557,6 +628,12 @@ int main(int argc, char **argv) {
             sources++;
         } else if (strcmp(a, "--llmc") == 0) {
             llmc = VALUE(a);
+            sources++;
+        } else if (strcmp(a, "--llama") == 0) {
+            llama = VALUE(a);
+            sources++;
+        } else if (strcmp(a, "--hf-config") == 0) {
+            hf_config = VALUE(a);
             sources++;
         } else if (strcmp(a, "--checkpoint") == 0) {
             checkpoint = VALUE(a);
@@ -597,8 +674,9 @@ int main(int argc, char **argv) {
     }
     if (sources != 1)
         return usage_error("%s", sources ? "give one layout, not several"
-                                         : "missing the layout (--preset, --llmc, --checkpoint, "
-                                           "--safetensors or a bare argument)");
+                                         : "missing the layout (--preset, --llmc, --llama, "
+                                           "--hf-config, --checkpoint, --safetensors or a bare "
+                                           "argument)");
     if (world == 0 && memory == 0)
         return usage_error("%s", "give --world N (and/or --device-memory SIZE to ask which "
                                  "world size fits)");
@@ -609,6 +687,8 @@ int main(int argc, char **argv) {
     memset(&l, 0, sizeof l);
     int rc = preset        ? load_preset(&l, preset)
              : llmc        ? load_llmc(&l, llmc)
+             : llama       ? load_llama(&l, llama)
+             : hf_config   ? load_hf_config(&l, hf_config)
              : checkpoint  ? load_checkpoint(&l, checkpoint)
              : safetensors ? load_safetensors(&l, safetensors, unit_per_tensor)
                            : load_guess(&l, bare, unit_per_tensor);

@@ -68,7 +68,7 @@ static double now_s(void) {
 #define BENCH_TRY(call)                                                                       \
     do {                                                                                      \
         int bench_status_ = (call);                                                           \
-        if (bench_status_ != GPT2_OK) {                                                       \
+        if (bench_status_ != NN_OK) {                                                       \
             fprintf(stderr, "bench_gpt2_model: %s failed: %s\n", #call,                       \
                     be->ops->last_error(be));                                                 \
             exit(1);                                                                          \
@@ -77,7 +77,7 @@ static double now_s(void) {
 
 static void *xalloc(gpt2_backend *be, size_t bytes) {
     void *p = NULL;
-    BENCH_TRY(be->ops->alloc(be, bytes, &p));
+    BENCH_TRY(be->dev->ops->alloc(be->dev, bytes, &p));
     return p;
 }
 
@@ -130,7 +130,7 @@ typedef struct phase_times {
  * step is compared with in bench_gpt2_cuda.sh). */
 typedef struct bench_options {
     int cuda;
-    gpt2_dtype dtype;
+    nn_dtype dtype;
     int gelu_fusion;
     int unfused_bias;
 } bench_options;
@@ -148,27 +148,27 @@ static gpt2_backend *make_backend(const bench_options *o) {
         .dtype = o->dtype, .gelu_fusion = o->gelu_fusion, .unfused_bias = o->unfused_bias};
     gpt2_backend *be = NULL;
     char err[512];
-    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != GPT2_OK) {
+    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != NN_OK) {
         fprintf(stderr, "bench_gpt2_model: %s\n", err);
         exit(1);
     }
     return be;
 }
 
-static zs_dtype zs_dtype_of(gpt2_dtype t) {
-    return t == GPT2_BF16 ? ZS_DTYPE_BF16 : t == GPT2_F16 ? ZS_DTYPE_FP16 : ZS_DTYPE_FP32;
+static zs_dtype zs_dtype_of(nn_dtype t) {
+    return t == NN_BF16 ? ZS_DTYPE_BF16 : t == NN_F16 ? ZS_DTYPE_FP16 : ZS_DTYPE_FP32;
 }
 
 /* Host fp32 values into backend memory of the backend's dtype. */
 static void upload_f32(gpt2_backend *be, void *dst, const float *host, size_t n) {
-    const size_t e = gpt2_dtype_size(be->dtype);
+    const size_t e = nn_dtype_size(be->dtype);
     void *staged = malloc(n * e);
     if (staged == NULL ||
         zs_convert(staged, zs_dtype_of(be->dtype), host, ZS_DTYPE_FP32, (int64_t)n) != ZS_OK) {
         fprintf(stderr, "bench_gpt2_model: cannot stage %zu parameters\n", n);
         exit(1);
     }
-    BENCH_TRY(be->ops->upload(be, dst, staged, n * e));
+    BENCH_TRY(be->dev->ops->upload(be->dev, dst, staged, n * e));
     free(staged);
 }
 
@@ -180,8 +180,8 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
         exit(1);
     }
     gpt2_backend *be = make_backend(o);
-    const gpt2_dtype dt = be->dtype;
-    const size_t e = gpt2_dtype_size(dt);
+    const nn_dtype dt = be->dtype;
+    const size_t e = nn_dtype_size(dt);
     const int L = d->n_layer, C = d->n_embd, BT = B * T;
     const size_t np = (size_t)gpt2_num_params(d);
     const size_t unit1 = (size_t)gpt2_unit_numel(d, 1), unit0 = (size_t)gpt2_unit_numel(d, 0);
@@ -194,11 +194,11 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
     }
     fill(host, np, 0.0346f, 3);
     gpt2_embed_w hw0;
-    gpt2_embed_w_carve(d, GPT2_F32, host, &hw0);
+    gpt2_embed_w_carve(d, NN_F32, host, &hw0);
     for (int c = 0; c < C; c++) ((float *)hw0.lnfw)[c] = 1.0f;
     for (int l = 0; l < L; l++) {
         gpt2_block_w hw;
-        gpt2_block_w_carve(d, GPT2_F32, host + unit0 + (size_t)l * unit1, &hw);
+        gpt2_block_w_carve(d, NN_F32, host + unit0 + (size_t)l * unit1, &hw);
         for (int c = 0; c < C; c++) {
             ((float *)hw.ln1w)[c] = 1.0f;
             ((float *)hw.ln2w)[c] = 1.0f;
@@ -238,8 +238,8 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
         host_tokens[r] = (int)(((uint64_t)r * 2654435761u) % (uint64_t)d->vocab);
         host_tokens[BT + r] = (int)(((uint64_t)(r + 1) * 2654435761u) % (uint64_t)d->vocab);
     }
-    BENCH_TRY(be->ops->upload(be, tokens, host_tokens, sizeof(int) * (size_t)BT));
-    BENCH_TRY(be->ops->upload(be, targets, host_tokens + BT, sizeof(int) * (size_t)BT));
+    BENCH_TRY(be->dev->ops->upload(be->dev, tokens, host_tokens, sizeof(int) * (size_t)BT));
+    BENCH_TRY(be->dev->ops->upload(be->dev, targets, host_tokens + BT, sizeof(int) * (size_t)BT));
 
     // On CUDA a phase's time is only known after waiting for it, which adds
     // a bubble: the phases are timed only with --breakdown, the step always
@@ -247,10 +247,10 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
     const int sync_phases = o->cuda && breakdown;
 #define PHASE_END(t)                                                                          \
     do {                                                                                      \
-        if (sync_phases) BENCH_TRY(be->ops->synchronize(be));                                 \
+        if (sync_phases) BENCH_TRY(be->dev->ops->synchronize(be->dev));                                 \
         (t) = now_s();                                                                        \
     } while (0)
-    BENCH_TRY(be->ops->synchronize(be));
+    BENCH_TRY(be->dev->ops->synchronize(be->dev));
     double best = 1e30, total = 0.0;
     double *times = malloc(sizeof(double) * (size_t)steps);
     phase_times best_ph = {0};
@@ -277,7 +277,7 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
         }
         PHASE_END(t4);
         BENCH_TRY(be->ops->embed_backward(be, d, B, T, &g0, tokens, dres[L % 2]));
-        BENCH_TRY(be->ops->synchronize(be));
+        BENCH_TRY(be->dev->ops->synchronize(be->dev));
         t5 = now_s();
         ph.embed = t1 - t0;
         ph.blocks_fwd = t2 - t1;
@@ -295,7 +295,7 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
         }
     }
 #undef PHASE_END
-    BENCH_TRY(be->ops->download(be, host_losses, losses, sizeof(float) * (size_t)BT));
+    BENCH_TRY(be->dev->ops->download(be->dev, host_losses, losses, sizeof(float) * (size_t)BT));
     double loss = 0.0;
     for (int r = 0; r < BT; r++) {
         loss += host_losses[r];
@@ -307,7 +307,7 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
     printf("%s: %d layers, %d heads, %d channels, vocab %d; B %d, T %d; ", label, L, d->n_head,
            C, d->vocab, B, T);
     if (o->cuda)
-        printf("CUDA, %s\n", gpt2_dtype_name(dt));
+        printf("CUDA, %s\n", nn_dtype_name(dt));
     else
         printf("%d OpenMP threads (OPENBLAS_NUM_THREADS=%s)\n", omp_get_max_threads(),
                getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "unset");
@@ -342,22 +342,22 @@ static void bench(const char *label, const gpt2_dims *d, int B, int T, int steps
     }
     if (o->cuda) {
         char line[512];
-        if (gpt2_cuda_backend_stats(be, NULL, line, sizeof(line)) == GPT2_OK)
+        if (gpt2_cuda_backend_stats(be, NULL, line, sizeof(line)) == NN_OK)
             printf("  %s\n", line);
     }
     fflush(stdout);
 
-    be->ops->free(be, params);
-    be->ops->free(be, grads);
-    be->ops->free(be, acts_mem);
-    be->ops->free(be, resid);
-    be->ops->free(be, dres[0]);
-    be->ops->free(be, dres[1]);
-    be->ops->free(be, bscratch);
-    be->ops->free(be, hscratch);
-    be->ops->free(be, losses);
-    be->ops->free(be, tokens);
-    be->ops->free(be, targets);
+    be->dev->ops->free(be->dev, params);
+    be->dev->ops->free(be->dev, grads);
+    be->dev->ops->free(be->dev, acts_mem);
+    be->dev->ops->free(be->dev, resid);
+    be->dev->ops->free(be->dev, dres[0]);
+    be->dev->ops->free(be->dev, dres[1]);
+    be->dev->ops->free(be->dev, bscratch);
+    be->dev->ops->free(be->dev, hscratch);
+    be->dev->ops->free(be->dev, losses);
+    be->dev->ops->free(be->dev, tokens);
+    be->dev->ops->free(be->dev, targets);
     free(host_tokens);
     free(host_losses);
     free(w);
@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
     gpt2_dims d = {0, 0, 0, 0, 0};
     int custom = 0, B = -1, T = -1, steps = 3, chunk = GPT2_HEAD_CHUNK_ROWS_DEFAULT;
     int breakdown = 0, chunk_given = 0;
-    bench_options o = {.cuda = 0, .dtype = GPT2_F32, .gelu_fusion = -1, .unfused_bias = 0};
+    bench_options o = {.cuda = 0, .dtype = NN_F32, .gelu_fusion = -1, .unfused_bias = 0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) {
             if (gpt2_dims_preset(argv[++i], &d) != 0) {
@@ -418,10 +418,10 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             ++i;
-            o.dtype = strcmp(argv[i], "bf16") == 0   ? GPT2_BF16
-                      : strcmp(argv[i], "fp16") == 0 ? GPT2_F16
-                                                     : GPT2_F32;
-            if (o.dtype == GPT2_F32 && strcmp(argv[i], "fp32") != 0) {
+            o.dtype = strcmp(argv[i], "bf16") == 0   ? NN_BF16
+                      : strcmp(argv[i], "fp16") == 0 ? NN_F16
+                                                     : NN_F32;
+            if (o.dtype == NN_F32 && strcmp(argv[i], "fp32") != 0) {
                 fprintf(stderr, "bench_gpt2_model: --dtype is fp32, bf16 or fp16, not %s\n",
                         argv[i]);
                 return 2;
@@ -442,7 +442,7 @@ int main(int argc, char **argv) {
         }
     }
     if (o.cuda && !chunk_given) chunk = GPT2_HEAD_CHUNK_ROWS_DEFAULT_GPU;
-    if (!o.cuda && o.dtype != GPT2_F32) {
+    if (!o.cuda && o.dtype != NN_F32) {
         fprintf(stderr, "bench_gpt2_model: the CPU backend computes in fp32 only\n");
         return 2;
     }

@@ -1,23 +1,24 @@
 /*
- * gpt2_backend — GPT-2's math (gpt2_model.h) on one kind of memory: the CPU
- * (gpt2_cpu.c: OpenBLAS sgemm and OpenMP loops) or a CUDA device
- * (gpt2_cuda.cu: cuBLAS and kernels on a caller's stream). The trainer calls
- * both through this one table of function pointers, with no #ifdef:
+ * gpt2_backend — GPT-2's math (gpt2_model.h) on one device (nn_device.h):
+ * the CPU (gpt2_cpu.c: OpenBLAS sgemm and OpenMP loops) or a CUDA device
+ * (gpt2_cuda*.cu: cuBLAS and kernels on a caller's stream). The trainer
+ * calls both through this one table of function pointers, with no #ifdef;
+ * memory and transfers are the backend's device's (be->dev):
  *
  *     gpt2_backend *be = gpt2_cpu_backend_create();
  *     if (be->ops->block_forward(be, &dims, B, T, &w, x, &acts, y) != 0)
  *         fprintf(stderr, "%s\n", be->ops->last_error(be));
  *
  * Conventions:
- *   - Every tensor pointer passed to an op is backend memory (host memory for
- *     "cpu", device memory for "cuda"), allocated with ops->alloc or handed
- *     over by someone who knows it is; only upload/download/head_logits and
- *     the host_* ops take a host pointer, and their parameters say so.
+ *   - Every tensor pointer passed to an op is device memory (host memory for
+ *     "cpu", device memory for "cuda"), allocated with be->dev->ops->alloc
+ *     or handed over by someone who knows it is; only head_logits takes a
+ *     host pointer, and its parameters say so.
  *     Shapes are in gpt2_model.h; B*T rows, row-major; tokens and targets are
  *     int32. Tensors are in the backend's dtype (be->dtype: fp32 on the CPU;
  *     fp32, bf16 or fp16 on CUDA), LayerNorm statistics and losses in fp32.
  *   - Every fallible op returns 0 on success and nonzero on failure (a
- *     gpt2_status value); then ops->last_error(be) tells what failed and what
+ *     nn_status value); then ops->last_error(be) tells what failed and what
  *     to do, until the next failing op. Nothing exits or prints (one
  *     exception, asked for by the user: with GPT2_CUDA_PROFILE set, the
  *     CUDA backend's destroy prints its profile to stderr).
@@ -31,18 +32,16 @@
  *     order). CPU and CUDA agree to rounding, not bit for bit (their GEMMs
  *     and reductions add in different orders).
  *   - CUDA: every op is enqueued on the stream given at creation and returns
- *     without waiting, except download and head_logits (which return host
- *     data), upload (which returns when the host buffer may be reused),
- *     host_wait, synchronize, free and destroy. A training step therefore
- *     never blocks the host: tokens go up with upload_async and the loss
- *     comes back with losses_sum, both through host_alloc memory. Launch
- *     failures are reported by the op that launched; a failure during
- *     asynchronous execution is reported by the next op that waits
- *     (synchronize, download, host_wait) or by later launches.
+ *     without waiting, except head_logits (which returns host data) and
+ *     destroy; the device's transfers follow nn_device.h's rules, so a
+ *     training step never blocks the host. Launch failures are reported by
+ *     the op that launched; a failure during asynchronous execution is
+ *     reported by the next op that waits (the device's synchronize,
+ *     download, host_wait) or by later launches.
  *   - CUDA: call the ops with the device that was current at creation
  *     current (the stream and the cuBLAS handles belong to it).
  *   - Tokens and targets must lie in [0, V). The CPU backend checks and
- *     returns GPT2_ERR_ARG; the CUDA backend cannot without waiting for the
+ *     returns NN_ERR_ARG; the CUDA backend cannot without waiting for the
  *     device, so there a bad token makes its row of x NaN and a bad target
  *     its loss NaN (no memory outside the tensors is touched either way).
  *   - A backend is not thread-safe: one thread at a time per backend.
@@ -53,54 +52,17 @@
 #include <stddef.h>
 
 #include "gpt2_model.h"
+#include "nn_device.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum gpt2_status {
-    GPT2_OK = 0,
-    GPT2_ERR_ARG = 1,         /* a bad argument: sizes, NULL, a token out of range */
-    GPT2_ERR_NOMEM = 2,       /* host or device memory ran out */
-    GPT2_ERR_DEVICE = 3,      /* a CUDA or cuBLAS call failed */
-    GPT2_ERR_UNAVAILABLE = 4  /* this build or machine lacks the backend */
-} gpt2_status;
 
 typedef struct gpt2_backend gpt2_backend;
 
 typedef struct gpt2_backend_ops {
     const char *name; /* "cpu" or "cuda" */
 
-    /* --- memory (sizes in bytes) --- */
-    /* *out = bytes of zero-filled backend memory, aligned to at least 64
-     * bytes (bytes 0 gives a valid pointer to free). */
-    int (*alloc)(gpt2_backend *be, size_t bytes, void **out);
-    /* Frees memory from alloc; NULL is a no-op. CUDA: waits for the device. */
-    void (*free)(gpt2_backend *be, void *ptr);
-    int (*zero)(gpt2_backend *be, void *ptr, size_t bytes);
-    /* Host -> backend. Returns when host_src may be reused. */
-    int (*upload)(gpt2_backend *be, void *dst, const void *host_src, size_t bytes);
-    /* Backend -> host. Returns when host_dst holds the data (waits for the
-     * work queued before it). */
-    int (*download)(gpt2_backend *be, void *host_dst, const void *src, size_t bytes);
-    /* Backend -> backend; the ranges must not overlap. */
-    int (*copy)(gpt2_backend *be, void *dst, const void *src, size_t bytes);
-    /* Waits for everything queued; reports asynchronous failures. */
-    int (*synchronize)(gpt2_backend *be);
-    /* Host memory for transfers that do not block: page-locked on CUDA
-     * (plain on the CPU), zero-filled. host_free(NULL) is a no-op. */
-    int (*host_alloc)(gpt2_backend *be, size_t bytes, void **out);
-    void (*host_free)(gpt2_backend *be, void *host);
-    /* Host -> backend from host_alloc memory, enqueued: returns at once, and
-     * host_src must not be written again before host_wait(be, host_src). */
-    int (*upload_async)(gpt2_backend *be, void *dst, const void *host_src, size_t bytes);
-    /* Waits until every transfer enqueued to or from this host_alloc buffer
-     * (upload_async, losses_sum) has completed; reports failures. */
-    int (*host_wait)(gpt2_backend *be, const void *host);
-    /* Enqueues the sum of losses[0..n) in double, in a fixed order, and its
-     * transfer into *host_out (a host_alloc buffer of at least one double),
-     * readable after host_wait(be, host_out). */
-    int (*losses_sum)(gpt2_backend *be, const float *losses, int n, double *host_out);
     /* The message of the last failure ("" if none); valid until the next op. */
     const char *(*last_error)(const gpt2_backend *be);
 
@@ -168,24 +130,28 @@ typedef struct gpt2_backend_ops {
                        const gpt2_embed_w *w, const void *x, int row, float *host_logits,
                        void *scratch);
 
-    /* Frees the backend (not memory from alloc: free that first). NULL is a
-     * no-op. CUDA: waits for the stream; the stream stays the caller's. */
+    /* Frees the backend and its device (not memory from the device's alloc:
+     * free that first). NULL is a no-op. CUDA: waits for the stream; the
+     * stream stays the caller's. */
     void (*destroy)(gpt2_backend *be);
 } gpt2_backend_ops;
 
 struct gpt2_backend {
     const gpt2_backend_ops *ops;
-    gpt2_dtype dtype; /* what its tensors are stored in, fixed at creation */
-    void *impl;       /* the backend's own state */
+    nn_dtype dtype; /* what its tensors are stored in, fixed at creation (dev->dtype) */
+    nn_device *dev; /* the device it computes on: its memory and transfers (nn_device.h);
+                       the backend's own, created and destroyed with it */
+    void *impl;     /* the backend's own state */
 };
 
-/* The CPU backend: plain host memory (aligned_alloc), OpenBLAS sgemm and
- * OpenMP loops over rows, in fp32. NULL only when host memory runs out. */
+/* The CPU backend on a CPU device of its own (nn_cpu_device_create: host
+ * memory), OpenBLAS sgemm and OpenMP loops over rows, in fp32. NULL only
+ * when host memory runs out. */
 gpt2_backend *gpt2_cpu_backend_create(void);
 
 /* Options of the CUDA backend. */
 typedef struct gpt2_cuda_options {
-    gpt2_dtype dtype; /* fp32 (exact: no TF32), bf16 or fp16 (tensor cores) */
+    nn_dtype dtype; /* fp32 (exact: no TF32), bf16 or fp16 (tensor cores) */
     /* GELU fused into the c_fc GEMM's epilogue: 0 none, 1 the forward, 2 the
      * forward and the backward (cuBLASLt's GELU_AUX_BIAS and DGELU), -1
      * the default: 2 in bf16 and fp16 from compute capability 9.0, 0
@@ -198,7 +164,7 @@ typedef struct gpt2_cuda_options {
      * 2") so that a GPU measures both, and this default should follow that
      * measurement. Shapes cuBLASLt's epilogues refuse (4 * n_embd not a
      * multiple of 8, ...) run unfused whatever this says, and
-     * gpt2_cuda_backend_stats counts them. Other values: GPT2_ERR_ARG. */
+     * gpt2_cuda_backend_stats counts them. Other values: NN_ERR_ARG. */
     int gelu_fusion;
     /* Nonzero: never use cuBLASLt's BIAS epilogue; every bias is added by a
      * plain GEMM and a separate bias kernel, the path taken anyway for the
@@ -212,8 +178,8 @@ typedef struct gpt2_cuda_options {
  * cuda_stream (a cudaStream_t; NULL means the legacy default stream). The
  * trainer passes zeroshard's compute stream so that the runtime's fetches and
  * reductions are ordered against the model's work without extra
- * synchronization. Returns GPT2_OK and *out, or a status and a message in err
- * (cap bytes): GPT2_ERR_UNAVAILABLE in builds without CUDA
+ * synchronization. Returns NN_OK and *out, or a status and a message in err
+ * (cap bytes): NN_ERR_UNAVAILABLE in builds without CUDA
  * (gpt2_cuda_absent.c) or without a usable device.
  *
  * The environment, read here:
@@ -224,7 +190,7 @@ typedef struct gpt2_cuda_options {
  *       the rest at destroy), and destroy prints the table and the fusion
  *       line to stderr (gpt2_cuda.cu's profile section says the format).
  *       STEPS and WARMUP are integers, 1..100000 and 0..100000; anything
- *       else is GPT2_ERR_ARG.
+ *       else is NN_ERR_ARG.
  *   GPT2_CUDA_FAULT=softmax_no_mask|qkv_transposed  (tests only) a
  *       deliberately wrong kernel. */
 int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options,
@@ -253,13 +219,10 @@ typedef struct gpt2_cuda_stats {
  * scripts parse:
  *   fusion: bias fused N fallback M; gelu fused N fallback M; dgelu fused N fallback M;
  *   gemm lt N classic M (gelu_fusion G, unfused_bias U, sm_XY)
- * (on one line). Synchronous, no device access. GPT2_ERR_ARG when be is not
- * a CUDA backend; GPT2_ERR_UNAVAILABLE in builds without CUDA. */
+ * (on one line). Synchronous, no device access. NN_ERR_ARG when be is not
+ * a CUDA backend; NN_ERR_UNAVAILABLE in builds without CUDA. */
 int gpt2_cuda_backend_stats(const gpt2_backend *be, gpt2_cuda_stats *out, char *line,
                             size_t cap);
-
-/* "ok", "bad argument", ... for a gpt2_status. */
-const char *gpt2_status_name(int status);
 
 #ifdef __cplusplus
 }

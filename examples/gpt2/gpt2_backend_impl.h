@@ -1,6 +1,6 @@
 /*
- * What gpt2_cpu.c and gpt2_cuda.cu share behind gpt2_backend.h: the error
- * buffer's size and the argument checks every model op starts with, so that
+ * What gpt2_cpu.c and gpt2_cuda.cu share behind gpt2_backend.h: the argument
+ * checks every model op starts with (messages formatted by nn_impl.h), so that
  * both backends refuse the same calls with the same messages. Private to the
  * library (the trainer includes gpt2_backend.h only).
  */
@@ -11,35 +11,24 @@
 #include <stddef.h>
 
 #include "gpt2_backend.h"
+#include "nn_impl.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Bytes of a backend's last_error message. */
-#define GPT2_ERR_CAP 512
-
-/* vsnprintf into err (cap bytes); returns `status` so callers can write
- * `return gpt2__error(...)`. */
-int gpt2__error(char *err, size_t cap, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-int gpt2__verror(char *err, size_t cap, int status, const char *fmt, va_list ap);
-
-/* GPT2_OK, or GPT2_ERR_ARG with a message naming `op`: d valid
+/* NN_OK, or NN_ERR_ARG with a message naming `op`: d valid
  * (gpt2_dims_check), B >= 1, 1 <= T <= block_size, and B*T * 4C and
  * B * NH * T * T within what the backends index (int GEMM sizes, int64
  * offsets). */
 int gpt2__check_shape(const char *op, const gpt2_dims *d, int B, int T, char *err, size_t cap);
-/* GPT2_ERR_ARG when any pointer of the struct is NULL (`what` names it). */
+/* NN_ERR_ARG when any pointer of the struct is NULL (`what` names it). */
 int gpt2__check_embed_w(const char *op, const char *what, const gpt2_embed_w *w, char *err,
                         size_t cap);
 int gpt2__check_block_w(const char *op, const char *what, const gpt2_block_w *w, char *err,
                         size_t cap);
 int gpt2__check_acts(const char *op, const gpt2_block_acts *a, char *err, size_t cap);
-/* GPT2_ERR_ARG when p is NULL. */
+/* NN_ERR_ARG when p is NULL. */
 int gpt2__check_ptr(const char *op, const char *what, const void *p, char *err, size_t cap);
 
 #ifdef __cplusplus

@@ -1,8 +1,9 @@
 /*
- * The CPU backend of gpt2_backend.h: every matrix product is one
- * cblas_sgemm (OpenBLAS), and everything between the products is a loop
- * over rows (or column tiles) calling gpt2_math.h, spread over OpenMP
- * threads.
+ * The CPU backend of gpt2_backend.h: the layers GPT-2 shares with the
+ * other models (linear layers, column sums, causal attention, the fused
+ * classifier) are nn_cpu.h's; GPT-2's own (LayerNorm, GELU, the
+ * embedding) are loops over rows (or column tiles) calling gpt2_math.h,
+ * spread over OpenMP threads.
  *
  * Determinism: a row's math runs in one thread; every sum over rows (bias,
  * LayerNorm and embedding gradients) is split by columns, each column adding
@@ -15,122 +16,38 @@
  * vectorizable passes over memory: bias initialization rides in the GEMMs'
  * beta = 1, the GELU backward is fused with c_fc's bias gradient, the
  * attention's four products per head run directly on the strided qkv layout
- * (lda = 3C) with no copies, and exp/tanh are gpt2_math.h's branch-free
- * versions that GCC vectorizes (this file is built with -O3 for that).
+ * (lda = 3C) with no copies (nn_cpu.h), and exp/tanh are gpt2_math.h's and
+ * nn_math.h's branch-free versions that GCC vectorizes (this file and
+ * nn_cpu's are built with -O3 for that).
  */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
+#include "cpu_blas.h"
 #include "gpt2_backend.h"
 #include "gpt2_backend_impl.h"
 #include "gpt2_math.h"
-#include "cpu_blas.h"
+#include "nn_cpu.h"
 
 typedef struct cpu_impl {
-    char err[GPT2_ERR_CAP];
+    char err[NN_ERR_CAP];
 } cpu_impl;
 
 static char *cpu__err(gpt2_backend *be) {
     return ((cpu_impl *)be->impl)->err;
 }
 
-#define CPU_ERR(be) cpu__err(be), GPT2_ERR_CAP
+#define CPU_ERR(be) cpu__err(be), NN_ERR_CAP
 /* Return a check's failure (its message is already in the buffer). */
 #define CPU_TRY(call)                                                                         \
     do {                                                                                      \
         int cpu_try_status_ = (call);                                                         \
-        if (cpu_try_status_ != GPT2_OK) {                                                     \
+        if (cpu_try_status_ != NN_OK) {                                                     \
             return cpu_try_status_;                                                           \
         }                                                                                     \
     } while (0)
-
-/* Columns per tile of the column-sum loops: wide enough for SIMD and whole
- * cache lines, narrow enough that [BT][4C] splits into many tiles for the
- * threads. A layout constant, not a tuning knob: results do not depend on it
- * (each column's order is ascending rows whatever the tile). */
-#define CPU_COL_TILE 64
-
-/* ------------------------------------------------------------- memory */
-
-static int cpu_alloc(gpt2_backend *be, size_t bytes, void **out) {
-    if (out == NULL) {
-        return gpt2__error(CPU_ERR(be), GPT2_ERR_ARG, "gpt2 cpu alloc: out is NULL");
-    }
-    // aligned_alloc wants a multiple of the alignment; 64 bytes is a cache
-    // line and an AVX-512 register.
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded < bytes) {
-        return gpt2__error(CPU_ERR(be), GPT2_ERR_NOMEM, "gpt2 cpu alloc: %zu bytes overflow",
-                           bytes);
-    }
-    void *p = aligned_alloc(64, rounded > 0 ? rounded : 64);
-    if (p == NULL) {
-        *out = NULL;
-        return gpt2__error(CPU_ERR(be), GPT2_ERR_NOMEM,
-                           "gpt2 cpu alloc: out of host memory for %zu bytes", bytes);
-    }
-    memset(p, 0, rounded);
-    *out = p;
-    return GPT2_OK;
-}
-
-static void cpu_free(gpt2_backend *be, void *ptr) {
-    (void)be;
-    free(ptr);
-}
-
-static int cpu_zero(gpt2_backend *be, void *ptr, size_t bytes) {
-    if (bytes > 0) {
-        CPU_TRY(gpt2__check_ptr("zero", "ptr", ptr, CPU_ERR(be)));
-        memset(ptr, 0, bytes);
-    }
-    return GPT2_OK;
-}
-
-static int cpu_copy(gpt2_backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes > 0) {
-        CPU_TRY(gpt2__check_ptr("copy", "dst", dst, CPU_ERR(be)));
-        CPU_TRY(gpt2__check_ptr("copy", "src", src, CPU_ERR(be)));
-        memcpy(dst, src, bytes);
-    }
-    return GPT2_OK;
-}
-
-static int cpu_synchronize(gpt2_backend *be) {
-    (void)be;
-    return GPT2_OK;
-}
-
-/* Host memory is this backend's memory: transfers are copies that are done
- * when they return, so there is never anything to wait for. */
-static int cpu_host_alloc(gpt2_backend *be, size_t bytes, void **out) {
-    return cpu_alloc(be, bytes, out);
-}
-
-static int cpu_upload_async(gpt2_backend *be, void *dst, const void *host_src, size_t bytes) {
-    return cpu_copy(be, dst, host_src, bytes);
-}
-
-static int cpu_host_wait(gpt2_backend *be, const void *host) {
-    (void)be;
-    (void)host;
-    return GPT2_OK;
-}
-
-static int cpu_losses_sum(gpt2_backend *be, const float *losses, int n, double *host_out) {
-    CPU_TRY(gpt2__check_ptr("losses_sum", "losses", losses, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("losses_sum", "host_out", host_out, CPU_ERR(be)));
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        sum += losses[i];
-    }
-    *host_out = sum;
-    return GPT2_OK;
-}
 
 /* block_backward's scratch: [BT][4C] (c_fc's gradient, then qkv's),
  * [BT][C], and one sequence's attention-score gradients [NH][T][T];
@@ -161,35 +78,15 @@ static const char *cpu_last_error(const gpt2_backend *be) {
 
 /* ------------------------------------------------------ loop helpers */
 
-/* out[c] += sum over r of a[r][c] for c < N; a: [rows][N]. */
-static void cpu_colsum_add(int rows, int N, const float *a, float *out) {
-    const int tiles = (N + CPU_COL_TILE - 1) / CPU_COL_TILE;
-#pragma omp parallel for schedule(static)
-    for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * CPU_COL_TILE;
-        const int w = N - c0 < CPU_COL_TILE ? N - c0 : CPU_COL_TILE;
-        float acc[CPU_COL_TILE] = {0.0f};
-        for (int r = 0; r < rows; r++) {
-            const float *row = a + (size_t)r * (size_t)N + (size_t)c0;
-            for (int j = 0; j < w; j++) {
-                acc[j] += row[j];
-            }
-        }
-        for (int j = 0; j < w; j++) {
-            out[c0 + j] += acc[j];
-        }
-    }
-}
-
 /* Through the GELU and into c_fc's bias in one pass over [rows][N]:
  * d[r][c] *= gelu'(pre[r][c]), then db[c] += sum over r of the new d[r][c]. */
 static void cpu_gelu_backward_colsum(int rows, int N, float *d, const float *pre, float *db) {
-    const int tiles = (N + CPU_COL_TILE - 1) / CPU_COL_TILE;
+    const int tiles = (N + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * CPU_COL_TILE;
-        const int w = N - c0 < CPU_COL_TILE ? N - c0 : CPU_COL_TILE;
-        float acc[CPU_COL_TILE] = {0.0f};
+        const int c0 = tile * NN_CPU_COL_TILE;
+        const int w = N - c0 < NN_CPU_COL_TILE ? N - c0 : NN_CPU_COL_TILE;
+        float acc[NN_CPU_COL_TILE] = {0.0f};
         for (int r = 0; r < rows; r++) {
             float *drow = d + (size_t)r * (size_t)N + (size_t)c0;
             const float *prow = pre + (size_t)r * (size_t)N + (size_t)c0;
@@ -211,13 +108,13 @@ static void cpu_gelu_backward_colsum(int rows, int N, float *d, const float *pre
 static void cpu_layernorm_param_grads(int rows, int C, const float *dout, const float *x,
                                       const float *mean, const float *rstd, float *dw,
                                       float *db) {
-    const int tiles = (C + CPU_COL_TILE - 1) / CPU_COL_TILE;
+    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * CPU_COL_TILE;
-        const int w = C - c0 < CPU_COL_TILE ? C - c0 : CPU_COL_TILE;
-        float acc_w[CPU_COL_TILE] = {0.0f};
-        float acc_b[CPU_COL_TILE] = {0.0f};
+        const int c0 = tile * NN_CPU_COL_TILE;
+        const int w = C - c0 < NN_CPU_COL_TILE ? C - c0 : NN_CPU_COL_TILE;
+        float acc_w[NN_CPU_COL_TILE] = {0.0f};
+        float acc_b[NN_CPU_COL_TILE] = {0.0f};
         for (int r = 0; r < rows; r++) {
             const float *drow = dout + (size_t)r * (size_t)C + (size_t)c0;
             const float *xrow = x + (size_t)r * (size_t)C + (size_t)c0;
@@ -257,123 +154,14 @@ static void cpu_layernorm_backward(int rows, int C, const float *dout, const flo
     }
 }
 
-/* y: [rows][out] = (res ? res : 0) + x: [rows][in] . W^T + b, W: [out][in].
- * The rows start as res + b and the GEMM adds onto them (beta = 1), so the
- * bias and the residual cost no pass of their own. y must not alias x; it
- * may alias res. */
-static void cpu_linear_forward(int rows, int in, int out, const float *x, const float *W,
-                               const float *b, const float *res, float *y) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        float *yr = y + (size_t)r * (size_t)out;
-        if (res != NULL) {
-            const float *rr = res + (size_t)r * (size_t)out;
-            for (int o = 0; o < out; o++) {
-                yr[o] = rr[o] + b[o];
-            }
-        } else {
-            memcpy(yr, b, sizeof(float) * (size_t)out);
-        }
-    }
-    ex_sgemm(0, 1, rows, out, in, 1.0f, x, in, W, in, 1.0f, y, out);
-}
-
-/* The backward of y = x W^T (+ b): dW: [out][in] += dy^T . x, and, when dx is
- * not NULL, dx: [rows][in] = dy . W. (Bias gradients are column sums the
- * caller does, possibly fused with another pass.) */
-static void cpu_linear_backward(int rows, int in, int out, const float *x, const float *W,
-                                const float *dy, float *dW, float *dx) {
-    ex_sgemm(1, 0, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in);
-    if (dx != NULL) {
-        ex_sgemm(0, 0, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
-    }
-}
-
-/* ------------------------------------------------------------ attention */
-
-/* atty: [BT][C] = causal multi-head attention of qkv: [BT][3C]; att:
- * [B][NH][T][T] keeps the probabilities. Per (b, h) the products are
- * [T][hs] x [hs][T] and [T][T] x [T][hs] read in place from qkv's rows
- * (stride 3C) and written in place into atty's (stride C). */
-static void cpu_attention_forward(const gpt2_dims *d, int B, int T, const float *qkv, float *att,
-                                  float *atty) {
-    const int C = d->n_embd, NH = d->n_head, hs = C / NH;
-    const int C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    const int heads = B * NH;
-    // One (sequence, head) per iteration: its products are single-threaded
-    // BLAS calls (cpu_blas.h), the threads work on different heads.
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < heads; bh++) {
-        const int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs; // [T][hs], ld 3C
-        const float *k = q + C;
-        float *s = att + (size_t)bh * (size_t)T * T; // [T][T]
-        // s = q . k^T (raw scores; the scale goes into the softmax).
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, k, C3, 0.0f,
-                    s, T);
-    }
-    const long long rows = (long long)B * NH * T;
-#pragma omp parallel for schedule(static)
-    for (long long r = 0; r < rows; r++) {
-        gpt2_causal_softmax_row((int)(r % T), T, scale, att + (size_t)r * (size_t)T);
-    }
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < heads; bh++) {
-        const int b = bh / NH, h = bh % NH;
-        const float *v = qkv + (size_t)b * T * C3 + 2 * (size_t)C + (size_t)h * hs;
-        const float *p = att + (size_t)bh * (size_t)T * T;
-        float *y = atty + (size_t)b * T * C + (size_t)h * hs; // [T][hs], ld C
-        // y = p . v; p is 0 above the diagonal, which is the causal mask.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, C3, 0.0f,
-                    y, C);
-    }
-}
-
-/* The backward: datty: [BT][C] -> dqkv: [BT][3C] (written). datt: [NH][T][T]
- * scratch for one sequence's score gradients. */
-static void cpu_attention_backward(const gpt2_dims *d, int B, int T, const float *qkv,
-                                   const float *att, const float *datty, float *dqkv,
-                                   float *datt) {
-    const int C = d->n_embd, NH = d->n_head, hs = C / NH;
-    const int C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        // Heads in parallel (datt holds one sequence's heads).
-#pragma omp parallel for schedule(static)
-        for (int h = 0; h < NH; h++) {
-            const size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *v = qkv + qoff + 2 * (size_t)C;
-            const float *p = att + ((size_t)b * NH + h) * (size_t)T * T;
-            const float *dy = datty + (size_t)b * T * C + (size_t)h * hs;
-            float *dv = dqkv + qoff + 2 * (size_t)C;
-            float *dp = datt + (size_t)h * T * T;
-            // dv = p^T . dy; dp = dy . v^T.
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C,
-                        0.0f, dv, C3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
-                        0.0f, dp, T);
-        }
-        const float *pb = att + (size_t)b * NH * T * T;
-        const int rows = NH * T;
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < rows; r++) {
-            gpt2_causal_softmax_backward_row(r % T, T, scale, pb + (size_t)r * T,
-                                             datt + (size_t)r * T);
-        }
-#pragma omp parallel for schedule(static)
-        for (int h = 0; h < NH; h++) {
-            const size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + qoff;
-            const float *k = q + C;
-            const float *ds = datt + (size_t)h * T * T; // d(raw scores), scale included
-            // dq = ds . k; dk = ds^T . q.
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3,
-                        0.0f, dqkv + qoff, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3,
-                        0.0f, dqkv + qoff + C, C3);
-        }
-    }
+/* Where GPT-2's attention finds q, k and v: qkv rows of 3C, heads of C/NH
+ * side by side, as many K/V heads as query heads. */
+static nn_attn_layout cpu_attn_layout(const gpt2_dims *d, int B, int T) {
+    const int C = d->n_embd;
+    const nn_attn_layout s = {.B = B, .T = T, .n_head = d->n_head, .n_kv_head = d->n_head,
+                              .head_dim = C / d->n_head, .ld = 3 * C, .q_off = 0, .k_off = C,
+                              .v_off = 2 * C, .ldy = C};
+    return s;
 }
 
 /* ---------------------------------------------------------- the model */
@@ -382,12 +170,12 @@ static int cpu_check_tokens(gpt2_backend *be, const char *op, const char *what,
                             const int *tokens, long long n, int V) {
     for (long long r = 0; r < n; r++) {
         if (tokens[r] < 0 || tokens[r] >= V) {
-            return gpt2__error(CPU_ERR(be), GPT2_ERR_ARG,
+            return ex_error(CPU_ERR(be), NN_ERR_ARG,
                                "gpt2 %s: %s[%lld] = %d is outside [0, vocab = %d)", op, what, r,
                                tokens[r], V);
         }
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -409,7 +197,7 @@ static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
             xr[c] = te[c] + pe[c];
         }
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -425,11 +213,11 @@ static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
     // Split by columns: a thread owns columns [c0, c0 + w) of every row of
     // wte and wpe, and adds the rows of dx in ascending order, so a token
     // that repeats adds its rows in the same order on every run.
-    const int tiles = (C + CPU_COL_TILE - 1) / CPU_COL_TILE;
+    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * CPU_COL_TILE;
-        const int w = C - c0 < CPU_COL_TILE ? C - c0 : CPU_COL_TILE;
+        const int c0 = tile * NN_CPU_COL_TILE;
+        const int w = C - c0 < NN_CPU_COL_TILE ? C - c0 : NN_CPU_COL_TILE;
         for (int r = 0; r < BT; r++) {
             const float *dr = dx + (size_t)r * (size_t)C + (size_t)c0;
             float *te = g_wte + (size_t)tokens[r] * (size_t)C + (size_t)c0;
@@ -440,7 +228,7 @@ static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
             }
         }
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -455,12 +243,13 @@ static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     const int BT = B * T, C = d->n_embd;
     // Attention half: res1 = x + c_proj(attn(ln_1(x))).
     cpu_layernorm_forward(BT, C, x, w->ln1w, w->ln1b, a->ln1, a->ln1_mean, a->ln1_rstd);
-    cpu_linear_forward(BT, C, 3 * C, a->ln1, w->qkvw, w->qkvb, NULL, a->qkv);
-    cpu_attention_forward(d, B, T, a->qkv, a->att, a->atty);
-    cpu_linear_forward(BT, C, C, a->atty, w->attprojw, w->attprojb, x, a->res1);
+    nn_cpu_linear_forward(BT, C, 3 * C, a->ln1, C, w->qkvw, w->qkvb, NULL, 0, a->qkv, 3 * C);
+    const nn_attn_layout attn = cpu_attn_layout(d, B, T);
+    nn_cpu_attention_forward(&attn, a->qkv, a->att, a->atty);
+    nn_cpu_linear_forward(BT, C, C, a->atty, C, w->attprojw, w->attprojb, x, C, a->res1, C);
     // MLP half: y = res1 + c_proj(gelu(c_fc(ln_2(res1)))).
     cpu_layernorm_forward(BT, C, a->res1, w->ln2w, w->ln2b, a->ln2, a->ln2_mean, a->ln2_rstd);
-    cpu_linear_forward(BT, C, 4 * C, a->ln2, w->fcw, w->fcb, NULL, a->fch);
+    nn_cpu_linear_forward(BT, C, 4 * C, a->ln2, C, w->fcw, w->fcb, NULL, 0, a->fch, 4 * C);
     const long long n = (long long)BT * 4 * C;
     const float *pre = a->fch;
     float *post = a->fch_gelu;
@@ -468,8 +257,9 @@ static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     for (long long k = 0; k < n; k++) {
         post[k] = gpt2_gelu(pre[k]);
     }
-    cpu_linear_forward(BT, 4 * C, C, a->fch_gelu, w->fcprojw, w->fcprojb, a->res1, y);
-    return GPT2_OK;
+    nn_cpu_linear_forward(BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, w->fcprojb, a->res1, C,
+                          y, C);
+    return NN_OK;
 }
 
 static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -489,23 +279,25 @@ static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
     float *datt = dmid + (size_t)BT * C;         // [NH][T][T]
 
     // MLP half. dy reaches res1 directly (residual) and through the MLP.
-    cpu_colsum_add(BT, C, dy, g->fcprojb);
-    cpu_linear_backward(BT, 4 * C, C, a->fch_gelu, w->fcprojw, dy, g->fcprojw, dbig);
+    nn_cpu_colsum_add(BT, C, dy, C, g->fcprojb);
+    nn_cpu_linear_backward(BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, dy, C, g->fcprojw, dbig,
+                           4 * C, 0.0f);
     cpu_gelu_backward_colsum(BT, 4 * C, dbig, a->fch, g->fcb);
-    cpu_linear_backward(BT, C, 4 * C, a->ln2, w->fcw, dbig, g->fcw, dmid);
+    nn_cpu_linear_backward(BT, C, 4 * C, a->ln2, C, w->fcw, dbig, 4 * C, g->fcw, dmid, C, 0.0f);
     // dx holds d res1 = dy + ln_2's input gradient from here on.
     cpu_layernorm_backward(BT, C, dmid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w, dy, dx,
                            g->ln2w, g->ln2b);
 
     // Attention half, the same way with d res1.
-    cpu_colsum_add(BT, C, dx, g->attprojb);
-    cpu_linear_backward(BT, C, C, a->atty, w->attprojw, dx, g->attprojw, dmid);
-    cpu_attention_backward(d, B, T, a->qkv, a->att, dmid, dbig, datt);
-    cpu_colsum_add(BT, 3 * C, dbig, g->qkvb);
-    cpu_linear_backward(BT, C, 3 * C, a->ln1, w->qkvw, dbig, g->qkvw, dmid);
+    nn_cpu_colsum_add(BT, C, dx, C, g->attprojb);
+    nn_cpu_linear_backward(BT, C, C, a->atty, C, w->attprojw, dx, C, g->attprojw, dmid, C, 0.0f);
+    const nn_attn_layout attn = cpu_attn_layout(d, B, T);
+    nn_cpu_attention_backward(&attn, a->qkv, a->att, dmid, dbig, datt);
+    nn_cpu_colsum_add(BT, 3 * C, dbig, 3 * C, g->qkvb);
+    nn_cpu_linear_backward(BT, C, 3 * C, a->ln1, C, w->qkvw, dbig, 3 * C, g->qkvw, dmid, C, 0.0f);
     cpu_layernorm_backward(BT, C, dmid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx, g->ln1w,
                            g->ln1b);
-    return GPT2_OK;
+    return NN_OK;
 }
 
 /* --------------------------------------------------------------- head */
@@ -518,12 +310,12 @@ static int cpu_check_head(gpt2_backend *be, const char *op, const gpt2_dims *d, 
     CPU_TRY(gpt2__check_ptr(op, "x", x, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
     if (chunk_rows < 1) {
-        return gpt2__error(CPU_ERR(be), GPT2_ERR_ARG,
+        return ex_error(CPU_ERR(be), NN_ERR_ARG,
                            "gpt2 %s: chunk_rows = %d; need >= 1 (default "
                            "GPT2_HEAD_CHUNK_ROWS_DEFAULT)",
                            op, chunk_rows);
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 /* The head over chunks of rows; gradients only when g is not NULL. */
@@ -543,18 +335,13 @@ static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2
         const int n = BT - r0 < R ? BT - r0 : R;
         const float *xc = x + (size_t)r0 * C;
         cpu_layernorm_forward(n, C, xc, w->lnfw, w->lnfb, xn, mean, rstd);
-        // logits: [n][V] = xn . wte^T
-        ex_sgemm(0, 1, n, V, C, 1.0f, xn, C, wte, C, 0.0f, logits, V);
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < n; i++) {
-            losses[r0 + i] = gpt2_xent_row(V, logits + (size_t)i * V, targets[r0 + i],
-                                           dloss_scale, want_grad);
-        }
+        // logits, losses and (training) g->wte += dlogits^T . xn, dxn =
+        // dlogits . wte, through the tied embedding.
+        nn_cpu_classifier_chunk(n, C, V, xn, wte, targets + r0, dloss_scale, losses + r0, logits,
+                                want_grad ? g->wte : NULL, dxn);
         if (!want_grad) {
             continue;
         }
-        // g->wte: [V][C] += dlogits^T . xn; dxn = dlogits . wte.
-        cpu_linear_backward(n, C, V, xn, wte, logits, g->wte, dxn);
         cpu_layernorm_backward(n, C, dxn, xc, mean, rstd, w->lnfw, NULL, dx + (size_t)r0 * C,
                                g->lnfw, g->lnfb);
     }
@@ -572,7 +359,7 @@ static int cpu_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B
     CPU_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
     CPU_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
     cpu_head_run(d, B * T, w, g, x, targets, dloss_scale, dx, losses, chunk_rows, scratch);
-    return GPT2_OK;
+    return NN_OK;
 }
 
 static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -584,7 +371,7 @@ static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     CPU_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
     CPU_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
     cpu_head_run(d, B * T, w, NULL, x, targets, 0.0f, NULL, losses, chunk_rows, scratch);
-    return GPT2_OK;
+    return NN_OK;
 }
 
 static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -595,7 +382,7 @@ static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, 1, scratch));
     CPU_TRY(gpt2__check_ptr(op, "host_logits", host_logits, CPU_ERR(be)));
     if (row < 0 || (long long)row >= (long long)B * T) {
-        return gpt2__error(CPU_ERR(be), GPT2_ERR_ARG,
+        return ex_error(CPU_ERR(be), NN_ERR_ARG,
                            "gpt2 %s: row %d is outside [0, B * T = %lld)", op, row,
                            (long long)B * T);
     }
@@ -603,14 +390,16 @@ static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     float *xn = scratch; // [C], then mean and rstd
     gpt2_layernorm_forward_row(C, x + (size_t)row * C, w->lnfw, w->lnfb, xn, &xn[C], &xn[C + 1]);
     // host_logits: [V] = wte . xn
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, d->vocab, C, 1.0f, w->wte, C, xn, 1, 0.0f,
-                host_logits, 1);
-    return GPT2_OK;
+    nn_cpu_classifier_logits_row(C, d->vocab, xn, w->wte, host_logits);
+    return NN_OK;
 }
 
 static void cpu_destroy(gpt2_backend *be) {
     if (be == NULL) {
         return;
+    }
+    if (be->dev) {
+        be->dev->ops->destroy(be->dev);
     }
     free(be->impl);
     free(be);
@@ -618,20 +407,7 @@ static void cpu_destroy(gpt2_backend *be) {
 
 static const gpt2_backend_ops cpu_ops = {
     .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .zero = cpu_zero,
-    // On the CPU, backend memory is host memory: upload and download copy.
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .copy = cpu_copy,
-    .synchronize = cpu_synchronize,
     .last_error = cpu_last_error,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_free,
-    .upload_async = cpu_upload_async,
-    .host_wait = cpu_host_wait,
-    .losses_sum = cpu_losses_sum,
     .block_scratch_bytes = cpu_block_scratch_bytes,
     .head_scratch_bytes = cpu_head_scratch_bytes,
     .embed_forward = cpu_embed_forward,
@@ -647,14 +423,19 @@ static const gpt2_backend_ops cpu_ops = {
 gpt2_backend *gpt2_cpu_backend_create(void) {
     gpt2_backend *be = calloc(1, sizeof(*be));
     cpu_impl *impl = calloc(1, sizeof(*impl));
-    if (be == NULL || impl == NULL) {
+    nn_device *dev = nn_cpu_device_create();
+    if (be == NULL || impl == NULL || dev == NULL) {
         free(be);
         free(impl);
+        if (dev) {
+            dev->ops->destroy(dev);
+        }
         return NULL;
     }
     ex_blas_init();
     be->ops = &cpu_ops;
-    be->dtype = GPT2_F32;
+    be->dtype = NN_F32;
+    be->dev = dev;
     be->impl = impl;
     return be;
 }

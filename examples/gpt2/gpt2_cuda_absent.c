@@ -18,7 +18,7 @@ int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_options *options
                  "CUDA toolkit (nvcc on PATH, cmake -DZS_CUDA=ON; see docs/GPU.md) or use the "
                  "cpu backend");
     }
-    return GPT2_ERR_UNAVAILABLE;
+    return NN_ERR_UNAVAILABLE;
 }
 
 /* No CUDA backend can exist in this build, so there is nothing to count. */
@@ -27,5 +27,5 @@ int gpt2_cuda_backend_stats(const gpt2_backend *be, gpt2_cuda_stats *out, char *
     (void)be;
     (void)out;
     if (line != NULL && cap > 0) line[0] = '\0';
-    return GPT2_ERR_UNAVAILABLE;
+    return NN_ERR_UNAVAILABLE;
 }

@@ -1,7 +1,7 @@
 /* gpt2_llmc — llm.c's GPT-2 model and tokenizer files (see gpt2_llmc.h for
  * the formats and the contracts). */
 #include "gpt2_llmc.h"
-#include "gpt2_error.h"
+#include "ex_error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,33 +124,33 @@ int64_t gpt2_llmc_file_param_count(const gpt2_llmc_config *cfg) {
 }
 
 int gpt2_llmc_model_open(const char *path, gpt2_llmc_model **out, char *err, size_t err_cap) {
-    if (!out) return gpt2_fail(err, err_cap, "gpt2_llmc_model_open: out is NULL");
+    if (!out) return ex_fail(err, err_cap, "gpt2_llmc_model_open: out is NULL");
     *out = NULL;
-    if (!path) return gpt2_fail(err, err_cap, "gpt2_llmc_model_open: path is NULL");
+    if (!path) return ex_fail(err, err_cap, "gpt2_llmc_model_open: path is NULL");
     gpt2_llmc_model *m = calloc(1, sizeof *m);
-    if (!m) return gpt2_fail(err, err_cap, "out of memory opening %s", path);
+    if (!m) return ex_fail(err, err_cap, "out of memory opening %s", path);
     m->fd = -1;
     if (!(m->path = strdup(path))) {
         free(m);
-        return gpt2_fail(err, err_cap, "out of memory opening %s", path);
+        return ex_fail(err, err_cap, "out of memory opening %s", path);
     }
     m->fd = open(path, O_RDONLY);
     if (m->fd < 0) {
-        gpt2_fail(err, err_cap, "cannot open the llm.c model file %s: %s", path, strerror(errno));
+        ex_fail(err, err_cap, "cannot open the llm.c model file %s: %s", path, strerror(errno));
         goto fail;
     }
     struct stat st;
     if (fstat(m->fd, &st) != 0) {
-        gpt2_fail(err, err_cap, "cannot stat %s: %s", path, strerror(errno));
+        ex_fail(err, err_cap, "cannot stat %s: %s", path, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        gpt2_fail(err, err_cap, "%s is not a regular file", path);
+        ex_fail(err, err_cap, "%s is not a regular file", path);
         goto fail;
     }
     int64_t size = (int64_t)st.st_size;
     if (size < HEADER_BYTES) {
-        gpt2_fail(err, err_cap,
+        ex_fail(err, err_cap,
              "%s: truncated header: the file has %lld bytes, an llm.c model file starts with a "
              "%d-byte header",
              path, (long long)size, HEADER_BYTES);
@@ -159,7 +159,7 @@ int gpt2_llmc_model_open(const char *path, gpt2_llmc_model **out, char *err, siz
     unsigned char h[HEADER_BYTES];
     size_t done;
     if (pread_full(m->fd, h, sizeof h, 0, &done) != 0) {
-        gpt2_fail(err, err_cap, "%s: cannot read the header at byte offset %zu: %s", path, done,
+        ex_fail(err, err_cap, "%s: cannot read the header at byte offset %zu: %s", path, done,
              errno ? strerror(errno) : "unexpected end of file");
         goto fail;
     }
@@ -169,19 +169,19 @@ int gpt2_llmc_model_open(const char *path, gpt2_llmc_model **out, char *err, siz
         const char *hint = hdr[0] == 20240520   ? " (that is llm.c's token shard magic)"
                            : hdr[0] == TOKENIZER_MAGIC ? " (that is llm.c's tokenizer file magic)"
                                                        : "";
-        gpt2_fail(err, err_cap, "%s: bad magic %d at byte offset 0%s; an llm.c GPT-2 model file has %d",
+        ex_fail(err, err_cap, "%s: bad magic %d at byte offset 0%s; an llm.c GPT-2 model file has %d",
              path, (int)hdr[0], hint, MODEL_MAGIC);
         goto fail;
     }
     if (hdr[1] == MODEL_VERSION_BF16) {
-        gpt2_fail(err, err_cap,
+        ex_fail(err, err_cap,
              "%s: version 5 (bf16 parameters) at byte offset 4 is not supported; use the fp32 "
              "file (version 3, e.g. gpt2_124M.bin rather than gpt2_124M_bf16.bin)",
              path);
         goto fail;
     }
     if (hdr[1] != MODEL_VERSION_FP32) {
-        gpt2_fail(err, err_cap,
+        ex_fail(err, err_cap,
              "%s: unsupported version %d at byte offset 4; only version 3 (fp32 parameters, "
              "padded vocabulary) is supported",
              path, (int)hdr[1]);
@@ -192,7 +192,7 @@ int gpt2_llmc_model_open(const char *path, gpt2_llmc_model **out, char *err, siz
                                          "channels",   "padded_vocab_size"};
     for (int k = 2; k < 8; k++) {
         if (hdr[k] <= 0) {
-            gpt2_fail(err, err_cap, "%s: %s = %d at byte offset %d must be positive", path, field[k],
+            ex_fail(err, err_cap, "%s: %s = %d at byte offset %d must be positive", path, field[k],
                  (int)hdr[k], 4 * k);
             goto fail;
         }
@@ -204,26 +204,26 @@ int gpt2_llmc_model_open(const char *path, gpt2_llmc_model **out, char *err, siz
     m->cfg.channels = hdr[6];
     m->cfg.padded_vocab_size = hdr[7];
     if (m->cfg.channels % m->cfg.num_heads != 0) {
-        gpt2_fail(err, err_cap, "%s: channels = %d (byte offset 24) is not a multiple of num_heads = %d "
+        ex_fail(err, err_cap, "%s: channels = %d (byte offset 24) is not a multiple of num_heads = %d "
              "(byte offset 20)", path, m->cfg.channels, m->cfg.num_heads);
         goto fail;
     }
     if (m->cfg.padded_vocab_size < m->cfg.vocab_size) {
-        gpt2_fail(err, err_cap, "%s: padded_vocab_size = %d (byte offset 28) is smaller than "
+        ex_fail(err, err_cap, "%s: padded_vocab_size = %d (byte offset 28) is smaller than "
              "vocab_size = %d (byte offset 12)", path, m->cfg.padded_vocab_size,
              m->cfg.vocab_size);
         goto fail;
     }
     int64_t total = layout(&m->cfg, m->rows, m->cols, m->offset);
     if (total < 0) {
-        gpt2_fail(err, err_cap, "%s: the header's sizes (L = %d, C = %d, maxT = %d, Vp = %d) give a "
+        ex_fail(err, err_cap, "%s: the header's sizes (L = %d, C = %d, maxT = %d, Vp = %d) give a "
              "parameter count that overflows int64", path, m->cfg.num_layers, m->cfg.channels,
              m->cfg.max_seq_len, m->cfg.padded_vocab_size);
         goto fail;
     }
     int64_t want = HEADER_BYTES + 4 * total; /* checked in layout() */
     if (size != want) {
-        gpt2_fail(err, err_cap,
+        ex_fail(err, err_cap,
              "%s: size mismatch: the header (L = %d, C = %d, heads = %d, maxT = %d, V = %d, "
              "Vp = %d) implies %lld parameters, i.e. %lld bytes, but the file has %lld bytes",
              path, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.max_seq_len,
@@ -342,14 +342,14 @@ static int resolve(const gpt2_llmc_model *m, const char *name, int64_t numel,
     int t, layer;
     int rc = parse_name(&m->cfg, name, &t, &layer);
     if (rc == -1)
-        return gpt2_fail(err, err_cap,
+        return ex_fail(err, err_cap,
                     "%s: unknown GPT-2 parameter name \"%s\" (expected nanoGPT's names: "
                     "transformer.wte.weight, transformer.wpe.weight, transformer.ln_f.weight, "
                     "transformer.ln_f.bias, or transformer.h.<layer>.<ln_1|ln_2>.<weight|bias>, "
                     ".attn.<c_attn|c_proj>.<weight|bias>, .mlp.<c_fc|c_proj>.<weight|bias>)",
                     m->path, name);
     if (rc == -2)
-        return gpt2_fail(err, err_cap,
+        return ex_fail(err, err_cap,
                     "%s: parameter \"%s\": layer %d is out of range: the file has %d layers "
                     "(0..%d)",
                     m->path, name, layer, m->cfg.num_layers, m->cfg.num_layers - 1);
@@ -357,7 +357,7 @@ static int resolve(const gpt2_llmc_model *m, const char *name, int64_t numel,
     our_shape(&m->cfg, t, &rows, &cols);
     int64_t have = rows * cols; /* bounded by the file's total: no overflow */
     if (numel != have)
-        return gpt2_fail(err, err_cap,
+        return ex_fail(err, err_cap,
                     "%s: parameter \"%s\" has %lld elements in the file ([%lld, %lld]), the caller "
                     "expected %lld",
                     m->path, name, (long long)have, (long long)rows, (long long)cols,
@@ -378,18 +378,18 @@ int gpt2_llmc_param_read(const gpt2_llmc_model *m, const char *name, int64_t num
     int64_t base;
     if (resolve(m, name, numel, &base, err, err_cap) != 0) return -1;
     if (first < 0 || count < 0 || first > numel || count > numel - first)
-        return gpt2_fail(err, err_cap,
+        return ex_fail(err, err_cap,
                     "%s: elements [%lld, %lld + %lld) are not inside parameter \"%s\" of %lld "
                     "elements",
                     m->path, (long long)first, (long long)first, (long long)count, name,
                     (long long)numel);
     if ((uint64_t)count > (uint64_t)(SIZE_MAX / 4))
-        return gpt2_fail(err, err_cap, "%s: %lld elements of \"%s\" do not fit in one buffer",
+        return ex_fail(err, err_cap, "%s: %lld elements of \"%s\" do not fit in one buffer",
                     m->path, (long long)count, name);
     int64_t offset = base + 4 * first;
     size_t done;
     if (pread_full(m->fd, out, 4 * (size_t)count, offset, &done) != 0)
-        return gpt2_fail(err, err_cap,
+        return ex_fail(err, err_cap,
                     "%s: cannot read parameter \"%s\" elements [%lld, %lld) at byte offset %lld: "
                     "%s",
                     m->path, name, (long long)first, (long long)(first + count),
@@ -433,27 +433,27 @@ static int read_whole(const char *path, unsigned char **data, int64_t *size, cha
     *data = NULL;
     *size = 0;
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return gpt2_fail(err, err_cap, "cannot open the llm.c tokenizer file %s: %s", path,
+    if (fd < 0) return ex_fail(err, err_cap, "cannot open the llm.c tokenizer file %s: %s", path,
                             strerror(errno));
     struct stat st;
     int stat_rc = fstat(fd, &st);
     if (stat_rc != 0 || !S_ISREG(st.st_mode)) {
         int e = stat_rc != 0 ? errno : 0;
         close(fd);
-        return gpt2_fail(err, err_cap, "%s is not a readable regular file%s%s", path,
+        return ex_fail(err, err_cap, "%s is not a readable regular file%s%s", path,
                     e ? ": " : "", e ? strerror(e) : "");
     }
     /* GPT-2's is about 0.5 MB; 1 GiB is far beyond any tokenizer. */
     if (st.st_size > ((int64_t)1 << 30)) {
         close(fd);
-        return gpt2_fail(err, err_cap, "%s has %lld bytes: too large for a tokenizer file", path,
+        return ex_fail(err, err_cap, "%s has %lld bytes: too large for a tokenizer file", path,
                     (long long)st.st_size);
     }
     *size = (int64_t)st.st_size;
     *data = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
     if (!*data) {
         close(fd);
-        return gpt2_fail(err, err_cap, "out of memory reading %s", path);
+        return ex_fail(err, err_cap, "out of memory reading %s", path);
     }
     size_t done;
     if (pread_full(fd, *data, (size_t)*size, 0, &done) != 0) {
@@ -461,7 +461,7 @@ static int read_whole(const char *path, unsigned char **data, int64_t *size, cha
         close(fd);
         free(*data);
         *data = NULL;
-        return gpt2_fail(err, err_cap, "%s: cannot read byte offset %zu: %s", path, done,
+        return ex_fail(err, err_cap, "%s: cannot read byte offset %zu: %s", path, done,
                     e ? strerror(e) : "unexpected end of file");
     }
     close(fd);
@@ -470,15 +470,15 @@ static int read_whole(const char *path, unsigned char **data, int64_t *size, cha
 
 int gpt2_llmc_tokenizer_open(const char *path, gpt2_llmc_tokenizer **out, char *err,
                              size_t err_cap) {
-    if (!out) return gpt2_fail(err, err_cap, "gpt2_llmc_tokenizer_open: out is NULL");
+    if (!out) return ex_fail(err, err_cap, "gpt2_llmc_tokenizer_open: out is NULL");
     *out = NULL;
-    if (!path) return gpt2_fail(err, err_cap, "gpt2_llmc_tokenizer_open: path is NULL");
+    if (!path) return ex_fail(err, err_cap, "gpt2_llmc_tokenizer_open: path is NULL");
     unsigned char *d;
     int64_t size = 0;
     if (read_whole(path, &d, &size, err, err_cap) != 0) return -1;
     gpt2_llmc_tokenizer *tok = NULL;
     if (size < HEADER_BYTES) {
-        gpt2_fail(err, err_cap,
+        ex_fail(err, err_cap,
              "%s: truncated header: the file has %lld bytes, an llm.c tokenizer file starts "
              "with a %d-byte header",
              path, (long long)size, HEADER_BYTES);
@@ -489,19 +489,19 @@ int gpt2_llmc_tokenizer_open(const char *path, gpt2_llmc_tokenizer **out, char *
         const char *hint = magic == MODEL_MAGIC ? " (that is llm.c's model file magic)"
                            : magic == 20240520  ? " (that is llm.c's token shard magic)"
                                                 : "";
-        gpt2_fail(err, err_cap, "%s: bad magic %u at byte offset 0%s; an llm.c tokenizer file has %d",
+        ex_fail(err, err_cap, "%s: bad magic %u at byte offset 0%s; an llm.c tokenizer file has %d",
              path, magic, hint, TOKENIZER_MAGIC);
         goto fail;
     }
     if (version != 1 && version != 2) {
-        gpt2_fail(err, err_cap, "%s: unsupported version %u at byte offset 4; tokenizer versions 1 "
+        ex_fail(err, err_cap, "%s: unsupported version %u at byte offset 4; tokenizer versions 1 "
              "and 2 are supported", path, version);
         goto fail;
     }
     /* Each token takes at least 2 bytes (a length >= 1 and a byte), which
      * bounds vocab by the file size before anything is allocated. */
     if (vocab < 1 || (int64_t)vocab > (size - HEADER_BYTES) / 2 || vocab > INT_MAX) {
-        gpt2_fail(err, err_cap, "%s: vocab_size = %u at byte offset 8 is impossible for a file of "
+        ex_fail(err, err_cap, "%s: vocab_size = %u at byte offset 8 is impossible for a file of "
              "%lld bytes (each token takes at least 2 bytes after the %d-byte header)",
              path, vocab, (long long)size, HEADER_BYTES);
         goto fail;
@@ -510,7 +510,7 @@ int gpt2_llmc_tokenizer_open(const char *path, gpt2_llmc_tokenizer **out, char *
     if (version == 2) {
         uint32_t e = read_le_u32(d + 12);
         if (e >= vocab) {
-            gpt2_fail(err, err_cap, "%s: end-of-text token %u at byte offset 12 is not below "
+            ex_fail(err, err_cap, "%s: end-of-text token %u at byte offset 12 is not below "
                  "vocab_size = %u", path, e, vocab);
             goto fail;
         }
@@ -529,19 +529,19 @@ int gpt2_llmc_tokenizer_open(const char *path, gpt2_llmc_tokenizer **out, char *
     uint32_t at = 0;
     for (uint32_t k = 0; k < vocab; k++) {
         if (p >= size) {
-            gpt2_fail(err, err_cap, "%s: truncated: token %u's length byte would be at byte offset "
+            ex_fail(err, err_cap, "%s: truncated: token %u's length byte would be at byte offset "
                  "%lld, past the end of the file (%lld bytes; vocab_size %u)", path, k,
                  (long long)p, (long long)size, vocab);
             goto fail;
         }
         unsigned n = d[p];
         if (n == 0) {
-            gpt2_fail(err, err_cap, "%s: token %u has length 0 (byte offset %lld); every token has "
+            ex_fail(err, err_cap, "%s: token %u has length 0 (byte offset %lld); every token has "
                  "at least one byte", path, k, (long long)p);
             goto fail;
         }
         if (p + 1 + (int64_t)n > size) {
-            gpt2_fail(err, err_cap, "%s: truncated: token %u (length %u at byte offset %lld) runs "
+            ex_fail(err, err_cap, "%s: truncated: token %u (length %u at byte offset %lld) runs "
                  "past the end of the file (%lld bytes)", path, k, n, (long long)p,
                  (long long)size);
             goto fail;
@@ -554,7 +554,7 @@ int gpt2_llmc_tokenizer_open(const char *path, gpt2_llmc_tokenizer **out, char *
         p += 1 + (int64_t)n;
     }
     if (p != size) {
-        gpt2_fail(err, err_cap, "%s: %lld unexpected bytes after the last of %u tokens, from byte "
+        ex_fail(err, err_cap, "%s: %lld unexpected bytes after the last of %u tokens, from byte "
              "offset %lld", path, (long long)(size - p), vocab, (long long)p);
         goto fail;
     }
@@ -562,7 +562,7 @@ int gpt2_llmc_tokenizer_open(const char *path, gpt2_llmc_tokenizer **out, char *
     *out = tok;
     return 0;
 oom:
-    gpt2_fail(err, err_cap, "out of memory reading %s", path);
+    ex_fail(err, err_cap, "out of memory reading %s", path);
 fail:
     free(d);
     gpt2_llmc_tokenizer_destroy(tok);

@@ -38,8 +38,8 @@
  * version 1 or 2, vocab_size, and for version 2 the end-of-text token id),
  * then per token one uint8 length (>= 1) and that many bytes.
  *
- * Errors as in gpt2_data.h: `char *err, size_t err_cap` (err may be NULL),
- * 0 or -1, messages naming the file; GPT2_ERR_CAP below is a size that holds
+ * Errors as in ex_error.h: `char *err, size_t err_cap` (err may be NULL),
+ * 0 or -1, messages naming the file; EX_ERR_CAP below is a size that holds
  * them. Nothing calls exit() or prints.
  * Handles are read-only once opened: several threads may read one.
  */
@@ -49,14 +49,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ex_error.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The same value as in gpt2_data.h (either header may come first). */
-#ifndef GPT2_ERR_CAP
-#define GPT2_ERR_CAP 4608
-#endif
 
 /* ------------------------------------------------------------------ model */
 

@@ -1,5 +1,6 @@
 /* GPT-2's shapes, parameter table and layouts; see gpt2_model.h. */
 #include "gpt2_model.h"
+#include "ex_error.h"
 
 #include <limits.h>
 #include <math.h>
@@ -9,16 +10,6 @@
 
 /* ---------------------------------------------------------------- dims */
 
-static int gpt2__fail(char *err, size_t cap, const char *fmt, ...) {
-    if (err != NULL && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* Products are estimated in double, which is exact far beyond the limits
  * tested here and cannot itself overflow, so an overflowing int64 product is
  * caught before anyone computes it. The margin (2^62) leaves room for sums of
@@ -27,17 +18,17 @@ static int gpt2__fail(char *err, size_t cap, const char *fmt, ...) {
 
 int gpt2_dims_check(const gpt2_dims *d, char *err, size_t cap) {
     if (d == NULL) {
-        return gpt2__fail(err, cap, "gpt2 dims: NULL");
+        return ex_fail(err, cap, "gpt2 dims: NULL");
     }
     if (d->n_layer < 1 || d->n_head < 1 || d->n_embd < 1 || d->vocab < 1 ||
         d->block_size < 1) {
-        return gpt2__fail(err, cap,
+        return ex_fail(err, cap,
                           "gpt2 dims: every size must be positive (n_layer %d, n_head %d, "
                           "n_embd %d, vocab %d, block_size %d)",
                           d->n_layer, d->n_head, d->n_embd, d->vocab, d->block_size);
     }
     if (d->n_embd % d->n_head != 0) {
-        return gpt2__fail(err, cap,
+        return ex_fail(err, cap,
                           "gpt2 dims: n_embd %d is not a multiple of n_head %d (the heads split "
                           "the channels evenly)",
                           d->n_embd, d->n_head);
@@ -45,12 +36,12 @@ int gpt2_dims_check(const gpt2_dims *d, char *err, size_t cap) {
     const double C = d->n_embd, V = d->vocab, L = d->n_layer, S = d->block_size;
     // GEMM dimensions go to BLAS as int: the widest is c_fc's 4C.
     if (4.0 * C > (double)INT_MAX) {
-        return gpt2__fail(err, cap, "gpt2 dims: n_embd %d is too large (4 * n_embd must fit in an int)",
+        return ex_fail(err, cap, "gpt2 dims: n_embd %d is too large (4 * n_embd must fit in an int)",
                           d->n_embd);
     }
     const double params = V * C + S * C + 2.0 * C + L * (12.0 * C * C + 13.0 * C);
     if (params > GPT2_NUMEL_LIMIT || S * S * (double)d->n_head > GPT2_NUMEL_LIMIT) {
-        return gpt2__fail(err, cap,
+        return ex_fail(err, cap,
                           "gpt2 dims: sizes overflow int64 (%.3g parameters; block_size^2 * n_head "
                           "= %.3g)",
                           params, S * S * (double)d->n_head);
@@ -222,22 +213,6 @@ double gpt2_flops_per_token(const gpt2_dims *d, int T) {
     return 6.0 * N + 12.0 * (double)d->n_layer * (double)d->n_embd * (double)T;
 }
 
-/* ------------------------------------------------------- storage dtypes */
-
-size_t gpt2_dtype_size(gpt2_dtype t) { return t == GPT2_F32 ? 4 : 2; }
-
-const char *gpt2_dtype_name(gpt2_dtype t) {
-    switch (t) {
-    case GPT2_F32:
-        return "fp32";
-    case GPT2_BF16:
-        return "bf16";
-    case GPT2_F16:
-        return "fp16";
-    }
-    return "unknown";
-}
-
 /* ------------------------------------------------- one unit's pointers */
 
 /* Hands out consecutive runs of elements from base. */
@@ -252,18 +227,18 @@ static void *take(gpt2__cursor *c, size_t n) {
     return p;
 }
 
-void gpt2_embed_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_embed_w *out) {
+void gpt2_embed_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_embed_w *out) {
     const size_t C = (size_t)d->n_embd;
-    gpt2__cursor c = {base, gpt2_dtype_size(t)};
+    gpt2__cursor c = {base, nn_dtype_size(t)};
     out->wte = take(&c, (size_t)d->vocab * C);      // [V][C]
     out->wpe = take(&c, (size_t)d->block_size * C); // [block_size][C]
     out->lnfw = take(&c, C);                        // [C]
     out->lnfb = take(&c, C);                        // [C]
 }
 
-void gpt2_block_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_block_w *out) {
+void gpt2_block_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_block_w *out) {
     const size_t C = (size_t)d->n_embd;
-    gpt2__cursor c = {base, gpt2_dtype_size(t)};
+    gpt2__cursor c = {base, nn_dtype_size(t)};
     out->ln1w = take(&c, C);             // [C]
     out->ln1b = take(&c, C);             // [C]
     out->qkvw = take(&c, 3 * C * C);     // [3C][C]
@@ -280,16 +255,16 @@ void gpt2_block_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_block
 
 /* -------------------------------------------------------- activations */
 
-/* Bytes of n elements of `elem` bytes, rounded up to GPT2_ALIGN. */
+/* Bytes of n elements of `elem` bytes, rounded up to NN_ALIGN. */
 static size_t aligned_bytes(size_t n, size_t elem) {
-    return (n * elem + GPT2_ALIGN - 1) / GPT2_ALIGN * GPT2_ALIGN;
+    return (n * elem + NN_ALIGN - 1) / NN_ALIGN * NN_ALIGN;
 }
 
 /* Walks the activation layout: with base NULL it only adds up the bytes. */
-static size_t acts_layout(const gpt2_dims *d, int B, int T, gpt2_dtype t, unsigned char *base,
+static size_t acts_layout(const gpt2_dims *d, int B, int T, nn_dtype t, unsigned char *base,
                           gpt2_block_acts *out) {
     const size_t BT = (size_t)B * (size_t)T, C = (size_t)d->n_embd;
-    const size_t e = gpt2_dtype_size(t);
+    const size_t e = nn_dtype_size(t);
     const size_t att = (size_t)B * (size_t)d->n_head * (size_t)T * (size_t)T;
     const struct {
         void **slot;
@@ -310,14 +285,14 @@ static size_t acts_layout(const gpt2_dims *d, int B, int T, gpt2_dtype t, unsign
     return used;
 }
 
-int64_t gpt2_block_acts_bytes(const gpt2_dims *d, int B, int T, gpt2_dtype t) {
+int64_t gpt2_block_acts_bytes(const gpt2_dims *d, int B, int T, nn_dtype t) {
     if (B < 1 || T < 1) {
         return -1;
     }
     return (int64_t)acts_layout(d, B, T, t, NULL, NULL);
 }
 
-void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, gpt2_dtype t, void *base,
+void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, nn_dtype t, void *base,
                            gpt2_block_acts *out) {
     acts_layout(d, B, T, t, base, out);
 }

@@ -14,7 +14,7 @@
  * gpt2_backend.h (CPU and CUDA); this header only describes sizes and layouts.
  *
  * Conventions:
- *   - Tensors are row-major in a backend's storage dtype (gpt2_dtype: fp32,
+ *   - Tensors are row-major in a backend's storage dtype (nn_dtype: fp32,
  *     bf16 or fp16; parameters, gradients and activations alike), while
  *     LayerNorm statistics and losses are always fp32. Linear weights are
  *     [out][in], as in PyTorch's state_dict (nanoGPT's names), so
@@ -28,6 +28,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "nn_dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -123,18 +125,6 @@ int64_t gpt2_num_params(const gpt2_dims *d);
  */
 double gpt2_flops_per_token(const gpt2_dims *d, int T);
 
-/* ------------------------------------------------------- storage dtypes */
-
-/* What a backend stores its tensors in. fp32 is the exact mode (the CPU
- * backend's only one, and the CUDA-vs-CPU equality tests'); bf16 and fp16
- * put activations and GEMM operands in the training's compute dtype, with
- * fp32 arithmetic inside every kernel and fp32 accumulation in every GEMM. */
-typedef enum gpt2_dtype { GPT2_F32 = 0, GPT2_BF16 = 1, GPT2_F16 = 2 } gpt2_dtype;
-
-/* Bytes per element (4 or 2), and "fp32", "bf16", "fp16". */
-size_t gpt2_dtype_size(gpt2_dtype t);
-const char *gpt2_dtype_name(gpt2_dtype t);
-
 /* ------------------------------------------------- one unit's pointers */
 
 /* Used for parameters and, with the same shapes, for their gradients; every
@@ -164,8 +154,8 @@ typedef struct gpt2_block_w {
 /* Point the struct's members into base, laid out in table order without gaps
  * (gpt2_unit_numel(d, 0) or gpt2_unit_numel(d, 1) elements of `t`). base may
  * be host or backend memory: this only does pointer arithmetic. */
-void gpt2_embed_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_embed_w *out);
-void gpt2_block_w_carve(const gpt2_dims *d, gpt2_dtype t, void *base, gpt2_block_w *out);
+void gpt2_embed_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_embed_w *out);
+void gpt2_block_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_block_w *out);
 
 /* -------------------------------------------------------- activations */
 
@@ -192,17 +182,14 @@ typedef struct gpt2_block_acts {
 
 /* Bytes of one block's activations in dtype `t`: 15 BT C + B NH T T
  * elements and 4 BT floats, each tensor starting at a multiple of
- * GPT2_ALIGN bytes from base. -1 for B or T < 1. */
-int64_t gpt2_block_acts_bytes(const gpt2_dims *d, int B, int T, gpt2_dtype t);
+ * NN_ALIGN bytes from base. -1 for B or T < 1. */
+int64_t gpt2_block_acts_bytes(const gpt2_dims *d, int B, int T, nn_dtype t);
 /* Carves them from base (gpt2_block_acts_bytes bytes, host or backend, at
- * least GPT2_ALIGN-aligned): the [BT][k C] tensors, att, then the four [BT]
+ * least NN_ALIGN-aligned): the [BT][k C] tensors, att, then the four [BT]
  * statistics. */
-void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, gpt2_dtype t, void *base,
+void gpt2_block_acts_carve(const gpt2_dims *d, int B, int T, nn_dtype t, void *base,
                            gpt2_block_acts *out);
 
-/* Tensors carved from one allocation start at multiples of this many bytes:
- * 16-byte vector loads and cuBLASLt's preferred alignment on the GPU. */
-#define GPT2_ALIGN 256
 
 /* The head (final LayerNorm, logits, cross-entropy) works on chunks of
  * chunk_rows rows so that only chunk_rows * V logits exist at once (V is

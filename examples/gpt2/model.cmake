@@ -20,13 +20,16 @@ else()
 endif()
 add_library(gpt2_model STATIC ${GPT2_MODEL_SOURCES})
 target_include_directories(gpt2_model PUBLIC ${GPT2_MODEL_DIR})
-target_link_libraries(gpt2_model PUBLIC ex_cpu_blas BLAS::BLAS OpenMP::OpenMP_C m)
+# The layers and the devices GPT-2 shares with the other models
+# (examples/nn): nn_cpu on the CPU, nn_cuda (its CUDA device and kernels, or
+# the stand-in that says the build has no CUDA).
+target_link_libraries(gpt2_model PUBLIC nn_cpu nn_cuda ex_cpu_blas BLAS::BLAS OpenMP::OpenMP_C m)
 # The CPU backend's loops between GEMMs (GELU, softmax, LayerNorm, column
 # sums) are written for the vectorizer:
 #   -O3                 turns it on with a cost model that accepts loops of
 #                       unknown length (-O2's does not);
 #   -fno-trapping-math  lets it if-convert the clamps and sign selects of
-#                       gpt2_expf/gpt2_tanhf (GCC keeps branches when a
+#                       nn_expf/gpt2_tanhf (GCC keeps branches when a
 #                       comparison might raise an FP exception). Nothing here
 #                       reads FP exception flags, and no value changes: GELU
 #                       and softmax loops went 4x faster, bit for bit equal;

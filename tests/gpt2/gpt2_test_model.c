@@ -11,9 +11,9 @@
 #define TM_TRY(call)                                                                          \
     do {                                                                                      \
         int tm_status_ = (call);                                                              \
-        if (tm_status_ != GPT2_OK) {                                                          \
+        if (tm_status_ != NN_OK) {                                                          \
             fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
-                    gpt2_status_name(tm_status_), m->be->ops->last_error(m->be));            \
+                    nn_status_name(tm_status_), m->be->ops->last_error(m->be));            \
             return tm_status_;                                                                \
         }                                                                                     \
     } while (0)
@@ -23,8 +23,8 @@ int64_t gpt2_tm_unit_offset(const gpt2_dims *d, int unit) {
 }
 
 static int tm_alloc(gpt2_tm *m, size_t bytes, void **out) {
-    TM_TRY(m->be->ops->alloc(m->be, bytes, out));
-    return GPT2_OK;
+    TM_TRY(m->be->dev->ops->alloc(m->be->dev, bytes, out));
+    return NN_OK;
 }
 
 int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -35,7 +35,7 @@ int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
     m->B = B;
     m->T = T;
     m->chunk_rows = chunk_rows;
-    m->elem = gpt2_dtype_size(be->dtype);
+    m->elem = nn_dtype_size(be->dtype);
     const int L = d->n_layer;
     const size_t BT = (size_t)B * T, C = (size_t)d->n_embd, e = m->elem;
     m->n_params = gpt2_num_params(d);
@@ -49,12 +49,12 @@ int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
     if (m->w == NULL || m->g == NULL || m->acts == NULL || m->host_losses == NULL ||
         m->host_elems == NULL) {
         fprintf(stderr, "gpt2_tm_init: out of host memory\n");
-        return GPT2_ERR_NOMEM;
+        return NN_ERR_NOMEM;
     }
     m->acts_bytes = (size_t)gpt2_block_acts_bytes(d, B, T, be->dtype);
     const size_t bscratch = be->ops->block_scratch_bytes(be, d, B, T);
     const size_t hscratch = be->ops->head_scratch_bytes(be, d, chunk_rows > 0 ? chunk_rows : 1);
-    int s = GPT2_OK;
+    int s = NN_OK;
     if ((s = tm_alloc(m, e * (size_t)m->n_params, &m->params)) ||
         (s = tm_alloc(m, e * (size_t)m->n_params, &m->grads)) ||
         (s = tm_alloc(m, e * resid, (void **)&m->resid)) ||
@@ -77,23 +77,23 @@ int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
         gpt2_block_acts_carve(d, B, T, be->dtype, m->acts_mem + (size_t)l * m->acts_bytes,
                               &m->acts[l]);
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 void gpt2_tm_free(gpt2_tm *m) {
     if (m->be != NULL) {
-        const gpt2_backend_ops *ops = m->be->ops;
-        ops->free(m->be, m->params);
-        ops->free(m->be, m->grads);
-        ops->free(m->be, m->resid);
-        ops->free(m->be, m->acts_mem);
-        ops->free(m->be, m->dres[0]);
-        ops->free(m->be, m->dres[1]);
-        ops->free(m->be, m->bscratch);
-        ops->free(m->be, m->hscratch);
-        ops->free(m->be, m->losses);
-        ops->free(m->be, m->tokens);
-        ops->free(m->be, m->targets);
+        nn_device *dev = m->be->dev;
+        dev->ops->free(dev, m->params);
+        dev->ops->free(dev, m->grads);
+        dev->ops->free(dev, m->resid);
+        dev->ops->free(dev, m->acts_mem);
+        dev->ops->free(dev, m->dres[0]);
+        dev->ops->free(dev, m->dres[1]);
+        dev->ops->free(dev, m->bscratch);
+        dev->ops->free(dev, m->hscratch);
+        dev->ops->free(dev, m->losses);
+        dev->ops->free(dev, m->tokens);
+        dev->ops->free(dev, m->targets);
     }
     free(m->w);
     free(m->g);
@@ -105,36 +105,36 @@ void gpt2_tm_free(gpt2_tm *m) {
 
 /* The runtime's conversions (round to nearest even, the same as the
  * devices'), through its public API. */
-static zs_dtype tm_zs_dtype(gpt2_dtype t) {
-    return t == GPT2_BF16 ? ZS_DTYPE_BF16 : t == GPT2_F16 ? ZS_DTYPE_FP16 : ZS_DTYPE_FP32;
+static zs_dtype tm_zs_dtype(nn_dtype t) {
+    return t == NN_BF16 ? ZS_DTYPE_BF16 : t == NN_F16 ? ZS_DTYPE_FP16 : ZS_DTYPE_FP32;
 }
 
 int gpt2_tm_read(gpt2_tm *m, const void *src, size_t n, float *host) {
-    if (m->be->dtype == GPT2_F32) {
-        TM_TRY(m->be->ops->download(m->be, host, src, n * sizeof(float)));
-        return GPT2_OK;
+    if (m->be->dtype == NN_F32) {
+        TM_TRY(m->be->dev->ops->download(m->be->dev, host, src, n * sizeof(float)));
+        return NN_OK;
     }
-    TM_TRY(m->be->ops->download(m->be, m->host_elems, src, n * m->elem));
+    TM_TRY(m->be->dev->ops->download(m->be->dev, m->host_elems, src, n * m->elem));
     if (zs_convert(host, ZS_DTYPE_FP32, m->host_elems, tm_zs_dtype(m->be->dtype), (int64_t)n) !=
         ZS_OK) {
         fprintf(stderr, "gpt2_tm_read: %s\n", zs_last_error());
-        return GPT2_ERR_ARG;
+        return NN_ERR_ARG;
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 int gpt2_tm_write(gpt2_tm *m, void *dst, const float *host, size_t n) {
-    if (m->be->dtype == GPT2_F32) {
-        TM_TRY(m->be->ops->upload(m->be, dst, host, n * sizeof(float)));
-        return GPT2_OK;
+    if (m->be->dtype == NN_F32) {
+        TM_TRY(m->be->dev->ops->upload(m->be->dev, dst, host, n * sizeof(float)));
+        return NN_OK;
     }
     if (zs_convert(m->host_elems, tm_zs_dtype(m->be->dtype), host, ZS_DTYPE_FP32, (int64_t)n) !=
         ZS_OK) {
         fprintf(stderr, "gpt2_tm_write: %s\n", zs_last_error());
-        return GPT2_ERR_ARG;
+        return NN_ERR_ARG;
     }
-    TM_TRY(m->be->ops->upload(m->be, dst, m->host_elems, n * m->elem));
-    return GPT2_OK;
+    TM_TRY(m->be->dev->ops->upload(m->be->dev, dst, m->host_elems, n * m->elem));
+    return NN_OK;
 }
 
 int gpt2_tm_set_params(gpt2_tm *m, const float *host_params) {
@@ -143,9 +143,9 @@ int gpt2_tm_set_params(gpt2_tm *m, const float *host_params) {
 
 int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets) {
     const size_t BT = (size_t)m->B * m->T;
-    TM_TRY(m->be->ops->upload(m->be, m->tokens, host_tokens, sizeof(int) * BT));
-    TM_TRY(m->be->ops->upload(m->be, m->targets, host_targets, sizeof(int) * BT));
-    return GPT2_OK;
+    TM_TRY(m->be->dev->ops->upload(m->be->dev, m->tokens, host_tokens, sizeof(int) * BT));
+    TM_TRY(m->be->dev->ops->upload(m->be->dev, m->targets, host_targets, sizeof(int) * BT));
+    return NN_OK;
 }
 
 void *gpt2_tm_resid(const gpt2_tm *m, int l) {
@@ -159,18 +159,18 @@ static int tm_forward_blocks(gpt2_tm *m) {
         TM_TRY(be->ops->block_forward(be, &m->d, m->B, m->T, &m->w[l], gpt2_tm_resid(m, l),
                                       &m->acts[l], gpt2_tm_resid(m, l + 1), m->bscratch));
     }
-    return GPT2_OK;
+    return NN_OK;
 }
 
 static int tm_mean_loss(gpt2_tm *m, double *mean_loss) {
     const int BT = m->B * m->T;
-    TM_TRY(m->be->ops->download(m->be, m->host_losses, m->losses, sizeof(float) * (size_t)BT));
+    TM_TRY(m->be->dev->ops->download(m->be->dev, m->host_losses, m->losses, sizeof(float) * (size_t)BT));
     double sum = 0.0;
     for (int r = 0; r < BT; r++) {
         sum += m->host_losses[r];
     }
     *mean_loss = sum / BT;
-    return GPT2_OK;
+    return NN_OK;
 }
 
 int gpt2_tm_loss(gpt2_tm *m, double *mean_loss) {
@@ -185,7 +185,7 @@ int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_los
     gpt2_backend *be = m->be;
     const int L = m->d.n_layer;
     if (zero_grads) {
-        TM_TRY(be->ops->zero(be, m->grads, m->elem * (size_t)m->n_params));
+        TM_TRY(be->dev->ops->zero(be->dev, m->grads, m->elem * (size_t)m->n_params));
     }
     TM_TRY(tm_forward_blocks(m));
     TM_TRY(be->ops->head_forward_backward(be, &m->d, m->B, m->T, &m->w0, &m->g0,
@@ -276,7 +276,7 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     out->acts = malloc(sizeof(float) * out->n_acts);
     out->losses = malloc(sizeof(float) * out->n_losses);
     if (!params || !tokens || !targets || !out->grads || !out->resid || !out->acts || !out->losses)
-        s = GPT2_ERR_NOMEM;
+        s = NN_ERR_NOMEM;
     if (s == 0) {
         gpt2_tm_init_params(d, params, 5, 3.0, 0.1);
         gpt2_tm_random_tokens(BT, d->vocab, tokens, 6);
@@ -287,8 +287,8 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     if (s == 0) s = gpt2_tm_step(&m, 1.0f / (float)BT, 1, &out->loss);
     if (s == 0) s = gpt2_tm_read(&m, m.grads, out->n_grads, out->grads);
     if (s == 0) s = gpt2_tm_read(&m, m.resid, out->n_resid, out->resid);
-    if (s == 0) s = be->ops->download(be, out->acts, m.acts_mem, sizeof(float) * out->n_acts);
-    if (s == 0) s = be->ops->download(be, out->losses, m.losses, sizeof(float) * out->n_losses);
+    if (s == 0) s = be->dev->ops->download(be->dev, out->acts, m.acts_mem, sizeof(float) * out->n_acts);
+    if (s == 0) s = be->dev->ops->download(be->dev, out->losses, m.losses, sizeof(float) * out->n_losses);
     free(params);
     free(tokens);
     free(targets);

@@ -37,7 +37,7 @@ typedef struct gpt2_tm {
     void *host_elems;        /* host staging of conversions: max(n_params, (L+1) BT C) elements */
 } gpt2_tm;
 
-/* 0 or a gpt2_status (message printed to stderr). */
+/* 0 or a nn_status (message printed to stderr). */
 int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
                  int chunk_rows);
 void gpt2_tm_free(gpt2_tm *m);
@@ -89,7 +89,7 @@ typedef struct gpt2_tm_result {
 
 /* One step of a model of dims `d` (parameters from seed 5 with gain 3 and
  * jitter 0.1, tokens and targets from seeds 6 and 7) on `be` with `threads`
- * OpenMP threads; 0 or a gpt2_status. */
+ * OpenMP threads; 0 or a nn_status. */
 int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
                      int threads, gpt2_tm_result *out);
 void gpt2_tm_result_free(gpt2_tm_result *r);

@@ -18,9 +18,9 @@
  * (skipped) without a usable CUDA device.
  *
  * fp32 tolerances. Both backends run the same element math bit for bit
- * (gpt2_math.h, with GPT2_CUDA_FMAD off, its default; no TF32; with it on,
- * nvcc's contractions move an element by a few ulp, far inside the bounds
- * below); they differ in the order of sums:
+ * (gpt2_math.h and nn_math.h, with GPT2_CUDA_FMAD and NN_CUDA_FMAD off, their
+ * default; no TF32; with them on, nvcc's contractions move an element by a
+ * few ulp, far inside the bounds below); they differ in the order of sums:
  * cuBLAS's GEMM reductions and the GPU's tree/column-block sums against
  * OpenBLAS's and the CPU's lanes. Each such sum differs by a few ulp (~1e-7
  * relative); through two blocks and the head the differences stay below
@@ -99,7 +99,7 @@ static void run(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk,
     REQUIRE(out->grads && out->resid && out->losses && out->logits);
     REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, out->grads) == 0);
     REQUIRE(gpt2_tm_read(&m, m.resid, nr, out->resid) == 0);
-    REQUIRE(be->ops->download(be, out->losses, m.losses, sizeof(float) * BT) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, out->losses, m.losses, sizeof(float) * BT) == 0);
     REQUIRE(be->ops->head_logits(be, d, B, T, &m.w0, gpt2_tm_resid(&m, d->n_layer), (int)BT - 1,
                                  out->logits, m.hscratch) == 0);
     double sq = 0.0;
@@ -270,7 +270,7 @@ static double bf16_margin(const gpt2_dims *d, int BT, const host_step *g, const 
     return worst;
 }
 
-static gpt2_backend *cuda_backend(gpt2_dtype dtype, const char *fault) {
+static gpt2_backend *cuda_backend(nn_dtype dtype, const char *fault) {
     if (fault != NULL)
         setenv("GPT2_CUDA_FAULT", fault, 1);
     else
@@ -278,7 +278,7 @@ static gpt2_backend *cuda_backend(gpt2_dtype dtype, const char *fault) {
     const gpt2_cuda_options options = {.dtype = dtype, .gelu_fusion = -1};
     gpt2_backend *be = NULL;
     char err[512];
-    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != GPT2_OK) {
+    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != NN_OK) {
         fprintf(stderr, "test_gpt2_cuda: %s\n", err);
         exit(1);
     }
@@ -289,10 +289,10 @@ static gpt2_backend *cuda_backend(gpt2_dtype dtype, const char *fault) {
 /* A bf16 backend with the given fusion settings. */
 static gpt2_backend *fusion_backend(int gelu_fusion, int unfused_bias) {
     const gpt2_cuda_options options = {
-        .dtype = GPT2_BF16, .gelu_fusion = gelu_fusion, .unfused_bias = unfused_bias};
+        .dtype = NN_BF16, .gelu_fusion = gelu_fusion, .unfused_bias = unfused_bias};
     gpt2_backend *be = NULL;
     char err[512];
-    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != GPT2_OK) {
+    if (gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err)) != NN_OK) {
         fprintf(stderr, "test_gpt2_cuda: %s\n", err);
         exit(1);
     }
@@ -303,7 +303,7 @@ static gpt2_backend *fusion_backend(int gelu_fusion, int unfused_bias) {
 static gpt2_cuda_stats stats_of(gpt2_backend *be) {
     gpt2_cuda_stats st;
     char line[512];
-    REQUIRE(gpt2_cuda_backend_stats(be, &st, line, sizeof(line)) == GPT2_OK);
+    REQUIRE(gpt2_cuda_backend_stats(be, &st, line, sizeof(line)) == NN_OK);
     printf("  %s\n", line);
     return st;
 }
@@ -367,7 +367,7 @@ static void test_bf16(gpt2_backend *cpu, gpt2_backend *gpu, const gpt2_dims *d, 
     // Each wrong kernel of the test hook must fail the same comparison.
     const char *faults[] = {"softmax_no_mask", "qkv_transposed"};
     for (int i = 0; i < 2; i++) {
-        gpt2_backend *bad = cuda_backend(GPT2_BF16, faults[i]);
+        gpt2_backend *bad = cuda_backend(NN_BF16, faults[i]);
         host_step f;
         run(bad, d, B, T, chunk, in.params, in.tokens, in.targets, &f);
         printf(" with the wrong kernel %s:", faults[i]);
@@ -412,7 +412,7 @@ static void test_fusion_aligned(gpt2_backend *cpu) {
         if (st.sm == 80 || st.sm == 90) {
             CHECK_MSG(st.bias_fused > 0 && st.bias_fallback == 0,
                       "sm_%d, 124M's widths: the bias epilogue fused %lld times, fell back %lld "
-                      "times; cuBLASLt should take every one (see gpt2_cuda_matmul.cu)",
+                      "times; cuBLASLt should take every one (see nn_cuda_matmul.cu)",
                       st.sm, st.bias_fused, st.bias_fallback);
             if (fusion >= 1)
                 CHECK_MSG(st.gelu_fused > 0 && st.gelu_fallback == 0,
@@ -459,19 +459,19 @@ static void test_embed_backward_runs(gpt2_backend *cpu, gpt2_backend *gpu) {
         int *dev_tokens = NULL;
         out[k] = malloc(sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C));
         REQUIRE(out[k] != NULL);
-        REQUIRE(be->ops->alloc(be, sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C), &g) == 0);
-        REQUIRE(be->ops->alloc(be, sizeof(float) * (size_t)BT * C, &dev_dx) == 0);
-        REQUIRE(be->ops->alloc(be, sizeof(int) * BT, (void **)&dev_tokens) == 0);
-        REQUIRE(be->ops->upload(be, dev_dx, dx, sizeof(float) * (size_t)BT * C) == 0);
-        REQUIRE(be->ops->upload(be, dev_tokens, tokens, sizeof(int) * BT) == 0);
+        REQUIRE(be->dev->ops->alloc(be->dev, sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C), &g) == 0);
+        REQUIRE(be->dev->ops->alloc(be->dev, sizeof(float) * (size_t)BT * C, &dev_dx) == 0);
+        REQUIRE(be->dev->ops->alloc(be->dev, sizeof(int) * BT, (void **)&dev_tokens) == 0);
+        REQUIRE(be->dev->ops->upload(be->dev, dev_dx, dx, sizeof(float) * (size_t)BT * C) == 0);
+        REQUIRE(be->dev->ops->upload(be->dev, dev_tokens, tokens, sizeof(int) * BT) == 0);
         gpt2_embed_w gw;
-        gpt2_embed_w_carve(&d, GPT2_F32, g, &gw);
+        gpt2_embed_w_carve(&d, NN_F32, g, &gw);
         REQUIRE(be->ops->embed_backward(be, &d, B, T, &gw, dev_tokens, dev_dx) == 0);
-        REQUIRE(be->ops->download(be, out[k], g,
+        REQUIRE(be->dev->ops->download(be->dev, out[k], g,
                                   sizeof(float) * (n_wte + n_wpe + 2 * (size_t)C)) == 0);
-        be->ops->free(be, g);
-        be->ops->free(be, dev_dx);
-        be->ops->free(be, dev_tokens);
+        be->dev->ops->free(be->dev, g);
+        be->dev->ops->free(be->dev, dev_dx);
+        be->dev->ops->free(be->dev, dev_tokens);
     }
     printf("embedding backward: %d rows, token 3 in 1200 of them, C %d\n", BT, C);
     compare("embedding backward: wte gradient", out[1], out[0], n_wte, TOL_REL);
@@ -502,18 +502,18 @@ static void test_profile(void) {
     const char *bad[] = {"0", "x", "2,", "2,-1", "3;1"};
     for (int i = 0; i < 5; i++) {
         setenv("GPT2_CUDA_PROFILE", bad[i], 1);
-        const gpt2_cuda_options options = {.dtype = GPT2_BF16, .gelu_fusion = -1};
+        const gpt2_cuda_options options = {.dtype = NN_BF16, .gelu_fusion = -1};
         gpt2_backend *be = NULL;
         char err[512];
         const int s = gpt2_cuda_backend_create(NULL, &options, &be, err, sizeof(err));
-        CHECK_MSG(s == GPT2_ERR_ARG && be == NULL && strstr(err, "GPT2_CUDA_PROFILE") != NULL,
+        CHECK_MSG(s == NN_ERR_ARG && be == NULL && strstr(err, "GPT2_CUDA_PROFILE") != NULL,
                   "GPT2_CUDA_PROFILE=\"%s\": status %d, message \"%s\"", bad[i], s, err);
         if (be != NULL) be->ops->destroy(be);
     }
     setenv("GPT2_CUDA_PROFILE", "1,1", 1);
     const gpt2_dims d = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab = 64, .block_size = 16};
     const int B = 2, T = 16, BT = B * T;
-    gpt2_backend *be = cuda_backend(GPT2_BF16, NULL);
+    gpt2_backend *be = cuda_backend(NN_BF16, NULL);
     unsetenv("GPT2_CUDA_PROFILE");
     inputs in;
     make_inputs(&d, BT, 10.0, 1, &in);
@@ -577,13 +577,13 @@ static void test_head_consistency(gpt2_backend *gpu) {
     REQUIRE(gpt2_tm_set_data(&m, tokens, tokens) == 0);
     double loss;
     REQUIRE(gpt2_tm_loss(&m, &loss) == 0);
-    REQUIRE(gpu->ops->download(gpu, a, m.losses, sizeof(a)) == 0);
+    REQUIRE(gpu->dev->ops->download(gpu->dev, a, m.losses, sizeof(a)) == 0);
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss) == 0);
-    REQUIRE(gpu->ops->download(gpu, b, m.losses, sizeof(b)) == 0);
+    REQUIRE(gpu->dev->ops->download(gpu->dev, b, m.losses, sizeof(b)) == 0);
     CHECK_MSG(memcmp(a, b, sizeof(a)) == 0,
               "%s: head_forward and head_forward_backward losses differ on the GPU (first: "
               "%.9g vs %.9g)",
-              gpt2_dtype_name(gpu->dtype), a[0], b[0]);
+              nn_dtype_name(gpu->dtype), a[0], b[0]);
     free(params);
     gpt2_tm_free(&m);
 }
@@ -594,23 +594,23 @@ static void test_async_transfers(gpt2_backend *gpu) {
     float *host = NULL;
     double *sum = NULL;
     float *dev = NULL;
-    REQUIRE(gpu->ops->host_alloc(gpu, sizeof(float) * N, (void **)&host) == 0);
-    REQUIRE(gpu->ops->host_alloc(gpu, sizeof(double), (void **)&sum) == 0);
-    REQUIRE(gpu->ops->alloc(gpu, sizeof(float) * N, (void **)&dev) == 0);
+    REQUIRE(gpu->dev->ops->host_alloc(gpu->dev, sizeof(float) * N, (void **)&host) == 0);
+    REQUIRE(gpu->dev->ops->host_alloc(gpu->dev, sizeof(double), (void **)&sum) == 0);
+    REQUIRE(gpu->dev->ops->alloc(gpu->dev, sizeof(float) * N, (void **)&dev) == 0);
     double expect = 0.0;
     for (int i = 0; i < N; i++) {
         host[i] = (float)(i % 7) * 0.25f + 1.0f / (float)(i + 1);
         expect += host[i];
     }
-    REQUIRE(gpu->ops->upload_async(gpu, dev, host, sizeof(float) * N) == 0);
-    REQUIRE(gpu->ops->host_wait(gpu, host) == 0);
-    REQUIRE(gpu->ops->losses_sum(gpu, dev, N, sum) == 0);
-    REQUIRE(gpu->ops->host_wait(gpu, sum) == 0);
+    REQUIRE(gpu->dev->ops->upload_async(gpu->dev, dev, host, sizeof(float) * N) == 0);
+    REQUIRE(gpu->dev->ops->host_wait(gpu->dev, host) == 0);
+    REQUIRE(gpu->dev->ops->losses_sum(gpu->dev, dev, N, sum) == 0);
+    REQUIRE(gpu->dev->ops->host_wait(gpu->dev, sum) == 0);
     CHECK_MSG(fabs(*sum - expect) <= 1e-12 * expect, "losses_sum %.17g, host %.17g", *sum,
               expect);
-    gpu->ops->free(gpu, dev);
-    gpu->ops->host_free(gpu, host);
-    gpu->ops->host_free(gpu, sum);
+    gpu->dev->ops->free(gpu->dev, dev);
+    gpu->dev->ops->host_free(gpu->dev, host);
+    gpu->dev->ops->host_free(gpu->dev, sum);
 }
 
 int main(void) {
@@ -623,10 +623,10 @@ int main(void) {
     }
     gpt2_backend *cpu = gpt2_cpu_backend_create();
     REQUIRE(cpu != NULL);
-    gpt2_backend *gpu = cuda_backend(GPT2_F32, NULL);
-    gpt2_backend *gpu16 = cuda_backend(GPT2_BF16, NULL);
+    gpt2_backend *gpu = cuda_backend(NN_F32, NULL);
+    gpt2_backend *gpu16 = cuda_backend(NN_BF16, NULL);
     CHECK(strcmp(gpu->ops->name, "cuda") == 0);
-    CHECK(gpu->dtype == GPT2_F32 && gpu16->dtype == GPT2_BF16);
+    CHECK(gpu->dtype == NN_F32 && gpu16->dtype == NN_BF16);
     // The gradient check's model (every size a power of two) ...
     const gpt2_dims tiny = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab = 64,
                             .block_size = 16};

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "gpt2_llmc.h"
-#include "gpt2_test_files.h"
+#include "data_test_files.h"
 
 static void put_le32(unsigned char *p, uint32_t u) {
     for (int k = 0; k < 4; k++) p[k] = (unsigned char)(u >> (8 * k));
@@ -60,7 +60,7 @@ static void tok_add_all(tok_file *f) {
 }
 
 static void test_tokenizer(void) {
-    char p[2048], err[GPT2_ERR_CAP];
+    char p[2048], err[EX_ERR_CAP];
     memset(long_token, 'x', sizeof long_token);
     long_token[100] = 'y';
     tok_file f;
@@ -182,7 +182,7 @@ static void write_model(const char *name, const int32_t hdr[8], int total, int e
 static const int32_t TINY[8] = {20240326, 3, 3, 5, 2, 2, 4, 8};
 
 static void test_model_offsets(void) {
-    char p[2048], err[GPT2_ERR_CAP];
+    char p[2048], err[EX_ERR_CAP];
     write_model("tiny.bin", TINY, TINY_TOTAL, 0);
     gpt2_llmc_model *m = NULL;
     GT_OK(gpt2_llmc_model_open(gt_path(p, sizeof p, "tiny.bin"), &m, err, sizeof err), err);
@@ -309,7 +309,7 @@ static void test_model_offsets(void) {
 
 static void expect_model_error(const char *name, const int32_t hdr[8], int total, int extra,
                                const char *a, const char *b) {
-    char p[2048], err[GPT2_ERR_CAP];
+    char p[2048], err[EX_ERR_CAP];
     gpt2_llmc_model *m = NULL;
     write_model(name, hdr, total, extra);
     GT_FAILS_WITH(gpt2_llmc_model_open(gt_path(p, sizeof p, name), &m, err, sizeof err), err, name,
@@ -352,7 +352,7 @@ static void test_model_header_errors(void) {
     h[5] = 1;
     h[6] = 1 << 30;
     expect_model_error("m_huge.bin", h, TINY_TOTAL, 0, "overflows int64", "L = 1073741824");
-    char p[2048], err[GPT2_ERR_CAP];
+    char p[2048], err[EX_ERR_CAP];
     gpt2_llmc_model *m = NULL;
     gt_write("m_tiny_header.bin", "\x7e\xd6\x34\x01", 4);
     GT_FAILS_WITH(gpt2_llmc_model_open(gt_path(p, sizeof p, "m_tiny_header.bin"), &m, err,
@@ -365,7 +365,7 @@ static void test_model_header_errors(void) {
 /* ------------------------------------------------- model, written by numpy */
 
 static int compare_with_raw(const char *model_path, const char *raw_dir) {
-    char err[GPT2_ERR_CAP], p[4096];
+    char err[EX_ERR_CAP], p[4096];
     gpt2_llmc_model *m = NULL;
     GT_OK(gpt2_llmc_model_open(model_path, &m, err, sizeof err), err);
     ZT_REQUIRE(m != NULL);

@@ -119,30 +119,30 @@ static void test_table(void) {
 
     // Carving follows the table, in elements of the dtype.
     for (int k = 0; k < 2; k++) {
-        const gpt2_dtype dt = k == 0 ? GPT2_F32 : GPT2_BF16;
-        const size_t e = gpt2_dtype_size(dt);
+        const nn_dtype dt = k == 0 ? NN_F32 : NN_BF16;
+        const size_t e = nn_dtype_size(dt);
         unsigned char *base = (unsigned char *)(uintptr_t)4096;
         gpt2_block_w bw;
         gpt2_block_w_carve(t, dt, base, &bw);
         REQUIRE(gpt2_param_spec_get(t, 1, 10, &s) == 0); // mlp.c_proj.weight
         CHECK_MSG((unsigned char *)bw.fcprojw == base + s.offset * e,
-                  "%s: fcprojw at byte %td, table offset %lld", gpt2_dtype_name(dt),
+                  "%s: fcprojw at byte %td, table offset %lld", nn_dtype_name(dt),
                   (unsigned char *)bw.fcprojw - base, (long long)s.offset);
         CHECK((unsigned char *)bw.fcprojb == base + (gpt2_unit_numel(t, 1) - 32) * e);
         gpt2_embed_w ew;
         gpt2_embed_w_carve(t, dt, base, &ew);
         CHECK((unsigned char *)ew.lnfb == base + (gpt2_unit_numel(t, 0) - 32) * e);
     }
-    // Activations: every tensor starts GPT2_ALIGN-aligned, within the bytes.
+    // Activations: every tensor starts NN_ALIGN-aligned, within the bytes.
     gpt2_block_acts a;
     unsigned char *abase = (unsigned char *)(uintptr_t)65536;
-    const int64_t abytes = gpt2_block_acts_bytes(t, 3, 5, GPT2_BF16);
-    gpt2_block_acts_carve(t, 3, 5, GPT2_BF16, abase, &a);
+    const int64_t abytes = gpt2_block_acts_bytes(t, 3, 5, NN_BF16);
+    gpt2_block_acts_carve(t, 3, 5, NN_BF16, abase, &a);
     const void *parts[] = {a.ln1, a.qkv, a.atty, a.res1, a.ln2, a.fch, a.fch_gelu, a.att,
                            a.ln1_mean, a.ln1_rstd, a.ln2_mean, a.ln2_rstd};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         const ptrdiff_t at = (const unsigned char *)parts[i] - abase;
-        CHECK_MSG(at % GPT2_ALIGN == 0 && at >= 0 && at < abytes,
+        CHECK_MSG(at % NN_ALIGN == 0 && at >= 0 && at < abytes,
                   "activation %zu at byte %td of %lld", i, at, (long long)abytes);
     }
 
@@ -347,16 +347,16 @@ static void test_recompute(gpt2_backend *be) {
     // Block 1: its input is block 0's output.
     void *x = gpt2_tm_resid(&m, 1), *y = gpt2_tm_resid(&m, 2);
     unsigned char *acts = m.acts_mem + m.acts_bytes;
-    REQUIRE(be->ops->download(be, acts1, acts, m.acts_bytes) == 0);
-    REQUIRE(be->ops->download(be, y1, y, sizeof(float) * ny) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, acts1, acts, m.acts_bytes) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, y1, y, sizeof(float) * ny) == 0);
     for (size_t i = 0; i < na; i++) {
         junk[i] = (float)i * 0.37f - 5.0f;
     }
-    REQUIRE(be->ops->upload(be, acts, junk, m.acts_bytes) == 0);
-    REQUIRE(be->ops->upload(be, y, junk, sizeof(float) * ny) == 0);
+    REQUIRE(be->dev->ops->upload(be->dev, acts, junk, m.acts_bytes) == 0);
+    REQUIRE(be->dev->ops->upload(be->dev, y, junk, sizeof(float) * ny) == 0);
     REQUIRE(be->ops->block_forward(be, &tiny, B, T, &m.w[1], x, &m.acts[1], y, m.bscratch) == 0);
-    REQUIRE(be->ops->download(be, acts2, acts, m.acts_bytes) == 0);
-    REQUIRE(be->ops->download(be, y2, y, sizeof(float) * ny) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, acts2, acts, m.acts_bytes) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, y2, y, sizeof(float) * ny) == 0);
     // Every tensor of the activations (not the alignment padding between
     // them, which no one writes).
     const gpt2_block_acts *a = &m.acts[1];
@@ -411,9 +411,9 @@ static void test_head_and_accumulate(gpt2_backend *be) {
 
     double loss_eval, loss_train, loss_again;
     REQUIRE(gpt2_tm_loss(&m, &loss_eval) == 0);
-    REQUIRE(be->ops->download(be, lf, m.losses, sizeof(float) * BT) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, lf, m.losses, sizeof(float) * BT) == 0);
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss_train) == 0);
-    REQUIRE(be->ops->download(be, lfb, m.losses, sizeof(float) * BT) == 0);
+    REQUIRE(be->dev->ops->download(be->dev, lfb, m.losses, sizeof(float) * BT) == 0);
     REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, g1) == 0);
     long long k = gpt2_tm_first_diff(lf, lfb, BT);
     CHECK_MSG(k < 0, "position %lld: head_forward loss %.9g, head_forward_backward %.9g", k,
@@ -487,31 +487,31 @@ static void test_errors(gpt2_backend *be) {
     tokens[3] = tiny.vocab; // out of range
     REQUIRE(gpt2_tm_set_data(&m, tokens, tokens) == 0);
     int s = be->ops->embed_forward(be, &tiny, B, T, &m.w0, m.tokens, m.resid);
-    CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "tokens[3] = 64"),
+    CHECK_MSG(s == NN_ERR_ARG && strstr(be->ops->last_error(be), "tokens[3] = 64"),
               "status %d, message \"%s\"", s, be->ops->last_error(be));
     s = be->ops->block_forward(be, &tiny, B, 17, &m.w[0], m.resid, &m.acts[0], m.resid,
                                m.bscratch);
-    CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "block_size"),
+    CHECK_MSG(s == NN_ERR_ARG && strstr(be->ops->last_error(be), "block_size"),
               "T = 17 > block_size: status %d, message \"%s\"", s, be->ops->last_error(be));
     gpt2_block_w w = m.w[0];
     w.fcb = NULL;
     s = be->ops->block_forward(be, &tiny, B, T, &w, m.resid, &m.acts[0], m.resid, m.bscratch);
-    CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "NULL"),
+    CHECK_MSG(s == NN_ERR_ARG && strstr(be->ops->last_error(be), "NULL"),
               "NULL tensor: status %d, message \"%s\"", s, be->ops->last_error(be));
     s = be->ops->head_forward(be, &tiny, B, T, &m.w0, m.resid, m.targets, m.losses, 0,
                               m.hscratch);
-    CHECK_MSG(s == GPT2_ERR_ARG && strstr(be->ops->last_error(be), "chunk_rows"),
+    CHECK_MSG(s == NN_ERR_ARG && strstr(be->ops->last_error(be), "chunk_rows"),
               "chunk_rows 0: status %d, message \"%s\"", s, be->ops->last_error(be));
-    CHECK(strcmp(gpt2_status_name(GPT2_ERR_ARG), "bad argument") == 0);
+    CHECK(strcmp(nn_status_name(NN_ERR_ARG), "bad argument") == 0);
     gpt2_tm_free(&m);
 
     char err[256] = "";
     gpt2_backend *cuda = NULL;
-    const gpt2_cuda_options options = {.dtype = GPT2_F32, .gelu_fusion = -1};
+    const gpt2_cuda_options options = {.dtype = NN_F32, .gelu_fusion = -1};
     s = gpt2_cuda_backend_create(NULL, &options, &cuda, err, sizeof(err));
     // Either this build or this machine has no CUDA (then a message), or it
     // works; both are fine here, test_gpt2_cuda covers the backend itself.
-    CHECK_MSG((s == GPT2_OK && cuda != NULL) || (s != GPT2_OK && cuda == NULL && err[0] != 0),
+    CHECK_MSG((s == NN_OK && cuda != NULL) || (s != NN_OK && cuda == NULL && err[0] != 0),
               "gpt2_cuda_backend_create: status %d, message \"%s\"", s, err);
     if (cuda != NULL) {
         cuda->ops->destroy(cuda);

@@ -1,0 +1,408 @@
+/*
+ * GPT-2 as a model of the shared trainer (examples/trainer/ex_model.h).
+ *
+ * Units: unit 0 holds the embeddings and the final LayerNorm, unit 1 + l
+ * block l (gpt2_model.h's table). The micro-step follows the tied embedding:
+ *
+ *   fetch embed; x = wte[tokens] + wpe; release                (forward)
+ *   per block: fetch; x = block(x); release
+ *   fetch embed; loss, and the head's backward (dwte, dln_f); release,
+ *       its gradient still open (wte is tied to the output projection)
+ *   per block, reversed: fetch; backward; grads_ready; release
+ *   the embedding's backward into the same open gradient; grads_ready embed
+ *
+ * The math is gpt2_backend.h's (BLAS in fp32 on "cpu"; cuBLASLt and kernels
+ * on "cuda", in zeroshard's compute dtype, on zeroshard's own parameter and
+ * gradient buffers). Weights can start from an llm.c model file
+ * (app.init_from), each rank reading only the ranges it owns.
+ *
+ * GPT-2's app keys (the trainer's generic ones are in ex_trainer.h):
+ *   model [""]            "124M", "350M", "774M", "1558M", or "" for the sizes below
+ *   n_layer [4] n_head [4] n_embd [128] vocab [256] block_size [256]
+ *   init_from [""]        an llm.c model file (gpt2_124M.bin, fp32 version 3) to start from
+ *   recompute [false]     keep only block inputs; recompute activations in backward
+ *   head_chunk_rows [0]   rows of logits the head holds at once; 0: 128 on the CPU, 1024 on
+ *                         CUDA (gpt2_model.h)
+ *   gelu_fusion [-1]      CUDA: GELU in the c_fc GEMM's epilogue: 0 none, 1 forward, 2 forward
+ *                         and backward, -1 the device's default (gpt2_backend.h)
+ *   tokenizer [""]        llm.c tokenizer file to decode samples when vocab > 256
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ex_model.h"
+#include "ex_trainer.h"
+#include "ex_stream.h"
+#include "ex_units.h"
+#include "gpt2_backend.h"
+#include "gpt2_llmc.h"
+#include "ex_cuda_stream.h"
+
+#define PROGRAM "gpt2_train"
+
+struct ex_model {
+    gpt2_dims dims;
+    const char *preset;
+    const char *init_from;
+    const char *tokenizer_path;
+    int recompute;
+    int64_t head_chunk_rows, gelu_fusion;
+    gpt2_llmc_model *llmc;
+    gpt2_llmc_tokenizer *tokenizer;
+    ex_units units;
+    gpt2_backend *be; /* its device (be->dev) is the trainer's */
+    ex_stream ws; /* the micro-step's workspace on the backend's device */
+};
+
+/* --------------------------------------------------------- failures */
+
+static void check_model(const ex_model *m, int rc, const char *what) {
+    if (rc != 0) ex_abort_job(PROGRAM, what, m->be->ops->last_error(m->be));
+}
+
+static void units_or_abort(int rc, const char *what, const char *err) {
+    if (rc != 0) ex_abort_job(PROGRAM, what, err);
+}
+
+/* ---------------------------------------------------------- settings */
+
+/* Reads GPT-2's keys. With a preset (app.model) or an llm.c file
+ * (app.init_from) the sizes are not read, so zs_config_app_finish rejects
+ * n_layer and friends given beside them instead of silently ignoring them. */
+static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
+    ex_model *m = calloc(1, sizeof *m);
+    if (!m) return ZS_ERR_OUT_OF_MEMORY;
+    *out = m;
+    zs_status st;
+    char err[EX_ERR_CAP];
+    if ((st = zs_config_app_string(cfg, "model", "", &m->preset)) ||
+        (st = zs_config_app_string(cfg, "init_from", "", &m->init_from)))
+        return st;
+    gpt2_dims preset;
+    const int have_preset = m->preset[0] != '\0';
+    if (have_preset && gpt2_dims_preset(m->preset, &preset) != 0) {
+        fprintf(stderr, PROGRAM ": app.model = \"%s\" is not a preset; use \"124M\", \"350M\", "
+                        "\"774M\", \"1558M\", or \"\" with app.n_layer etc.\n", m->preset);
+        return ZS_ERR_CONFIG;
+    }
+    gpt2_dims *d = &m->dims;
+    if (m->init_from[0] != '\0') {
+        if (gpt2_llmc_model_open(m->init_from, &m->llmc, err, sizeof err) != 0) {
+            fprintf(stderr, PROGRAM ": app.init_from: %s\n", err);
+            return ZS_ERR_IO;
+        }
+        const gpt2_llmc_config *c = gpt2_llmc_model_config(m->llmc);
+        *d = (gpt2_dims){c->num_layers, c->num_heads, c->channels, c->vocab_size, c->max_seq_len};
+        if (have_preset && memcmp(&preset, d, sizeof preset) != 0) {
+            fprintf(stderr, PROGRAM ": app.model = \"%s\" does not match %s (%d layers, %d heads, "
+                            "%d channels, vocab %d, block_size %d)\n", m->preset, m->init_from,
+                    d->n_layer, d->n_head, d->n_embd, d->vocab, d->block_size);
+            return ZS_ERR_CONFIG;
+        }
+    } else if (have_preset) {
+        *d = preset;
+    } else if ((st = ex_config_int(cfg, "n_layer", 4, 1, 1024, &d->n_layer)) ||
+               (st = ex_config_int(cfg, "n_head", 4, 1, 1024, &d->n_head)) ||
+               (st = ex_config_int(cfg, "n_embd", 128, 1, 1 << 16, &d->n_embd)) ||
+               (st = ex_config_int(cfg, "vocab", 256, 2, 1 << 24, &d->vocab)) ||
+               (st = ex_config_int(cfg, "block_size", 256, 1, 1 << 20, &d->block_size))) {
+        return st;
+    }
+    if (gpt2_dims_check(d, err, sizeof err) != 0) {
+        fprintf(stderr, PROGRAM ": the model's sizes: %s\n", err);
+        return ZS_ERR_CONFIG;
+    }
+    if ((st = zs_config_app_int(cfg, "head_chunk_rows", 0, 0, 1 << 16, &m->head_chunk_rows)) ||
+        (st = zs_config_app_int(cfg, "gelu_fusion", -1, -1, 2, &m->gelu_fusion)) ||
+        (st = zs_config_app_bool(cfg, "recompute", 0, &m->recompute)) ||
+        (st = zs_config_app_string(cfg, "tokenizer", "", &m->tokenizer_path)))
+        return st;
+    snprintf(facts->name, sizeof facts->name, "%s", have_preset ? m->preset : "custom");
+    snprintf(facts->description, sizeof facts->description,
+             "%d layers, %d heads, %d channels, vocab %d, block %d%s", d->n_layer, d->n_head,
+             d->n_embd, d->vocab, d->block_size,
+             m->recompute ? "; activations recomputed in backward" : "");
+    facts->vocab = d->vocab;
+    facts->max_seq = facts->default_seq = d->block_size;
+    facts->byte_tokens = d->vocab <= 256;
+    return ZS_OK;
+}
+
+static zs_init initializer(const gpt2_param_spec *spec) {
+    switch (spec->init) {
+    case GPT2_INIT_NORMAL: return ZS_INIT_NORMAL_STD(spec->init_std);
+    case GPT2_INIT_ONES: return ZS_INIT_CONSTANT_VALUE(1.0);
+    case GPT2_INIT_ZEROS: break;
+    }
+    return ZS_INIT_ZEROS_VALUE;
+}
+
+static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
+    const gpt2_dims *d = &m->dims;
+    const int units = gpt2_num_units(d);
+    zs_status st = ex_units_init(&m->units, zs, units,
+                                 GPT2_EMBED_PARAMS + d->n_layer * GPT2_BLOCK_PARAMS);
+    for (int unit = 0; st == ZS_OK && unit < units; unit++) {
+        char name[GPT2_NAME_MAX];
+        gpt2_unit_name(d, unit, name, sizeof name);
+        st = ex_units_begin(&m->units, name);
+        for (int i = 0; st == ZS_OK && i < gpt2_unit_num_params(d, unit); i++) {
+            gpt2_param_spec spec;
+            gpt2_param_spec_get(d, unit, i, &spec);
+            st = ex_units_add(&m->units, spec.name, spec.ndim, spec.shape, initializer(&spec),
+                              spec.no_decay ? ZS_PARAM_NO_DECAY : 0u);
+        }
+        if (st == ZS_OK) st = ex_units_end(&m->units);
+    }
+    facts->params = gpt2_num_params(d);
+    facts->units = units;
+    facts->dtype = st == ZS_OK ? zs_param_dtype(m->units.param[0]) : ZS_DTYPE_FP32;
+    return st;
+}
+
+/* ------------------------------------------------------- workspace */
+
+static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
+                 size_t cap) {
+    const gpt2_dims *d = &m->dims;
+    if (strcmp(zs_backend_name(zs), "cuda") == 0) {
+        /* The model computes in zeroshard's compute dtype on its own buffers. */
+        const zs_dtype dt = facts->dtype;
+        const gpt2_cuda_options options = {
+            .dtype = dt == ZS_DTYPE_BF16 ? NN_BF16 : dt == ZS_DTYPE_FP16 ? NN_F16 : NN_F32,
+            .gelu_fusion = (int)m->gelu_fusion};
+        if (gpt2_cuda_backend_create(ex_cuda_stream(zs), &options, &m->be, err, cap) != 0)
+            return -1;
+    } else if (!(m->be = gpt2_cpu_backend_create())) {
+        snprintf(err, cap, "the model's CPU backend: out of host memory");
+        return -1;
+    }
+    const int cuda = strcmp(m->be->ops->name, "cuda") == 0;
+    if (ex_units_attach(&m->units, m->be->dev, err, cap) != 0) return -1;
+    if (m->head_chunk_rows == 0)
+        m->head_chunk_rows = cuda ? GPT2_HEAD_CHUNK_ROWS_DEFAULT_GPU : GPT2_HEAD_CHUNK_ROWS_DEFAULT;
+    const size_t acts_bytes = (size_t)gpt2_block_acts_bytes(d, B, T, m->be->dtype);
+    if (ex_stream_alloc(&m->ws, m->be->dev, d->n_layer, B, T,
+                        (size_t)d->n_embd * nn_dtype_size(m->be->dtype), acts_bytes, m->recompute,
+                        m->be->ops->block_scratch_bytes(m->be, d, B, T),
+                        m->be->ops->head_scratch_bytes(m->be, d, (int)m->head_chunk_rows),
+                        &facts->activation_bytes, err, cap) != 0)
+        return -1;
+    /* Every rank opens it: a sample starts from its end-of-text token on
+     * every rank alike. */
+    char tok_err[EX_ERR_CAP];
+    if (d->vocab > 256 && m->tokenizer_path[0] != '\0' &&
+        gpt2_llmc_tokenizer_open(m->tokenizer_path, &m->tokenizer, tok_err, sizeof tok_err) != 0) {
+        if (zs_rank(zs) == 0)
+            fprintf(stderr, PROGRAM ": app.tokenizer: %s (printing token ids)\n", tok_err);
+        m->tokenizer = NULL;
+    }
+    return 0;
+}
+
+static nn_device *device(ex_model *m) { return m->be->dev; }
+
+static void *residual(const ex_model *m, int l, int B, int T) {
+    return ex_stream_residual(&m->ws, l, B, T);
+}
+
+static gpt2_block_acts block_acts(const ex_model *m, int l, int B, int T) {
+    gpt2_block_acts a;
+    gpt2_block_acts_carve(&m->dims, B, T, m->be->dtype, ex_stream_acts(&m->ws, l), &a);
+    return a;
+}
+
+/* ------------------------------------------------------ the unit views */
+
+static void embed_view(void *const *p, gpt2_embed_w *w) {
+    *w = (gpt2_embed_w){.wte = p[0], .wpe = p[1], .lnfw = p[2], .lnfb = p[3]};
+}
+
+static void block_view(void *const *p, gpt2_block_w *w) {
+    *w = (gpt2_block_w){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+}
+
+static void embed_params(ex_model *m, gpt2_embed_w *w, const char *what) {
+    void *p[GPT2_EMBED_PARAMS];
+    char err[1024];
+    units_or_abort(ex_units_params(&m->units, 0, p, err, sizeof err), what, err);
+    embed_view(p, w);
+}
+
+/* ------------------------------------------------------ forward/backward */
+
+/* Forward of the embedding and every block on the uploaded tokens, (B, T):
+ * res[L] holds the last block's output. Collective (stage 3 gathers). */
+static zs_status forward_blocks(ex_model *m, zs_ctx *zs, const int *tokens, int B, int T) {
+    const gpt2_dims *d = &m->dims;
+    char err[1024];
+    zs_status st = zs_fetch(zs, m->units.unit[0]);
+    if (st != ZS_OK) return st;
+    gpt2_embed_w ew;
+    embed_params(m, &ew, "embedding");
+    check_model(m, m->be->ops->embed_forward(m->be, d, B, T, &ew, tokens, residual(m, 0, B, T)),
+                "embedding forward");
+    if ((st = zs_release(zs, m->units.unit[0])) != ZS_OK) return st;
+    for (int l = 0; l < d->n_layer; l++) {
+        if ((st = zs_fetch(zs, m->units.unit[1 + l])) != ZS_OK) return st;
+        void *p[GPT2_BLOCK_PARAMS];
+        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
+        gpt2_block_w w;
+        block_view(p, &w);
+        gpt2_block_acts a = block_acts(m, l, B, T);
+        check_model(m, m->be->ops->block_forward(m->be, d, B, T, &w, residual(m, l, B, T), &a,
+                                                 residual(m, l + 1, B, T), m->ws.block_scratch),
+                    "block forward");
+        if ((st = zs_release(zs, m->units.unit[1 + l])) != ZS_OK) return st;
+    }
+    return ZS_OK;
+}
+
+static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
+                                  int B, int T, float dloss, float *losses) {
+    const gpt2_dims *d = &m->dims;
+    char err[1024];
+    zs_status st = forward_blocks(m, zs, tokens, B, T);
+    if (st != ZS_OK) return st;
+
+    /* The head: fetched a second time; the gradient of wte opens here and
+     * stays open until the embedding's backward adds its part. */
+    if ((st = zs_fetch(zs, m->units.unit[0])) != ZS_OK) return st;
+    gpt2_embed_w ew, eg;
+    embed_params(m, &ew, "head");
+    void *g[GPT2_EMBED_PARAMS];
+    units_or_abort(ex_units_grads(&m->units, 0, g, err, sizeof err), "head", err);
+    embed_view(g, &eg);
+    void *dy = m->ws.dres[0], *dx = m->ws.dres[1];
+    check_model(m, m->be->ops->head_forward_backward(m->be, d, B, T, &ew, &eg,
+                                                     residual(m, d->n_layer, B, T), targets, dloss,
+                                                     dy, losses, (int)m->head_chunk_rows,
+                                                     m->ws.head_scratch),
+                "head");
+    units_or_abort(ex_units_commit(&m->units, 0, EX_UNITS_ALL, err, sizeof err), "head", err);
+    if ((st = zs_release(zs, m->units.unit[0])) != ZS_OK) return st;
+
+    for (int l = d->n_layer - 1; l >= 0; l--) {
+        zs_unit *unit = m->units.unit[1 + l];
+        if ((st = zs_fetch(zs, unit)) != ZS_OK) return st;
+        void *p[GPT2_BLOCK_PARAMS], *q[GPT2_BLOCK_PARAMS];
+        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
+        gpt2_block_w w, bg;
+        block_view(p, &w);
+        gpt2_block_acts a = block_acts(m, l, B, T);
+        if (m->recompute)
+            /* The block's output is already in res[l + 1]; recomputing writes
+             * the same bits there and rebuilds the activations. */
+            check_model(m, m->be->ops->block_forward(m->be, d, B, T, &w, residual(m, l, B, T), &a,
+                                                     residual(m, l + 1, B, T), m->ws.block_scratch),
+                        "recomputing a block");
+        units_or_abort(ex_units_grads(&m->units, 1 + l, q, err, sizeof err), "block", err);
+        block_view(q, &bg);
+        check_model(m, m->be->ops->block_backward(m->be, d, B, T, &w, &bg, residual(m, l, B, T),
+                                                  &a, dy, dx, m->ws.block_scratch),
+                    "block backward");
+        units_or_abort(ex_units_commit(&m->units, 1 + l, EX_UNITS_ALL, err, sizeof err), "block",
+                       err);
+        if ((st = zs_grads_ready(zs, unit)) != ZS_OK) return st;
+        if ((st = zs_release(zs, unit)) != ZS_OK) return st;
+        void *t = dy;
+        dy = dx;
+        dx = t;
+    }
+    /* The embedding's backward needs no parameters: it adds into the open
+     * gradient of the released unit (wte and wpe only; ln_f is untouched),
+     * which is then reduced once. */
+    units_or_abort(ex_units_grads_again(&m->units, 0, 0x3u, g, err, sizeof err), "embedding", err);
+    embed_view(g, &eg);
+    check_model(m, m->be->ops->embed_backward(m->be, d, B, T, &eg, tokens, dy), "embedding backward");
+    units_or_abort(ex_units_commit(&m->units, 0, 0x3u, err, sizeof err), "embedding", err);
+    return zs_grads_ready(zs, m->units.unit[0]);
+}
+
+static zs_status eval_losses(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
+                             int B, int T, float *losses) {
+    zs_status st = forward_blocks(m, zs, tokens, B, T);
+    if (st == ZS_OK) st = zs_fetch(zs, m->units.unit[0]);
+    if (st != ZS_OK) return st;
+    gpt2_embed_w ew;
+    embed_params(m, &ew, "head");
+    check_model(m, m->be->ops->head_forward(m->be, &m->dims, B, T, &ew,
+                                            residual(m, m->dims.n_layer, B, T), targets, losses,
+                                            (int)m->head_chunk_rows, m->ws.head_scratch),
+                "validation head");
+    return zs_release(zs, m->units.unit[0]);
+}
+
+static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
+                             float *host_logits) {
+    zs_status st = forward_blocks(m, zs, tokens, 1, T);
+    if (st == ZS_OK) st = zs_fetch(zs, m->units.unit[0]);
+    if (st != ZS_OK) return st;
+    gpt2_embed_w ew;
+    embed_params(m, &ew, "sampling");
+    check_model(m, m->be->ops->head_logits(m->be, &m->dims, 1, T, &ew,
+                                           residual(m, m->dims.n_layer, 1, T), T - 1, host_logits,
+                                           m->ws.head_scratch),
+                "sampling logits");
+    return zs_release(zs, m->units.unit[0]);
+}
+
+/* -------------------------------------------------------------- import */
+
+static int llmc_source(void *user, const zs_param *p, int64_t first, int64_t count, float *dst,
+                       char *err, size_t err_cap) {
+    return gpt2_llmc_param_read(user, zs_param_name(p), zs_param_numel(p), first, count, dst, err,
+                                err_cap);
+}
+
+static zs_status import(ex_model *m, zs_ctx *zs) {
+    return m->llmc ? zs_params_import(zs, llmc_source, m->llmc) : ZS_OK;
+}
+
+static double flops_per_token(const ex_model *m, int T) { return gpt2_flops_per_token(&m->dims, T); }
+
+static void print_token(ex_model *m, int token, FILE *out) {
+    if (m->dims.vocab <= 256) {
+        fputc(token, out);
+    } else if (m->tokenizer) {
+        size_t len = 0;
+        const char *bytes = gpt2_llmc_tokenizer_decode(m->tokenizer, token, &len);
+        if (bytes) fwrite(bytes, 1, len, out);
+    } else {
+        fprintf(out, "[%d]", token);
+    }
+}
+
+static int start_token(ex_model *m) {
+    return m->tokenizer && gpt2_llmc_tokenizer_eot(m->tokenizer) >= 0
+               ? gpt2_llmc_tokenizer_eot(m->tokenizer)
+               : 0;
+}
+
+static void destroy(ex_model *m) {
+    if (!m) return;
+    ex_stream_free(&m->ws);
+    ex_units_free(&m->units);
+    if (m->be) m->be->ops->destroy(m->be);
+    gpt2_llmc_model_destroy(m->llmc);
+    gpt2_llmc_tokenizer_destroy(m->tokenizer);
+    free(m);
+}
+
+const ex_model_ops gpt2_model_ops = {
+    .program = PROGRAM,
+    .family = "gpt2",
+    .configure = configure,
+    .describe = describe,
+    .start = start,
+    .device = device,
+    .import = import,
+    .flops_per_token = flops_per_token,
+    .train_micro_step = train_micro_step,
+    .eval_losses = eval_losses,
+    .last_logits = last_logits,
+    .print_token = print_token,
+    .start_token = start_token,
+    .destroy = destroy,
+};

@@ -1,0 +1,495 @@
+/*
+ * The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral without a
+ * sliding window, Qwen2) as a model of the shared trainer
+ * (examples/trainer/ex_model.h).
+ *
+ * Units (llama_model.h): unit 0 the token embedding (with model.norm when
+ * the head is tied), unit 1 + l block l, and for an untied head a last unit
+ * with model.norm and lm_head. A micro-step:
+ *
+ *   fetch embed; x = embed_tokens[tokens]; release                (forward)
+ *   per block: fetch; x = block(x); release
+ *   the head (tied: fetch embed again, its gradient stays open; untied:
+ *       fetch lm_head); loss and the head's backward; release
+ *       (untied: grads_ready lm_head first)
+ *   per block, reversed: fetch; backward; grads_ready; release
+ *   the embedding's backward: tied, into the gradient left open; untied,
+ *       into a gradient opened without its parameters (zs_grads_open, so
+ *       stage 3 gathers no embedding table for it); grads_ready embed
+ *
+ * Parameters carry Hugging Face's names, so a checkpoint directory of that
+ * library (config.json and model.safetensors, or shards with an index)
+ * imports by name, each rank reading only the byte ranges it owns
+ * (zs_params_import_safetensors), and `zs-ckpt export --hf` writes what it
+ * loads: the model's config.json travels in checkpoints as the user state
+ * "hf.config.json".
+ *
+ * The family's app keys (the trainer's generic ones are in ex_trainer.h):
+ *   model [""]            a shape by name: "tiny" (the Shakespeare demo), "llama-3.2-1b",
+ *                         "llama-3.1-8b", "llama-3.1-70b"
+ *   config [""]           a Hugging Face config.json: the shape, trained from initialization
+ *   init_from [""]        a Hugging Face model directory (config.json, model.safetensors or
+ *                         model.safetensors.index.json): its shape and weights
+ *                         (exactly one of the three)
+ *   recompute [false]     keep only block inputs; recompute activations in backward
+ *   head_chunk_rows [0]   rows of logits the head holds at once; 0: 128 on the CPU, 1024 on CUDA
+ */
+#define _POSIX_C_SOURCE 200809L /* stat, strdup */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ex_cuda_stream.h"
+#include "ex_error.h"
+#include "ex_model.h"
+#include "ex_trainer.h"
+#include "ex_stream.h"
+#include "ex_units.h"
+#include "llama_backend.h"
+
+#define PROGRAM "llama_train"
+#define HEAD_CHUNK_ROWS_CPU 128
+#define HEAD_CHUNK_ROWS_GPU 1024
+#define CONFIG_NAME "hf.config.json"
+
+struct ex_model {
+    llama_dims dims;
+    const char *preset, *config_path, *init_from;
+    char weights[4096];      /* init_from's safetensors file or index */
+    char *config_json;       /* the config.json that travels with checkpoints */
+    int recompute;
+    int64_t head_chunk_rows;
+    ex_units units;
+    nn_device *dev;
+    llama_backend *be;
+    ex_stream ws; /* the micro-step's workspace on the device */
+};
+
+/* --------------------------------------------------------- failures */
+
+static void check_model(const ex_model *m, int rc, const char *what) {
+    if (rc != 0) ex_abort_job(PROGRAM, what, m->be->ops->last_error(m->be));
+}
+
+static void units_or_abort(int rc, const char *what, const char *err) {
+    if (rc != 0) ex_abort_job(PROGRAM, what, err);
+}
+
+/* ---------------------------------------------------------- settings */
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The config.json and the weights of a Hugging Face model directory (or of
+ * a .safetensors / index file with config.json beside it). */
+static int locate(const char *init_from, char *config, size_t config_cap, char *weights,
+                  size_t weights_cap) {
+    char dir[4096];
+    if (is_dir(init_from)) {
+        snprintf(dir, sizeof dir, "%s", init_from);
+        snprintf(weights, weights_cap, "%s", init_from);
+    } else {
+        snprintf(dir, sizeof dir, "%s", init_from);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+        snprintf(weights, weights_cap, "%s", init_from);
+    }
+    const int n = snprintf(config, config_cap, "%.4000s/config.json", dir);
+    return n > 0 && (size_t)n < config_cap && is_file(config) ? 0 : -1;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        const long n = ftell(f);
+        if (n >= 0 && n <= (1L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+            (text = calloc(1, (size_t)n + 1)) && fread(text, 1, (size_t)n, f) != (size_t)n) {
+            free(text);
+            text = NULL;
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
+    ex_model *m = calloc(1, sizeof *m);
+    if (!m) return ZS_ERR_OUT_OF_MEMORY;
+    *out = m;
+    zs_status st;
+    char err[EX_ERR_CAP];
+    if ((st = zs_config_app_string(cfg, "model", "", &m->preset)) ||
+        (st = zs_config_app_string(cfg, "config", "", &m->config_path)) ||
+        (st = zs_config_app_string(cfg, "init_from", "", &m->init_from)) ||
+        (st = zs_config_app_bool(cfg, "recompute", 0, &m->recompute)) ||
+        (st = zs_config_app_int(cfg, "head_chunk_rows", 0, 0, 1 << 16, &m->head_chunk_rows)))
+        return st;
+    const int given = (m->preset[0] != '\0') + (m->config_path[0] != '\0') +
+                      (m->init_from[0] != '\0');
+    if (given != 1) {
+        fprintf(stderr, PROGRAM ": give exactly one of app.model (a shape: tiny, llama-3.2-1b, "
+                        "llama-3.1-8b, llama-3.1-70b), app.config (a Hugging Face config.json) "
+                        "and app.init_from (a Hugging Face model directory); %s\n",
+                given ? "several are set" : "none is set");
+        return ZS_ERR_CONFIG;
+    }
+    char config[4096] = "";
+    if (m->preset[0] != '\0') {
+        if (llama_dims_preset(m->preset, &m->dims) != 0) {
+            fprintf(stderr, PROGRAM ": app.model = \"%s\" is not a shape this program knows:",
+                    m->preset);
+            for (int i = 0; llama_preset_names[i]; i++) fprintf(stderr, " %s", llama_preset_names[i]);
+            fprintf(stderr, "\n");
+            return ZS_ERR_CONFIG;
+        }
+    } else {
+        if (m->init_from[0] != '\0' &&
+            locate(m->init_from, config, sizeof config, m->weights, sizeof m->weights) != 0) {
+            fprintf(stderr, PROGRAM ": app.init_from = \"%s\": no config.json beside it (a "
+                            "Hugging Face model directory holds config.json and "
+                            "model.safetensors or model.safetensors.index.json)\n",
+                    m->init_from);
+            return ZS_ERR_IO;
+        }
+        if (m->config_path[0] != '\0') snprintf(config, sizeof config, "%s", m->config_path);
+        if (llama_config_read(config, &m->dims, err, sizeof err) != 0) {
+            fprintf(stderr, PROGRAM ": %s: %s\n",
+                    m->init_from[0] ? "app.init_from" : "app.config", err);
+            return ZS_ERR_CONFIG;
+        }
+        /* The file as given travels with checkpoints (the keys this program
+         * ignores, token ids and the like, included). */
+        m->config_json = read_text(config);
+    }
+    if (!m->config_json) {
+        char text[4096];
+        const int n = llama_config_write(&m->dims, text, sizeof text);
+        if (n < 0 || (size_t)n >= sizeof text || !(m->config_json = strdup(text))) {
+            fprintf(stderr, PROGRAM ": cannot write the model's config.json\n");
+            return ZS_ERR_INTERNAL;
+        }
+    }
+    const llama_dims *d = &m->dims;
+    snprintf(facts->name, sizeof facts->name, "%s",
+             m->preset[0] ? m->preset : d->model_type);
+    snprintf(facts->description, sizeof facts->description,
+             "%s: %d layers, %d query / %d key-value heads of %d, %d channels, MLP %d, vocab %d, "
+             "%s head%s%s",
+             d->model_type, d->n_layer, d->n_head, d->n_kv_head, d->head_dim, d->n_embd, d->n_ff,
+             d->vocab, d->tied ? "tied" : "untied",
+             d->qkv_bias ? ", q/k/v biases" : "",
+             m->recompute ? "; activations recomputed in backward" : "");
+    facts->vocab = d->vocab;
+    facts->max_seq = d->max_seq < (1 << 20) ? d->max_seq : (1 << 20);
+    facts->default_seq = facts->max_seq < 2048 ? facts->max_seq : 2048;
+    facts->byte_tokens = d->vocab <= 256;
+    return ZS_OK;
+}
+
+static zs_init initializer(const llama_param_spec *spec) {
+    switch (spec->init) {
+    case LLAMA_INIT_NORMAL: return ZS_INIT_NORMAL_STD(spec->init_std);
+    case LLAMA_INIT_ONES: return ZS_INIT_CONSTANT_VALUE(1.0);
+    case LLAMA_INIT_ZEROS: break;
+    }
+    return ZS_INIT_ZEROS_VALUE;
+}
+
+static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
+    const llama_dims *d = &m->dims;
+    const int units = llama_num_units(d);
+    int params = 0;
+    for (int u = 0; u < units; u++) params += llama_unit_num_params(d, u);
+    zs_status st = ex_units_init(&m->units, zs, units, params);
+    for (int unit = 0; st == ZS_OK && unit < units; unit++) {
+        char name[LLAMA_NAME_MAX];
+        llama_unit_name(d, unit, name, sizeof name);
+        st = ex_units_begin(&m->units, name);
+        for (int i = 0; st == ZS_OK && i < llama_unit_num_params(d, unit); i++) {
+            llama_param_spec spec;
+            llama_param_spec_get(d, unit, i, &spec);
+            st = ex_units_add(&m->units, spec.name, spec.ndim, spec.shape, initializer(&spec),
+                              spec.no_decay ? ZS_PARAM_NO_DECAY : 0u);
+        }
+        if (st == ZS_OK) st = ex_units_end(&m->units);
+    }
+    facts->params = llama_num_params(d);
+    facts->units = units;
+    facts->dtype = st == ZS_OK ? zs_param_dtype(m->units.param[0]) : ZS_DTYPE_FP32;
+    return st;
+}
+
+/* ------------------------------------------------------- workspace */
+
+static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
+                 size_t cap) {
+    const llama_dims *d = &m->dims;
+    const int cuda = strcmp(zs_backend_name(zs), "cuda") == 0;
+    if (cuda) {
+        const nn_dtype dt = facts->dtype == ZS_DTYPE_BF16   ? NN_BF16
+                            : facts->dtype == ZS_DTYPE_FP16 ? NN_F16
+                                                            : NN_F32;
+        if (nn_cuda_device_create(ex_cuda_stream(zs), dt, &m->dev, err, cap) != 0) return -1;
+        if (llama_cuda_backend_create(m->dev, d, T, &m->be, err, cap) != 0) return -1;
+    } else {
+        if (!(m->dev = nn_cpu_device_create())) {
+            snprintf(err, cap, "the model's CPU device: out of host memory");
+            return -1;
+        }
+        if (llama_cpu_backend_create(m->dev, d, T, &m->be, err, cap) != 0) return -1;
+    }
+    if (ex_units_attach(&m->units, m->dev, err, cap) != 0) return -1;
+    if (m->head_chunk_rows == 0) m->head_chunk_rows = cuda ? HEAD_CHUNK_ROWS_GPU : HEAD_CHUNK_ROWS_CPU;
+    const size_t acts_bytes = (size_t)llama_block_acts_bytes(d, B, T, m->dev->dtype);
+    if (ex_stream_alloc(&m->ws, m->dev, d->n_layer, B, T,
+                        (size_t)d->n_embd * nn_dtype_size(m->dev->dtype), acts_bytes, m->recompute,
+                        m->be->ops->block_scratch_bytes(m->be, B, T),
+                        m->be->ops->head_scratch_bytes(m->be, B, T, (int)m->head_chunk_rows),
+                        &facts->activation_bytes, err, cap) != 0)
+        return -1;
+    return 0;
+}
+
+static nn_device *device(ex_model *m) { return m->dev; }
+
+static void *residual(const ex_model *m, int l, int B, int T) {
+    return ex_stream_residual(&m->ws, l, B, T);
+}
+
+static llama_block_acts block_acts(const ex_model *m, int l, int B, int T) {
+    llama_block_acts a;
+    llama_block_acts_carve(&m->dims, B, T, m->dev->dtype, ex_stream_acts(&m->ws, l), &a);
+    return a;
+}
+
+/* ------------------------------------------------------ the unit views */
+
+/* A block's registered tensors (pointers in registration order) into the
+ * struct, absent biases NULL. */
+static void block_view(const llama_dims *d, void *const *p, llama_block_w *w) {
+    void *slot[LLAMA_BLOCK_SLOTS] = {0};
+    for (int s = 0; s < LLAMA_BLOCK_SLOTS; s++) {
+        const int i = llama_block_index(d, (llama_block_param)s);
+        if (i >= 0) slot[s] = p[i];
+    }
+    *w = (llama_block_w){
+        .attn_norm = slot[LLAMA_P_ATTN_NORM], .wq = slot[LLAMA_P_WQ], .bq = slot[LLAMA_P_BQ],
+        .wk = slot[LLAMA_P_WK], .bk = slot[LLAMA_P_BK], .wv = slot[LLAMA_P_WV],
+        .bv = slot[LLAMA_P_BV], .wo = slot[LLAMA_P_WO], .bo = slot[LLAMA_P_BO],
+        .mlp_norm = slot[LLAMA_P_MLP_NORM], .wgate = slot[LLAMA_P_WGATE],
+        .bgate = slot[LLAMA_P_BGATE], .wup = slot[LLAMA_P_WUP], .bup = slot[LLAMA_P_BUP],
+        .wdown = slot[LLAMA_P_WDOWN], .bdown = slot[LLAMA_P_BDOWN]};
+}
+
+/* The head's unit (unit 0 when tied) and its weights in p: tied unit 0
+ * holds (embed_tokens, norm), the untied head unit (norm, lm_head). */
+static int head_unit(const ex_model *m) {
+    return m->dims.tied ? 0 : llama_head_unit(&m->dims);
+}
+
+static void head_view(const ex_model *m, void *const *p, llama_head_w *w) {
+    *w = m->dims.tied ? (llama_head_w){.norm = p[1], .wout = p[0]}
+                      : (llama_head_w){.norm = p[0], .wout = p[1]};
+}
+
+/* ------------------------------------------------------ forward/backward */
+
+static zs_status forward_blocks(ex_model *m, zs_ctx *zs, const int *tokens, int B, int T) {
+    const llama_dims *d = &m->dims;
+    char err[1024];
+    void *p[EX_UNIT_MAX_PARAMS];
+    zs_status st = zs_fetch(zs, m->units.unit[0]);
+    if (st != ZS_OK) return st;
+    units_or_abort(ex_units_params(&m->units, 0, p, err, sizeof err), "embedding", err);
+    const llama_embed_w ew = {.wte = p[0]};
+    check_model(m, m->be->ops->embed_forward(m->be, B, T, &ew, tokens, residual(m, 0, B, T)),
+                "embedding forward");
+    if ((st = zs_release(zs, m->units.unit[0])) != ZS_OK) return st;
+    for (int l = 0; l < d->n_layer; l++) {
+        if ((st = zs_fetch(zs, m->units.unit[1 + l])) != ZS_OK) return st;
+        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
+        llama_block_w w;
+        block_view(d, p, &w);
+        llama_block_acts a = block_acts(m, l, B, T);
+        check_model(m, m->be->ops->block_forward(m->be, B, T, &w, residual(m, l, B, T), &a,
+                                                 residual(m, l + 1, B, T), m->ws.block_scratch),
+                    "block forward");
+        if ((st = zs_release(zs, m->units.unit[1 + l])) != ZS_OK) return st;
+    }
+    return ZS_OK;
+}
+
+static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
+                                  int B, int T, float dloss, float *losses) {
+    const llama_dims *d = &m->dims;
+    char err[1024];
+    void *p[EX_UNIT_MAX_PARAMS], *g[EX_UNIT_MAX_PARAMS];
+    zs_status st = forward_blocks(m, zs, tokens, B, T);
+    if (st != ZS_OK) return st;
+
+    /* The head. Tied, it is unit 0 fetched a second time, whose gradient
+     * stays open until the embedding's backward adds its part. */
+    const int hu = head_unit(m);
+    zs_unit *head = m->units.unit[hu];
+    if ((st = zs_fetch(zs, head)) != ZS_OK) return st;
+    units_or_abort(ex_units_params(&m->units, hu, p, err, sizeof err), "head", err);
+    units_or_abort(ex_units_grads(&m->units, hu, g, err, sizeof err), "head", err);
+    llama_head_w hw, hg;
+    head_view(m, p, &hw);
+    head_view(m, g, &hg);
+    void *dy = m->ws.dres[0], *dx = m->ws.dres[1];
+    check_model(m, m->be->ops->head_forward_backward(m->be, B, T, &hw, &hg,
+                                                     residual(m, d->n_layer, B, T), targets, dloss,
+                                                     dy, losses, (int)m->head_chunk_rows,
+                                                     m->ws.head_scratch),
+                "head");
+    units_or_abort(ex_units_commit(&m->units, hu, EX_UNITS_ALL, err, sizeof err), "head", err);
+    if (!d->tied && (st = zs_grads_ready(zs, head)) != ZS_OK) return st;
+    if ((st = zs_release(zs, head)) != ZS_OK) return st;
+
+    for (int l = d->n_layer - 1; l >= 0; l--) {
+        zs_unit *unit = m->units.unit[1 + l];
+        if ((st = zs_fetch(zs, unit)) != ZS_OK) return st;
+        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
+        llama_block_w w, bg;
+        block_view(d, p, &w);
+        llama_block_acts a = block_acts(m, l, B, T);
+        if (m->recompute)
+            check_model(m, m->be->ops->block_forward(m->be, B, T, &w, residual(m, l, B, T), &a,
+                                                     residual(m, l + 1, B, T), m->ws.block_scratch),
+                        "recomputing a block");
+        units_or_abort(ex_units_grads(&m->units, 1 + l, g, err, sizeof err), "block", err);
+        block_view(d, g, &bg);
+        check_model(m, m->be->ops->block_backward(m->be, B, T, &w, &bg, residual(m, l, B, T), &a,
+                                                  dy, dx, m->ws.block_scratch),
+                    "block backward");
+        units_or_abort(ex_units_commit(&m->units, 1 + l, EX_UNITS_ALL, err, sizeof err), "block",
+                       err);
+        if ((st = zs_grads_ready(zs, unit)) != ZS_OK) return st;
+        if ((st = zs_release(zs, unit)) != ZS_OK) return st;
+        void *t = dy;
+        dy = dx;
+        dx = t;
+    }
+    /* The embedding's backward needs no parameters: tied, it adds into the
+     * gradient the head left open (embed_tokens only); untied, into one
+     * opened now without gathering the table. */
+    zs_unit *embed = m->units.unit[0];
+    if (d->tied) {
+        units_or_abort(ex_units_grads_again(&m->units, 0, 0x1u, g, err, sizeof err), "embedding",
+                       err);
+    } else {
+        if ((st = zs_grads_open(zs, embed)) != ZS_OK) return st;
+        units_or_abort(ex_units_grads(&m->units, 0, g, err, sizeof err), "embedding", err);
+    }
+    llama_embed_w eg = {.wte = g[0]};
+    check_model(m, m->be->ops->embed_backward(m->be, B, T, &eg, tokens, dy), "embedding backward");
+    units_or_abort(ex_units_commit(&m->units, 0, 0x1u, err, sizeof err), "embedding", err);
+    return zs_grads_ready(zs, embed);
+}
+
+/* The forward through the head's fetch; the caller runs the head op and
+ * releases. */
+static zs_status forward_to_head(ex_model *m, zs_ctx *zs, const int *tokens, int B, int T,
+                                 llama_head_w *hw) {
+    zs_status st = forward_blocks(m, zs, tokens, B, T);
+    if (st == ZS_OK) st = zs_fetch(zs, m->units.unit[head_unit(m)]);
+    if (st != ZS_OK) return st;
+    void *p[EX_UNIT_MAX_PARAMS];
+    char err[1024];
+    units_or_abort(ex_units_params(&m->units, head_unit(m), p, err, sizeof err), "head", err);
+    head_view(m, p, hw);
+    return ZS_OK;
+}
+
+static zs_status eval_losses(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
+                             int B, int T, float *losses) {
+    llama_head_w hw;
+    zs_status st = forward_to_head(m, zs, tokens, B, T, &hw);
+    if (st != ZS_OK) return st;
+    check_model(m, m->be->ops->head_forward(m->be, B, T, &hw, residual(m, m->dims.n_layer, B, T),
+                                            targets, losses, (int)m->head_chunk_rows,
+                                            m->ws.head_scratch),
+                "validation head");
+    return zs_release(zs, m->units.unit[head_unit(m)]);
+}
+
+static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
+                             float *host_logits) {
+    llama_head_w hw;
+    zs_status st = forward_to_head(m, zs, tokens, 1, T, &hw);
+    if (st != ZS_OK) return st;
+    check_model(m, m->be->ops->head_logits(m->be, 1, T, &hw, residual(m, m->dims.n_layer, 1, T),
+                                           T - 1, host_logits, m->ws.head_scratch),
+                "sampling logits");
+    return zs_release(zs, m->units.unit[head_unit(m)]);
+}
+
+/* -------------------------------------------------- checkpoints in and out */
+
+static zs_status import(ex_model *m, zs_ctx *zs) {
+    if (m->init_from[0] == '\0') return ZS_OK;
+    /* Old checkpoints carry the rotary table's inverse frequencies, which
+     * this model computes (llama_rope_table). */
+    static const char *const ignored[] = {"*.rotary_emb.inv_freq"};
+    const zs_safetensors_import options = {.ignore = ignored, .ignore_count = 1};
+    return zs_params_import_safetensors(zs, m->weights, &options, NULL);
+}
+
+static zs_status save_state(ex_model *m, zs_ctx *zs) {
+    return zs_user_state_set(zs, CONFIG_NAME, m->config_json, strlen(m->config_json), 0);
+}
+
+static double flops_per_token(const ex_model *m, int T) { return llama_flops_per_token(&m->dims, T); }
+
+/* Bytes for a byte-level model; otherwise the ids, which
+ * scripts/decode_tokens.py turns into text with the checkpoint's tokenizer. */
+static void print_token(ex_model *m, int token, FILE *out) {
+    if (m->dims.vocab <= 256) fputc(token, out);
+    else fprintf(out, "[%d]", token);
+}
+
+static int start_token(ex_model *m) {
+    (void)m;
+    return 0;
+}
+
+static void destroy(ex_model *m) {
+    if (!m) return;
+    ex_stream_free(&m->ws);
+    ex_units_free(&m->units);
+    if (m->be) m->be->ops->destroy(m->be);
+    if (m->dev) m->dev->ops->destroy(m->dev);
+    free(m->config_json);
+    free(m);
+}
+
+const ex_model_ops llama_model_ops = {
+    .program = PROGRAM,
+    .family = "llama",
+    .configure = configure,
+    .describe = describe,
+    .start = start,
+    .device = device,
+    .import = import,
+    .save_state = save_state,
+    .flops_per_token = flops_per_token,
+    .train_micro_step = train_micro_step,
+    .eval_losses = eval_losses,
+    .last_logits = last_logits,
+    .print_token = print_token,
+    .start_token = start_token,
+    .destroy = destroy,
+};

@@ -1,0 +1,229 @@
+/* A whole Llama-family model on one backend for the tests; see
+ * llama_test_model.h. */
+#include "llama_test_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TM_TRY(call)                                                                          \
+    do {                                                                                      \
+        int tm_status_ = (call);                                                              \
+        if (tm_status_ != NN_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
+                    nn_status_name(tm_status_), m->be->ops->last_error(m->be));              \
+            return tm_status_;                                                                \
+        }                                                                                     \
+    } while (0)
+#define DEV_TRY(call)                                                                         \
+    do {                                                                                      \
+        int tm_status_ = (call);                                                              \
+        if (tm_status_ != NN_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
+                    nn_status_name(tm_status_), m->dev->ops->last_error(m->dev));            \
+            return tm_status_;                                                                \
+        }                                                                                     \
+    } while (0)
+
+int64_t llama_tm_unit_offset(const llama_dims *d, int unit) {
+    int64_t off = 0;
+    for (int u = 0; u < unit; u++) off += llama_unit_numel(d, u);
+    return off;
+}
+
+int64_t llama_tm_param_offset(const llama_dims *d, int unit, int index) {
+    int64_t off = llama_tm_unit_offset(d, unit);
+    for (int i = 0; i < index; i++) {
+        llama_param_spec s;
+        llama_param_spec_get(d, unit, i, &s);
+        off += s.numel;
+    }
+    return off;
+}
+
+int llama_tm_init(llama_tm *m, llama_backend *be, int B, int T, int chunk_rows) {
+    memset(m, 0, sizeof(*m));
+    m->be = be;
+    m->dev = be->dev;
+    m->d = be->dims;
+    m->B = B;
+    m->T = T;
+    m->chunk_rows = chunk_rows;
+    const llama_dims *d = &m->d;
+    const int L = d->n_layer;
+    const size_t BT = (size_t)B * T, C = (size_t)d->n_embd;
+    if (m->dev->dtype != NN_F32) {
+        fprintf(stderr, "llama_tm_init: fp32 devices only\n");
+        return NN_ERR_ARG;
+    }
+    m->n_params = llama_num_params(d);
+    m->w = calloc((size_t)L, sizeof(llama_block_w));
+    m->g = calloc((size_t)L, sizeof(llama_block_w));
+    m->acts = calloc((size_t)L, sizeof(llama_block_acts));
+    m->host_losses = calloc(BT, sizeof(float));
+    if (!m->w || !m->g || !m->acts || !m->host_losses) {
+        fprintf(stderr, "llama_tm_init: out of host memory\n");
+        return NN_ERR_NOMEM;
+    }
+    m->acts_bytes = (size_t)llama_block_acts_bytes(d, B, T, NN_F32);
+    const size_t bscratch = be->ops->block_scratch_bytes(be, B, T);
+    const size_t hscratch = be->ops->head_scratch_bytes(be, B, T, chunk_rows);
+    nn_device *dev = m->dev;
+    DEV_TRY(dev->ops->alloc(dev, sizeof(float) * (size_t)m->n_params, (void **)&m->params));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(float) * (size_t)m->n_params, (void **)&m->grads));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(float) * (size_t)(L + 1) * BT * C, (void **)&m->resid));
+    DEV_TRY(dev->ops->alloc(dev, (size_t)L * m->acts_bytes, (void **)&m->acts_mem));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(float) * BT * C, (void **)&m->dres[0]));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(float) * BT * C, (void **)&m->dres[1]));
+    DEV_TRY(dev->ops->alloc(dev, bscratch, &m->bscratch));
+    DEV_TRY(dev->ops->alloc(dev, hscratch, &m->hscratch));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(float) * BT, (void **)&m->losses));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(int) * BT, (void **)&m->tokens));
+    DEV_TRY(dev->ops->alloc(dev, sizeof(int) * BT, (void **)&m->targets));
+    llama_embed_w_carve(d, NN_F32, m->params, &m->w0);
+    llama_embed_w_carve(d, NN_F32, m->grads, &m->g0);
+    const int head = d->tied ? 0 : llama_head_unit(d);
+    const int64_t hoff = llama_tm_unit_offset(d, head);
+    llama_head_w_carve(d, NN_F32, m->params + hoff, &m->wh);
+    llama_head_w_carve(d, NN_F32, m->grads + hoff, &m->gh);
+    for (int l = 0; l < L; l++) {
+        const int64_t at = llama_tm_unit_offset(d, 1 + l);
+        llama_block_w_carve(d, NN_F32, m->params + at, &m->w[l]);
+        llama_block_w_carve(d, NN_F32, m->grads + at, &m->g[l]);
+        llama_block_acts_carve(d, B, T, NN_F32, m->acts_mem + (size_t)l * m->acts_bytes,
+                               &m->acts[l]);
+    }
+    return NN_OK;
+}
+
+void llama_tm_free(llama_tm *m) {
+    if (m->dev != NULL) {
+        const nn_device_ops *ops = m->dev->ops;
+        void *bufs[] = {m->params, m->grads, m->resid, m->acts_mem, m->dres[0], m->dres[1],
+                        m->bscratch, m->hscratch, m->losses, m->tokens, m->targets};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(m->dev, bufs[i]);
+    }
+    free(m->w);
+    free(m->g);
+    free(m->acts);
+    free(m->host_losses);
+    memset(m, 0, sizeof(*m));
+}
+
+float *llama_tm_resid(const llama_tm *m, int l) {
+    return m->resid + (size_t)l * m->B * m->T * m->d.n_embd;
+}
+
+int llama_tm_set_params(llama_tm *m, const float *host_params) {
+    DEV_TRY(m->dev->ops->upload(m->dev, m->params, host_params,
+                                sizeof(float) * (size_t)m->n_params));
+    return NN_OK;
+}
+
+int llama_tm_set_data(llama_tm *m, const int *host_tokens, const int *host_targets) {
+    const size_t BT = (size_t)m->B * m->T;
+    DEV_TRY(m->dev->ops->upload(m->dev, m->tokens, host_tokens, sizeof(int) * BT));
+    DEV_TRY(m->dev->ops->upload(m->dev, m->targets, host_targets, sizeof(int) * BT));
+    return NN_OK;
+}
+
+static int tm_forward_blocks(llama_tm *m) {
+    llama_backend *be = m->be;
+    TM_TRY(be->ops->embed_forward(be, m->B, m->T, &m->w0, m->tokens, llama_tm_resid(m, 0)));
+    for (int l = 0; l < m->d.n_layer; l++) {
+        TM_TRY(be->ops->block_forward(be, m->B, m->T, &m->w[l], llama_tm_resid(m, l),
+                                      &m->acts[l], llama_tm_resid(m, l + 1), m->bscratch));
+    }
+    return NN_OK;
+}
+
+static int tm_mean_loss(llama_tm *m, double *mean_loss) {
+    const int BT = m->B * m->T;
+    DEV_TRY(m->dev->ops->download(m->dev, m->host_losses, m->losses, sizeof(float) * (size_t)BT));
+    double sum = 0.0;
+    for (int r = 0; r < BT; r++) sum += m->host_losses[r];
+    *mean_loss = sum / BT;
+    return NN_OK;
+}
+
+int llama_tm_loss(llama_tm *m, double *mean_loss) {
+    llama_backend *be = m->be;
+    TM_TRY(tm_forward_blocks(m));
+    TM_TRY(be->ops->head_forward(be, m->B, m->T, &m->wh, llama_tm_resid(m, m->d.n_layer),
+                                 m->targets, m->losses, m->chunk_rows, m->hscratch));
+    return tm_mean_loss(m, mean_loss);
+}
+
+int llama_tm_step(llama_tm *m, float dloss_scale, int zero_grads, double *mean_loss) {
+    llama_backend *be = m->be;
+    const int L = m->d.n_layer;
+    if (zero_grads) {
+        DEV_TRY(m->dev->ops->zero(m->dev, m->grads, sizeof(float) * (size_t)m->n_params));
+    }
+    TM_TRY(tm_forward_blocks(m));
+    TM_TRY(be->ops->head_forward_backward(be, m->B, m->T, &m->wh, &m->gh, llama_tm_resid(m, L),
+                                          m->targets, dloss_scale, m->dres[0], m->losses,
+                                          m->chunk_rows, m->hscratch));
+    // Block l reads d(its output) from dres[(L - 1 - l) % 2] and writes
+    // d(its input) into the other one.
+    for (int l = L - 1; l >= 0; l--) {
+        float *dy = m->dres[(L - 1 - l) % 2], *dx = m->dres[(L - l) % 2];
+        TM_TRY(be->ops->block_backward(be, m->B, m->T, &m->w[l], &m->g[l], llama_tm_resid(m, l),
+                                       &m->acts[l], dy, dx, m->bscratch));
+    }
+    TM_TRY(be->ops->embed_backward(be, m->B, m->T, &m->g0, m->tokens, m->dres[L % 2]));
+    return tm_mean_loss(m, mean_loss);
+}
+
+int llama_tm_logits(llama_tm *m, int row, float *host_logits) {
+    TM_TRY(m->be->ops->head_logits(m->be, m->B, m->T, &m->wh, llama_tm_resid(m, m->d.n_layer),
+                                   row, host_logits, m->hscratch));
+    return NN_OK;
+}
+
+/* ---------------------------------------------------------- test inputs */
+
+static uint64_t tm_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+double llama_tm_uniform(uint64_t *state) {
+    *state += UINT64_C(0x9e3779b97f4a7c15);
+    return (double)(tm_mix(*state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double llama_tm_normal(uint64_t *state) {
+    // Box-Muller; 1 - u keeps the logarithm's argument in (0, 1].
+    const double u1 = 1.0 - llama_tm_uniform(state);
+    const double u2 = llama_tm_uniform(state);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void llama_tm_init_params(const llama_dims *d, float *host_params, uint64_t seed, double gain,
+                          double jitter) {
+    uint64_t state = tm_mix(seed);
+    int64_t off = 0;
+    for (int u = 0; u < llama_num_units(d); u++) {
+        for (int i = 0; i < llama_unit_num_params(d, u); i++) {
+            llama_param_spec s;
+            llama_param_spec_get(d, u, i, &s);
+            float *p = host_params + off;
+            for (int64_t k = 0; k < s.numel; k++) {
+                const double z = llama_tm_normal(&state);
+                switch (s.init) {
+                case LLAMA_INIT_NORMAL: p[k] = (float)(gain * s.init_std * z); break;
+                case LLAMA_INIT_ZEROS: p[k] = (float)(jitter * z); break;
+                case LLAMA_INIT_ONES: p[k] = (float)(1.0 + jitter * z); break;
+                }
+            }
+            off += s.numel;
+        }
+    }
+}
+
+void llama_tm_random_tokens(int n, int vocab, int *out, uint64_t seed) {
+    uint64_t state = tm_mix(seed ^ UINT64_C(0x746f6b656e73)); /* "tokens" */
+    for (int i = 0; i < n; i++) out[i] = (int)(llama_tm_uniform(&state) * vocab);
+}

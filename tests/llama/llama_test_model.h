@@ -1,0 +1,73 @@
+/*
+ * A whole Llama-family model on one backend, for the tests and the
+ * benchmark: every unit's parameters and gradients in one flat device array
+ * each (units in order, each in registration order, as zeroshard's unit
+ * buffers hold them), activations for every block, and one call for a full
+ * training step (embed -> blocks -> head -> blocks backward -> embed
+ * backward), the order a trainer runs the units in. fp32 devices only (the
+ * CPU's). Links no zeroshard.
+ */
+#ifndef LLAMA_TEST_MODEL_H
+#define LLAMA_TEST_MODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llama_backend.h"
+
+typedef struct llama_tm {
+    llama_backend *be; /* not owned */
+    nn_device *dev;    /* be->dev */
+    llama_dims d;
+    int B, T, chunk_rows;
+    int64_t n_params;
+    float *params, *grads;   /* device [n_params] */
+    llama_embed_w w0, g0;    /* unit 0 */
+    llama_head_w wh, gh;     /* the head: unit 0 (tied) or the lm_head unit */
+    llama_block_w *w, *g;    /* [L] */
+    float *resid;            /* device [L + 1][BT][C]: input of block l at l; head input at L */
+    unsigned char *acts_mem; /* device [L][acts_bytes] */
+    size_t acts_bytes;
+    llama_block_acts *acts;  /* [L] */
+    float *dres[2];          /* device [BT][C] each */
+    void *bscratch, *hscratch;
+    float *losses;           /* device [BT] */
+    int *tokens, *targets;   /* device [BT] */
+    float *host_losses;      /* host [BT] */
+} llama_tm;
+
+/* 0 or an nn_status (message printed to stderr). */
+int llama_tm_init(llama_tm *m, llama_backend *be, int B, int T, int chunk_rows);
+void llama_tm_free(llama_tm *m);
+
+/* Offset (elements) of unit u in the flat arrays; of tensor `index` of unit
+ * u with llama_tm_param_offset. */
+int64_t llama_tm_unit_offset(const llama_dims *d, int unit);
+int64_t llama_tm_param_offset(const llama_dims *d, int unit, int index);
+/* The residual stream entering block l (l = L: the head's input). */
+float *llama_tm_resid(const llama_tm *m, int l);
+
+int llama_tm_set_params(llama_tm *m, const float *host_params);
+int llama_tm_set_data(llama_tm *m, const int *host_tokens, const int *host_targets);
+/* Forward only (head_forward); *mean_loss = mean of the per-position
+ * losses, summed in double on the host. */
+int llama_tm_loss(llama_tm *m, double *mean_loss);
+/* A full step: with zero_grads, grads holds on return the gradient of
+ * dloss_scale * sum of the per-position losses (1 / (B T): the mean);
+ * without, that gradient is added to what grads held. */
+int llama_tm_step(llama_tm *m, float dloss_scale, int zero_grads, double *mean_loss);
+/* The logits of row `row` of the head's input into host [V]. */
+int llama_tm_logits(llama_tm *m, int row, float *host_logits);
+
+/* Test inputs from a counter-based generator (splitmix64), the same on
+ * every machine. */
+double llama_tm_uniform(uint64_t *state);
+double llama_tm_normal(uint64_t *state);
+/* host_params: [llama_num_params]: the initialization of the table with
+ * every normal tensor scaled by `gain`, plus `jitter` * N(0, 1) on the
+ * norms' weights (around 1) and every bias (around 0). */
+void llama_tm_init_params(const llama_dims *d, float *host_params, uint64_t seed, double gain,
+                          double jitter);
+void llama_tm_random_tokens(int n, int vocab, int *out, uint64_t seed);
+
+#endif /* LLAMA_TEST_MODEL_H */
