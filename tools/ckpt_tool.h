@@ -40,8 +40,10 @@ zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t bu
                           const char *out_path, int quiet, uint64_t *out_bytes);
 
 /* The parameters of a step read back in full from its master shards, for
- * the exports (ckpt_export.c): opening verifies every master file (size,
- * header, exactly the listed tensors, each tensor's XXH3) with `progress`,
+ * the exports (ckpt_export.c): opening verifies every master and user file,
+ * as `zs-ckpt verify` does, with the same messages (size, header, exactly
+ * the listed tensors, each tensor's XXH3; zs__ckpt_verify_files with
+ * without_optim) with `progress`,
  * whose total the caller set to zs__ckpt_verify_read_bytes(step, 0, 1, 1)
  * plus the output's tensor bytes; then each parameter is assembled in
  * pieces from the ranks' ranges that cover it, converted to `dtype`

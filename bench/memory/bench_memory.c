@@ -56,17 +56,37 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
 
+    /* The configuration goes through a file (zs_config_load is the one
+     * reader), which every rank reads once; the file and its directory are
+     * removed before any stage runs, so a stage that fails (out of memory:
+     * die() ends the job with MPI_Abort) leaves nothing behind. */
     char dir[] = "/tmp/zs_bench_memory_XXXXXX", path[256];
-    if (rank == 0 && !mkdtemp(dir)) return 1;
+    int made = 1;
+    if (rank == 0) {
+        made = mkdtemp(dir) != NULL;
+        snprintf(path, sizeof path, "%s/bench.cfg", dir);
+        FILE *f = made ? fopen(path, "w") : NULL;
+        if (f) {
+            fprintf(f, "zero: { stage = 0; max_live_units = %d; };\n"
+                       "optimizer: { type = \"adamw\"; lr = 1e-3; };\n", max_live);
+            made = fclose(f) == 0;
+        } else {
+            made = 0;
+        }
+        if (!made) fprintf(stderr, "bench_memory: cannot write a configuration under /tmp\n");
+    }
+    MPI_Bcast(&made, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     snprintf(path, sizeof path, "%s/bench.cfg", dir);
+    zs_config *base = NULL;
+    zs_status loaded = made ? zs_config_load(path, &base) : ZS_ERR_IO;
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank has read it */
     if (rank == 0) {
-        FILE *f = fopen(path, "w");
-        fprintf(f, "zero: { stage = 0; max_live_units = %d; };\noptimizer: { type = \"adamw\"; lr = 1e-3; };\n",
-                max_live);
-        fclose(f);
+        unlink(path);
+        rmdir(dir);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (!made) MPI_Abort(MPI_COMM_WORLD, 1);
+    B_CHECK(loaded);
 
     const double psi = (double)units * (double)unit_params;
     if (rank == 0) {
@@ -78,14 +98,11 @@ int main(int argc, char **argv) {
                "(peak)", "(peak)");
     }
     for (int stage = 0; stage < 4; stage++) {
-        zs_config *cfg = NULL;
-        B_CHECK(zs_config_load(path, &cfg));
         char override[64];
         snprintf(override, sizeof override, "zero.stage=%d", stage);
-        B_CHECK(zs_config_override(cfg, override));
+        B_CHECK(zs_config_override(base, override));
         zs_ctx *zs = NULL;
-        B_CHECK(zs_create_with_comm(cfg, MPI_COMM_WORLD, &zs));
-        zs_config_destroy(cfg);
+        B_CHECK(zs_create_with_comm(base, MPI_COMM_WORLD, &zs)); /* copies the configuration */
         for (int u = 0; u < units; u++) {
             char name[64];
             snprintf(name, sizeof name, "unit%d", u);
@@ -113,10 +130,7 @@ int main(int argc, char **argv) {
                    worst[0] / formula, worst[1], worst[2], worst[3]);
         zs_destroy(zs);
     }
-    if (rank == 0) {
-        unlink(path);
-        rmdir(dir);
-    }
+    zs_config_destroy(base);
     MPI_Finalize();
     return 0;
 }

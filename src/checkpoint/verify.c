@@ -193,8 +193,41 @@ void zs__ckpt_step_close(zs__ckpt_step *s) {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
     zs__manifest_free(s->m);
+    free(s->listed);
+    free(s->header_bound);
     s->fd = -1;
     s->m = NULL;
+    s->listed = NULL;
+    s->header_bound = NULL;
+}
+
+/* What a shard's header may hold, from the manifest alone: its listed
+ * tensors, each an entry and (as older writers and the tests' fixture
+ * write) a "<key>@offset" metadata value, at the longest the writer could
+ * make them (zs__st_entry_bytes_bound: every name byte escaped, every
+ * integer at 19 digits, any number of dimensions), plus the fixed metadata
+ * (format, version, step, rank, world size, kind), braces and padding. */
+#define SHARD_OFFSET_SUFFIX_BYTES 7        /* "@offset" */
+#define SHARD_HEADER_SLACK ((uint64_t)64 << 10)
+#define SHARD_TENSOR_SLACK 16
+static zs_status shard_bounds(zs__ckpt_step *s) {
+    const zs__manifest *m = s->m;
+    const size_t files = (size_t)(m->file_count > 0 ? m->file_count : 1);
+    s->listed = zs__calloc(files, sizeof *s->listed);
+    s->header_bound = zs__calloc(files, sizeof *s->header_bound);
+    if (!s->listed || !s->header_bound)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: no memory to bound %d shard headers", s->path,
+                        m->file_count);
+    for (int f = 0; f < m->file_count; f++) s->header_bound[f] = SHARD_HEADER_SLACK;
+    for (int t = 0; t < m->tensor_count; t++) {
+        const zs__ckpt_tensor *ct = &m->tensors[t];
+        const size_t key = strlen(ct->key);
+        s->listed[ct->file]++;
+        s->header_bound[ct->file] +=
+            zs__st_entry_bytes_bound(key, ZS_ST_MAX_DIMS) +
+            zs__st_entry_bytes_bound(key + SHARD_OFFSET_SUFFIX_BYTES, 0);
+    }
+    return ZS_OK;
 }
 
 zs_status zs__ckpt_step_open(int root_fd, const char *root_path, const char *name,
@@ -243,6 +276,7 @@ zs_status zs__ckpt_step_open(int root_fd, const char *root_path, const char *nam
     }
     ZS_CHECK_GOTO(zs__manifest_from_json(text, bytes, path, &out->m), status, fail);
     ZS_CHECK_GOTO(zs__ckpt_check_manifest(out->m, path), status, fail);
+    ZS_CHECK_GOTO(shard_bounds(out), status, fail);
     const int64_t named = step_of_name(base);
     if (named >= 0 && named != out->m->step) {
         status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
@@ -287,7 +321,19 @@ zs_status zs__ckpt_open_shard(const zs__ckpt_step *s, int file, zs__st_file **ou
     char path[ZS_CKPT_PATH_MAX];
     ZS_CHECK(join(path, sizeof path, s->path, cf->name));
     zs__st_file *f = NULL;
-    zs_status status = zs__st_open_at(s->fd, s->path, cf->name, &f);
+    /* Bounded by what the manifest lists: a header that claims far more is
+     * refused before it is read or parsed, in time and memory proportional
+     * to the manifest. The bounds need not be tight to do that, and are
+     * not: a header a little off (a file swapped with another rank's, one
+     * tensor too many) is parsed, so that the checks below and
+     * verify_file name what is wrong with it. */
+    char expected[96];
+    snprintf(expected, sizeof expected, "the %d tensor%s the manifest lists in it",
+             s->listed[file], s->listed[file] == 1 ? "" : "s");
+    const zs__st_limits limits = {.max_header_bytes = s->header_bound[file],
+                                  .max_tensors = SHARD_TENSOR_SLACK + 2 * s->listed[file],
+                                  .expected = expected};
+    zs_status status = zs__st_open_at_limited(s->fd, s->path, cf->name, &limits, &f);
     /* A shard the manifest lists but the directory lacks: say what that
      * means for the checkpoint, not only for the file. */
     if (status != ZS_OK && zs__fs_kind_at(s->fd, cf->name) == ZS_FS_KIND_MISSING)
@@ -422,22 +468,22 @@ done:
     return status;
 }
 
-uint64_t zs__ckpt_verify_read_bytes(const zs__ckpt_step *s, int part, int parts, int master_only) {
+uint64_t zs__ckpt_verify_read_bytes(const zs__ckpt_step *s, int part, int parts, int without_optim) {
     uint64_t bytes = 0;
     if (parts < 1 || part < 0) return 0;
     for (int f = part; f < s->m->file_count; f += parts)
-        if (!master_only || s->m->files[f].kind == ZS_CKPT_FILE_MASTER)
+        if (!without_optim || s->m->files[f].kind != ZS_CKPT_FILE_OPTIM)
             bytes += 2 * s->m->files[f].bytes;
     return bytes;
 }
 
-zs_status zs__ckpt_verify_files(const zs__ckpt_step *s, int part, int parts, int master_only,
+zs_status zs__ckpt_verify_files(const zs__ckpt_step *s, int part, int parts, int without_optim,
                                 zs__ckpt_verify_totals *totals) {
-    return zs__ckpt_verify_files_progress(s, part, parts, master_only, totals, NULL, NULL);
+    return zs__ckpt_verify_files_progress(s, part, parts, without_optim, totals, NULL, NULL);
 }
 
 zs_status zs__ckpt_verify_files_progress(const zs__ckpt_step *s, int part, int parts,
-                                         int master_only, zs__ckpt_verify_totals *totals,
+                                         int without_optim, zs__ckpt_verify_totals *totals,
                                          zs__ckpt_verify_progress_fn progress, void *user) {
     const zs__manifest *m = s->m;
     if (parts < 1 || part < 0 || part >= parts)
@@ -464,7 +510,7 @@ zs_status zs__ckpt_verify_files_progress(const zs__ckpt_step *s, int part, int p
     read_counter rc = {progress, user, 0};
     uint64_t whole = 0; /* twice the bytes of the files done: the header's bytes count too */
     for (int f = part; f < m->file_count; f += parts) {
-        if (master_only && m->files[f].kind != ZS_CKPT_FILE_MASTER) continue;
+        if (without_optim && m->files[f].kind == ZS_CKPT_FILE_OPTIM) continue;
         const int count = start[f + 1] - start[f];
         ZS_CHECK_GOTO(verify_file(s, f, order + start[f], count, &rc), status, done);
         whole += 2 * m->files[f].bytes;

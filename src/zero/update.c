@@ -62,9 +62,14 @@ typedef struct zs__update {
     int started;
     uint64_t pass_ns;  /* the last whole pass, from its start on the host */
     /* The pass's first failure, and its message (the worker's errors are
-     * thread-local, so it is copied here). */
+     * thread-local, so it is copied here). `reported` once
+     * zs__update_finish has returned it: its callers (zs_step, zs_save,
+     * import, the state's readers) hand it to the program (zs_step and
+     * zs_save agree on it, so every rank fails with it), and zs_destroy
+     * need not warn again. */
     zs_status status;
     char message[1024];
+    int reported;
 } zs__update;
 
 static zs_k_optim_kind kernel_kind(zs__optimizer_kind kind) {
@@ -198,6 +203,7 @@ static zs_status update_unit(zs__update *up, int u) {
 static void record_failure(zs__update *up, zs_status st) {
     if (up->status != ZS_OK) return;
     up->status = st;
+    up->reported = 0;
     snprintf(up->message, sizeof up->message, "%s", zs_last_error());
 }
 
@@ -292,8 +298,9 @@ void zs__update_destroy(zs_ctx *zs) {
         pthread_join(up->thread, NULL);
     }
     /* zs_destroy returns nothing: a failure of the last step's update that
-     * no later call reported would otherwise vanish. */
-    if (up->status != ZS_OK)
+     * no later call reported would otherwise vanish. One that a call did
+     * report (zs_step fails with it on every rank) is not told twice. */
+    if (up->status != ZS_OK && !up->reported)
         ZS_WARN("zs_destroy: the last optimizer step's update failed and no later call reported "
                 "it (the state was never saved after it): %s", up->message);
     pthread_cond_destroy(&up->changed);
@@ -398,6 +405,7 @@ zs_status zs__update_finish(zs_ctx *zs) {
     zs_status st = up->status;
     char message[sizeof up->message];
     snprintf(message, sizeof message, "%s", up->message);
+    if (st != ZS_OK) up->reported = 1; /* returned below: the caller reports it */
     pthread_mutex_unlock(&up->lock);
     /* A failed pass left the state half updated: the failure stays, and
      * every later step or save reports it, until zs_load replaces the
@@ -412,6 +420,7 @@ void zs__update_forget(zs_ctx *zs) {
     pthread_mutex_lock(&up->lock);
     up->status = ZS_OK;
     up->message[0] = '\0';
+    up->reported = 0;
     pthread_mutex_unlock(&up->lock);
 }
 

@@ -15,17 +15,26 @@
  *   progress with ZS_PROGRESS_AFTER_S=0, verify and export print progress
  *            lines (percent, ETA, ending at 100%) to stderr; --quiet and a
  *            short run under the default quiet period print none
+ *   hostile_header  a shard whose header lists 1,000,000 tensors (52 MB of
+ *            header) is refused before it is parsed: a message that names
+ *            the bound from the manifest, in a few MB of memory (the
+ *            unbounded parse took 1.9 GB and 7.9 s)
+ *   user_state  user-state shards damaged four ways (a flipped data byte,
+ *            truncated, metadata of another world size, deleted): verify,
+ *            export and export --hf all exit 1 with the same message
  *
  *   test_zs_ckpt <zs-ckpt> <make_fixture> <work dir> real <root> <dump.f32>
  *
  * checks a checkpoint written by the runtime (make_real_ckpt.c): it
  * verifies, and its fp32 export equals the gathered parameters bit for bit
  * (bf16: zs_convert of them). */
+#define _GNU_SOURCE /* memmem, wait4 */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,9 +48,13 @@ static char work[4096];
 
 typedef struct run_result {
     int status; /* exit code, or -1 if it did not exit normally */
+    long maxrss_kb; /* the child's peak resident memory */
     char out[1 << 16];
     char err[1 << 16];
 } run_result;
+
+/* The address-space limit of the children run() starts (0: none). */
+static rlim_t child_address_space;
 
 /* Runs argv (NULL-terminated) with stdout and stderr captured. */
 static void run(run_result *r, const char *const *argv) {
@@ -56,12 +69,19 @@ static void run(run_result *r, const char *const *argv) {
         if (o < 0 || e < 0) _exit(127);
         dup2(o, 1);
         dup2(e, 2);
+        if (child_address_space) {
+            const struct rlimit limit = {child_address_space, child_address_space};
+            if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(126);
+        }
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     int st = 0;
-    waitpid(pid, &st, 0);
+    struct rusage usage;
+    memset(&usage, 0, sizeof usage);
+    wait4(pid, &st, 0, &usage);
     r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r->maxrss_kb = usage.ru_maxrss;
     zt_read_text(out_path, r->out, sizeof r->out);
     zt_read_text(err_path, r->err, sizeof r->err);
 }
@@ -459,6 +479,126 @@ static void case_corrupt(void) {
     free(r);
 }
 
+/* A shard whose header lists 1,000,000 tensors of 0 bytes: well-formed
+ * JSON within the format's 64 MB header limit, which a reader bounded only
+ * by the format parses whole. */
+static void write_million_tensor_shard(const char *path) {
+    enum { TENSORS = 1000000 };
+    const size_t cap = (size_t)60 << 20;
+    char *header = malloc(cap);
+    ZT_REQUIRE(header != NULL);
+    size_t n = (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"zeroshard-shard\"}");
+    for (int t = 0; t < TENSORS; t++)
+        n += (size_t)snprintf(header + n, cap - n,
+                              ",\"%x\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}", t);
+    n += (size_t)snprintf(header + n, cap - n, "}");
+    ZT_REQUIRE(n < cap);
+    FILE *f = fopen(path, "wb");
+    ZT_REQUIRE(f != NULL);
+    unsigned char length[8];
+    for (int k = 0; k < 8; k++) length[k] = (unsigned char)((uint64_t)n >> (8 * k));
+    ZT_REQUIRE(fwrite(length, 1, 8, f) == 8 && fwrite(header, 1, n, f) == n);
+    ZT_REQUIRE(fclose(f) == 0);
+    free(header);
+}
+
+static void case_hostile_header(void) {
+    fresh_fixture("hostile", 0);
+    char path[4700];
+    snprintf(path, sizeof path, "%s/rank00001.user.safetensors", step);
+    write_million_tensor_shard(path);
+    ZT_CHECK_MSG(file_size(path) > ((uint64_t)40 << 20), "the header is only %llu bytes",
+                 (unsigned long long)file_size(path));
+    run_result *r = malloc(sizeof *r);
+    /* The assertion is on the peak resident memory, far below the header's
+     * own 52 MB, which a bounded reader never allocates. A cap on the
+     * address space keeps an unbounded parse (1.9 GB) from taking the
+     * machine's memory; sanitizer builds reserve terabytes of address space
+     * for their shadow memory, so they run uncapped, with room for the
+     * shadow in the bound. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    const long limit_kb = 256 << 10;
+#else
+    const long limit_kb = 32 << 10;
+    child_address_space = (rlim_t)1 << 30;
+#endif
+    RUN(r, tool, "verify", "--quiet", step);
+    child_address_space = 0;
+    fprintf(stderr, "  verify of a 1,000,000-tensor header: exit %d, peak %ld KiB: %s", r->status,
+            r->maxrss_kb, r->err);
+    ZT_CHECK_MSG(r->status == 1, "verify exited %d, expected 1: %s", r->status, r->err);
+    CHECK_CONTAINS(r->err, "rank00001.user.safetensors");
+    CHECK_CONTAINS(r->err, "the 1 tensor the manifest lists in it");
+    ZT_CHECK_MSG(r->maxrss_kb < limit_kb,
+                 "verify took %ld KiB at its peak to refuse the header; a reader bounded by "
+                 "the manifest needs less than %ld", r->maxrss_kb, limit_kb);
+    free(r);
+    char cmd[9000]; /* the 52 MB file is not kept */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ZT_CHECK(system(cmd) == 0);
+}
+
+/* The message after "<program>: error: " on stderr, for comparing verdicts. */
+static const char *error_cause(const char *err) {
+    const char *at = strstr(err, "error: ");
+    return at ? at + strlen("error: ") : err;
+}
+
+static void case_user_state(void) {
+    static const char *const damages[] = {"flipped data byte", "truncated",
+                                          "metadata of another world size", "deleted"};
+    char path[4700], out[4400], hf[4400];
+    snprintf(out, sizeof out, "%s/user_state.safetensors", work);
+    snprintf(hf, sizeof hf, "%s/user_state_hf", work);
+    run_result *v = malloc(sizeof *v), *e = malloc(sizeof *e);
+    for (int d = 0; d < 4; d++) {
+        fresh_fixture("user_state", 0);
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", out, hf);
+        ZT_REQUIRE(system(cmd) == 0);
+        snprintf(path, sizeof path, "%s/rank00001.user.safetensors", step);
+        if (d == 0) {
+            flip_byte(path, 0); /* the last byte: rank 1's rng state */
+        } else if (d == 1) {
+            ZT_REQUIRE(truncate(path, (off_t)file_size(path) - 3) == 0);
+        } else if (d == 2) {
+            /* The same length, another world size: "2" becomes "3". */
+            size_t bytes = 0;
+            char *text = read_all(path, &bytes);
+            ZT_REQUIRE(text != NULL);
+            char *at = memmem(text, bytes, "\"world_size\":\"2\"", 16);
+            ZT_REQUIRE(at != NULL);
+            at[14] = '3';
+            FILE *f = fopen(path, "wb");
+            ZT_REQUIRE(f && fwrite(text, 1, bytes, f) == bytes && fclose(f) == 0);
+            free(text);
+        } else {
+            ZT_REQUIRE(unlink(path) == 0);
+        }
+        RUN(v, tool, "verify", "--quiet", step);
+        ZT_CHECK_MSG(v->status == 1, "%s: verify exited %d: %s", damages[d], v->status, v->err);
+        CHECK_CONTAINS(v->err, "rank00001.user.safetensors");
+        RUN(e, tool, "export", "--quiet", step, out);
+        ZT_CHECK_MSG(e->status == 1, "%s: export exited %d where verify refused with: %s",
+                     damages[d], e->status, v->err);
+        ZT_CHECK_MSG(strcmp(error_cause(e->err), error_cause(v->err)) == 0,
+                     "%s: export and verify give different causes:\n  export: %s  verify: %s",
+                     damages[d], e->err, v->err);
+        ZT_CHECK_MSG(access(out, F_OK) != 0, "%s: export left %s", damages[d], out);
+        RUN(e, tool, "export", "--quiet", "--hf", hf, step);
+        ZT_CHECK_MSG(e->status == 1, "%s: export --hf exited %d where verify refused with: %s",
+                     damages[d], e->status, v->err);
+        ZT_CHECK_MSG(strcmp(error_cause(e->err), error_cause(v->err)) == 0,
+                     "%s: export --hf and verify give different causes:\n  export --hf: %s  "
+                     "verify: %s",
+                     damages[d], e->err, v->err);
+        ZT_CHECK_MSG(access(hf, F_OK) != 0, "%s: export --hf left %s", damages[d], hf);
+        fprintf(stderr, "  %s -> %s", damages[d], v->err);
+    }
+    free(v);
+    free(e);
+}
+
 /* The runtime's checkpoint of make_real_ckpt.c. */
 static const struct {
     const char *name;
@@ -548,6 +688,8 @@ int main(int argc, char **argv) {
     else if (strcmp(c, "buffer") == 0) case_buffer();
     else if (strcmp(c, "corrupt") == 0) case_corrupt();
     else if (strcmp(c, "progress") == 0) case_progress();
+    else if (strcmp(c, "hostile_header") == 0) case_hostile_header();
+    else if (strcmp(c, "user_state") == 0) case_user_state();
     else {
         fprintf(stderr, "test_zs_ckpt: unknown case %s\n", c);
         return 2;
