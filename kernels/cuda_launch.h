@@ -110,6 +110,24 @@ cudaError_t zs__cuda_launch_update(zs__cuda_launch launch, zs_k_optim_kind kind,
                                    zs_dtype grad_dtype, float *m, float *v, int64_t count,
                                    zs_k_optim_scalars scalars);
 
+/* Block quantization (kernels/quantize.h; backend.h's quantize op says what
+ * each argument holds): scales[b] for every block of `block` (>= 1)
+ * elements of src[0..count), then the integers into q (bits 8: a byte
+ * each; 4: two per byte, low nibble first). Two kernels: the scales (one
+ * warp per block, or one 256-thread block per block of 2048 elements and
+ * more), then 8 elements per thread. q any alignment, scales 4-byte
+ * aligned; cudaErrorInvalidValue for a bad block or bits. */
+cudaError_t zs__cuda_launch_quantize(zs__cuda_launch launch, void *q, float *scales,
+                                     const void *src, zs_dtype src_dtype, int64_t count,
+                                     int64_t block, int bits);
+
+/* dst[i] = (float)q[i] * scales[i / block] as dst_dtype, or (accumulate !=
+ * 0) added to dst[i] in fp32 and rounded once; every NaN written is
+ * 0x7fc00000 (zs_k_quant_nan_fixed). 8 elements per thread. */
+cudaError_t zs__cuda_launch_dequantize(zs__cuda_launch launch, void *dst, zs_dtype dst_dtype,
+                                       int accumulate, const void *q, const float *scales,
+                                       int64_t count, int64_t block, int bits);
+
 /* dst[j] = zs_k_init_value(kind, a, b, key, first + j) as fp32, j < count. */
 cudaError_t zs__cuda_launch_init_fill(zs__cuda_launch launch, float *dst, int64_t first,
                                       int64_t count, zs_k_init_kind kind, double a, double b,

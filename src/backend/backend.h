@@ -24,6 +24,7 @@
 #include "core/trace.h"
 #include "kernels/init.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 #include "zeroshard.h"
 
 typedef struct zs__backend zs__backend;
@@ -103,6 +104,38 @@ typedef struct zs__backend_ops {
     zs_status (*sum_squares_many)(zs__backend *be, int n, const void *const *ptrs,
                                   const zs_dtype *dtypes, const int64_t *counts, double *out);
     zs_status (*optimizer_update)(zs__backend *be, const zs__update_args *args);
+    /* Block quantization, the element rule of kernels/quantize.h (its
+     * special blocks, among them Inf/NaN -> a NaN scale, and its error
+     * bound): src[0..count) of src_dtype (fp32, fp16 or bf16) is cut into
+     * blocks of `block` (>= 1) elements counted from src[0], the last one
+     * possibly short; scales[b] = the fp32 scale of block b, for b <
+     * zs_k_quant_blocks(count, block); q = the integers, `bits` 8 (one
+     * signed byte each) or 4 (two per byte, low nibble first), that is
+     * zs_k_quant_value_bytes(count, bits) bytes (zs__quant_bytes below
+     * counts values and scales together). Every value depends on its own
+     * block alone: the bits do not depend on threads, SIMD level or backend
+     * (tests/unit/test_quantize.c, tests/cuda/test_cuda_quantize.c).
+     * q, scales and src are this backend's memory and do not overlap;
+     * scales 4-byte aligned, src aligned to its element, q any alignment.
+     * count >= 0. Stream-ordered like every op (no host wait on CUDA).
+     * A part of a quantized array is itself one when it starts on a block
+     * boundary first (and, for int4, an even element): values at byte
+     * zs_k_quant_value_bytes(first, bits), scales + first / block. */
+    zs_status (*quantize)(zs__backend *be, void *q, float *scales, const void *src,
+                          zs_dtype src_dtype, int64_t count, int64_t block, int bits);
+    /* The inverse, in the layout quantize writes: x = (float)q[i] *
+     * scales[i / block], written into dst[i] rounded to dst_dtype (fp32,
+     * fp16 or bf16, round to nearest even), or with accumulate != 0 added:
+     * dst[i] = round(float(dst[i]) + x), one fp32 multiplication and one
+     * fp32 addition per element, no fused multiply-add (the fp32 reduction
+     * of received quantized pieces, summed one piece at a time in a fixed
+     * order). Every NaN it writes is the quiet NaN 0x7fc00000: a NaN
+     * scale's whole block, and a NaN already in dst when adding. Same
+     * memory, alignment and ordering rules as quantize; dst does not
+     * overlap q or scales. */
+    zs_status (*dequantize)(zs__backend *be, void *dst, zs_dtype dst_dtype, int accumulate,
+                            const void *q, const float *scales, int64_t count, int64_t block,
+                            int bits);
     /* Host memory for transfers: page-locked where the backend copies by DMA
      * (CUDA: cudaHostAlloc), plain host memory otherwise; zero-filled and
      * charged to tag. `copy` moves data between it and backend memory in
@@ -156,6 +189,16 @@ struct zs__backend {
      * recording thread of that track (core/trace.h). */
     zs__trace *trace;
 };
+
+/* Bytes of `count` values quantized in blocks of `block` to `bits`: the
+ * integers (zs_k_quant_value_bytes: count for int8, ceil(count / 2) for
+ * int4) plus one 4-byte fp32 scale per block (zs_k_quant_blocks): what a
+ * quantized piece carries (a buffer that puts the scales after the values
+ * must also round the values' bytes up to 4, the scales' alignment).
+ * count >= 0, block >= 1, bits 8 or 4. */
+static inline int64_t zs__quant_bytes(int64_t count, int64_t block, int bits) {
+    return zs_k_quant_value_bytes(count, bits) + 4 * zs_k_quant_blocks(count, block);
+}
 
 /* Creates the backend named by settings->backend; ZS_ERR_UNSUPPORTED with a
  * message if this build lacks it. local_rank: this process's rank among the

@@ -3,10 +3,10 @@
  * every test of the orchestration runs on it.
  *
  * This file holds memory, initialization and the ops table. The mixed-precision
- * kernels (conversion, accumulation, sums of squares, the fused optimizer pass)
- * are in cpu_convert.c, cpu_accumulate.c, cpu_reduce.c and cpu_update.c, which
- * dispatch at run time to SIMD kernels for the CPU's instruction-set level
- * (cpu_isa.h, cpu_kernels_*.c). */
+ * kernels (conversion, accumulation, sums of squares, the fused optimizer pass,
+ * block quantization) are in cpu_convert.c, cpu_accumulate.c, cpu_reduce.c,
+ * cpu_update.c and cpu_quantize.c, which dispatch at run time to SIMD kernels
+ * for the CPU's instruction-set level (cpu_isa.h, cpu_kernels_*.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +120,8 @@ static const zs__backend_ops cpu_ops = {
     .sum_squares = zs__cpu_sum_squares,
     .sum_squares_many = zs__cpu_sum_squares_many,
     .optimizer_update = zs__cpu_optimizer_update,
+    .quantize = zs__cpu_quantize,
+    .dequantize = zs__cpu_dequantize,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_free,
     .download = cpu_download,

@@ -7,9 +7,11 @@
  *
  * Every level gives bit-identical results: conversions reproduce
  * kernels/convert.h exactly, the optimizer loops run the element functions of
- * kernels/optimizer.h (IEEE add, mul, div and sqrt are exactly rounded in
- * vector form too, and nothing is contracted or reassociated), and sums of
- * squares use one fixed order of additions at every level.
+ * kernels/optimizer.h and kernels/quantize.h (IEEE add, mul, div and sqrt
+ * are exactly rounded in vector form too, and nothing is contracted or
+ * reassociated), sums of squares use one fixed order of additions at every
+ * level, and a quantization block's amax is an integer maximum, exact in
+ * any order.
  *
  * The level is process-wide, like the CPU it describes: it is resolved once,
  * on first use, from ZS_CPU_ISA (scalar | avx2 | avx512 | auto; unset means
@@ -49,7 +51,7 @@ typedef enum zs__cpu_isa {
 
 /* The kernels of one level. Each works on one contiguous range on the calling
  * thread; the OpenMP drivers (cpu_convert.c, cpu_accumulate.c, cpu_reduce.c,
- * cpu_update.c) split the work across threads. Dtypes are valid (checked by
+ * cpu_update.c, cpu_quantize.c) split the work across threads. Dtypes are valid (checked by
  * the drivers); n >= 0; pointers need no alignment. */
 /* An element-wise kernel from src into dst (convert, accumulate). */
 typedef void (*zs__cpu_elementwise_fn)(void *dst, zs_dtype dst_dtype, const void *src,
@@ -68,6 +70,17 @@ typedef struct zs__cpu_kernels {
     double (*sum_squares)(const void *x, zs_dtype dtype, int64_t n);
     /* The fused optimizer pass over elements [begin, begin + n) of args. */
     void (*update)(const zs__update_args *args, int64_t begin, int64_t n);
+    /* Block quantization of src[0..n) (kernels/quantize.h): blocks of
+     * `block` elements counted from src[0], scales[b] for each, the
+     * integers into q (bits 8 or 4; for int4 element 0 is the low nibble
+     * of q[0]). */
+    void (*quantize)(void *q, float *scales, const void *src, zs_dtype src_dtype, int64_t n,
+                     int64_t block, int bits);
+    /* dst[0..n) = the dequantized values of q (same layout), written in
+     * dst_dtype, or added to dst (accumulate != 0: one fp32 addition per
+     * element, rounded once to dst_dtype). */
+    void (*dequantize)(void *dst, zs_dtype dst_dtype, int accumulate, const void *q,
+                       const float *scales, int64_t n, int64_t block, int bits);
 } zs__cpu_kernels;
 
 extern const zs__cpu_kernels zs__cpu_kernels_scalar;

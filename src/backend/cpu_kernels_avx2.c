@@ -18,6 +18,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 
 #define ZS_CPU_TARGET __attribute__((target("avx2,f16c")))
 #define ZS_CPU_TABLE zs__cpu_kernels_avx2

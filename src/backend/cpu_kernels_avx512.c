@@ -12,6 +12,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 
 #define ZS_CPU_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define ZS_CPU_TABLE zs__cpu_kernels_avx512

@@ -17,7 +17,8 @@
  *   cvt_fp32_to_bf16(uint16_t *dst, const float *src, int64_t n)
  *
  * Everything else is written in terms of those loops and of the element
- * functions of kernels/optimizer.h, so the optimizer formula exists once. The
+ * functions of kernels/optimizer.h and kernels/quantize.h, so the optimizer
+ * and quantization formulas exist once. The
  * element loops are marked `omp simd`: it only promises that iterations are
  * independent (they are: each touches its own element), which lets the
  * compiler vectorize them at -O2; it permits no reassociation, so vector and
@@ -202,6 +203,184 @@ ZS_CPU_TARGET static void kernel_update(const zs__update_args *a, int64_t begin,
     }
 }
 
+/* ------------------------------------------------------------------
+ * Block quantization (kernels/quantize.h). A block's amax is an integer
+ * maximum of magnitude bits (exact in any order, so the vector reduction
+ * gives the scalar bits); every integer is zs_k_quant_value and every
+ * dequantized value zs_k_dequant_value / zs_k_dequant_add, in element loops
+ * that only promise independent iterations. fp16 and bf16 go through the
+ * level's exact conversions, chunk by chunk, as everywhere in this file. */
+
+/* The maximum of zs_k_quant_magnitude over x[0..n). */
+ZS_CPU_TARGET static uint32_t quant_amax(const float *x, int64_t n) {
+    uint32_t amax = 0;
+#pragma omp simd reduction(max : amax)
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t a = zs_k_quant_magnitude(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    return amax;
+}
+
+/* out[i] = the integer of x[i] in a block of `scale`, i < n. */
+ZS_CPU_TARGET static void quant_run(int8_t *restrict out, const float *restrict x, int64_t n,
+                                    float scale, float qmax) {
+    if (!(scale > 0.0f)) { /* zeros or non-finite: the block stores 0s */
+        memset(out, 0, (size_t)n);
+        return;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) out[i] = (int8_t)zs_k_quant_value(x[i], scale, qmax);
+}
+
+/* Stores v[0..n) as the int4 nibbles of elements first .. first + n - 1 of
+ * q. An odd `first` fills the high nibble of a byte whose low nibble this
+ * thread stored just before (the previous block or chunk); an odd end
+ * leaves a high nibble 0, filled by the next call or left 0 at the end of
+ * the array. */
+ZS_CPU_TARGET static void pack_int4(uint8_t *restrict q, int64_t first, const int8_t *restrict v,
+                                    int64_t n) {
+    int64_t i = 0;
+    if (n > 0 && (first & 1)) {
+        uint8_t *byte = q + (first >> 1);
+        *byte = zs_k_int4_pack(zs_k_int4_low(*byte), v[0]);
+        i = 1;
+    }
+    uint8_t *restrict dst = q + ((first + i) >> 1);
+    const int8_t *restrict pairs = v + i;
+    const int64_t whole = (n - i) / 2;
+#pragma omp simd
+    for (int64_t j = 0; j < whole; j++) dst[j] = zs_k_int4_pack(pairs[2 * j], pairs[2 * j + 1]);
+    if ((n - i) & 1) dst[whole] = zs_k_int4_pack(pairs[2 * whole], 0);
+}
+
+/* v[k] = the int4 integer of element first + k of q, k < n. */
+ZS_CPU_TARGET static void unpack_int4(int8_t *restrict v, const uint8_t *restrict q, int64_t first,
+                                      int64_t n) {
+    int64_t i = 0;
+    if (n > 0 && (first & 1)) {
+        v[0] = (int8_t)zs_k_int4_high(q[first >> 1]);
+        i = 1;
+    }
+    const uint8_t *restrict src = q + ((first + i) >> 1);
+    int8_t *restrict pairs = v + i;
+    const int64_t whole = (n - i) / 2;
+#pragma omp simd
+    for (int64_t j = 0; j < whole; j++) {
+        pairs[2 * j] = (int8_t)zs_k_int4_low(src[j]);
+        pairs[2 * j + 1] = (int8_t)zs_k_int4_high(src[j]);
+    }
+    if ((n - i) & 1) pairs[2 * whole] = (int8_t)zs_k_int4_low(src[whole]);
+}
+
+/* Elements [e, e + n) of src as fp32: in place for fp32, else widened into
+ * `wide` (n <= ZS_CPU_CHUNK). */
+ZS_CPU_TARGET static const float *fp32_view(float *wide, const void *src, zs_dtype dtype,
+                                            int64_t e, int64_t n) {
+    if (dtype == ZS_DTYPE_FP32) return (const float *)src + e;
+    to_fp32(wide, elem_at(src, dtype, e), dtype, n);
+    return wide;
+}
+
+/* The integers of elements [e, e + n) of one block (n <= ZS_CPU_CHUNK) into
+ * q: straight into int8 storage, or through `ints` into int4 nibbles. */
+ZS_CPU_TARGET static void quant_store(void *q, int8_t *ints, const float *x, int64_t e, int64_t n,
+                                      float scale, float qmax, int bits) {
+    if (bits == 8) {
+        quant_run((int8_t *)q + e, x, n, scale, qmax);
+        return;
+    }
+    quant_run(ints, x, n, scale, qmax);
+    pack_int4(q, e, ints, n);
+}
+
+ZS_CPU_TARGET static void kernel_quantize(void *q, float *scales, const void *src,
+                                          zs_dtype src_dtype, int64_t n, int64_t block,
+                                          int bits) {
+    const float qmax = (float)zs_k_quant_qmax(bits);
+    float wide[ZS_CPU_CHUNK];
+    int8_t ints[ZS_CPU_CHUNK];
+    int64_t b = 0; /* the block of element e */
+    for (int64_t e = 0; e < n;) {
+        if (block <= ZS_CPU_CHUNK) {
+            /* The whole blocks that fit a chunk, widened once: each block's
+             * amax and integers come from the L1 copy. */
+            int64_t c = ZS_CPU_CHUNK / block * block;
+            if (c > n - e) c = n - e;
+            const float *x = fp32_view(wide, src, src_dtype, e, c);
+            int8_t *out = bits == 8 ? (int8_t *)q + e : ints;
+            for (int64_t off = 0; off < c; off += block, b++) {
+                const int64_t m = c - off < block ? c - off : block;
+                const float scale = zs_k_quant_scale(quant_amax(x + off, m), bits);
+                scales[b] = scale;
+                quant_run(out + off, x + off, m, scale, qmax);
+            }
+            if (bits == 4) pack_int4(q, e, ints, c);
+            e += c;
+            continue;
+        }
+        /* A block longer than a chunk: its amax over every chunk, then its
+         * integers, widening each chunk again (the block is read twice). */
+        const int64_t m = n - e < block ? n - e : block;
+        uint32_t amax = 0;
+        for (int64_t off = 0; off < m; off += ZS_CPU_CHUNK) {
+            const int64_t c = m - off < ZS_CPU_CHUNK ? m - off : ZS_CPU_CHUNK;
+            const uint32_t a = quant_amax(fp32_view(wide, src, src_dtype, e + off, c), c);
+            amax = a > amax ? a : amax;
+        }
+        const float scale = zs_k_quant_scale(amax, bits);
+        scales[b++] = scale;
+        for (int64_t off = 0; off < m; off += ZS_CPU_CHUNK) {
+            const int64_t c = m - off < ZS_CPU_CHUNK ? m - off : ZS_CPU_CHUNK;
+            quant_store(q, ints, fp32_view(wide, src, src_dtype, e + off, c), e + off, c, scale,
+                        qmax, bits);
+        }
+        e += m;
+    }
+}
+
+/* y[i] = dequantized v[i] (or y[i] += it), i < n, all in one block. */
+ZS_CPU_TARGET static void dequant_run(float *restrict y, const int8_t *restrict v, int64_t n,
+                                      float scale) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = zs_k_dequant_value(v[i], scale);
+}
+
+ZS_CPU_TARGET static void dequant_add_run(float *restrict y, const int8_t *restrict v, int64_t n,
+                                          float scale) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = zs_k_dequant_add(y[i], v[i], scale);
+}
+
+ZS_CPU_TARGET static void kernel_dequantize(void *dst, zs_dtype dst_dtype, int accumulate,
+                                            const void *q, const float *scales, int64_t n,
+                                            int64_t block, int bits) {
+    float wide[ZS_CPU_CHUNK];
+    int8_t ints[ZS_CPU_CHUNK];
+    for (int64_t e = 0; e < n;) {
+        const int64_t c = n - e < ZS_CPU_CHUNK ? n - e : ZS_CPU_CHUNK;
+        const int8_t *v = (const int8_t *)q + e;
+        if (bits == 4) {
+            unpack_int4(ints, q, e, c);
+            v = ints;
+        }
+        float *y = dst_dtype == ZS_DTYPE_FP32 ? (float *)dst + e : wide;
+        if (accumulate && dst_dtype != ZS_DTYPE_FP32)
+            to_fp32(wide, elem_at(dst, dst_dtype, e), dst_dtype, c);
+        /* The chunk's pieces of consecutive blocks, each with its scale. */
+        int64_t b = e / block;
+        for (int64_t off = 0; off < c; b++) {
+            int64_t end = (b + 1) * block - e;
+            if (end > c) end = c;
+            if (accumulate) dequant_add_run(y + off, v + off, end - off, scales[b]);
+            else dequant_run(y + off, v + off, end - off, scales[b]);
+            off = end;
+        }
+        if (dst_dtype != ZS_DTYPE_FP32) from_fp32(elem_at(dst, dst_dtype, e), dst_dtype, wide, c);
+        e += c;
+    }
+}
+
 const zs__cpu_kernels ZS_CPU_TABLE = {
     .isa = ZS_CPU_LEVEL,
 #ifdef __NO_MATH_ERRNO__
@@ -213,4 +392,6 @@ const zs__cpu_kernels ZS_CPU_TABLE = {
     .accumulate = kernel_accumulate,
     .sum_squares = kernel_sum_squares,
     .update = kernel_update,
+    .quantize = kernel_quantize,
+    .dequantize = kernel_dequantize,
 };

@@ -9,6 +9,7 @@
 #include "backend/cpu_isa.h"
 #include "kernels/convert.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 
 #define ZS_CPU_TARGET
 #define ZS_CPU_TABLE zs__cpu_kernels_scalar

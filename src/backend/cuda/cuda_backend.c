@@ -444,6 +444,32 @@ static zs_status cuda_convert(zs__backend *be, void *dst, zs_dtype dst_dtype, co
     return ZS_OK;
 }
 
+/* Two kernels on the compute stream, no host wait. */
+static zs_status cuda_quantize(zs__backend *be, void *q, float *scales, const void *src,
+                               zs_dtype src_dtype, int64_t count, int64_t block, int bits) {
+    cuda_impl *c = impl_of(be);
+    ZS_CHECK(zs__quant_check("cuda", "quantize", q, scales, src, src_dtype, count, block, bits));
+    if (count == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "quantizing"));
+    CU(c, zs__cuda_launch_quantize(launch_of(c), q, scales, src, src_dtype, count, block, bits),
+       "quantizing");
+    return ZS_OK;
+}
+
+static zs_status cuda_dequantize(zs__backend *be, void *dst, zs_dtype dst_dtype, int accumulate,
+                                 const void *q, const float *scales, int64_t count,
+                                 int64_t block, int bits) {
+    cuda_impl *c = impl_of(be);
+    ZS_CHECK(zs__quant_check("cuda", accumulate ? "dequantize-and-add" : "dequantize", q, scales,
+                             dst, dst_dtype, count, block, bits));
+    if (count == 0) return ZS_OK;
+    ZS_CHECK(enter(c, "dequantizing"));
+    CU(c, zs__cuda_launch_dequantize(launch_of(c), dst, dst_dtype, accumulate, q, scales, count,
+                                     block, bits),
+       "dequantizing");
+    return ZS_OK;
+}
+
 static zs_status cuda_accumulate(zs__backend *be, void *dst, zs_dtype dst_dtype,
                                  const void *src, zs_dtype src_dtype, int64_t count) {
     cuda_impl *c = impl_of(be);
@@ -792,6 +818,8 @@ static const zs__backend_ops cuda_ops = {
     .sum_squares = cuda_sum_squares,
     .sum_squares_many = cuda_sum_squares_many,
     .optimizer_update = cuda_optimizer_update,
+    .quantize = cuda_quantize,
+    .dequantize = cuda_dequantize,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .download = cuda_download,
