@@ -49,6 +49,16 @@ typedef enum zs_status {
  * comm.on_timeout = "abort" (the default): mpirun exits with it, so a job
  * script can tell a communication deadline from other failures. */
 #define ZS_TIMEOUT_EXIT_CODE 75
+/* The exit code of a training program that honoured a stop signal
+ * (job.stop_signal, or SIGTERM within job.term_grace_s) after the runtime
+ * committed a checkpoint: zs_stop_requested returns it. A launcher resumes
+ * from that checkpoint (docs/UNATTENDED.md). */
+#define ZS_STOPPED_EXIT_CODE 76
+/* A signal ended the job without a checkpoint: zs_stop_requested returns it
+ * when the agreed stop had no checkpoint.dir to save into, and the exit
+ * reports of ranks that a signal ended carry it (such a process itself dies
+ * by the signal: a shell sees 128 + its number). */
+#define ZS_TERMINATED_EXIT_CODE 78
 
 /* "ZS_ERR_CONFIG" for ZS_ERR_CONFIG; "ZS_UNKNOWN_STATUS" for values outside the table. */
 const char *zs_status_name(zs_status status);
@@ -485,6 +495,27 @@ zs_status zs_user_state_get(zs_ctx *zs, const char *name, void *out, size_t capa
 /* Optimizer steps applied so far (after zs_load: the checkpoint's). */
 int64_t zs_step_count(const zs_ctx *zs);
 
+/* ------------------------------------------------------------ stopping */
+
+/* Whether the training loop should end now: 0 = keep training. After a stop
+ * signal (job.stop_signal, SIGUSR1 by default; or SIGTERM) reached any rank,
+ * the ranks agree at the next accumulation boundary (inside zs_step, through
+ * its existing agreement: no extra synchronisation), finish that optimizer
+ * step, save a checkpoint into checkpoint.dir, and from then on this returns
+ * nonzero on every rank after the same zs_step: ZS_STOPPED_EXIT_CODE when
+ * the checkpoint was committed, ZS_TERMINATED_EXIT_CODE when there was no
+ * checkpoint.dir to save into. The program then destroys its context and
+ * exits with that value. A save that fails makes that zs_step fail on every
+ * rank, as any save does, and this then returns ZS_TERMINATED_EXIT_CODE.
+ * A second signal ends the process at once (docs/UNATTENDED.md). Not
+ * collective; never blocks. */
+int zs_stop_requested(const zs_ctx *zs);
+
+/* The step of the last checkpoint this job committed (any zs_save,
+ * including those of checkpoint.every, checkpoint.every_seconds and a stop)
+ * or resumed from (checkpoint.resume); -1 if none. Not collective. */
+int64_t zs_last_committed_step(const zs_ctx *zs);
+
 /* ------------------------------------------------------------- accounting */
 
 /* Memory tags. Model state (params, grads, master, optim) equals the ZeRO
@@ -547,7 +578,8 @@ zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_coun
     X(ZS_COMM_ALL_GATHER, "all_gather")         \
     X(ZS_COMM_ALL_REDUCE, "all_reduce")         \
     X(ZS_COMM_BROADCAST, "broadcast")           \
-    X(ZS_COMM_BARRIER, "barrier")
+    X(ZS_COMM_BARRIER, "barrier")               \
+    X(ZS_COMM_ALL_TO_ALL, "all_to_all")
 
 typedef enum zs_comm_op {
 #define ZS_COMM_OP_ENUM_(name, text) name,
@@ -560,10 +592,23 @@ const char *zs_comm_op_name(zs_comm_op op);
 
 /* Bytes are what this rank sends under the ring algorithm ("bus bytes" in
  * nccl-tests terms): (n-1)/n of the buffer for reduce-scatter and all-gather,
- * 2(n-1)/n for all-reduce, whichever implementation is configured. */
+ * 2(n-1)/n for all-reduce, (n-1)/n for all-to-all, whichever implementation
+ * is configured. The counters sum the runtime's communicators: the world's
+ * and the node and cross-node groups it keeps beside it.
+ *
+ * By link: bytes[op] = bytes_intra[op] + bytes_inter[op], split by what
+ * this rank really sent to peers on its own node (intra) and on other nodes
+ * (inter), segment by segment, as the topology of zs_create says (comm.
+ * ranks_per_node, or the ranks' host identities). Ops whose transport this
+ * rank cannot observe (MPI's and NCCL's own algorithms) are split as the
+ * ring would send them: to the next rank. Host collectives whose count
+ * follows the ring model rather than their own algorithm (all-reduce of a
+ * few scalars, broadcast) are split in the proportion they really sent. */
 typedef struct zs_comm_stats {
     uint64_t calls[ZS_COMM_OP_COUNT];
     uint64_t bytes[ZS_COMM_OP_COUNT];
+    uint64_t bytes_intra[ZS_COMM_OP_COUNT]; /* sent to ranks on this rank's node */
+    uint64_t bytes_inter[ZS_COMM_OP_COUNT]; /* sent to ranks on other nodes */
 } zs_comm_stats;
 
 zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out);

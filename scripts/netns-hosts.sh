@@ -164,8 +164,9 @@ cmd_up() {
     [ -z "$rate" ] || tbf_burst_bytes "$rate" > /dev/null
 
     local id
-    id=$(printf '%x%04x' $$ $((RANDOM % 65536)))
-    id=${id: -8}
+    # Always 8 hex digits: ${id: -8} of a shorter string is empty (a pid
+    # below 4096 gave every instance the same names).
+    id=$(printf '%04x%04x' $(($$ % 65536)) $((RANDOM % 65536)))
     state=$(mktemp -d "${TMPDIR:-/tmp}/zs-netns.$id.XXXX")
     # Until the hosts are complete, any failure removes what was made.
     trap 'cmd_down "$state"' EXIT

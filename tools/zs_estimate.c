@@ -487,11 +487,24 @@ static int print_stage(const run_info *r, int stage, int world) {
          * (in host memory with offload.params = "host"). */
         const uint64_t shard = (m[0].current[ZS_MEM_PARAMS] + m[0].current[ZS_MEM_HOST_PARAMS]) /
                                zs_dtype_size(r->dtype);
+        const zs__settings *set = zs__config_settings(r->cfg);
+        const int n = set->zero.shard_group == ZS_SHARD_GROUP_NODE && set->comm.ranks_per_node > 0
+                          ? (int)set->comm.ranks_per_node
+                          : world;
         printf("  %-24s  %" PRIu64 " elements (Psi/N = %.0f, plus padding)\n", "shard per rank",
-               shard, ceil((double)r->l->numel / world));
+               shard, ceil((double)r->l->numel / n));
     }
     const double k = 4.0 + 4.0 * r->moments;
-    const double paper = paper_bytes(stage, (double)r->l->numel, world, k);
+    /* Hybrid sharding (zero.shard_group = "node") shards over one node's
+     * ranks: the paper's N is the node, not the world. */
+    const zs__settings *s = zs__config_settings(r->cfg);
+    const int n = s->zero.shard_group == ZS_SHARD_GROUP_NODE && s->comm.ranks_per_node > 0
+                      ? (int)s->comm.ranks_per_node
+                      : world;
+    if (n != world)
+        printf("  %-24s  %d nodes of %d ranks: sharded over a node (N = %d), replicated across "
+               "nodes\n", "zero.shard_group", world / n, n, n);
+    const double paper = paper_bytes(stage, (double)r->l->numel, n, k);
     const double diff = (double)model_state(&m[0]) - paper;
     printf("  %-24s  %s = %.0f bytes (%s), K = %.0f\n", "ZeRO paper", paper_text[stage], paper,
            zs__bytes_text(h, sizeof h, paper), k);

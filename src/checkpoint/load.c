@@ -169,7 +169,7 @@ static int tensor_needed(const zs_ctx *zs, const load_state *ls, int t, const in
         return ls->m->world_size == zs->world_size && ls->m->files[ct->file].rank == zs->rank;
     if (!keeps[ct->state]) return 0;
     int64_t b, e;
-    if (!zs__plan_owned_range(zs->plan, ct->param, zs->rank, &b, &e)) return 0;
+    if (!zs__plan_owned_range(zs->plan, ct->param, zs->shard_rank, &b, &e)) return 0;
     return ct->offset < e && b < ct->offset + ct->count;
 }
 
@@ -202,7 +202,7 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
     const zs__manifest *m = ls->m;
     for (int i = 0; i < zs->param_count; i++) {
         int64_t b, e;
-        if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
+        if (!zs__plan_owned_range(zs->plan, i, zs->shard_rank, &b, &e)) continue;
         for (int s = 0; s < nstates; s++) {
             int64_t covered = 0;
             for (int k = ls->first_of_param[i]; k < ls->first_of_param[i + 1]; k++) {
@@ -391,9 +391,12 @@ zs_status zs__checkpoint_resume(zs_ctx *zs) {
     if (strcmp(resume, "auto") == 0) {
         ZS_CHECK(load_any(zs, zs->settings.checkpoint.dir, 1, &loaded));
         if (!loaded) ZS_INFO("no checkpoint in %s yet; starting fresh", zs->settings.checkpoint.dir);
+        /* The step resumed from counts as this job's last committed one. */
+        else zs__job_committed(zs, zs->step);
         return ZS_OK;
     }
     zs_status st = load_any(zs, resume, 0, &loaded);
     if (st != ZS_OK) return zs__fail_context(st, "checkpoint.resume = \"%s\"", resume);
+    zs__job_committed(zs, zs->step);
     return ZS_OK;
 }

@@ -37,6 +37,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/commit_order.h"
+#include "checkpoint/fence.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/safetensors.h"
 #include "core/alloc.h"
@@ -187,9 +188,14 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         add_meta(&files[k], "kind", zs__ckpt_file_kind_name(file_kinds[k]));
     }
     char key[2 * ZS_CKPT_NAME_MAX + 16];
-    for (int i = 0; i < zs->param_count; i++) {
+    /* Replicated across nodes (zero.shard_group = "node"), the replicas of
+     * a slice hold the same state: replica 0 writes it, the others write
+     * files without it (and their own per-rank user state), so the
+     * checkpoint holds every element once, as a plain run's does, and loads
+     * into any world size, stage and shard group. */
+    for (int i = 0; i < zs->param_count && zs->replica == 0; i++) {
         int64_t b, e;
-        if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
+        if (!zs__plan_owned_range(zs->plan, i, zs->shard_rank, &b, &e)) continue;
         for (int s = 0; s < nstates; s++) {
             file_plan *f = &files[zs__ckpt_state_file_kind(states[s])];
             state_key(key, sizeof key, zs->params[i]->name, states[s]);
@@ -459,6 +465,11 @@ static zs_status commit(zs_ctx *zs, save_run *run, const char *root, const zs__m
                                     strlen(hash_text)));
     ZS_CHECK(zs__fs_fsync_fd(run->tmpfd, run->tmp));
     zs__checkpoint_fault("manifest", zs->rank, zs->step);
+    /* The generation fence, as late as possible: a launcher that started a
+     * newer job while this one was writing has written its generation by
+     * now, and nothing visible has changed yet (checkpoint/fence.h). */
+    ZS_CHECK(zs__checkpoint_fence_at(run->rootfd, root, zs->job.generation,
+                                     "nothing committed"));
 
     /* Saving a step that was saved before replaces it: the old directory is
      * moved aside first (loading ignores names starting with '.', retention
@@ -674,6 +685,7 @@ static zs_status save_checkpoint(zs_ctx *zs, const char *dir) {
     local = zs->rank == 0 ? publish(zs, &run, root) : ZS_OK;
     ZS_CHECK_GOTO(zs__share_outcome(zs, local, 0, "checkpoint commit"), st, fail_commit);
     save_run_close(&run);
+    zs__job_committed(zs, zs->step);
     ZS_INFO("saved checkpoint of step %lld to %s/%s", (long long)zs->step, root, run.step_name);
     return ZS_OK;
 

@@ -61,37 +61,199 @@ zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
                                     : SIZE_MAX;
     comm->segment_bytes = (size_t)settings->comm.segment_bytes;
     comm->host = MPI_COMM_NULL;
-    comm->tag_period = 4096; /* 8 * 4096 < 32767, the smallest MPI_TAG_UB allowed */
+    /* The largest tag, 15 + 16 * (2 + 3 * 681), is below 32767, the
+     * smallest MPI_TAG_UB allowed (wait.h); zs__comm_set_host raises it. */
+    comm->tag_period = 682;
     comm->timeout_s = (double)settings->comm.timeout_s;
     comm->on_timeout = settings->comm.on_timeout;
     comm->check_collectives = settings->comm.check_collectives;
+    comm->kind = ZS_COMM_KIND_WORLD;
+    comm->world_rank = rank;
     *out = comm;
     return ZS_OK;
 }
 
 void zs__comm_destroy(zs__comm *comm) {
     if (!comm) return;
+    /* Groups first: they use the world's MPI duplicate, staging and (NCCL)
+     * stream, which the world's destroy releases. */
+    for (int k = 1; k < ZS_COMM_KIND_COUNT; k++) zs__comm_destroy(comm->groups[k]);
+    if (comm->parent) comm->parent->groups[comm->kind] = NULL;
     comm->ops->destroy(comm);
+    free(comm->world_of);
     free(comm);
 }
 
-void zs__comm_use_backend(zs__comm *comm, zs__backend *backend) { comm->backend = backend; }
+void zs__comm_use_backend(zs__comm *comm, zs__backend *backend) {
+    comm->backend = backend;
+    for (int k = 1; k < ZS_COMM_KIND_COUNT; k++)
+        if (comm->groups[k]) comm->groups[k]->backend = backend;
+}
 
 int zs__comm_rank(const zs__comm *comm) { return comm->rank; }
 int zs__comm_size(const zs__comm *comm) { return comm->size; }
 
 void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out) { *out = comm->stats; }
 
-zs_status zs__comm_failed(const zs__comm *comm) { return comm->failed; }
+void zs__comm_stats_total(const zs__comm *world, zs_comm_stats *out) {
+    *out = world->stats;
+    for (int k = 1; k < ZS_COMM_KIND_COUNT; k++) {
+        const zs__comm *g = world->groups[k];
+        if (!g) continue;
+        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+            out->calls[op] += g->stats.calls[op];
+            out->bytes[op] += g->stats.bytes[op];
+            out->bytes_intra[op] += g->stats.bytes_intra[op];
+            out->bytes_inter[op] += g->stats.bytes_inter[op];
+        }
+    }
+}
+
+/* The first failed communicator of `comm`'s family (its world and the
+ * world's groups), `comm` itself first; NULL when none failed. */
+static const zs__comm *family_failure(const zs__comm *comm) {
+    if (comm->failed != ZS_OK) return comm;
+    const zs__comm *root = comm->parent ? comm->parent : comm;
+    if (root->failed != ZS_OK) return root;
+    for (int k = 1; k < ZS_COMM_KIND_COUNT; k++)
+        if (root->groups[k] && root->groups[k]->failed != ZS_OK) return root->groups[k];
+    return NULL;
+}
+
+zs_status zs__comm_failed(const zs__comm *comm) {
+    const zs__comm *failed = family_failure(comm);
+    return failed ? failed->failed : ZS_OK;
+}
+
+/* ------------------------------------------------------------ groups */
+
+zs__comm_kind zs__comm_kind_of(const zs__comm *comm) { return comm->kind; }
+
+const char *zs__comm_group_name(const zs__comm *comm) {
+    return comm->kind == ZS_COMM_KIND_NODE    ? "node"
+           : comm->kind == ZS_COMM_KIND_CROSS ? "cross"
+                                              : NULL;
+}
+
+const char *zs__comm_where(const zs__comm *comm) { return comm->where; }
+
+int zs__comm_world_rank(const zs__comm *comm, int rank) { return zs__comm_host_rank(comm, rank); }
+
+zs__comm *zs__comm_group(const zs__comm *world, zs__comm_kind kind) {
+    if (kind == ZS_COMM_KIND_WORLD) return (zs__comm *)world;
+    if (kind <= ZS_COMM_KIND_WORLD || kind >= ZS_COMM_KIND_COUNT) return NULL;
+    return world->groups[kind];
+}
+
+void zs__comm_set_topology(zs__comm *world, const zs__topology *t) {
+    ZS_ASSERT(world->kind == ZS_COMM_KIND_WORLD && t->world_size == world->size &&
+              t->rank == world->rank);
+    world->topology = t;
+}
+
+void zs__comm_count_sent(zs__comm *comm, int peer, uint64_t bytes) {
+    int across = 0;
+    switch (comm->kind) {
+    case ZS_COMM_KIND_NODE:
+        across = 0;
+        break;
+    case ZS_COMM_KIND_CROSS: /* one rank per node: every peer is elsewhere */
+        across = peer != comm->rank;
+        break;
+    default:
+        across = comm->topology &&
+                 comm->topology->node_of[peer] != comm->topology->node_of[comm->rank];
+        break;
+    }
+    if (across) comm->sent_inter += bytes;
+    else comm->sent_intra += bytes;
+}
+
+zs_status zs__comm_create_group(zs__comm *world, zs__comm_kind kind, zs__comm **out) {
+    *out = NULL;
+    const zs__topology *t = world->topology;
+    if (world->kind != ZS_COMM_KIND_WORLD || !t ||
+        (kind != ZS_COMM_KIND_NODE && kind != ZS_COMM_KIND_CROSS) || world->groups[kind])
+        return zs__fail(ZS_ERR_INTERNAL, "zs__comm_create_group: group kind %d of a %s with%s "
+                        "topology%s", (int)kind, world->parent ? "group" : "world",
+                        t ? "" : "out", world->groups[kind] ? ", which exists already" : "");
+    /* Members in group-rank order: a node's ranks by rank; the cross-node
+     * group's by node (the nodes that have this local rank). */
+    int size = 0, rank = -1;
+    for (int r = 0; r < t->world_size; r++) {
+        const int member = kind == ZS_COMM_KIND_NODE ? t->node_of[r] == t->node
+                                                     : t->local_of[r] == t->local_rank;
+        if (!member) continue;
+        if (r == t->rank) rank = size;
+        size++;
+    }
+    ZS_ASSERT(rank >= 0);
+    zs__comm *g = zs__calloc(1, sizeof *g);
+    int *world_of = zs__calloc((size_t)size, sizeof *world_of);
+    if (!g || !world_of) {
+        free(g);
+        free(world_of);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory for the %s "
+                        "communicator (%zu bytes)", kind == ZS_COMM_KIND_NODE ? "node" :
+                        "cross-node", sizeof *g + (size_t)size * sizeof *world_of);
+    }
+    /* Cross-node members in node order: the nodes are numbered by their
+     * lowest rank, and so is every local rank's first appearance, so rank
+     * order is node order here too. */
+    for (int r = 0, i = 0; r < t->world_size; r++)
+        if (kind == ZS_COMM_KIND_NODE ? t->node_of[r] == t->node : t->local_of[r] == t->local_rank)
+            world_of[i++] = r;
+    /* Everything the settings decided is the world's. */
+    *g = *world;
+    g->state = NULL;
+    memset(&g->stats, 0, sizeof g->stats);
+    memset(g->groups, 0, sizeof g->groups);
+    g->seq = 0;
+    g->rank = rank;
+    g->size = size;
+    g->kind = kind;
+    g->world_rank = world->rank;
+    g->world_of = world_of;
+    g->parent = world;
+    g->topology = t;
+    /* The ring always (comm.h: MPI's own collectives need a communicator of
+     * the group's ranks). */
+    g->reduce_scatter_impl = ZS_COMM_IMPL_RING;
+    g->all_gather_impl = ZS_COMM_IMPL_RING;
+    g->all_gather_mpi_from = SIZE_MAX;
+    g->all_gather_measured = 0;
+    if (kind == ZS_COMM_KIND_NODE)
+        snprintf(g->where, sizeof g->where, "node %d of %d", t->node, t->node_count);
+    else
+        snprintf(g->where, sizeof g->where, "cross-node (local rank %d)", t->local_rank);
+    snprintf(g->in, sizeof g->in, " in %s", g->where);
+    zs_status st = world->ops->group_state(world, g);
+    if (st != ZS_OK) {
+        free(world_of);
+        free(g);
+        return st;
+    }
+    world->groups[kind] = g;
+    *out = g;
+    ZS_DEBUG("comm: %s communicator: rank %d of %d (world ranks %d..%d)", g->where, rank, size,
+             world_of[0], world_of[size - 1]);
+    return ZS_OK;
+}
+
+zs_status zs__comm_connect_groups(zs__comm *world) {
+    if (!world->ops->connect_groups) return ZS_OK;
+    return world->ops->connect_groups(world);
+}
 
 /* Numbers the call (every rank numbers its collectives the same way, so "#17"
  * identifies one collective across ranks) and logs it at debug level, which is
  * how a user finds the first call where ranks diverged. */
 static zs__comm_call begin_call(zs__comm *comm, const char *op, const char *label,
                                 const char *what, uint64_t bytes) {
-    zs__comm_call call = {op, label ? label : "", ++comm->seq, bytes};
+    zs__comm_call call = {op, label ? label : "", ++comm->seq, bytes, comm->in};
     if (zs__log_enabled(ZS_LOG_DEBUG))
-        ZS_DEBUG("comm: %s #%" PRIu64 " of '%s': %s", call.op, call.seq, call.label, what);
+        ZS_DEBUG("comm: %s #%" PRIu64 " of '%s'%s: %s", call.op, call.seq, call.label, call.in,
+                 what);
     return call;
 }
 
@@ -115,10 +277,17 @@ static void describe_fingerprint(char *out, size_t capacity, const fingerprint *
  * of step): the transport may hold half-finished messages, and the ranks no
  * longer agree on what the next collective is. */
 static zs_status check_usable(const zs__comm *comm, const char *op, const char *label) {
-    if (comm->failed == ZS_OK) return ZS_OK;
-    return zs__fail(comm->failed,
-                    "%s of '%s' on rank %d refused: this communicator failed earlier: %s", op,
-                    label ? label : "", comm->rank, comm->failure);
+    const zs__comm *failed = family_failure(comm);
+    if (!failed) return ZS_OK;
+    if (failed == comm)
+        return zs__fail(comm->failed,
+                        "%s of '%s'%s on rank %d refused: this communicator failed earlier: %s",
+                        op, label ? label : "", comm->in, comm->world_rank, comm->failure);
+    return zs__fail(failed->failed,
+                    "%s of '%s'%s on rank %d refused: the %s communicator failed earlier, and "
+                    "the ranks no longer agree on what comes next: %s",
+                    op, label ? label : "", comm->in, comm->world_rank,
+                    failed->where[0] ? failed->where : "world", failed->failure);
 }
 
 /* comm.check_collectives: every rank contributes the fingerprint of the
@@ -158,11 +327,11 @@ static zs_status check_fingerprints(zs__comm *comm, const zs__comm_call *call, u
         describe_fingerprint(a, sizeof a, &mine);
         describe_fingerprint(b, sizeof b, &all[differing]);
         snprintf(comm->failure, sizeof comm->failure,
-                 "ranks are out of step (comm.check_collectives): rank %d is about to run %s "
+                 "ranks are out of step (comm.check_collectives)%s: rank %d is about to run %s "
                  "but rank %d is about to run %s; every rank must make the same collective "
                  "calls in the same order (same units fetched and released in the same order, "
                  "zs_step, zs_save and zs_load on every rank)",
-                 comm->rank, a, differing, b);
+                 comm->in, comm->world_rank, a, zs__comm_host_rank(comm, differing), b);
         comm->failed = ZS_ERR_MISMATCH;
         st = zs__fail(ZS_ERR_MISMATCH, "%s", comm->failure);
         ZS_LOG_ERROR_("%s", comm->failure);
@@ -171,9 +340,45 @@ static zs_status check_fingerprints(zs__comm *comm, const zs__comm_call *call, u
     return st;
 }
 
+/* Counts the call and opens its link accounting: the transport reports
+ * each send (zs__comm_count_sent) until settle() splits the count. Called
+ * after the fingerprints, whose exchange is not the op's traffic. */
 static void account(zs__comm *comm, zs_comm_op op, uint64_t bytes) {
     comm->stats.calls[op]++;
     comm->stats.bytes[op] += bytes;
+    comm->pending_op = op;
+    comm->pending_bytes = bytes;
+    comm->sent_intra = comm->sent_inter = 0;
+}
+
+/* Splits the call's count by link, so that bytes = intra + inter always:
+ * in the proportion the transport really sent (exactly what it sent when
+ * the count is what it sends: the ring, all-to-all, all-gather of bytes),
+ * or, when the transport sent nothing this rank could see (MPI's own
+ * collectives, NCCL), as the ring would: everything to the next rank.
+ * Runs whether the call succeeded or not, and returns its status. */
+static zs_status settle(zs__comm *comm, zs_status status) {
+    const zs_comm_op op = comm->pending_op;
+    const uint64_t counted = comm->pending_bytes, seen = comm->sent_intra + comm->sent_inter;
+    uint64_t inter = 0;
+    if (counted == 0) {
+        inter = 0;
+    } else if (seen == 0) {
+        comm->sent_intra = comm->sent_inter = 0;
+        if (comm->size > 1) zs__comm_count_sent(comm, (comm->rank + 1) % comm->size, 1);
+        inter = comm->sent_inter ? counted : 0;
+    } else if (seen == counted || comm->sent_intra == 0 || comm->sent_inter == 0) {
+        inter = comm->sent_intra == 0 ? counted : comm->sent_inter == 0 ? 0 : comm->sent_inter;
+    } else {
+        /* Host collectives counted by the ring model (a few scalars, a
+         * broadcast): a proportion, rounded down. */
+        inter = (uint64_t)((double)counted * ((double)comm->sent_inter / (double)seen));
+        if (inter > counted) inter = counted;
+    }
+    comm->stats.bytes_inter[op] += inter;
+    comm->stats.bytes_intra[op] += counted - inter;
+    comm->pending_bytes = 0;
+    return status;
 }
 
 /* Checks what every chunked collective needs: a buffer of size*count elements
@@ -220,9 +425,9 @@ zs_status zs__comm_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dt
                                     (uint64_t)comm->size * count * zs_dtype_size(dtype));
     ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_REDUCE_SCATTER, ring_bytes(comm, count, dtype));
-    if (comm->size == 1 || count == 0) return ZS_OK;
-    ZS_CHECK(comm->ops->reduce_scatter(comm, buf, count, dtype, comm->reduce_scatter_impl,
-                                       &call));
+    if (comm->size == 1 || count == 0) return settle(comm, ZS_OK);
+    ZS_CHECK(settle(comm, comm->ops->reduce_scatter(comm, buf, count, dtype,
+                                                    comm->reduce_scatter_impl, &call)));
     return ZS_OK;
 }
 
@@ -237,8 +442,8 @@ zs_status zs__comm_all_gather_as(zs__comm *comm, void *buf, size_t count, zs_dty
                                     (uint64_t)comm->size * count * zs_dtype_size(dtype));
     ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_ALL_GATHER, ring_bytes(comm, count, dtype));
-    if (comm->size == 1 || count == 0) return ZS_OK;
-    ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, impl, &call));
+    if (comm->size == 1 || count == 0) return settle(comm, ZS_OK);
+    ZS_CHECK(settle(comm, comm->ops->all_gather(comm, buf, count, dtype, impl, &call)));
     return ZS_OK;
 }
 
@@ -260,14 +465,16 @@ zs_status zs__comm_all_reduce(zs__comm *comm, void *buf, size_t count, zs_dtype 
                                     (uint64_t)comm->size * count * zs_dtype_size(dtype));
     ZS_CHECK(check_fingerprints(comm, &call, count, (int)dtype, -1, what));
     account(comm, ZS_COMM_ALL_REDUCE, 2 * ring_bytes(comm, count, dtype));
-    if (comm->size == 1 || count == 0) return ZS_OK;
+    if (comm->size == 1 || count == 0) return settle(comm, ZS_OK);
     /* The two halves run under the all-reduce's name and number, and are not
      * counted again under ZS_COMM_REDUCE_SCATTER / ZS_COMM_ALL_GATHER. Because
      * the all-gather only copies the owner's bits, every rank ends with what
      * reduce_scatter alone gives the owner. */
-    ZS_CHECK(comm->ops->reduce_scatter(comm, buf, count, dtype, comm->reduce_scatter_impl,
-                                       &call));
-    ZS_CHECK(comm->ops->all_gather(comm, buf, count, dtype, comm->all_gather_impl, &call));
+    zs_status st =
+        comm->ops->reduce_scatter(comm, buf, count, dtype, comm->reduce_scatter_impl, &call);
+    if (st == ZS_OK)
+        st = comm->ops->all_gather(comm, buf, count, dtype, comm->all_gather_impl, &call);
+    ZS_CHECK(settle(comm, st));
     return ZS_OK;
 }
 
@@ -286,8 +493,8 @@ zs_status zs__comm_all_reduce_scalars(zs__comm *comm, double *values, int n, zs_
     /* 2(n-1)/n of the payload, as a ring all-reduce would send, rounded down. */
     account(comm, ZS_COMM_ALL_REDUCE,
             2 * (uint64_t)(comm->size - 1) * (uint64_t)n * sizeof(double) / (uint64_t)comm->size);
-    if (comm->size == 1 || n == 0) return ZS_OK;
-    ZS_CHECK(comm->ops->all_reduce_scalars(comm, values, n, op, &call));
+    if (comm->size == 1 || n == 0) return settle(comm, ZS_OK);
+    ZS_CHECK(settle(comm, comm->ops->all_reduce_scalars(comm, values, n, op, &call)));
     return ZS_OK;
 }
 
@@ -306,13 +513,13 @@ static zs_status gather_bytes(zs__comm *comm, const char *op, int kind, const ch
     zs__comm_call call = begin_call(comm, op, label, what, (uint64_t)bytes);
     ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)bytes, kind, -1, what));
     account(comm, counter, counted);
-    if (bytes == 0) return ZS_OK;
+    if (bytes == 0) return settle(comm, ZS_OK);
     if (comm->size == 1) {
         /* Nothing to exchange, but `all` must still hold this rank's bytes. */
         if (all != mine) memmove(all, mine, bytes);
-        return ZS_OK;
+        return settle(comm, ZS_OK);
     }
-    ZS_CHECK(comm->ops->all_gather_bytes(comm, mine, bytes, all, &call));
+    ZS_CHECK(settle(comm, comm->ops->all_gather_bytes(comm, mine, bytes, all, &call)));
     return ZS_OK;
 }
 
@@ -345,8 +552,8 @@ zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
     ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)bytes, -1, root, what));
     account(comm, ZS_COMM_BROADCAST,
             comm->rank == root && comm->size > 1 ? (uint64_t)bytes : 0);
-    if (comm->size == 1 || bytes == 0) return ZS_OK;
-    ZS_CHECK(comm->ops->broadcast(comm, buf, bytes, root, &call));
+    if (comm->size == 1 || bytes == 0) return settle(comm, ZS_OK);
+    ZS_CHECK(settle(comm, comm->ops->broadcast(comm, buf, bytes, root, &call)));
     return ZS_OK;
 }
 
@@ -355,7 +562,36 @@ zs_status zs__comm_barrier(zs__comm *comm, const char *label) {
     zs__comm_call call = begin_call(comm, "barrier", label, "", 0);
     ZS_CHECK(check_fingerprints(comm, &call, 0, -1, -1, ""));
     account(comm, ZS_COMM_BARRIER, 0);
-    if (comm->size == 1) return ZS_OK;
-    ZS_CHECK(comm->ops->barrier(comm, &call));
+    if (comm->size == 1) return settle(comm, ZS_OK);
+    ZS_CHECK(settle(comm, comm->ops->barrier(comm, &call)));
+    return ZS_OK;
+}
+
+zs_status zs__comm_all_to_all(zs__comm *comm, const void *send, void *recv, size_t block_bytes,
+                              const char *label) {
+    ZS_CHECK(check_usable(comm, "all_to_all", label));
+    size_t total;
+    if (!zs__mul_size(block_bytes, (size_t)comm->size, &total) ||
+        (block_bytes > 0 && (!send || !recv)))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "all_to_all of '%s': bad arguments (%d blocks of %zu bytes, send %s, "
+                        "recv %s)", label ? label : "", comm->size, block_bytes,
+                        send ? "set" : "NULL", recv ? "set" : "NULL");
+    /* Backend memory shares the address space on every backend here (the
+     * CPU's, and CUDA's unified addressing), so the ranges compare. */
+    const uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv;
+    if (block_bytes > 0 && s0 < r0 + total && r0 < s0 + total)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "all_to_all of '%s': the send and receive buffers overlap (%zu bytes "
+                        "each); pass two separate buffers", label ? label : "", total);
+    char what[96];
+    snprintf(what, sizeof what, "%d blocks of %zu bytes", comm->size, block_bytes);
+    zs__comm_call call = begin_call(comm, "all_to_all", label, what, (uint64_t)total);
+    ZS_CHECK(check_fingerprints(comm, &call, (uint64_t)block_bytes, -1, -1, what));
+    account(comm, ZS_COMM_ALL_TO_ALL, (uint64_t)(comm->size - 1) * (uint64_t)block_bytes);
+    if (block_bytes == 0) return settle(comm, ZS_OK);
+    /* Size 1 still runs: the own block must reach `recv`, in backend memory
+     * on a staged or device communicator. */
+    ZS_CHECK(settle(comm, comm->ops->all_to_all(comm, send, recv, block_bytes, &call)));
     return ZS_OK;
 }

@@ -13,9 +13,11 @@
  * "config hash", ...) so an error message can say which collective failed;
  * every collective also carries a sequence number for the same reason.
  *
- * Implementations sit behind zs__comm_ops (comm_impl.h): MPI today, NCCL later.
+ * Implementations sit behind zs__comm_ops (comm_impl.h): MPI and NCCL.
  * This file's functions do the byte accounting, so every implementation counts
- * the same way: the bytes this rank sends under the ring algorithm. */
+ * the same way: the bytes this rank sends under the ring algorithm, split by
+ * link (inside this rank's node or across nodes) by what the transport
+ * really sent to each peer (zeroshard.h, zs_comm_stats). */
 #ifndef ZS_COMM_COMM_H
 #define ZS_COMM_COMM_H
 
@@ -23,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/topology.h"
 #include "core/config.h"
 #include "core/memory.h"
 #include "zeroshard.h"
@@ -140,6 +143,20 @@ zs_status zs__comm_all_gather_bytes(zs__comm *comm, const void *mine, size_t byt
 zs_status zs__comm_all_reduce_gathered(zs__comm *comm, const void *mine, size_t bytes, void *all,
                                        int kind, const char *what, const char *label);
 
+/* All-to-all of equal blocks: `send` holds size blocks of `block_bytes`,
+ * block j for rank j; on return block j of `recv` holds what rank j sent
+ * this rank (its block `rank`). `send` and `recv` must not overlap (ZS_ERR_
+ * INVALID_ARGUMENT otherwise). Pairwise exchange in a fixed order: at step
+ * s = 1..size-1 this rank sends to rank + s and receives from rank - s (mod
+ * size), in pieces of at most comm.segment_bytes, every wait with the
+ * deadline; its own block is copied. Moves bits only: the result does not
+ * depend on the order. Buffers are the data collectives' memory (backend
+ * memory on a staged or NCCL communicator). Counted under
+ * ZS_COMM_ALL_TO_ALL: (size-1) * block_bytes, split by the link each block
+ * really took. */
+zs_status zs__comm_all_to_all(zs__comm *comm, const void *send, void *recv, size_t block_bytes,
+                              const char *label);
+
 /* Broadcast of raw bytes from root. Counted: bytes on the root, 0 elsewhere. */
 zs_status zs__comm_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
                              const char *label);
@@ -147,11 +164,78 @@ zs_status zs__comm_barrier(zs__comm *comm, const char *label);
 
 /* ZS_OK, or the status of the failure that made the communicator refuse
  * every call (ZS_ERR_TIMEOUT after a timeout with comm.on_timeout = "return",
- * ZS_ERR_MISMATCH after comm.check_collectives found ranks out of step). */
+ * ZS_ERR_MISMATCH after comm.check_collectives found ranks out of step):
+ * its own, or its world's or a group's of that world (see groups below). */
 zs_status zs__comm_failed(const zs__comm *comm);
 
-/* Cumulative counters since creation. */
+/* Cumulative counters since creation, of this communicator alone. */
 void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out);
+/* The same summed over `world` and its groups: what zs_comm_report shows. */
+void zs__comm_stats_total(const zs__comm *world, zs_comm_stats *out);
+
+/* ------------------------------------------------------------ groups
+ *
+ * Beside the runtime's communicator (the "world"), the node communicator
+ * holds the ranks of this rank's node and the cross-node communicator the
+ * ranks with this rank's local rank, one per node (topology.h). They are
+ * communicators like the world: every collective above, the same deadlines
+ * (comm.timeout_s, comm.on_timeout), timeout reports, fingerprints
+ * (comm.check_collectives), their own sequence numbers, and messages that
+ * name world ranks and the group ("all_gather #4 of 'block.3' in node 1 of
+ * 2 ... on rank 3").
+ *
+ * How: a group is a view of the world's own duplicated MPI communicator
+ * (its ranks map to world ranks) with a tag space of its own, so its
+ * messages never match the world's or another group's, and making one
+ * calls no MPI function at all: nothing in it can wait. MPI's ways to make
+ * a real sub-communicator (MPI_Comm_split, MPI_Comm_create_group,
+ * MPI_Comm_split_type) block without a deadline. For the same reason a
+ * group's data collectives always run the ring (comm.reduce_scatter and
+ * comm.all_gather = "mpi" or "auto" apply to the world only): MPI's own
+ * collectives need a communicator of exactly the group's ranks. On NCCL the
+ * groups are NCCL communicators split from the world's (ncclCommSplit,
+ * non-blocking, with the deadline), on the world's stream and events, with
+ * their host-side collectives on the world's MPI duplicate as above.
+ *
+ * A group shares its world's staging buffers (the ring's segment, host
+ * staging): collectives run one at a time across a world and its groups
+ * (the comm engine's rule). Groups are owned by their world and destroyed
+ * with it. When any of them fails (a timeout, ranks out of step, an NCCL
+ * abort) every one refuses later calls with that failure: the ranks no
+ * longer agree on what comes next anywhere. */
+typedef enum zs__comm_kind {
+    ZS_COMM_KIND_WORLD = 0,  /* the runtime's communicator */
+    ZS_COMM_KIND_NODE = 1,   /* the ranks of this rank's node, in rank order */
+    ZS_COMM_KIND_CROSS = 2,  /* the ranks with this local rank, one per node, in node order */
+    ZS_COMM_KIND_COUNT = 3
+} zs__comm_kind;
+
+/* The world's topology: which peers are on other nodes (the byte counters
+ * by link) and how groups are formed. `t` must outlive the communicator
+ * (the context destroys the communicator first). Before it is set every
+ * peer counts as on this rank's node. */
+void zs__comm_set_topology(zs__comm *world, const zs__topology *t);
+
+/* Creates the `kind` group of `world` for this rank (local: allocations
+ * only, no communication; the caller agrees on the outcome across ranks).
+ * Needs the topology. On NCCL the group exists but carries data only after
+ * zs__comm_connect_groups. *out is owned by `world` (also reachable as
+ * zs__comm_group(world, kind)). */
+zs_status zs__comm_create_group(zs__comm *world, zs__comm_kind kind, zs__comm **out);
+/* Collective over the world, after every rank created the same groups:
+ * NCCL splits the world's communicator for each (bounded by comm.timeout_s);
+ * nothing on MPI. Returns this rank's outcome: the caller agrees on it. */
+zs_status zs__comm_connect_groups(zs__comm *world);
+/* The `kind` group of `world`, or NULL; ZS_COMM_KIND_WORLD gives `world`. */
+zs__comm *zs__comm_group(const zs__comm *world, zs__comm_kind kind);
+
+zs__comm_kind zs__comm_kind_of(const zs__comm *comm);
+/* For traces: NULL for the world, "node" or "cross" (static strings). */
+const char *zs__comm_group_name(const zs__comm *comm);
+/* For messages: "" for the world, "node 1 of 2", "cross-node (local rank 0)". */
+const char *zs__comm_where(const zs__comm *comm);
+/* The world rank of this communicator's rank `rank`. */
+int zs__comm_world_rank(const zs__comm *comm, int rank);
 
 /* Creation agreement, before the runtime's communicator exists (or on a
  * raw MPI communicator): the ranks of `comm` learn whether any failed

@@ -17,6 +17,7 @@ typedef struct zs__comm_call {
     const char *label;
     uint64_t seq;
     uint64_t bytes;  /* the collective's payload on this rank, for messages */
+    const char *in;  /* the communicator, for messages: "" for the world, " in node 1 of 2" */
 } zs__comm_call;
 
 /* One table per implementation, filled by a static const initializer.
@@ -39,6 +40,15 @@ typedef struct zs__comm_ops {
     zs_status (*broadcast)(zs__comm *comm, void *buf, size_t bytes, int root,
                            const zs__comm_call *call);
     zs_status (*barrier)(zs__comm *comm, const zs__comm_call *call);
+    /* comm.h's all-to-all: size > 0, block_bytes > 0, send and recv apart;
+     * size 1 copies the own block. */
+    zs_status (*all_to_all)(zs__comm *comm, const void *send, void *recv, size_t block_bytes,
+                            const zs__comm_call *call);
+    /* Makes `group`'s state from its world's (local, no communication):
+     * group->rank, size, world_of, kind and host are set. */
+    zs_status (*group_state)(zs__comm *world, zs__comm *group);
+    /* zs__comm_connect_groups; NULL when groups need no connection. */
+    zs_status (*connect_groups)(zs__comm *world);
     /* Releases `state` (the implementation's own part). */
     void (*destroy)(zs__comm *comm);
 } zs__comm_ops;
@@ -49,6 +59,23 @@ struct zs__comm {
     zs__mem *mem;                    /* the context's accountant (ZS_MEM_COMM) */
     int rank;
     int size;
+    /* Groups (comm.h). The host communicator's ranks are the world's: a
+     * group's member r is rank world_of[r] there (NULL in the world, where
+     * they are the same). */
+    zs__comm_kind kind;
+    int world_rank;
+    int *world_of;
+    zs__comm *parent;                      /* a group's world; NULL in the world */
+    zs__comm *groups[ZS_COMM_KIND_COUNT];  /* the world's groups by kind ([0] unused) */
+    const zs__topology *topology;          /* the world's, once set; borrowed */
+    char where[48];                        /* "" or "node 1 of 2" */
+    char in[56];                           /* "" or " in node 1 of 2", for messages */
+    /* Byte accounting of the call in progress: what it counts, and what
+     * the transport reported sending to peers on this node and others
+     * (zs__comm_count_sent); split into stats when it returns. */
+    zs_comm_op pending_op;
+    uint64_t pending_bytes;
+    uint64_t sent_intra, sent_inter;
     zs__comm_impl reduce_scatter_impl;
     zs__comm_impl all_gather_impl;
     /* comm.all_gather = "auto": MPI's all-gather for chunks of at least this
@@ -78,6 +105,21 @@ struct zs__comm {
     zs_status failed;
     char failure[2048];
 };
+
+/* The rank of member `rank` in comm->host (the world's rank). */
+static inline int zs__comm_host_rank(const zs__comm *comm, int rank) {
+    return comm->world_of ? comm->world_of[rank] : rank;
+}
+
+/* A transport sent `bytes` to member `peer` during the call in progress:
+ * counted inside this rank's node or across nodes. Implementations call it
+ * at every send of data (not of fingerprints or timeout reports). */
+void zs__comm_count_sent(zs__comm *comm, int peer, uint64_t bytes);
+
+/* The world of a communicator (itself for the world). */
+static inline zs__comm *zs__comm_root(zs__comm *comm) {
+    return comm->parent ? comm->parent : comm;
+}
 
 /* zs__comm_all_gather with the algorithm `impl` instead of comm.all_gather
  * (the measurement of "auto"); numbered, checked and counted the same way. */

@@ -27,12 +27,14 @@ struct zs__engine {
     /* The first failure not yet returned by a drain. */
     zs_status failure;
     char failure_message[1024];
-    /* Runs on the engine's thread after each op (NULL: none). */
-    zs__engine_after_op after_op;
+    /* Run on the engine's thread around each op (NULL: none). */
+    zs__engine_hook before_op;
+    zs__engine_hook after_op;
     void *after_op_ctx;
 };
 
 static void run_op(zs__engine *e, zs__engine_op *op) {
+    if (e->before_op) e->before_op(e->after_op_ctx, op);
     op->start_ns = zs__clock_ns();
     zs__clear_error();
     zs_status st = op->run(op);
@@ -43,6 +45,7 @@ static void run_op(zs__engine *e, zs__engine_op *op) {
         zs__trace_args args = ZS_TRACE_ARGS_INIT;
         args.unit = op->label;
         args.op = op->name;
+        args.group = op->group;
         args.bytes = op->bytes;
         args.queue_wait_ns = op->start_ns - op->enqueue_ns;
         args.has = ZS_TRACE_HAS_BYTES | ZS_TRACE_HAS_QUEUE_WAIT;
@@ -119,9 +122,15 @@ void zs__engine_destroy(zs__engine *e) {
 
 int zs__engine_threaded(const zs__engine *e) { return e->threaded; }
 
-void zs__engine_set_after_op(zs__engine *e, zs__engine_after_op hook, void *ctx) {
-    e->after_op = hook;
+void zs__engine_set_hooks(zs__engine *e, zs__engine_hook before, zs__engine_hook after,
+                          void *ctx) {
+    e->before_op = before;
+    e->after_op = after;
     e->after_op_ctx = ctx;
+}
+
+void zs__engine_set_after_op(zs__engine *e, zs__engine_after_op hook, void *ctx) {
+    zs__engine_set_hooks(e, NULL, hook, ctx);
 }
 
 void zs__engine_submit(zs__engine *e, zs__engine_op *op) {

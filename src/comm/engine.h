@@ -28,7 +28,9 @@
  * Injected network (benchmarks): ZS_COMM_DELAY_US=latency and
  * ZS_COMM_DELAY_GBPS=bandwidth make each op take at least latency +
  * bytes / bandwidth by sleeping after it runs; sleeping costs no CPU, so a
- * 2-core machine can measure overlap as a network would show it. */
+ * 2-core machine can measure overlap as a network would show it.
+ * ZS_COMM_DELAY_US_INTER and ZS_COMM_DELAY_GBPS_INTER give the links
+ * between nodes their own (comm/injected_network.h). */
 #ifndef ZS_COMM_ENGINE_H
 #define ZS_COMM_ENGINE_H
 
@@ -43,8 +45,10 @@ typedef struct zs__trace zs__trace;
 typedef struct zs__engine_op {
     /* Set by the owner before zs__engine_submit. */
     zs_status (*run)(struct zs__engine_op *op);
-    const char *name;        /* "reduce_scatter", "all_gather", ... (traces) */
+    const char *name;        /* "reduce_scatter", "all_gather", "all_to_all", ... (traces) */
     const char *label;       /* the unit, or what is moved (traces, messages) */
+    const char *group;       /* the communicator's group for traces: NULL for the world, or
+                                zs__comm_group_name(comm) ("node", "cross") */
     uint64_t bytes;          /* payload on this rank (traces, injected delay) */
     /* Set by the engine. */
     uint64_t ticket;         /* 1, 2, ... in submission order */
@@ -62,10 +66,15 @@ zs_status zs__engine_create(int threaded, zs__trace *trace, zs__engine **out);
 void zs__engine_destroy(zs__engine *engine);
 int zs__engine_threaded(const zs__engine *engine);
 
-/* A hook run on the engine's thread after each op, before the op counts as
- * done (the injected network of the benchmarks, comm/injected_network.h);
- * set before the first submit. */
-typedef void (*zs__engine_after_op)(void *ctx, const zs__engine_op *op);
+/* Hooks run on the engine's thread just before each op runs and after it,
+ * before the op counts as done (the injected network of the benchmarks,
+ * comm/injected_network.h); set before the first submit. Either may be
+ * NULL. */
+typedef void (*zs__engine_hook)(void *ctx, const zs__engine_op *op);
+typedef zs__engine_hook zs__engine_after_op;
+void zs__engine_set_hooks(zs__engine *engine, zs__engine_hook before, zs__engine_hook after,
+                          void *ctx);
+/* The after hook alone (before: none). */
 void zs__engine_set_after_op(zs__engine *engine, zs__engine_after_op hook, void *ctx);
 
 void zs__engine_submit(zs__engine *engine, zs__engine_op *op);

@@ -40,7 +40,20 @@ typedef struct mpi_state {
     MPI_Op sum_bf16;
     zs__staging stage;        /* data in backend memory goes through it (staging.h);
                                  stage.backend is NULL while buffers are host memory */
+    zs__backend *device;      /* the backend of zs__comm_stage_through, also at size 1,
+                                 where nothing is staged but an all-to-all's own block
+                                 is still copied in backend memory */
+    /* A group's state (comm.h) holds only this: the world's state, whose
+     * duplicate, staging buffer and host staging it uses (one collective
+     * runs at a time across a world and its groups). NULL in the world. */
+    struct mpi_state *world;
 } mpi_state;
+
+/* The state that owns the buffers: the world's. */
+static mpi_state *owner(zs__comm *comm) {
+    mpi_state *st = comm->state;
+    return st->world ? st->world : st;
+}
 
 /* The name of the MPI function in a failing call, without its arguments. */
 static const char *function_name(const char *call_text, char *out, size_t capacity) {
@@ -129,7 +142,10 @@ static size_t ring_length(const ring_pass *p, size_t nseg, size_t m) {
 static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
                           const zs__comm_call *call) {
     const int n = comm->size, q = comm->rank;
+    /* Members of the communicator, and the same ranks in st->comm (a
+     * group's are world ranks). */
     const int right = (q + 1) % n, left = (q + n - 1) % n;
+    const int right_host = zs__comm_host_rank(comm, right), left_host = zs__comm_host_rank(comm, left);
     const size_t depth = (size_t)p->depth;
     const size_t nseg = (p->chunk_bytes + p->segment_bytes - 1) / p->segment_bytes;
     const size_t total = (size_t)(n - 1) * nseg;
@@ -138,15 +154,18 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
 
     for (size_t m = 0; m < total && m < depth; m++)
         MPI_CHECK(comm, call, MPI_Irecv(ring_recv_target(p, q, n, nseg, m),
-                                        (int)ring_length(p, nseg, m), MPI_BYTE, left, p->tag,
+                                        (int)ring_length(p, nseg, m), MPI_BYTE, left_host, p->tag,
                                         st->comm, &recv[m]));
     for (size_t m = 0; m < total; m++) {
         const size_t step = m / nseg, off = (m % nseg) * p->segment_bytes;
         const size_t len = ring_length(p, nseg, m);
         ZS_CHECK(zs__comm_wait_one(comm, call, &send[m % depth], right, 0));
         unsigned char *out = p->buf + ring_chunk(q, n, step, p->shift) * p->chunk_bytes + off;
-        MPI_CHECK(comm, call, MPI_Isend(out, (int)len, MPI_BYTE, right, p->tag, st->comm,
+        MPI_CHECK(comm, call, MPI_Isend(out, (int)len, MPI_BYTE, right_host, p->tag, st->comm,
                                         &send[m % depth]));
+        /* Counted where it is sent: a segment to a peer on another node is
+         * cross-node traffic (zs_comm_stats). */
+        zs__comm_count_sent(comm, right, len);
         ZS_CHECK(zs__comm_wait_one(comm, call, &recv[m % depth], left, 1));
         if (p->reduce) {
             unsigned char *into =
@@ -162,8 +181,8 @@ static zs_status ring_run(zs__comm *comm, mpi_state *st, const ring_pass *p,
         }
         if (m + depth < total)
             MPI_CHECK(comm, call, MPI_Irecv(ring_recv_target(p, q, n, nseg, m + depth),
-                                            (int)ring_length(p, nseg, m + depth), MPI_BYTE, left,
-                                            p->tag, st->comm, &recv[m % depth]));
+                                            (int)ring_length(p, nseg, m + depth), MPI_BYTE,
+                                            left_host, p->tag, st->comm, &recv[m % depth]));
     }
     for (size_t d = 0; d < depth; d++) ZS_CHECK(zs__comm_wait_one(comm, call, &send[d], right, 0));
     return ZS_OK;
@@ -256,24 +275,28 @@ static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
  * it. */
 static zs_status host_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                      zs__comm_impl impl, const zs__comm_call *call) {
-    mpi_state *st = comm->state;
-    if (impl == ZS_COMM_IMPL_RING) return ring_reduce_scatter(comm, st, buf, count, dtype, call);
+    mpi_state *st = owner(comm);
+    /* A group runs the ring (comm.h): MPI's own collective would span the
+     * whole world duplicate. */
+    if (impl == ZS_COMM_IMPL_RING || comm->world_of)
+        return ring_reduce_scatter(comm, st, buf, count, dtype, call);
     return mpi_reduce_scatter(comm, st, buf, count, dtype, call);
 }
 
 /* `impl` is concrete here (op_all_gather resolved "auto"). */
 static zs_status host_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                  zs__comm_impl impl, const zs__comm_call *call) {
-    mpi_state *st = comm->state;
+    mpi_state *st = owner(comm);
     size_t esize = zs_dtype_size(dtype);
-    if (impl == ZS_COMM_IMPL_RING) return ring_all_gather(comm, st, buf, count, esize, call);
+    if (impl == ZS_COMM_IMPL_RING || comm->world_of)
+        return ring_all_gather(comm, st, buf, count, esize, call);
     return zs__mpi_all_gather_native(comm, buf, count * esize,
                                      comm->segment_bytes - comm->segment_bytes % esize, call);
 }
 
 static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                    zs__comm_impl impl, const zs__comm_call *call) {
-    mpi_state *st = comm->state;
+    mpi_state *st = owner(comm);
     if (st->stage.backend)
         return zs__staged_reduce_scatter(comm, &st->stage, buf, count, dtype, impl, call,
                                          host_reduce_scatter);
@@ -282,7 +305,7 @@ static zs_status op_reduce_scatter(zs__comm *comm, void *buf, size_t count, zs_d
 
 static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype dtype,
                                zs__comm_impl impl, const zs__comm_call *call) {
-    mpi_state *st = comm->state;
+    mpi_state *st = owner(comm);
     /* "auto" is decided once, by the caller's chunk (what the measurement
      * timed and what the logs describe), not again per staged piece. */
     impl = zs__comm_all_gather_choice(comm, impl, count * zs_dtype_size(dtype));
@@ -290,6 +313,45 @@ static zs_status op_all_gather(zs__comm *comm, void *buf, size_t count, zs_dtype
         return zs__staged_all_gather(comm, &st->stage, buf, count, dtype, impl, call,
                                      host_all_gather);
     return host_all_gather(comm, buf, count, dtype, impl, call);
+}
+
+/* Pairwise exchange on host memory (comm.h): at step s this rank sends its
+ * block for rank + s and receives rank - s's block for it. A pair of ranks
+ * meets at one step only, and its pieces arrive in order (MPI does not
+ * overtake between one sender and one receiver under one tag), so one tag
+ * serves the whole call. */
+static zs_status host_all_to_all(zs__comm *comm, const unsigned char *send, unsigned char *recv,
+                                 size_t block, const zs__comm_call *call) {
+    const int n = comm->size, r = comm->rank;
+    memcpy(recv + (size_t)r * block, send + (size_t)r * block, block);
+    const int tag = zs__comm_tag(comm, ZS_TAG_ALL_TO_ALL, call);
+    const size_t piece = comm->segment_bytes;
+    for (int s = 1; s < n; s++) {
+        const int to = (r + s) % n, from = (r - s + n) % n;
+        for (size_t off = 0; off < block; off += piece) {
+            const size_t len = block - off < piece ? block - off : piece;
+            ZS_CHECK(zs__mpi_swap(comm, call, tag, send + (size_t)to * block + off, len, to,
+                                  recv + (size_t)from * block + off, len, from));
+        }
+    }
+    return ZS_OK;
+}
+
+static zs_status op_all_to_all(zs__comm *comm, const void *send, void *recv, size_t block,
+                               const zs__comm_call *call) {
+    mpi_state *st = owner(comm);
+    if (st->stage.backend)
+        return zs__staged_all_to_all(comm, &st->stage, send, recv, block,
+                                     zs__comm_tag(comm, ZS_TAG_ALL_TO_ALL, call), call);
+    if (st->device && !st->device->ops->host_accessible) {
+        /* Backend memory and nobody to exchange with (a world of one rank,
+         * where nothing was staged): the own block, on the backend. */
+        ZS_ASSERT(comm->size == 1);
+        return st->device->ops->copy(st->device, (unsigned char *)recv + (size_t)comm->rank * block,
+                                     (const unsigned char *)send + (size_t)comm->rank * block,
+                                     block);
+    }
+    return host_all_to_all(comm, send, recv, block, call);
 }
 
 /* `abandoned`: a collective timed out, and requests of MPI's own
@@ -316,7 +378,27 @@ static void free_state(mpi_state *st, zs__mem *mem, int abandoned) {
 }
 
 static void op_destroy(zs__comm *comm) {
-    free_state(comm->state, comm->mem, comm->failed == ZS_ERR_TIMEOUT);
+    mpi_state *st = comm->state;
+    if (st && st->world) { /* a group's: everything it uses is the world's */
+        free(st);
+        return;
+    }
+    /* A timeout in any of the family (a group uses the world's buffers)
+     * abandons them. */
+    free_state(st, comm->mem, zs__comm_failed(comm) == ZS_ERR_TIMEOUT);
+}
+
+static zs_status op_group_state(zs__comm *world, zs__comm *group) {
+    mpi_state *st = zs__calloc(1, sizeof *st);
+    if (!st)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory for the %s "
+                        "communicator's state (%zu bytes)", group->where, sizeof *st);
+    mpi_state *w = world->state;
+    st->world = w;
+    st->comm = w->comm;
+    st->sum_fp16 = st->sum_bf16 = MPI_OP_NULL;
+    group->state = st;
+    return ZS_OK;
 }
 
 static const zs__comm_ops mpi_ops = {
@@ -327,6 +409,8 @@ static const zs__comm_ops mpi_ops = {
     .all_gather_bytes = zs__mpi_all_gather_bytes,
     .broadcast = zs__mpi_broadcast,
     .barrier = zs__mpi_barrier,
+    .all_to_all = op_all_to_all,
+    .group_state = op_group_state,
     .destroy = op_destroy,
 };
 
@@ -466,9 +550,15 @@ zs_status zs__comm_stage_through(zs__comm *comm, zs__backend *backend, size_t st
         return zs__fail(ZS_ERR_INTERNAL, "zs__comm_stage_through: the '%s' communicator has no "
                         "host staging", comm->ops->name);
     mpi_state *st = comm->state;
-    if (st->stage.backend)
+    if (st->world)
+        return zs__fail(ZS_ERR_INTERNAL, "zs__comm_stage_through: stage the world; its groups "
+                        "(%s) stage through its buffers", comm->where);
+    if (st->stage.backend || st->device)
         return zs__fail(ZS_ERR_INTERNAL, "zs__comm_stage_through: staging is already set up");
-    if (comm->size == 1) return ZS_OK; /* no data collective ever moves anything */
+    st->device = backend;
+    /* No data collective moves anything at size 1 (an all-to-all copies its
+     * own block with the backend's copy). */
+    if (comm->size == 1) return ZS_OK;
     ZS_CHECK(zs__staging_create(&st->stage, backend, comm->mem, staging_bytes, comm->size));
     /* The ring adds staged pieces on the host: with the CPU's kernels. */
     zs__comm_use_backend(comm, st->stage.host_adder ? st->stage.host_adder : backend);

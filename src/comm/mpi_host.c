@@ -39,20 +39,21 @@ static void scratch_give(zs__comm *comm, small_scratch *small, void *ptr, size_t
     if (ptr != small->bytes) zs__mem_host_free(comm->mem, ZS_MEM_COMM, ptr, bytes);
 }
 
-/* One exchange with two peers: receive `recv_bytes` from `from` into `into`
- * while sending `send_bytes` to `to`, both under `tag`, with the deadline. */
-static zs_status swap(zs__comm *comm, const zs__comm_call *call, int tag, const void *out,
-                      size_t send_bytes, int to, void *into, size_t recv_bytes, int from) {
+zs_status zs__mpi_swap(zs__comm *comm, const zs__comm_call *call, int tag, const void *out,
+                       size_t send_bytes, int to, void *into, size_t recv_bytes, int from) {
     zs__pending p[2] = {{MPI_REQUEST_NULL, from, 1}, {MPI_REQUEST_NULL, to, 0}};
     HOST_CHECK(comm, call, "MPI_Irecv",
-               MPI_Irecv(into, (int)recv_bytes, MPI_BYTE, from, tag, comm->host, &p[0].request));
-    int rc = MPI_Isend(out, (int)send_bytes, MPI_BYTE, to, tag, comm->host, &p[1].request);
+               MPI_Irecv(into, (int)recv_bytes, MPI_BYTE, zs__comm_host_rank(comm, from), tag,
+                         comm->host, &p[0].request));
+    int rc = MPI_Isend(out, (int)send_bytes, MPI_BYTE, zs__comm_host_rank(comm, to), tag,
+                       comm->host, &p[1].request);
     if (rc != MPI_SUCCESS) {
         MPI_Cancel(&p[0].request);
         MPI_Request_free(&p[0].request);
         zs__error_breadcrumb(__FILE__, __LINE__);
         return zs__mpi_fail(comm, call, "MPI_Isend", rc);
     }
+    zs__comm_count_sent(comm, to, send_bytes);
     ZS_CHECK(zs__comm_wait(comm, call, p, 2));
     return ZS_OK;
 }
@@ -84,8 +85,8 @@ static zs_status exchange_piece(zs__comm *comm, const zs__comm_call *call, int t
     memmove(tmp, mine + off, len);
     for (int dist = 1; dist < n; dist *= 2) {
         const int blocks = dist < n - dist ? dist : n - dist;
-        ZS_CHECK(swap(comm, call, tag, tmp, (size_t)blocks * len, (r - dist + n) % n,
-                      tmp + (size_t)dist * len, (size_t)blocks * len, (r + dist) % n));
+        ZS_CHECK(zs__mpi_swap(comm, call, tag, tmp, (size_t)blocks * len, (r - dist + n) % n,
+                              tmp + (size_t)dist * len, (size_t)blocks * len, (r + dist) % n));
     }
     if (tmp == all) { /* one piece, gathered in place: rank r's block is first */
         rotate_right(all, (size_t)n * bytes, (size_t)r * bytes);
@@ -163,20 +164,22 @@ zs_status zs__mpi_broadcast(zs__comm *comm, void *buf, size_t bytes, int root,
         if (parent >= 0) {
             MPI_Request request = MPI_REQUEST_NULL;
             HOST_CHECK(comm, call, "MPI_Irecv",
-                       MPI_Irecv(at, (int)len, MPI_BYTE, parent, tag, comm->host, &request));
+                       MPI_Irecv(at, (int)len, MPI_BYTE, zs__comm_host_rank(comm, parent), tag,
+                                 comm->host, &request));
             ZS_CHECK(zs__comm_wait_one(comm, call, &request, parent, 1));
         }
         int children = 0;
         for (int step = 1; step < low && vr + step < n; step *= 2) {
             const int child = (vr + step + root) % n;
             p[children] = (zs__pending){MPI_REQUEST_NULL, child, 0};
-            int rc = MPI_Isend(at, (int)len, MPI_BYTE, child, tag, comm->host,
-                               &p[children].request);
+            int rc = MPI_Isend(at, (int)len, MPI_BYTE, zs__comm_host_rank(comm, child), tag,
+                               comm->host, &p[children].request);
             if (rc != MPI_SUCCESS) {
                 for (int i = 0; i < children; i++) MPI_Request_free(&p[i].request);
                 zs__error_breadcrumb(__FILE__, __LINE__);
                 return zs__mpi_fail(comm, call, "MPI_Isend", rc);
             }
+            zs__comm_count_sent(comm, child, len);
             children++;
         }
         ZS_CHECK(zs__comm_wait(comm, call, p, children));
@@ -196,6 +199,8 @@ zs_status zs__mpi_barrier(zs__comm *comm, const zs__comm_call *call) {
 
 zs_status zs__mpi_all_gather_native(zs__comm *comm, unsigned char *all, size_t chunk_bytes,
                                     size_t piece, const zs__comm_call *call) {
+    /* MPI's own collective runs over all of comm->host: the world only. */
+    ZS_ASSERT(comm->world_of == NULL);
     for (size_t off = 0; off < chunk_bytes; off += piece) {
         size_t len = chunk_bytes - off < piece ? chunk_bytes - off : piece;
         MPI_Datatype contiguous, strided;

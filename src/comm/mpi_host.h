@@ -8,7 +8,10 @@
  * MPI's blocking collectives, for one reason: every wait then has a deadline
  * and knows the rank it waits for, so a stopped or departed peer becomes a
  * report that names it instead of a hang. Each reports a failure with the
- * collective's name, sequence number, label and rank. */
+ * collective's name, sequence number, label and rank.
+ *
+ * Ranks in the arguments are the communicator's own; a group's are mapped
+ * to the world ranks of comm->host (zs__comm_host_rank) at each MPI call. */
 #ifndef ZS_COMM_MPI_HOST_H
 #define ZS_COMM_MPI_HOST_H
 
@@ -17,6 +20,12 @@
 
 #include "comm/comm_impl.h"
 #include "comm/wait.h"
+
+/* One exchange with two peers (ranks of `comm`): receive `recv_bytes` from
+ * `from` into `into` while sending `send_bytes` to `to`, both under `tag`,
+ * with the deadline; the send is counted by link. */
+zs_status zs__mpi_swap(zs__comm *comm, const zs__comm_call *call, int tag, const void *out,
+                       size_t send_bytes, int to, void *into, size_t recv_bytes, int from);
 
 /* All-gather of `bytes` from every rank into `all` (rank order), by
  * dissemination (Bruck): ceil(log2 size) rounds, in round k each rank sends

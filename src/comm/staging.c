@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "comm/mpi_host.h"
 #include "core/error.h"
 
 zs_status zs__staging_create(zs__staging *s, zs__backend *backend, zs__mem *mem, size_t bytes,
@@ -105,6 +106,34 @@ zs_status zs__staged_all_gather(zs__comm *comm, const zs__staging *s, void *buf,
         ZS_CHECK(host(comm, s->host, len, dtype, impl, call));
         /* This rank's own chunk is already in place. */
         ZS_CHECK(move_pieces(s, buf, count, esize, off, len, 0, n, r, 0));
+    }
+    return ZS_OK;
+}
+
+zs_status zs__staged_all_to_all(zs__comm *comm, const zs__staging *s, const void *send,
+                                void *recv, size_t block_bytes, int tag,
+                                const zs__comm_call *call) {
+    zs__backend *be = s->backend;
+    const int n = comm->size, r = comm->rank;
+    const unsigned char *from_buf = send;
+    unsigned char *to_buf = recv;
+    ZS_CHECK(be->ops->copy(be, to_buf + (size_t)r * block_bytes,
+                           from_buf + (size_t)r * block_bytes, block_bytes));
+    /* Half the buffer each way; at least 2 bytes (staging holds one fp32
+     * per rank, and a group has at most the world's ranks). */
+    const size_t half = s->bytes / 2;
+    unsigned char *out = s->host, *in = s->host + half;
+    for (int step = 1; step < n; step++) {
+        const int to = (r + step) % n, from = (r - step + n) % n;
+        for (size_t off = 0; off < block_bytes; off += half) {
+            const size_t len = block_bytes - off < half ? block_bytes - off : half;
+            ZS_CHECK(be->ops->copy(be, out, from_buf + (size_t)to * block_bytes + off, len));
+            /* Also orders the previous piece's copy out of `in` before the
+             * exchange writes it again. */
+            ZS_CHECK(be->ops->synchronize(be));
+            ZS_CHECK(zs__mpi_swap(comm, call, tag, out, len, to, in, len, from));
+            ZS_CHECK(be->ops->copy(be, to_buf + (size_t)from * block_bytes + off, in, len));
+        }
     }
     return ZS_OK;
 }

@@ -59,4 +59,12 @@ zs_status zs__staged_all_gather(zs__comm *comm, const zs__staging *s, void *buf,
                                 zs_dtype dtype, zs__comm_impl impl, const zs__comm_call *call,
                                 zs__host_collective host);
 
+/* comm.h's all-to-all on backend memory: the own block is copied on the
+ * backend; each piece of every other block passes through the staging's
+ * halves (out to the peer from the first, in from the other peer into the
+ * second) with zs__mpi_swap under `tag`. */
+zs_status zs__staged_all_to_all(zs__comm *comm, const zs__staging *s, const void *send,
+                                void *recv, size_t block_bytes, int tag,
+                                const zs__comm_call *call);
+
 #endif

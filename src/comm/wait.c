@@ -9,7 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/terminated.h"
 #include "core/error.h"
+#include "core/exit_report.h"
+#include "core/job_signals.h"
 #include "core/log.h"
 
 /* The most requests one wait handles: a ring step has two, a dissemination
@@ -19,7 +22,7 @@ enum { WAIT_MAX = 64 };
 /* What a timed-out rank tells every other rank. Sent as bytes: every rank
  * runs the same build, so the layout is the same. */
 typedef struct timeout_report {
-    int32_t rank;
+    int32_t rank;      /* world ranks */
     int32_t peer;      /* the rank it waited for; -1 when unknown */
     int32_t receiving;
     int32_t pad;
@@ -31,8 +34,9 @@ typedef struct timeout_report {
 
 /* Reports stay in flight after the timed-out call returns (a send buffer
  * must outlive its request), so they live here, not on the stack: a process
- * times out once (the communicator refuses every call afterwards). */
-static timeout_report g_outgoing;
+ * times out once per kind of communicator (a failed communicator, and every
+ * one of its family, refuses every call afterwards). */
+static timeout_report g_outgoing[ZS_COMM_KIND_COUNT];
 
 void zs__comm_backoff(double start) {
     const double waited = zs__clock_s() - start;
@@ -58,7 +62,8 @@ void zs__comm_backoff(double start) {
 }
 
 int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, const zs__comm_call *call) {
-    if (kind == ZS_TAG_REPORT) return (int)kind;
+    const int space = (int)comm->kind;
+    if (kind == ZS_TAG_REPORT) return (int)kind + ZS_TAG_KINDS * space;
     /* FNV-1a of the label, mixed with the number: equal on every rank for
      * the same collective, different (modulo collisions) for another one. */
     uint64_t h = 1469598103934665603ull;
@@ -68,22 +73,25 @@ int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, const zs__comm_call *c
         for (const char *c = call->label; c && *c; c++)
             h = (h ^ (unsigned char)*c) * 1099511628211ull;
     h ^= call->seq * 0x9E3779B97F4A7C15ull;
-    return (int)kind + 8 * (int)(h % (uint64_t)comm->tag_period);
+    const int slot = space + ZS_COMM_KIND_COUNT * (int)(h % (uint64_t)comm->tag_period);
+    return (int)kind + ZS_TAG_KINDS * slot;
 }
 
 void zs__comm_set_host(zs__comm *comm, MPI_Comm host) {
     comm->host = host;
     int *ub = NULL, found = 0;
+    const int per_slot = ZS_TAG_KINDS * ZS_COMM_KIND_COUNT;
     if (host != MPI_COMM_NULL && MPI_Comm_get_attr(host, MPI_TAG_UB, &ub, &found) == MPI_SUCCESS &&
-        found && ub && *ub / 8 > comm->tag_period)
-        comm->tag_period = *ub / 8 - 1;
+        found && ub && *ub / per_slot > comm->tag_period)
+        comm->tag_period = *ub / per_slot - 1;
 }
 
 static void copy_text(char *out, size_t capacity, const char *text) {
     snprintf(out, capacity, "%s", text ? text : "");
 }
 
-/* What one rank was waiting for, as a sentence fragment. */
+/* What one rank was waiting for, as a sentence fragment; `peer` is a world
+ * rank. */
 static void describe_wait(char *out, size_t capacity, int peer, int receiving) {
     if (peer < 0)
         snprintf(out, capacity, "for the other ranks (MPI's own collective does not say which; "
@@ -98,21 +106,32 @@ static void describe_wait(char *out, size_t capacity, int peer, int receiving) {
  * same from the others for a grace period, so that every rank that timed
  * out can name the ranks that gave no sign: those are stopped, dead, or
  * somewhere else in the program. Writes the findings to `out`. */
+/* The member of `comm` that is world rank `world`, or -1. */
+static int member_of(const zs__comm *comm, int world) {
+    if (!comm->world_of) return world >= 0 && world < comm->size ? world : -1;
+    for (int r = 0; r < comm->size; r++)
+        if (comm->world_of[r] == world) return r;
+    return -1;
+}
+
 static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
-                            double waited_s, char *out, size_t capacity) {
+                            double waited_s, char *out, size_t capacity, int *silent_rank) {
     out[0] = '\0';
-    int lowest = comm->rank; /* the lowest rank known to have timed out */
+    *silent_rank = -1; /* the first (world) rank that sent no report */
+    int lowest = comm->world_rank; /* the lowest (world) rank known to have timed out */
     if (comm->host == MPI_COMM_NULL || comm->size < 2) return lowest;
     const int n = comm->size;
-    g_outgoing = (timeout_report){.rank = comm->rank, .peer = peer, .receiving = receiving,
-                                  .seq = call->seq, .waited_s = waited_s};
-    copy_text(g_outgoing.op, sizeof g_outgoing.op, call->op);
-    copy_text(g_outgoing.label, sizeof g_outgoing.label, call->label);
+    const int tag = zs__comm_tag(comm, ZS_TAG_REPORT, call);
+    timeout_report *outgoing = &g_outgoing[comm->kind];
+    *outgoing = (timeout_report){.rank = comm->world_rank, .peer = peer, .receiving = receiving,
+                                 .seq = call->seq, .waited_s = waited_s};
+    copy_text(outgoing->op, sizeof outgoing->op, call->op);
+    copy_text(outgoing->label, sizeof outgoing->label, call->label);
     for (int r = 0; r < n; r++) {
         if (r == comm->rank) continue;
         MPI_Request request;
-        if (MPI_Isend(&g_outgoing, (int)sizeof g_outgoing, MPI_BYTE, r, ZS_TAG_REPORT, comm->host,
-                      &request) == MPI_SUCCESS)
+        if (MPI_Isend(outgoing, (int)sizeof *outgoing, MPI_BYTE, zs__comm_host_rank(comm, r), tag,
+                      comm->host, &request) == MPI_SUCCESS)
             MPI_Request_free(&request);
     }
     /* Ranks stuck in the same collective time out within milliseconds of
@@ -128,7 +147,7 @@ static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer,
     while (zs__clock_s() - start < grace && heard_count < n - 1) {
         int flag = 0;
         MPI_Status status;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, ZS_TAG_REPORT, comm->host, &flag, &status) != MPI_SUCCESS)
+        if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm->host, &flag, &status) != MPI_SUCCESS)
             break;
         if (!flag) {
             struct timespec ts = {0, 2000000};
@@ -136,12 +155,12 @@ static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer,
             continue;
         }
         timeout_report in;
-        if (MPI_Recv(&in, (int)sizeof in, MPI_BYTE, status.MPI_SOURCE, ZS_TAG_REPORT, comm->host,
+        if (MPI_Recv(&in, (int)sizeof in, MPI_BYTE, status.MPI_SOURCE, tag, comm->host,
                      MPI_STATUS_IGNORE) != MPI_SUCCESS)
             break;
-        const int from = status.MPI_SOURCE;
-        if (from < lowest) lowest = from;
-        if (from < (int)sizeof heard * 8 && !(heard[from / 8] & (1u << (from % 8)))) {
+        if (status.MPI_SOURCE < lowest) lowest = status.MPI_SOURCE;
+        const int from = member_of(comm, status.MPI_SOURCE);
+        if (from >= 0 && from < (int)sizeof heard * 8 && !(heard[from / 8] & (1u << (from % 8)))) {
             heard[from / 8] |= (unsigned char)(1u << (from % 8));
             heard_count++;
             in.op[sizeof in.op - 1] = in.label[sizeof in.label - 1] = '\0';
@@ -160,8 +179,8 @@ static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer,
     for (int i = 0; i < listed_count; i++) {
         char wait[160];
         describe_wait(wait, sizeof wait, listed[i].peer, listed[i].receiving);
-        const int same = listed[i].seq == call->seq && strcmp(listed[i].op, g_outgoing.op) == 0 &&
-                         strcmp(listed[i].label, g_outgoing.label) == 0;
+        const int same = listed[i].seq == call->seq && strcmp(listed[i].op, outgoing->op) == 0 &&
+                         strcmp(listed[i].label, outgoing->label) == 0;
         if (!same && out_of_step < 0) out_of_step = listed[i].rank;
         APPEND("; rank %d timed out too, in %s%s #%" PRIu64 " of '%s', waiting %s", listed[i].rank,
                same ? "the same collective, " : "a DIFFERENT collective, ", listed[i].op,
@@ -178,14 +197,15 @@ static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer,
         size_t names_used = 0;
         for (int r = 0; r < n; r++) {
             if (r == comm->rank || (heard[r / 8] & (1u << (r % 8)))) continue;
-            if (silent == 0) first_silent = r;
+            if (silent == 0) first_silent = zs__comm_host_rank(comm, r);
             if (silent < 16 && names_used < sizeof names) {
                 int w = snprintf(names + names_used, sizeof names - names_used, "%s%d",
-                                 silent ? ", " : "", r);
+                                 silent ? ", " : "", zs__comm_host_rank(comm, r));
                 if (w > 0) names_used += (size_t)w;
             }
             silent++;
         }
+        *silent_rank = first_silent;
         if (silent > 0)
             APPEND("; no report from rank%s %s%s within %.1f s: %s stopped, dead, or not in this "
                    "collective (a rank that left the training loop early, or called zs_save or "
@@ -201,26 +221,36 @@ static int exchange_reports(zs__comm *comm, const zs__comm_call *call, int peer,
 
 zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer, int receiving,
                              double waited_s, const char *what) {
+    /* From here on ranks are world ranks. */
+    peer = peer >= 0 ? zs__comm_host_rank(comm, peer) : -1;
     char wait[160];
     describe_wait(wait, sizeof wait, peer, receiving);
     /* Said at once, in case the reports below never come (a rank killed
      * meanwhile); the full diagnosis follows as an error. */
-    ZS_WARN("%s #%" PRIu64 " of '%s' timed out after %.1f s waiting %s; asking the other ranks "
-            "what they wait for", call->op, call->seq, call->label, waited_s, wait);
+    ZS_WARN("%s #%" PRIu64 " of '%s'%s timed out after %.1f s waiting %s; asking the other ranks "
+            "what they wait for", call->op, call->seq, call->label, call->in, waited_s, wait);
     char reports[1200];
+    int silent = -1;
     const int aborter = exchange_reports(comm, call, peer, receiving, waited_s, reports,
-                                         sizeof reports);
+                                         sizeof reports, &silent);
     const int abort_job = comm->on_timeout == ZS_TIMEOUT_ABORT;
     snprintf(comm->failure, sizeof comm->failure,
-             "%s #%" PRIu64 " of '%s' (%" PRIu64 " bytes) on rank %d timed out: %s%sno progress "
-             "for %.1f s (comm.timeout_s = %.0f) waiting %s%s; %s",
-             call->op, call->seq, call->label, call->bytes, comm->rank, what ? what : "",
+             "%s #%" PRIu64 " of '%s'%s (%" PRIu64 " bytes) on rank %d timed out: %s%sno "
+             "progress for %.1f s (comm.timeout_s = %.0f) waiting %s%s; %s",
+             call->op, call->seq, call->label, call->in, call->bytes, comm->world_rank,
+             what ? what : "",
              what && *what ? ", " : "", waited_s, comm->timeout_s, wait, reports,
              abort_job ? "aborting the job (comm.on_timeout = \"abort\"; exit code 75)"
                        : "the context is unusable: destroy it and end the job without "
                          "MPI_Finalize, which waits for every rank (comm.on_timeout = \"return\")");
     comm->failed = ZS_ERR_TIMEOUT;
     ZS_LOG_ERROR_("%s", comm->failure);
+    /* The exit report (core/exit_report.h) names the rank that sent no
+     * report where there is one (the stopped or dead one), else the one
+     * this rank waited for; written before MPI_Abort ends the job. */
+    const zs__exit_report report = {ZS_EXIT_CAUSE_TIMEOUT, ZS_TIMEOUT_EXIT_CODE,
+                                    silent >= 0 ? silent : peer, call->op, comm->failure};
+    zs__exit_report_emit(&report);
     if (abort_job) {
         /* One rank ends the job: the lowest that timed out. Open MPI 4.1's
          * mpirun was seen to crash or hang when several ranks call MPI_Abort
@@ -232,8 +262,8 @@ zs_status zs__comm_timed_out(zs__comm *comm, const zs__comm_call *call, int peer
          * reports within moments of this one (their deadlines expired
          * together), and MPI_Abort would cut them off. */
         fflush(NULL);
-        struct timespec linger = {aborter == comm->rank ? 0 : 5,
-                                  aborter == comm->rank ? 500000000 : 0};
+        struct timespec linger = {aborter == comm->world_rank ? 0 : 5,
+                                  aborter == comm->world_rank ? 500000000 : 0};
         while (nanosleep(&linger, &linger) != 0 && errno == EINTR) {
         }
         MPI_Abort(MPI_COMM_WORLD, ZS_TIMEOUT_EXIT_CODE);
@@ -290,7 +320,9 @@ zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *
             continue;
         }
         const double waited = zs__clock_s() - start;
-        if (waited > comm->timeout_s) {
+        /* After SIGTERM no wait outlasts job.term_grace_s (comm/terminated.h). */
+        const int terminated = zs__signals_term_expired();
+        if (waited > comm->timeout_s || terminated) {
             /* Report the first request still pending: in every algorithm
              * here it is the one the next step depends on. */
             int first = 0;
@@ -301,6 +333,8 @@ zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *
                 }
             for (int i = 0; i < n; i++) p[i].request = requests[i];
             abandon(p, n);
+            if (terminated)
+                return zs__comm_terminated(comm, call, p[first].peer, p[first].receiving, NULL);
             return zs__comm_timed_out(comm, call, p[first].peer, p[first].receiving, waited, "");
         }
         zs__comm_backoff(start);
@@ -386,9 +420,9 @@ zs_status zs__mpi_fail(const zs__comm *comm, const zs__comm_call *call, const ch
     if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS)
         snprintf(text, sizeof text, "MPI error code %d", rc);
     return zs__fail(ZS_ERR_COMM,
-                    "%s #%llu of '%s' failed on rank %d: %s: %s; check that every rank made the "
-                    "same calls (ZS_LOG_LEVEL=debug logs every collective, "
+                    "%s #%llu of '%s'%s failed on rank %d: %s: %s; check that every rank made "
+                    "the same calls (ZS_LOG_LEVEL=debug logs every collective, "
                     "comm.check_collectives = true compares them)",
-                    call->op, (unsigned long long)call->seq, call->label, comm->rank, function,
-                    text);
+                    call->op, (unsigned long long)call->seq, call->label, call->in,
+                    comm->world_rank, function, text);
 }

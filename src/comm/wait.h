@@ -25,7 +25,8 @@
 #include "core/clock.h"
 
 /* One outstanding request of a collective, and who is at its other end
- * (peer -1 when MPI's own collective hides it). */
+ * (peer -1 when MPI's own collective hides it): a rank of the communicator
+ * (messages name its world rank). */
 typedef struct zs__pending {
     MPI_Request request;
     int peer;
@@ -37,7 +38,12 @@ typedef struct zs__pending {
  * or added a collective, or runs another one under the same number (a
  * different unit, a barrier against an all-gather), never matches the
  * others' messages: it times out and the reports show the difference,
- * instead of reading the wrong data. */
+ * instead of reading the wrong data. Each kind of communicator (the world,
+ * node and cross-node groups, which share the world's MPI communicator) has
+ * a tag space of its own:
+ *   tag = kind + 16 * (communicator kind + 3 * (hash of label and number mod period))
+ * and timeout reports one fixed tag per communicator kind. Two groups of one
+ * kind (node 0, node 1) never share a rank, so they never meet. */
 typedef enum zs__tag_kind {
     ZS_TAG_BARRIER = 0,
     ZS_TAG_REDUCE_SCATTER = 1,
@@ -46,7 +52,9 @@ typedef enum zs__tag_kind {
     ZS_TAG_BROADCAST = 4,
     ZS_TAG_FINGERPRINT = 5, /* comm.check_collectives */
     ZS_TAG_SCALARS = 6,     /* all-reduce of scalars */
-    ZS_TAG_REPORT = 7       /* timeout reports: one fixed tag */
+    ZS_TAG_REPORT = 7,      /* timeout reports: one fixed tag per communicator kind */
+    ZS_TAG_ALL_TO_ALL = 8,
+    ZS_TAG_KINDS = 16       /* room per tag slot */
 } zs__tag_kind;
 
 int zs__comm_tag(const zs__comm *comm, zs__tag_kind kind, const zs__comm_call *call);
@@ -57,7 +65,10 @@ void zs__comm_set_host(zs__comm *comm, MPI_Comm host);
 
 /* Waits until every request in p[0..n) completes (completed ones become
  * MPI_REQUEST_NULL). Returns ZS_ERR_COMM when MPI fails, and at a timeout
- * reports, then aborts the job or returns ZS_ERR_TIMEOUT per comm.on_timeout. */
+ * reports, then aborts the job or returns ZS_ERR_TIMEOUT per comm.on_timeout.
+ * Once SIGTERM's grace has run out (core/job_signals.h) a wait that has not
+ * finished ends the process instead (comm/terminated.h). Both write this
+ * rank's exit report (core/exit_report.h). */
 zs_status zs__comm_wait(zs__comm *comm, const zs__comm_call *call, zs__pending *p, int n);
 
 /* The same for a single request. */

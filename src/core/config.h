@@ -62,6 +62,14 @@ typedef enum zs__durability_policy {
     ZS_DURABILITY_WARN = 1  /* warn and keep the new step (it may not survive a power failure) */
 } zs__durability_policy;
 
+/* job.stop_signal: the preemption warning that stops the job at an agreed
+ * step after a checkpoint (core/job_signals.h). */
+typedef enum zs__stop_signal {
+    ZS_STOP_SIGNAL_USR1 = 0,
+    ZS_STOP_SIGNAL_USR2 = 1,
+    ZS_STOP_SIGNAL_NONE = 2 /* no handlers at all: the program keeps SIGTERM and its own */
+} zs__stop_signal;
+
 /* What happens when the dynamic loss scale would go below min_loss_scale. */
 typedef enum zs__min_scale_policy {
     ZS_MIN_SCALE_ABORT = 0,     /* zs_step fails with ZS_ERR_NUMERIC, naming the step */
@@ -81,6 +89,27 @@ typedef enum zs__accumulate_dtype {
     ZS_ACCUMULATE_DTYPE_FP32 = 0,
     ZS_ACCUMULATE_DTYPE_COMPUTE = 1
 } zs__accumulate_dtype;
+
+/* zero.shard_group: the ranks the model is sharded over. */
+typedef enum zs__shard_group {
+    ZS_SHARD_GROUP_WORLD = 0, /* every rank (ZeRO) */
+    ZS_SHARD_GROUP_NODE = 1   /* the ranks of a node, replicated across nodes (hybrid sharding) */
+} zs__shard_group;
+
+/* zero.secondary_partition: stage 3's node-local copy of the gathered
+ * parameters (ZeRO++'s hpZ). */
+typedef enum zs__secondary_partition {
+    ZS_SECONDARY_NONE = 0,
+    ZS_SECONDARY_NODE = 1
+} zs__secondary_partition;
+
+/* comm.quantize_weights / comm.quantize_grads: what quantized collectives
+ * carry (kernels/quantize.h). The value is the bit width where there is one. */
+typedef enum zs__quantize {
+    ZS_QUANTIZE_NONE = 0,
+    ZS_QUANTIZE_INT8 = 1,
+    ZS_QUANTIZE_INT4 = 2
+} zs__quantize;
 
 typedef struct zs__settings {
     zs__backend_kind backend;      /* backend = "cpu" | "cuda"; default "cpu" */
@@ -108,6 +137,9 @@ typedef struct zs__settings {
         int64_t prefetch_bytes;    /* zero.prefetch_bytes; bytes; >= 0; default 64 MiB: stage-3
                                       gathers issued ahead of the program's fetches; 0 = off */
         int64_t align;             /* zero.align; elements; power of two 1..4096; default 16 */
+        zs__shard_group shard_group; /* zero.shard_group = "world" | "node"; default "world" */
+        zs__secondary_partition secondary_partition; /* zero.secondary_partition = "none" |
+                                      "node"; stage 3; default "none" */
     } zero;
 
     struct {
@@ -167,6 +199,12 @@ typedef struct zs__settings {
                                          the comm engine's thread (src/comm/engine.h) */
         int64_t bucket_bytes;         /* comm.bucket_bytes; 0..1 GiB; default 0 = off:
                                          gradients of consecutive smaller units reduced as one */
+        int64_t ranks_per_node;       /* comm.ranks_per_node; 0..65536; default 0 = detect the
+                                         nodes from the ranks' host identities; N > 0:
+                                         consecutive groups of N ranks (comm/topology.h) */
+        zs__quantize quantize_weights; /* comm.quantize_weights = "none" | "int8"; default "none" */
+        zs__quantize quantize_grads;  /* comm.quantize_grads = "none" | "int8" | "int4"; default "none" */
+        int64_t quant_block;          /* comm.quant_block; elements per scale; 1..1048576; default 256 */
     } comm;
 
     struct {
@@ -175,7 +213,17 @@ typedef struct zs__settings {
         int64_t keep;              /* checkpoint.keep; newest step directories kept; 0 = all; >= 0; default 0 */
         char resume[512];          /* checkpoint.resume = "none" | "auto" | "<step directory>"; default "none" */
         zs__durability_policy on_durability_error; /* checkpoint.on_durability_error = "fail" | "warn"; default "fail" */
+        double every_seconds;      /* checkpoint.every_seconds; a save at the first step boundary this
+                                      long after the last one (or the start); 0 = off; default 0 */
     } checkpoint;
+
+    struct {
+        zs__stop_signal stop_signal; /* job.stop_signal = "USR1" | "USR2" | "none"; default "USR1" */
+        double term_grace_s;       /* job.term_grace_s; (0, 3600]; default 10: after SIGTERM, the
+                                      longest any wait goes on */
+        char report_dir[512];      /* job.report_dir; default "" = <checkpoint.dir>/reports */
+        int64_t generation;        /* job.generation; >= 0; default 0 = unfenced */
+    } job;
 
     struct {
         zs_log_level level;        /* log.level = "error"|"warn"|"info"|"debug"; default "info" */

@@ -3,10 +3,11 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/text_append.h"
 
 /* Enums are stored through an int, so every enum in zs__settings that the
  * table names must have the size of an int. */
@@ -22,6 +23,7 @@ _Static_assert(sizeof(zs__accumulate_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__min_scale_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__timeout_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(zs__offload_tier) == sizeof(int), "enum size");
+_Static_assert(sizeof(zs__stop_signal) == sizeof(int), "enum size");
 
 #define FIELD(f) .offset = offsetof(zs__settings, f), .size = sizeof(((zs__settings *)0)->f)
 
@@ -52,6 +54,17 @@ static const char *const accumulate_dtype_values[] = {"fp32", "compute", NULL};
 static const char *const min_scale_policy_values[] = {"abort", "continue", NULL};
 static const char *const timeout_policy_values[] = {"abort", "return", NULL};
 static const char *const durability_policy_values[] = {"fail", "warn", NULL};
+static const char *const stop_signal_values[] = {"USR1", "USR2", "none", NULL};
+_Static_assert(ZS_STOP_SIGNAL_USR1 == 0 && ZS_STOP_SIGNAL_USR2 == 1 && ZS_STOP_SIGNAL_NONE == 2,
+               "stop signal values follow the enum");
+static const char *const shard_group_values[] = {"world", "node", NULL};
+static const char *const secondary_partition_values[] = {"none", "node", NULL};
+static const char *const quantize_weights_values[] = {"none", "int8", NULL};
+static const char *const quantize_grads_values[] = {"none", "int8", "int4", NULL};
+_Static_assert(ZS_SHARD_GROUP_WORLD == 0 && ZS_SHARD_GROUP_NODE == 1 && ZS_SECONDARY_NONE == 0 &&
+                   ZS_SECONDARY_NODE == 1 && ZS_QUANTIZE_NONE == 0 && ZS_QUANTIZE_INT8 == 1 &&
+                   ZS_QUANTIZE_INT4 == 2,
+               "the sharding and quantization value lists follow the C enums");
 static const char *const offload_optimizer_values[] = {"none", "host", "nvme", NULL};
 static const char *const offload_params_values[] = {"none", "host", "nvme", NULL};
 _Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1 && ZS_OFFLOAD_NVME == 2,
@@ -137,6 +150,20 @@ const zs__key zs__config_keys[] = {
     {.path = "zero.align", .type = ZS__KEY_INT, FIELD(zero.align), .int_default = 16, .int_min = 1,
      .int_max = 4096, .power_of_two = 1,
      .doc = "Shard boundaries and flat-buffer offsets are padded to this many elements."},
+    ENUM_KEY("zero.shard_group", zero.shard_group, "world", shard_group_values,
+             "The ranks the model state is sharded over: \"world\" (ZeRO) or \"node\" (hybrid "
+             "sharding, FSDP's HYBRID_SHARD): sharded inside each node and replicated across "
+             "nodes, so parameter gathers stay inside a node, gradients are reduce-scattered "
+             "inside it and then all-reduced across nodes between the ranks owning the same "
+             "slice, and memory per rank follows the node's rank count; stages 1-3, nodes of "
+             "equal size."),
+    ENUM_KEY("zero.secondary_partition", zero.secondary_partition, "none",
+             secondary_partition_values,
+             "Stage 3 (ZeRO++'s hpZ): \"node\" keeps the parameters a unit's first gather of "
+             "a step produced partitioned across the node's ranks, so its later gathers in the "
+             "step (the backward's) stay inside the node and see exactly the weights the "
+             "forward saw; costs one node slice of every unit (memory tag secondary); nodes "
+             "of equal size."),
 
     ENUM_KEY("optimizer.type", optimizer.kind, "adamw", optimizer_values,
              "Optimizer: sgd (with optional momentum), adam (L2 decay added to the gradient) "
@@ -256,6 +283,26 @@ const zs__key zs__config_keys[] = {
              "Run collectives on a communication thread in program order, overlapping them with "
              "the program's compute (results are identical either way); needs "
              "MPI_THREAD_MULTIPLE, else it falls back to synchronous collectives with a warning."),
+    INT_KEY("comm.ranks_per_node", comm.ranks_per_node, 0, 0, 65536,
+            "Which ranks share a node (the node and cross-node communicators, the byte counters "
+            "by link): 0 detects it at zs_create from each rank's host name, boot id and "
+            "network namespace (logged at INFO); N > 0 makes consecutive groups of N ranks "
+            "nodes (the last may be smaller), to simulate nodes on one machine."),
+    ENUM_KEY("comm.quantize_weights", comm.quantize_weights, "none", quantize_weights_values,
+             "Stage 3 (ZeRO++'s qwZ): \"int8\" makes parameter all-gathers carry int8 values "
+             "with one fp32 scale per comm.quant_block elements of each owner's shard, "
+             "dequantized on arrival into the compute dtype; every rank, the owner included, "
+             "computes with the dequantized values; the fp32 master weights are never "
+             "quantized."),
+    ENUM_KEY("comm.quantize_grads", comm.quantize_grads, "none", quantize_grads_values,
+             "Stages 1-3 (ZeRO++'s qgZ): gradient reduce-scatters become two all-to-all hops, "
+             "inside each node then across nodes, carrying \"int8\" or \"int4\" values (two "
+             "per byte) with one fp32 scale per comm.quant_block elements, summed in fp32 in a "
+             "fixed order between and after the hops; takes precedence over "
+             "precision.reduce_dtype; nodes of equal size."),
+    INT_KEY("comm.quant_block", comm.quant_block, 256, 1, 1048576,
+            "Elements per fp32 scale of the quantized collectives, counted from the start of "
+            "each owner's slice (the last block of a slice may be shorter)."),
 
     /* The logger owns the names of its levels, so its parser decides. */
     {.path = "log.level", .type = ZS__KEY_ENUM, FIELD(log.level), .string_default = "info",
@@ -280,6 +327,28 @@ const zs__key zs__config_keys[] = {
              "save's commit point: \"fail\" fails the save on every rank and keeps the previous "
              "step as the resume point (an fsync error means the data may not be durable); "
              "\"warn\" keeps the new step and only warns."),
+    FLOAT_KEY("checkpoint.every_seconds", checkpoint.every_seconds, 0.0, 0.0, 0, 31536000.0, 0,
+              "Save a checkpoint (in zs_step) at the first optimizer step this many seconds after "
+              "the last save, or the start; any rank's clock decides for all, through the step's "
+              "agreement; beside checkpoint.every; 0 = off."),
+    ENUM_KEY("job.stop_signal", job.stop_signal, "USR1", stop_signal_values,
+             "The preemption warning (Slurm's --signal=USR1@<seconds>): at the next optimizer step "
+             "every rank saves a checkpoint into checkpoint.dir and zs_stop_requested turns "
+             "nonzero, even when only one rank got the signal; SIGTERM does the same within "
+             "job.term_grace_s; a second signal ends the process at once; \"none\" installs no "
+             "handler (neither this signal nor SIGTERM)."),
+    FLOAT_KEY("job.term_grace_s", job.term_grace_s, 10.0, 0.0, 1, 3600.0, 0,
+              "After SIGTERM: the longest any collective waits (instead of comm.timeout_s); if "
+              "the agreed checkpoint does not fit, the rank writes its exit report "
+              "(\"terminated\") and ends by SIGTERM."),
+    STRING_KEY("job.report_dir", job.report_dir, "",
+               "Where each rank writes its exit report rank-NNNNN.json on an abnormal end "
+               "(docs/UNATTENDED.md); empty = the directory reports in checkpoint.dir, or none "
+               "without checkpoint.dir; the ZS_REPORT_DIR environment variable wins."),
+    INT_KEY("job.generation", job.generation, 0, 0, INT64_MAX,
+            "The job's generation (zs-run counts its launches): zs_build and every save refuse "
+            "when the file generation in checkpoint.dir names a higher one (an old job fenced "
+            "out); 0 = unfenced; the ZS_JOB_GENERATION environment variable wins."),
     STRING_KEY("log.file", log.file, "",
                "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
                "ZS_LOG_FILE environment variable wins."),
@@ -368,19 +437,6 @@ void zs__config_key_default_text(const zs__key *key, char *out, size_t capacity)
     }
 }
 
-/* Appends to a fixed buffer, truncating safely. */
-static void append(char *out, size_t capacity, size_t *used, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void append(char *out, size_t capacity, size_t *used, const char *fmt, ...) {
-    if (*used >= capacity) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(out + *used, capacity - *used, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    *used += (size_t)n;
-    if (*used >= capacity) *used = capacity - 1;
-}
 
 void zs__config_key_range_text(const zs__key *key, char *out, size_t capacity) {
     size_t used = 0;
@@ -389,34 +445,34 @@ void zs__config_key_range_text(const zs__key *key, char *out, size_t capacity) {
     switch (key->type) {
     case ZS__KEY_INT:
         if (key->power_of_two) {
-            append(out, capacity, &used, "a power of two from %" PRId64 " to %" PRId64, key->int_min,
+            zs__text_append(out, capacity, &used, "a power of two from %" PRId64 " to %" PRId64, key->int_min,
                    key->int_max);
         } else if (key->int_max - key->int_min <= 4) {
             /* A short list reads better than a range: "0, 1, 2 or 3". */
             for (int64_t v = key->int_min; v <= key->int_max; v++)
-                append(out, capacity, &used, "%s%" PRId64,
+                zs__text_append(out, capacity, &used, "%s%" PRId64,
                        v == key->int_min ? "" : (v == key->int_max ? " or " : ", "), v);
         } else if (key->int_max == INT64_MAX) {
-            append(out, capacity, &used, "at least %" PRId64, key->int_min);
+            zs__text_append(out, capacity, &used, "at least %" PRId64, key->int_min);
         } else {
-            append(out, capacity, &used, "from %" PRId64 " to %" PRId64, key->int_min, key->int_max);
+            zs__text_append(out, capacity, &used, "from %" PRId64 " to %" PRId64, key->int_min, key->int_max);
         }
         break;
     case ZS__KEY_FLOAT: {
         char lo[32], hi[32];
         zs__config_format_double(key->float_min, lo, sizeof lo);
         zs__config_format_double(key->float_max, hi, sizeof hi);
-        append(out, capacity, &used, "%s%s, %s%s", key->float_min_open ? "(" : "[", lo, hi,
+        zs__text_append(out, capacity, &used, "%s%s, %s%s", key->float_min_open ? "(" : "[", lo, hi,
                key->float_max_open ? ")" : "]");
         break;
     }
-    case ZS__KEY_BOOL: append(out, capacity, &used, "true or false"); break;
+    case ZS__KEY_BOOL: zs__text_append(out, capacity, &used, "true or false"); break;
     case ZS__KEY_STRING:
-        append(out, capacity, &used, "at most %zu bytes", key->size - 1);
+        zs__text_append(out, capacity, &used, "at most %zu bytes", key->size - 1);
         break;
     case ZS__KEY_ENUM:
         for (int i = 0; key->values[i]; i++)
-            append(out, capacity, &used, "%s\"%s\"",
+            zs__text_append(out, capacity, &used, "%s\"%s\"",
                    i == 0 ? "" : (key->values[i + 1] ? ", " : " or "), key->values[i]);
         break;
     }

@@ -331,6 +331,53 @@ static zs_status check_precision(const validation *v) {
 }
 
 /* Rules that involve two keys; each error points at the key at fault. */
+/* Hybrid sharding, the secondary partition and the quantized collectives
+ * (issue 28): which stages they apply to and which of them combine. Nodes
+ * of equal size are checked at zs_create, where the topology is known. */
+static zs_status check_sharding(const validation *v) {
+    const zs__settings *s = v->out;
+    char where[WHERE_CAPACITY];
+    const char *fail = NULL;
+    const char *key = NULL;
+    if (s->zero.shard_group == ZS_SHARD_GROUP_NODE && s->zero.stage == 0) {
+        key = "zero.shard_group";
+        fail = "zero.shard_group = \"node\" needs zero.stage 1, 2 or 3: stage 0 shards nothing "
+               "(every rank keeps all of the model state), so there is nothing to shard inside a "
+               "node; set zero.stage = 3 for FSDP's HYBRID_SHARD";
+    } else if (s->zero.secondary_partition == ZS_SECONDARY_NODE && s->zero.stage != 3) {
+        key = "zero.secondary_partition";
+        fail = "zero.secondary_partition = \"node\" needs zero.stage = 3: only stage 3 gathers "
+               "parameters during the forward and the backward (stages 1-2 keep them whole); set "
+               "zero.stage = 3 or zero.secondary_partition = \"none\"";
+    } else if (s->zero.secondary_partition == ZS_SECONDARY_NODE &&
+               s->zero.shard_group == ZS_SHARD_GROUP_NODE) {
+        key = "zero.secondary_partition";
+        fail = "zero.secondary_partition = \"node\" with zero.shard_group = \"node\": hybrid "
+               "sharding already gathers inside the node only, so a secondary partition would "
+               "hold a second copy of the same shard; drop one of the two";
+    } else if (s->comm.quantize_weights != ZS_QUANTIZE_NONE && s->zero.stage != 3) {
+        key = "comm.quantize_weights";
+        fail = "comm.quantize_weights = \"int8\" needs zero.stage = 3: it quantizes the "
+               "parameter gathers of the forward and backward, which only stage 3 has; set "
+               "zero.stage = 3 or comm.quantize_weights = \"none\"";
+    } else if (s->comm.quantize_grads != ZS_QUANTIZE_NONE && s->zero.stage == 0) {
+        key = "comm.quantize_grads";
+        fail = "comm.quantize_grads needs zero.stage 1, 2 or 3: it replaces the gradient "
+               "reduce-scatter, and stage 0 all-reduces the whole gradient; set zero.stage >= 1 "
+               "or comm.quantize_grads = \"none\"";
+    } else if (s->comm.quantize_grads != ZS_QUANTIZE_NONE &&
+               s->zero.shard_group == ZS_SHARD_GROUP_NODE) {
+        key = "comm.quantize_grads";
+        fail = "comm.quantize_grads with zero.shard_group = \"node\": hybrid sharding "
+               "reduce-scatters inside a node and all-reduces across nodes, while the quantized "
+               "reduction is a reduce-scatter over every rank in two all-to-all hops; use one of "
+               "the two";
+    }
+    if (!fail) return ZS_OK;
+    zs__config_where(v->cfg, seen(v, key), where, sizeof where);
+    return zs__fail(ZS_ERR_CONFIG, "%s%s", where, fail);
+}
+
 static zs_status check_cross_keys(const validation *v) {
     const zs__settings *s = v->out;
     char where[WHERE_CAPACITY], a[64], b[64];
@@ -398,16 +445,20 @@ static zs_status check_cross_keys(const validation *v) {
                         "whole optimizer state on every rank, so every rank would swap all of "
                         "it); set zero.stage = 1, 2 or 3, or offload.optimizer = \"host\"", where);
     }
+    ZS_CHECK(check_sharding(v));
     /* Periodic saves and automatic resume need a place to look. */
     const int auto_resume = strcmp(s->checkpoint.resume, "auto") == 0;
-    if ((s->checkpoint.every > 0 || auto_resume) && s->checkpoint.dir[0] == '\0') {
-        static const char *const blame[] = {"checkpoint.every", "checkpoint.resume", NULL};
+    const int timed = s->checkpoint.every_seconds > 0;
+    if ((s->checkpoint.every > 0 || timed || auto_resume) && s->checkpoint.dir[0] == '\0') {
+        static const char *const blame[] = {"checkpoint.every", "checkpoint.every_seconds",
+                                            "checkpoint.resume", NULL};
         zs__config_where(v->cfg, first_seen(v, blame), where, sizeof where);
         return zs__fail(ZS_ERR_CONFIG,
                         "%s%s needs checkpoint.dir, the directory that holds the step "
                         "directories; set checkpoint: { dir = \"ckpt\"; }",
-                        where, s->checkpoint.every > 0 ? "checkpoint.every > 0" :
-                                                         "checkpoint.resume = \"auto\"");
+                        where, s->checkpoint.every > 0 ? "checkpoint.every > 0"
+                               : timed                 ? "checkpoint.every_seconds > 0"
+                                                       : "checkpoint.resume = \"auto\"");
     }
     return ZS_OK;
 }

@@ -32,6 +32,18 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
                               "least this latency (a simulated network)."},
     [ZS_ENV_COMM_DELAY_GBPS] = {"ZS_COMM_DELAY_GBPS", "Gbit/s, >= 0", "0 (no bandwidth limit)",
                                 "Benchmarks only: and at least its bytes at this bandwidth."},
+    [ZS_ENV_COMM_DELAY_US_INTER] = {"ZS_COMM_DELAY_US_INTER", "microseconds, >= 0",
+                                    "ZS_COMM_DELAY_US",
+                                    "Benchmarks only: the latency of a collective that sends "
+                                    "anything to another node (the topology of zs_create, e.g. "
+                                    "simulated nodes of comm.ranks_per_node); set, it splits "
+                                    "every collective's bytes by the link they took."},
+    [ZS_ENV_COMM_DELAY_GBPS_INTER] = {"ZS_COMM_DELAY_GBPS_INTER", "Gbit/s, >= 0",
+                                      "ZS_COMM_DELAY_GBPS",
+                                      "Benchmarks only: the bandwidth of the links between "
+                                      "nodes, for the share of a collective's bytes this rank "
+                                      "sent across nodes (the rest at ZS_COMM_DELAY_GBPS); 0: "
+                                      "no limit."},
     [ZS_ENV_PROGRESS_AFTER_S] = {"ZS_PROGRESS_AFTER_S", "seconds, >= 0", "2",
                                  "zs-ckpt: seconds before a long operation starts printing "
                                  "progress on a terminal."},
@@ -41,6 +53,12 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
                                      "chunks of this size on several threads (copies are cut at "
                                      "chunk boundaries); tests make it small to cross "
                                      "boundaries with small buffers."},
+    [ZS_ENV_REPORT_DIR] = {"ZS_REPORT_DIR", "directory", "job.report_dir",
+                           "Overrides job.report_dir: where each rank writes its exit report "
+                           "rank-NNNNN.json when the job ends abnormally (zs-run sets it)."},
+    [ZS_ENV_JOB_GENERATION] = {"ZS_JOB_GENERATION", "integer, >= 0", "job.generation",
+                               "Overrides job.generation: the launch's generation, fenced "
+                               "against <checkpoint.dir>/generation (zs-run sets it)."},
 };
 
 const zs__env_entry *zs__env_entry_of(zs__env_var var) {

@@ -27,7 +27,7 @@ typedef struct trace_event {
     uint64_t bytes;
     int64_t seq;
     uint64_t queue_wait_ns;
-    uint32_t has;           /* ZS_TRACE_HAS_* plus HAS_UNIT */
+    uint32_t has;           /* ZS_TRACE_HAS_* plus HAS_UNIT and the group (GROUP_SHIFT) */
     uint32_t track;
     char unit[ZS_TRACE_LABEL_BYTES];
 } trace_event;
@@ -35,6 +35,19 @@ typedef struct trace_event {
 _Static_assert(sizeof(trace_event) == 128, "a trace event is two cache lines");
 
 #define HAS_UNIT (1u << 8)
+
+/* The communicator groups a span may name (zs__trace_args.group), kept as
+ * an index in two bits of `has` so that an event stays 128 bytes: 0 none,
+ * then these; a name not listed is written as "other". */
+#define GROUP_SHIFT 9
+static const char *const group_names[] = {NULL, "node", "cross", "other"};
+
+static uint32_t group_index(const char *group) {
+    if (!group) return 0;
+    for (uint32_t i = 1; i < 3; i++)
+        if (strcmp(group, group_names[i]) == 0) return i;
+    return 3;
+}
 
 /* A single-writer ring. `next` and `dropped` belong to the writer; `count`
  * is release-stored by it after each event, so a flush that follows the
@@ -104,6 +117,7 @@ void zs__trace_record_(zs__trace *tr, zs__trace_track track, const char *name, u
         e->seq = args->seq;
         e->queue_wait_ns = args->queue_wait_ns;
         e->has = args->has & (ZS_TRACE_HAS_BYTES | ZS_TRACE_HAS_SEQ | ZS_TRACE_HAS_QUEUE_WAIT);
+        e->has |= group_index(args->group) << GROUP_SHIFT;
         if (args->unit) {
             size_t n = utf8_prefix(args->unit, ZS_TRACE_LABEL_BYTES - 1);
             memcpy(e->unit, args->unit, n);
@@ -199,6 +213,12 @@ static void put_event(FILE *f, const zs__trace *tr, const trace_event *e) {
     if (e->op) {
         fprintf(f, "%s\"op\":", sep);
         put_string(f, e->op);
+        sep = ",";
+    }
+    const char *group = group_names[(e->has >> GROUP_SHIFT) & 3u];
+    if (group) {
+        fprintf(f, "%s\"group\":", sep);
+        put_string(f, group);
         sep = ",";
     }
     if (e->has & ZS_TRACE_HAS_BYTES) {

@@ -96,9 +96,12 @@ typedef struct zs__trace_args {
     uint64_t queue_wait_ns; /* ns between enqueue and start, for queued collectives
                                (ZS_TRACE_HAS_QUEUE_WAIT) */
     unsigned has;           /* ZS_TRACE_HAS_* bits */
+    const char *group;      /* the collective's communicator group: "node" or "cross"
+                               (comm.h's groups; another name is written as "other");
+                               NULL = none (the world) */
 } zs__trace_args;
 
-#define ZS_TRACE_ARGS_INIT {NULL, NULL, 0, 0, 0, 0}
+#define ZS_TRACE_ARGS_INIT {NULL, NULL, 0, 0, 0, 0, NULL}
 
 /* Creates the trace of `rank`, keeping capacity_events events in memory
  * (trace.capacity; at least 2). pattern is the file name pattern (trace.file:

@@ -62,7 +62,8 @@ static zs_status run_bucket(zs__engine_op *op) {
     zs_ctx *zs = b->zs;
     zs__backend *be = zs->backend;
     const size_t elem = zs_dtype_size(zs->compute_dtype);
-    const int world = zs->world_size;
+    /* The shard group's chunks (the world's, but for hybrid sharding). */
+    const int world = zs->shard_size;
     zs_unit **units = zs->buckets.members + b->first;
     size_t S = 0; /* elements of one rank's chunk of the bucket */
     for (int i = 0; i < b->count; i++) S += (size_t)zs->plan->units[units[i]->index].shard_numel;
@@ -79,20 +80,25 @@ static zs_status run_bucket(zs__engine_op *op) {
         }
     }
     if (b->all_reduce) ZS_CHECK(zs__comm_all_reduce(zs->comm, staging, S, zs->compute_dtype, b->label));
-    else ZS_CHECK(zs__comm_reduce_scatter(zs->comm, staging, S, zs->compute_dtype, b->label));
+    else ZS_CHECK(zs__comm_reduce_scatter(zs->shard_comm, staging, S, zs->compute_dtype, b->label));
     /* Back where each unit's reduction would have left it. */
     size_t off = 0;
     for (int i = 0; i < b->count; i++) {
         const zs__plan_unit *pu = &zs->plan->units[units[i]->index];
         const size_t shard = (size_t)pu->shard_numel;
-        char *mine = (char *)units[i]->grad.full + (size_t)zs->rank * shard * elem;
+        char *mine = (char *)units[i]->grad.full + (size_t)zs->shard_rank * shard * elem;
+        /* Replicated across nodes: each member's slice on its own, as its
+         * own reduction would (zs__replica_all_reduce). */
+        if (!b->all_reduce)
+            ZS_CHECK(zs__replica_all_reduce(zs, staging + ((size_t)zs->shard_rank * S + off) * elem,
+                                            shard, zs->compute_dtype, b->label));
         if (b->to_shard) {
-            const char *chunk = staging + ((size_t)zs->rank * S + off) * elem;
+            const char *chunk = staging + ((size_t)zs->shard_rank * S + off) * elem;
             ZS_CHECK(zs__grad_into_owned(zs, units[i]->index, units[i]->grad.full, chunk,
                                          zs->compute_dtype, mine, 1));
         } else {
             for (int r = 0; r < world; r++) {
-                if (!b->all_reduce && r != zs->rank) continue;
+                if (!b->all_reduce && r != zs->shard_rank) continue;
                 ZS_CHECK(be->ops->copy(be, (char *)units[i]->grad.full + (size_t)r * shard * elem,
                                        staging + ((size_t)r * S + off) * elem, shard * elem));
             }

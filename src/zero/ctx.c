@@ -208,8 +208,30 @@ static zs_status create_engine(zs_ctx *zs) {
     /* The backend's blocking waits show on the compute track. */
     zs->backend->trace = zs->trace;
     ZS_CHECK(zs__engine_create(threaded, zs->trace, &zs->engine));
-    if (zs__injected_network_from_env(&zs->network))
-        zs__engine_set_after_op(zs->engine, zs__injected_network_after_op, &zs->network);
+    if (zs__injected_network_from_env(&zs->network)) {
+        /* Per link kind, the world's counters (its groups' included) tell
+         * which link an op's bytes took. */
+        zs__injected_network_watch(&zs->network, zs->comm);
+        zs__engine_set_hooks(zs->engine, zs__injected_network_before_op,
+                             zs__injected_network_after_op, &zs->network);
+    }
+    return ZS_OK;
+}
+
+/* The node and cross-node communicators (comm.h), over the topology agreed
+ * earlier: every rank makes both, even of one rank (a node of one rank, a
+ * job on one node), so that every rank makes the same calls. Making them is
+ * local on MPI and agreed like any allocation; on NCCL the world's
+ * communicator is then split (collective, bounded), and that is agreed
+ * too. */
+static zs_status create_groups(zs_ctx *zs) {
+    zs__comm_set_topology(zs->comm, zs->topology); /* the world may be NCCL's by now */
+    zs_status st = zs__comm_create_group(zs->comm, ZS_COMM_KIND_NODE, &zs->node_comm);
+    if (st == ZS_OK) st = zs__comm_create_group(zs->comm, ZS_COMM_KIND_CROSS, &zs->cross_comm);
+    ZS_CHECK(zs__agree_status(zs, st, "zs_create (node and cross-node communicators)"));
+    if (zs->settings.comm.impl == ZS_COMM_LIBRARY_NCCL)
+        ZS_CHECK(zs__agree_status(zs, zs__comm_connect_groups(zs->comm),
+                                  "zs_create (NCCL node and cross-node communicators)"));
     return ZS_OK;
 }
 
@@ -252,6 +274,20 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
              "check the paths and overrides given to each rank",
              zs_config_path(cfg));
     ZS_CHECK_GOTO(zs__agree_u64(zs, zs->config_hash, "configuration hash", advice), st, fail);
+    /* Which ranks share a node, first thing after the configuration (which
+     * holds comm.ranks_per_node): from here on every byte is counted by the
+     * link it takes. */
+    ZS_CHECK_GOTO(zs__agree_status(zs, zs__topology_create(zs->world_size, zs->rank,
+                                                           zs->settings.comm.ranks_per_node,
+                                                           &zs->topology),
+                                   "zs_create (topology)"),
+                  st, fail);
+    ZS_CHECK_GOTO(zs__topology_agree(zs->topology, zs->comm), st, fail);
+    zs__comm_set_topology(zs->comm, zs->topology);
+    /* Signals, exit reports and every rank's host (zero/job.h), before the
+     * long steps below: a preemption warning or a dead launcher from here on
+     * is handled. */
+    ZS_CHECK_GOTO(zs__job_create(zs), st, fail);
     /* The device of a GPU rank is picked by its rank among the ranks of its node. */
     int local_rank = 0;
     ZS_CHECK_GOTO(local_rank_of(zs, &local_rank, &zs->ranks_on_host), st, fail);
@@ -261,6 +297,7 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
                                    "zs_create (backend)"),
                   st, fail);
     ZS_CHECK_GOTO(choose_collectives(zs, comm), st, fail);
+    ZS_CHECK_GOTO(create_groups(zs), st, fail);
     /* The runtime's CPU kernels give the same bits at every SIMD level, so
      * a difference between hosts costs only speed: said at INFO. */
     char groups[1536];
@@ -344,8 +381,10 @@ void zs_destroy(zs_ctx *zs) {
         zs__comm_barrier(zs->comm, "zs_destroy") != ZS_OK)
         ZS_WARN("zs_destroy: the ranks did not leave together: %s", zs_last_error());
     const int comm_failed = zs->comm && zs__comm_failed(zs->comm) != ZS_OK;
-    zs__comm_destroy(zs->comm);
-    zs->comm = NULL;
+    zs__comm_destroy(zs->comm); /* and its node and cross-node communicators */
+    zs->comm = zs->node_comm = zs->cross_comm = NULL;
+    zs__topology_destroy(zs->topology);
+    zs->topology = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->grads_host, &zs->grads_landing,
                        &zs->params_host, &zs->reduce_staging,
@@ -378,6 +417,7 @@ void zs_destroy(zs_ctx *zs) {
         MPI_Finalized(&finalized);
         if (!finalized && !comm_failed) MPI_Finalize();
     }
+    zs__job_destroy(zs);
     free(zs);
 }
 
@@ -431,6 +471,6 @@ zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {
 
 zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out) {
     if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_comm_report: zs and out are required");
-    zs__comm_stats(zs->comm, out);
+    zs__comm_stats_total(zs->comm, out); /* the node and cross-node communicators' too */
     return ZS_OK;
 }

@@ -15,6 +15,7 @@
 #include "mixed_precision/loss_scaler.h"
 #include "offload/nvme_state.h"
 #include "offload/store.h"
+#include "zero/job.h"
 #include "zero/live.h"
 #include "zero/metrics.h"
 #include "zero/plan.h"
@@ -98,6 +99,14 @@ struct zs_ctx {
     uint64_t created_ns;         /* zs_create's start (zs__clock_ns): the start-up's clock */
     zs__mem mem;
     zs__comm *comm;
+    /* Which ranks share a node (comm/topology.h), agreed at zs_create; a
+     * mode that needs nodes of equal size calls
+     * zs__topology_require_equal(zs->topology, "<the setting>"). */
+    zs__topology *topology;
+    /* The node and cross-node communicators (comm.h), created at zs_create
+     * beside zs->comm and owned by it (destroyed with it): borrowed. */
+    zs__comm *node_comm;
+    zs__comm *cross_comm;
     zs__engine *engine;          /* every collective of the step protocol (comm/engine.h) */
     zs__injected_network network; /* benchmarks' simulated network (ZS_COMM_DELAY_*) */
     zs__trace *trace;            /* trace.file, or NULL (core/trace.h) */
@@ -113,6 +122,17 @@ struct zs_ctx {
     zs_unit *open_unit;          /* between zs_unit_begin and zs_unit_end */
     int built;
     zs__plan *plan;
+    /* The group the model is sharded over (zero.shard_group, fixed at
+     * zs_build): the world, or with "node" this rank's node, the model then
+     * being replicated across nodes. The plan is laid out for shard_size
+     * ranks and this rank owns slice shard_rank of every unit; the shard
+     * collectives (gathers, reduce-scatters) run on shard_comm, and
+     * replica_comm (NULL when nothing is replicated) sums the owned slices
+     * of the `replicas` ranks holding the same one. `replica` is this rank's
+     * index among them: replica 0 alone adds its slice to the gradient
+     * norm and writes it into checkpoints. */
+    zs__comm *shard_comm, *replica_comm;
+    int shard_rank, shard_size, replica, replicas;
 
     /* Model state (DESIGN §3). Which of these exist depends on the stage:
      *   params_full  [plan->padded_numel] compute dtype, stages 0-2  (tag params)
@@ -198,6 +218,8 @@ struct zs_ctx {
     zs__user_entry *user;
     int user_count, user_capacity;
     uint64_t ckpt_warned; /* retention: digest of the entries it last warned about leaving */
+    /* Stop signals, the checkpoint timer, the generation, exit reports (zero/job.h). */
+    zs__job job;
 };
 
 /* Traces: the program computed between two runtime calls. A runtime call
@@ -374,6 +396,19 @@ void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit);
  * unit's part of the full gradient buffer; stages 2-3: its carve); the
  * gradient is then IN_FLIGHT. */
 void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int to_shard);
+/* A reduce-scatter over the shard group of a buffer of shard_size chunks
+ * of `chunk` elements, then (the model replicated across nodes) the
+ * all-reduce of the owned chunk between the replicas: the owned chunk ends
+ * with the sum over every rank. */
+zs_status zs__shard_reduce_scatter(zs_ctx *zs, void *buf, size_t chunk, zs_dtype dtype,
+                                   const char *label);
+/* The second half of that: a unit's owned slice (`count` elements, a
+ * multiple of the replicas) summed between the replicas; a no-op when the
+ * model is not replicated. Always one unit at a time, so the order in which
+ * the ring adds an element depends on the unit alone (buckets keep the bits
+ * of unit-by-unit reductions). */
+zs_status zs__replica_all_reduce(zs_ctx *zs, void *slice, size_t count, zs_dtype dtype,
+                                 const char *label);
 /* A reduced unit's owned chunk into the gradient the optimizer reads (the
  * shard in stages 2-3, the host copy of an offloaded stage 0-1). */
 zs_status zs__grad_into_owned(zs_ctx *zs, int unit, const void *full, const void *chunk,

@@ -12,9 +12,23 @@ zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_coun
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_estimate_memory: a configuration, a world "
                         "size >= 1, the layout and out are required");
     const zs__settings *s = zs__config_settings(cfg);
+    /* Hybrid sharding lays the model out over one node's ranks, replicated
+     * on every node: the node size is comm.ranks_per_node (zs_create
+     * detects it; an estimate has no ranks to ask). */
+    int shard_size = world_size, replicas = 1;
+    if (s->zero.shard_group == ZS_SHARD_GROUP_NODE) {
+        const int64_t per_node = s->comm.ranks_per_node;
+        if (per_node < 1 || per_node > world_size || world_size % per_node != 0)
+            return zs__fail(ZS_ERR_CONFIG, "zs_estimate_memory: zero.shard_group = \"node\" "
+                            "shards over one node's ranks: set comm.ranks_per_node to the ranks "
+                            "per node (zs-estimate: --set comm.ranks_per_node=N), a divisor of the world "
+                            "size %d (it is %lld)", world_size, (long long)per_node);
+        shard_size = (int)per_node;
+        replicas = world_size / shard_size;
+    }
     zs__plan *plan = NULL;
-    ZS_CHECK(zs__plan_create(world_size, s->zero.align, unit_count, params_per_unit, param_numel,
-                             &plan));
+    ZS_CHECK(zs__plan_create_replicated(shard_size, replicas, s->zero.align, unit_count,
+                                        params_per_unit, param_numel, &plan));
     zs__memory_plan mp;
     zs_status st = zs__memory_plan_make(s, plan, NULL, &mp);
     zs__plan_destroy(plan);

@@ -59,7 +59,9 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
                                const char *const *unit_names, zs__memory_plan *out) {
     memset(out, 0, sizeof *out);
     const int stage = s->zero.stage;
-    const int world = plan->world_size;
+    /* Every rank of the job (the shard group's ranks times its replicas):
+     * more than one means collectives and their staging. */
+    const int world = plan->world_size * plan->replicas;
     const zs_dtype dt = s->precision.dtype;
     const size_t elem = zs_dtype_size(dt);
     out->compute_dtype = dt;
@@ -76,7 +78,7 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     out->params_tag = stage == 3 && s->offload.params != ZS_OFFLOAD_NONE ? ZS_MEM_HOST_PARAMS
                                                                           : ZS_MEM_PARAMS;
     out->params_on_nvme = stage == 3 && s->offload.params == ZS_OFFLOAD_NVME;
-    const int64_t max_shard = plan->max_unit_padded_numel / world;
+    const int64_t max_shard = plan->max_unit_padded_numel / plan->world_size;
     if (out->params_on_nvme) {
         /* Two halves of whichever buffer the copy into place reads (the
          * staging itself in fp32, else the rounding): that copy is

@@ -99,9 +99,11 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
     const uint64_t total = now - m->step_start_ns;
     if (m->file) {
         zs_comm_stats after;
-        zs__comm_stats(zs->comm, &after);
+        zs__comm_stats_total(zs->comm, &after);
         json_object *line = json_object_new_object(), *time = json_object_new_object(),
                     *mem = json_object_new_object(), *comm = json_object_new_object(),
+                    *comm_intra = json_object_new_object(),
+                    *comm_inter = json_object_new_object(),
                     *scalars = json_object_new_object();
         json_object_object_add(line, "step", json_object_new_int64(info->step));
         json_object_object_add(line, "lr", json_object_new_double(info->lr));
@@ -133,11 +135,23 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
             json_object_object_add(mem, zs_mem_tag_name((zs_mem_tag)t),
                                    json_object_new_int64((int64_t)zs->mem.peak[t]));
         json_object_object_add(line, "peak_bytes", mem);
-        for (int op = 0; op < ZS_COMM_OP_COUNT; op++)
-            json_object_object_add(comm, zs_comm_op_name((zs_comm_op)op),
+        /* Per op: all bytes sent, then those to ranks on this rank's node
+         * and on other nodes (intra + inter = all). */
+        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+            const char *name = zs_comm_op_name((zs_comm_op)op);
+            json_object_object_add(comm, name,
                                    json_object_new_int64((int64_t)(after.bytes[op] -
                                                                    m->comm_before.bytes[op])));
+            json_object_object_add(comm_intra, name,
+                                   json_object_new_int64((int64_t)(after.bytes_intra[op] -
+                                                                   m->comm_before.bytes_intra[op])));
+            json_object_object_add(comm_inter, name,
+                                   json_object_new_int64((int64_t)(after.bytes_inter[op] -
+                                                                   m->comm_before.bytes_inter[op])));
+        }
         json_object_object_add(line, "comm_bytes", comm);
+        json_object_object_add(line, "comm_bytes_intra", comm_intra);
+        json_object_object_add(line, "comm_bytes_inter", comm_inter);
         for (int i = 0; i < m->scalar_count; i++)
             json_object_object_add(scalars, m->scalar_names[i],
                                    json_object_new_double(m->scalar_values[i]));
@@ -151,7 +165,7 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
     }
     m->comm_ns = m->optimizer_ns = m->checkpoint_ns = m->offload_wait_ns = 0;
     m->scalar_count = 0;
-    zs__comm_stats(zs->comm, &m->comm_before);
+    zs__comm_stats_total(zs->comm, &m->comm_before);
     m->step_start_ns = zs__clock_ns();
     return ZS_OK;
 }

@@ -348,8 +348,9 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         const zs__plan_unit *pu = &plan->units[pp->unit];
         int64_t full_index = pu->full_offset + pp->offset;
         int64_t b, e;
-        int owned = zs__plan_owned_range(plan, i, zs->rank, &b, &e);
-        int64_t shard_index = pu->shard_offset + pp->offset + b - (int64_t)zs->rank * pu->shard_numel;
+        int owned = zs__plan_owned_range(plan, i, zs->shard_rank, &b, &e);
+        int64_t shard_index =
+            pu->shard_offset + pp->offset + b - (int64_t)zs->shard_rank * pu->shard_numel;
         if (stage < 3)
             ZS_CHECK(init_range(zs, zs->params_full.be, p, zs__buf_at(&zs->params_full, full_index),
                                 dt, 0, p->numel));
@@ -410,6 +411,30 @@ static zs_status measure_all_gather(zs_ctx *zs) {
     return ZS_OK;
 }
 
+/* zero.shard_group: the world, or this rank's node with the model
+ * replicated across the nodes (ctx.h). Every rank holds the same topology,
+ * so every rank decides alike (and fails alike on unequal nodes). */
+static zs_status shard_group_choose(zs_ctx *zs) {
+    zs->shard_comm = zs->comm;
+    zs->replica_comm = NULL;
+    zs->shard_rank = zs->rank;
+    zs->shard_size = zs->world_size;
+    zs->replica = 0;
+    zs->replicas = 1;
+    if (zs->settings.zero.shard_group != ZS_SHARD_GROUP_NODE) return ZS_OK;
+    const zs__topology *t = zs->topology;
+    ZS_CHECK(zs__topology_require_equal(t, "zero.shard_group = \"node\""));
+    zs->shard_comm = zs->node_comm;
+    zs->shard_rank = t->local_rank;
+    zs->shard_size = t->node_size;
+    zs->replica = t->node;
+    zs->replicas = t->node_count;
+    if (t->node_count > 1) zs->replica_comm = zs->cross_comm;
+    ZS_INFO("zero.shard_group = \"node\": the model is sharded over the %d ranks of each node "
+            "and replicated on %d node(s)", t->node_size, t->node_count);
+    return ZS_OK;
+}
+
 zs_status zs__build_model(zs_ctx *zs) {
     ZS_CHECK(check_buildable(zs, "zs_build"));
     if (zs->open_unit)
@@ -429,8 +454,10 @@ zs_status zs__build_model(zs_ctx *zs) {
     } else {
         for (int u = 0; u < zs->unit_count; u++) per_unit[u] = zs->units[u]->param_count;
         for (int i = 0; i < zs->param_count; i++) numels[i] = zs->params[i]->numel;
-        st = zs__plan_create(zs->world_size, zs->settings.zero.align, zs->unit_count, per_unit,
-                             numels, &zs->plan);
+        st = shard_group_choose(zs);
+        if (st == ZS_OK)
+            st = zs__plan_create_replicated(zs->shard_size, zs->replicas, zs->settings.zero.align,
+                                            zs->unit_count, per_unit, numels, &zs->plan);
     }
     free(per_unit);
     free(numels);

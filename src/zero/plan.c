@@ -20,9 +20,19 @@ static int round_up(int64_t x, int64_t m, int64_t *out) {
 zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
                           const int *params_per_unit, const int64_t *param_numel,
                           zs__plan **out) {
+    return zs__plan_create_replicated(world_size, 1, align, unit_count, params_per_unit,
+                                      param_numel, out);
+}
+
+zs_status zs__plan_create_replicated(int world_size, int replicas, int64_t align,
+                                     int unit_count, const int *params_per_unit,
+                                     const int64_t *param_numel, zs__plan **out) {
     if (world_size < 1)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: world size %d must be >= 1",
                         world_size);
+    if (replicas < 1)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: %d replicas; must be >= 1",
+                        replicas);
     if (!is_power_of_two(align))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "partition plan: align = %lld elements must be a power of two",
@@ -31,8 +41,10 @@ zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "partition plan: the model has no units; register at least one "
                         "with zs_unit_begin/zs_param_create/zs_unit_end");
+    /* Replicated, each slice is further all-reduced between the replicas
+     * in equal parts: units pad to world size x replicas x align. */
     int64_t granule;
-    if (__builtin_mul_overflow((int64_t)world_size, align, &granule))
+    if (__builtin_mul_overflow((int64_t)world_size * replicas, align, &granule))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "partition plan: world size x align overflows");
 
     int param_count = 0;
@@ -54,6 +66,7 @@ zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "partition plan: out of host memory");
     }
     plan->world_size = world_size;
+    plan->replicas = replicas;
     plan->align = align;
     plan->unit_count = unit_count;
     plan->param_count = param_count;

@@ -6,7 +6,8 @@
  * order, each starting at a multiple of `align` elements. The unit's flat
  * length is then padded to a multiple of world_size * align, so that rank r
  * owns the equal contiguous slice [r * shard, (r + 1) * shard) of every unit,
- * and every slice starts aligned. Gaps and padding hold zeros forever: their
+ * and every slice starts aligned. (Replicated, "world" is the ranks of one
+ * copy: zs__plan_create_replicated.) Gaps and padding hold zeros forever: their
  * gradients are zero, so every optimizer keeps them at zero.
  *
  * Model-wide buffers concatenate units: the full buffer of the model places
@@ -36,7 +37,8 @@ typedef struct zs__plan_param {
 } zs__plan_param;
 
 typedef struct zs__plan {
-    int world_size;
+    int world_size;         /* the ranks the units are sharded over */
+    int replicas;           /* copies of the sharded model (hybrid sharding: the nodes), 1 otherwise */
     int64_t align;
     int unit_count;
     int param_count;
@@ -55,6 +57,13 @@ typedef struct zs__plan {
 zs_status zs__plan_create(int world_size, int64_t align, int unit_count,
                           const int *params_per_unit, const int64_t *param_numel,
                           zs__plan **out);
+/* The same for a model sharded over world_size ranks and replicated
+ * `replicas` times (zero.shard_group = "node": world_size is the node's
+ * ranks, replicas the nodes): units are padded to world_size x replicas x
+ * align, so that each slice splits evenly between the replicas that sum it. */
+zs_status zs__plan_create_replicated(int world_size, int replicas, int64_t align,
+                                     int unit_count, const int *params_per_unit,
+                                     const int64_t *param_numel, zs__plan **out);
 void zs__plan_destroy(zs__plan *plan);
 
 /* The part of parameter p that rank `rank` owns, as [*begin, *end) in the

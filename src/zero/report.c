@@ -60,6 +60,17 @@ static void print_tables(FILE *out, const rank_figures *all, int world) {
         }
         fprintf(out, "\n");
     }
+    /* The same bytes by the link they took (zs_comm_stats): to ranks on
+     * the sender's node, and to ranks on other nodes. */
+    fprintf(out, "\ncommunication per rank by link, MiB sent (inside a node / across nodes):\n");
+    print_header(out, "op", world);
+    for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+        fprintf(out, "  %-12s", zs_comm_op_name((zs_comm_op)op));
+        for (int r = 0; r < world; r++)
+            fprintf(out, " %11.4f / %11.4f", (double)all[r].comm.bytes_intra[op] / MIB,
+                    (double)all[r].comm.bytes_inter[op] / MIB);
+        fprintf(out, "\n");
+    }
     fflush(out);
 }
 
@@ -74,7 +85,14 @@ zs_status zs_report_print(zs_ctx *zs, FILE *out) {
     if (!all) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_report_print: out of host memory");
     /* Every rank runs the same binary, so the structs travel as bytes. */
     zs_status st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "report");
-    if (st == ZS_OK && zs->rank == 0) print_tables(out, all, zs->world_size);
+    if (st == ZS_OK && zs->rank == 0) {
+        if (zs->topology) {
+            char nodes[512];
+            zs__topology_describe(zs->topology, nodes, sizeof nodes);
+            fprintf(out, "topology: %s\n\n", nodes);
+        }
+        print_tables(out, all, zs->world_size);
+    }
     free(all);
     return st;
 }

@@ -14,7 +14,7 @@ int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element) {
     const zs__plan_param *pp = &zs->plan->params[param];
     const zs__plan_unit *pu = &zs->plan->units[pp->unit];
     if (zs->settings.zero.stage == 0) return pu->full_offset + pp->offset + element;
-    return pu->shard_offset + pp->offset + element - (int64_t)zs->rank * pu->shard_numel;
+    return pu->shard_offset + pp->offset + element - (int64_t)zs->shard_rank * pu->shard_numel;
 }
 
 void zs__unit_state_range(const zs_ctx *zs, int unit, int64_t *first, int64_t *end) {
@@ -44,7 +44,7 @@ zs__buf *zs__unit_owned_params(zs_ctx *zs, int u, int64_t *at) {
         *at = pu->shard_offset;
         return zs->params_shard.ptr ? &zs->params_shard : NULL;
     }
-    *at = stage == 0 ? pu->full_offset : pu->full_offset + (int64_t)zs->rank * pu->shard_numel;
+    *at = stage == 0 ? pu->full_offset : pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel;
     return &zs->params_full;
 }
 
@@ -54,7 +54,7 @@ int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end) {
         *end = zs->params[param]->numel;
         return 1;
     }
-    return zs__plan_owned_range(zs->plan, param, zs->rank, first, end);
+    return zs__plan_owned_range(zs->plan, param, zs->shard_rank, first, end);
 }
 
 /* fp32 without a separate master: the parameters are the master. */
@@ -171,7 +171,7 @@ zs_status zs__gather_unit_params(zs_ctx *zs, int u) {
     const int stage = zs->settings.zero.stage;
     if (stage != 1 && stage != 2) return ZS_OK;
     const zs__plan_unit *pu = &zs->plan->units[u];
-    return zs__comm_all_gather(zs->comm, zs__buf_at(&zs->params_full, pu->full_offset),
+    return zs__comm_all_gather(zs->shard_comm, zs__buf_at(&zs->params_full, pu->full_offset),
                                (size_t)pu->shard_numel, zs->compute_dtype, zs->units[u]->name);
 }
 

@@ -43,9 +43,10 @@ static const void *owned_grad(const zs_ctx *zs, int u, zs_dtype *dtype) {
          * layout, whose owned chunk is at the same place as in grads_full). */
         if (zs->grads_host.ptr)
             return zs__buf_at(&zs->grads_host, zs->settings.zero.stage == 0
-                                                   ? pu->full_offset + (int64_t)zs->rank * pu->shard_numel
+                                                   ? pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel
                                                    : pu->shard_offset);
-        return zs__buf_at(&zs->grads_full, pu->full_offset + (int64_t)zs->rank * pu->shard_numel);
+        return zs__buf_at(&zs->grads_full,
+                          pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel);
     }
     *dtype = zs->grad_shard_dtype;
     return zs__buf_at(&zs->grads_shard, pu->shard_offset);
@@ -135,18 +136,26 @@ zs_status zs__step_run(zs_ctx *zs, zs_step_info *info) {
 
     /* One all-reduce carries the squared norm of the owned gradient (which
      * is also the overflow check: any non-finite element makes it
-     * non-finite) and the number of ranks that failed. The units' sums come
-     * from one backend call, so a device backend blocks the host once per
-     * step for all of them; each unit's value is kept to locate an
-     * overflow, and they are added in unit order. */
+     * non-finite), the number of ranks that failed, and the job's two
+     * votes (zero/job.h): ranks that got a stop signal, ranks whose
+     * checkpoint.every_seconds ran out; so a signal that reached one rank
+     * stops every rank at the same step without another collective. Each
+     * value is summed on its own, so the votes change no bit of the norm.
+     * The units' sums come from one backend call, so a device backend
+     * blocks the host once per step for all of them; each unit's value is
+     * kept to locate an overflow, and they are added in unit order. */
     double *unit_sums = zs->unit_sums;
-    double sums[2] = {0.0, 0.0};
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};
     if (boundary) {
         local = unit_norms(zs, unit_sums);
-        for (int u = 0; local == ZS_OK && u < zs->unit_count; u++) sums[0] += unit_sums[u];
+        /* Replicated across nodes, every replica holds the same owned
+         * gradient: replica 0's alone counts, so the norm is the model's. */
+        for (int u = 0; local == ZS_OK && zs->replica == 0 && u < zs->unit_count; u++)
+            sums[0] += unit_sums[u];
     }
     sums[1] = local == ZS_OK ? 0.0 : 1.0;
-    zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 2, ZS_REDUCE_SUM, "step agreement");
+    zs__job_votes(zs, &sums[2], &sums[3]);
+    zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 4, ZS_REDUCE_SUM, "step agreement");
     zs->metrics.comm_ns += zs__clock_ns() - comm_from;
     if (st != ZS_OK) return st;
     if (sums[1] > 0) {
@@ -162,6 +171,8 @@ zs_status zs__step_run(zs_ctx *zs, zs_step_info *info) {
         return ZS_OK;
     }
     zs->micro = 0;
+    /* What the checkpoint policy (src/api.c) does after this step. */
+    zs__job_decide(zs, sums[2], sums[3]);
 
     const zs__settings *s = &zs->settings;
     const double scale = zs__loss_scaler_scale(&zs->scaler);

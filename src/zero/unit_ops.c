@@ -9,22 +9,45 @@
 #include "core/error.h"
 #include "zero/ctx.h"
 
+/* The reduce-scatter of a unit-sized buffer over the shard group, then,
+ * where the model is replicated across nodes (zero.shard_group = "node"),
+ * the all-reduce of the owned chunk between the replicas (the ranks owning
+ * the same slice on every node), so every rank ends with the sum over all
+ * ranks. Each replica's chunk is the same sum in the same order, so the
+ * all-reduce gives every replica the same bits. */
+zs_status zs__shard_reduce_scatter(zs_ctx *zs, void *buf, size_t chunk, zs_dtype dtype,
+                                   const char *label) {
+    ZS_CHECK(zs__comm_reduce_scatter(zs->shard_comm, buf, chunk, dtype, label));
+    return zs__replica_all_reduce(zs, (char *)buf + (size_t)zs->shard_rank * chunk *
+                                                        zs_dtype_size(dtype),
+                                  chunk, dtype, label);
+}
+
+zs_status zs__replica_all_reduce(zs_ctx *zs, void *slice, size_t count, zs_dtype dtype,
+                                 const char *label) {
+    if (!zs->replica_comm) return ZS_OK;
+    /* The plan pads every unit's slice to a multiple of the replicas. */
+    return zs__comm_all_reduce(zs->replica_comm, slice, count / (size_t)zs->replicas, dtype,
+                               label);
+}
+
 /* Sums a unit's full gradient (`full`, compute dtype) over ranks, in the
  * configured reduce dtype. all_reduce: every element of `full` ends reduced;
  * otherwise only the owned chunk is meaningful. On return *chunk points at
  * the reduced owned chunk, in *chunk_dtype: inside `full`, or inside the fp32
  * staging buffer when precision.reduce_dtype = "fp32" and the chunk goes on
- * to a shard (to_shard) without being rounded back first. */
+ * to a shard (to_shard) without being rounded back first. Stage 0
+ * (all_reduce) shards nothing: its collective is the world's. */
 static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, int all_reduce,
                                   int to_shard, const void **chunk, zs_dtype *chunk_dtype) {
     const zs__plan_unit *pu = &zs->plan->units[unit->index];
     const zs_dtype dt = zs->compute_dtype;
     zs__backend *be = zs->backend;
     const size_t shard = (size_t)pu->shard_numel;
-    const int64_t mine = (int64_t)zs->rank * pu->shard_numel;
+    const int64_t mine = (int64_t)zs->shard_rank * pu->shard_numel;
     if (zs->reduce_dtype == dt || zs->world_size == 1) {
         if (all_reduce) ZS_CHECK(zs__comm_all_reduce(zs->comm, full, shard, dt, unit->name));
-        else ZS_CHECK(zs__comm_reduce_scatter(zs->comm, full, shard, dt, unit->name));
+        else ZS_CHECK(zs__shard_reduce_scatter(zs, full, shard, dt, unit->name));
         *chunk = (const char *)full + (size_t)mine * zs_dtype_size(dt);
         *chunk_dtype = dt;
         return ZS_OK;
@@ -37,7 +60,7 @@ static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, i
         ZS_CHECK(zs__comm_all_reduce(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
         ZS_CHECK(be->ops->convert(be, full, dt, wide, ZS_DTYPE_FP32, pu->padded_numel));
     } else {
-        ZS_CHECK(zs__comm_reduce_scatter(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
+        ZS_CHECK(zs__shard_reduce_scatter(zs, wide, shard, ZS_DTYPE_FP32, unit->name));
         if (!to_shard)
             ZS_CHECK(be->ops->convert(be, (char *)full + (size_t)mine * zs_dtype_size(dt), dt,
                                       wide + mine, ZS_DTYPE_FP32, pu->shard_numel));
@@ -105,7 +128,7 @@ static zs_status run_gather(zs__engine_op *op) {
     zs__backend *be = zs->backend;
     const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
     const size_t elem = zs_dtype_size(zs->compute_dtype);
-    void *mine = (char *)u->buf + (size_t)(zs->rank * pu->shard_numel) * elem;
+    void *mine = (char *)u->buf + (size_t)(zs->shard_rank * pu->shard_numel) * elem;
     if (zs->params_on_nvme) {
         /* The shard's fp32 master weights from the swap file, rounded on the
          * host (the bits the optimizer would have written to a parameter
@@ -133,8 +156,8 @@ static zs_status run_gather(zs__engine_op *op) {
         ZS_CHECK(be->ops->copy(be, mine, zs__buf_at(&zs->params_shard, pu->shard_offset),
                                (size_t)pu->shard_numel * elem));
     }
-    ZS_CHECK(zs__comm_all_gather(zs->comm, u->buf, (size_t)pu->shard_numel, zs->compute_dtype,
-                                 u->unit->name));
+    ZS_CHECK(zs__comm_all_gather(zs->shard_comm, u->buf, (size_t)pu->shard_numel,
+                                 zs->compute_dtype, u->unit->name));
     return ZS_OK;
 }
 
@@ -150,7 +173,7 @@ static zs_status run_reduce(zs__engine_op *op) {
     if (st == ZS_OK) {
         /* The unit's own chunk of its full buffer is free for a conversion. */
         const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
-        void *scratch = (char *)u->buf + (size_t)zs->rank * (size_t)pu->shard_numel *
+        void *scratch = (char *)u->buf + (size_t)zs->shard_rank * (size_t)pu->shard_numel *
                                              zs_dtype_size(zs->compute_dtype);
         st = zs__grad_into_owned(zs, u->unit->index, u->buf, chunk, chunk_dtype, scratch,
                                  u->to_shard);
@@ -166,6 +189,7 @@ static void prepare(zs__unit_op *u, zs_ctx *zs, zs_unit *unit, void *buf, const 
     u->op.name = name;
     u->op.label = unit->name;
     u->op.bytes = zs__unit_bytes(zs, unit);
+    u->op.group = zs__comm_group_name(zs->shard_comm);
     u->zs = zs;
     u->unit = unit;
     u->buf = buf;

@@ -157,7 +157,7 @@ static const zs__buf *pass_grads(zs_ctx *zs, int u, int64_t *delta) {
     int64_t first, end;
     zs__unit_state_range(zs, u, &first, &end);
     const int64_t at = stage == 0 ? pu->full_offset
-                                  : pu->full_offset + (int64_t)zs->rank * pu->shard_numel;
+                                  : pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel;
     *delta = at - first;
     return &zs->grads_full;
 }

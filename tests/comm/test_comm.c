@@ -73,6 +73,14 @@ static void check_delta(const char *what, const zs_comm_stats *before, const zs_
         ZT_CHECK_MSG(moved == (o == (int)op ? bytes : 0u), "%s: %s bytes went up by %llu, not %llu",
                      what, zs_comm_op_name((zs_comm_op)o), (unsigned long long)moved,
                      (unsigned long long)(o == (int)op ? bytes : 0u));
+        /* No topology here: every peer counts as on this rank's node. */
+        ZT_CHECK_MSG(after.bytes_intra[o] - before->bytes_intra[o] == moved &&
+                         after.bytes_inter[o] == before->bytes_inter[o],
+                     "%s: %s bytes by link: intra +%llu, inter +%llu, of %llu", what,
+                     zs_comm_op_name((zs_comm_op)o),
+                     (unsigned long long)(after.bytes_intra[o] - before->bytes_intra[o]),
+                     (unsigned long long)(after.bytes_inter[o] - before->bytes_inter[o]),
+                     (unsigned long long)moved);
     }
 }
 

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blocks.h"
 #include "grad_fill.h"
 #include "zeroshard.h"
 #include "zeroshard_mpi.h"
@@ -95,16 +96,9 @@ int main(int argc, char **argv) {
     zs_unit *units[UNITS];
     zs_param *params[UNITS];
     int64_t numel[UNITS];
-    for (int u = 0; u < UNITS; u++) {
-        char name[32];
-        snprintf(name, sizeof name, "block.%d", u);
-        check(zs_unit_begin(zs, name, &units[u]), "zs_unit_begin");
-        numel[u] = 1000 + 337 * u;
-        snprintf(name, sizeof name, "block.%d.weight", u);
-        check(zs_param_create(zs, name, 1, &numel[u], ZS_INIT_NORMAL_STD(0.02), 0, &params[u]),
-              "zs_param_create");
-        check(zs_unit_end(zs), "zs_unit_end");
-    }
+    const char *what = "";
+    zs_status described = blocks_describe(zs, UNITS, 1000, 337, units, params, numel, &what);
+    check(described, what);
     check(zs_build(zs), "zs_build");
 
     for (int step = 0; step < STEPS; step++) {

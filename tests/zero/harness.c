@@ -65,7 +65,7 @@ static int write_config(const harness_options *opt, char *path, size_t cap) {
     if (!f) return -1;
     fprintf(f,
             "seed = 7;\n"
-            "zero: { stage = %d; max_live_units = %d; align = %d; prefetch_bytes = %d; };\n"
+            "zero: { stage = %d; max_live_units = %d; align = %d; prefetch_bytes = %d; %s };\n"
             "optimizer: { type = \"%s\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
             "             beta2 = 0.99; eps = 1e-8; momentum = %.17g; nesterov = %s; };\n"
             "scheduler: { type = \"%s\"; warmup_steps = 3; total_steps = %d; min_lr = 0.001; };\n"
@@ -74,6 +74,7 @@ static int write_config(const harness_options *opt, char *path, size_t cap) {
             "gradient_accumulation_steps = %d;\n"
             "gradient_clipping = %.17g;\n%s\n",
             opt->stage, opt->max_live_units, HARNESS_ALIGN, opt->gather_ahead ? 67108864 : 0,
+            opt->zero_extra ? opt->zero_extra : "",
             opt->optimizer, opt->momentum, opt->nesterov ? "true" : "false", opt->scheduler,
             opt->steps, opt->sync ? "false" : "true", opt->bucket_bytes,
             opt->comm_extra ? opt->comm_extra : "",
@@ -351,6 +352,8 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
         for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
             out->step_bytes.bytes[op] = after.bytes[op] - before.bytes[op];
             out->step_bytes.calls[op] = after.calls[op] - before.calls[op];
+            out->step_bytes.bytes_intra[op] = after.bytes_intra[op] - before.bytes_intra[op];
+            out->step_bytes.bytes_inter[op] = after.bytes_inter[op] - before.bytes_inter[op];
         }
     }
     tiny_acts_free(&acts);

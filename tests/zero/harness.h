@@ -53,6 +53,7 @@ typedef struct harness_options {
                                  still spans `steps`) */
     const char *config_extra; /* more top-level settings (e.g. a checkpoint group) */
     const char *comm_extra;   /* more settings inside the generated comm group */
+    const char *zero_extra;   /* more settings inside the generated zero group */
     /* Called on every rank just before each optimizer step's zs_step (fault
      * injection). */
     void (*before_step)(zs_ctx *zs, int step, void *arg);

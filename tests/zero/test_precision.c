@@ -72,9 +72,10 @@ static void check_bytes(int stage, int world, int grad_bytes, const zs_comm_stat
     int64_t max_unit;
     const uint64_t psi = (uint64_t)padded_total(world, &max_unit);
     const uint64_t per_pass = psi / world * (world - 1);
-    /* The step's scalar all-reduces: readiness and norm (2 doubles), and
-     * the agreement after the update or the skipped step's reset (1). */
-    uint64_t scalar = (uint64_t)(2.0 * (world - 1) / world * 2 * 8) +
+    /* The step's scalar all-reduces: readiness, norm and the job's two
+     * votes (4 doubles), and the agreement after the update or the skipped
+     * step's reset (1). */
+    uint64_t scalar = (uint64_t)(2.0 * (world - 1) / world * 4 * 8) +
                       (uint64_t)(2.0 * (world - 1) / world * 1 * 8);
     uint64_t want_grads = (stage == 0 ? 2 : 1) * per_pass * grad_bytes;
     uint64_t want_params = stage == 0 ? 0 : (stage == 3 ? 2 : 1) * per_pass * 2;

@@ -105,9 +105,9 @@ static void check_bytes(int stage, int world, const zs_comm_stats *b) {
         unpadded += tiny_weight_numel(l) + tiny_bias_numel(l);
     }
     /* Bulk traffic: everything but the step's scalar all-reduces: the
-     * agreement on readiness and norm (2 doubles) and the one after the
-     * update (1 double: which rank failed, if any). */
-    uint64_t scalar = (uint64_t)(2.0 * (world - 1) / world * 2 * 8) +
+     * agreement on readiness, norm and the job's two votes (4 doubles) and
+     * the one after the update (1 double: which rank failed, if any). */
+    uint64_t scalar = (uint64_t)(2.0 * (world - 1) / world * 4 * 8) +
                       (uint64_t)(2.0 * (world - 1) / world * 1 * 8);
     uint64_t bulk = b->bytes[ZS_COMM_REDUCE_SCATTER] + b->bytes[ZS_COMM_ALL_GATHER] +
                     b->bytes[ZS_COMM_ALL_REDUCE] - scalar;
