@@ -41,8 +41,14 @@ else()
 endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/zeroshardConfig.cmake.in
   ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake INSTALL_DESTINATION ${ZS_CMAKE_DIR})
+# Before 1.0 a minor version may break the ABI (see ZS_SOVERSION).
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(ZS_PACKAGE_COMPATIBILITY SameMinorVersion)
+else()
+  set(ZS_PACKAGE_COMPATIBILITY SameMajorVersion)
+endif()
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/zeroshardConfigVersion.cmake
-  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+  VERSION ${PROJECT_VERSION} COMPATIBILITY ${ZS_PACKAGE_COMPATIBILITY})
 install(FILES ${PROJECT_BINARY_DIR}/zeroshardConfig.cmake
               ${PROJECT_BINARY_DIR}/zeroshardConfigVersion.cmake
         DESTINATION ${ZS_CMAKE_DIR})
@@ -93,16 +99,19 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "zeroshard developers <zeroshard@localhost>")
 # CPack puts the summary first; this is the long description under it.
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-    "libzeroshard (shared and static), its headers, CMake and pkg-config files,\n the zs-ckpt checkpoint tool, the zs-estimate memory tool, example configurations and documentation.")
+    "libzeroshard (shared and static), its headers, CMake and pkg-config files,\n the zs-ckpt checkpoint tool, the zs-estimate memory tool, the zs-run launcher, example configurations and documentation.")
 # Runtime dependencies come from dpkg-shlibdeps on the shared library and the
 # tools. CUDA and NCCL come from NVIDIA's repository, which dpkg-shlibdeps
 # does not know: CUDA builds list them by hand, with the Debian libraries.
+# python3 runs zs-run (a script, which dpkg-shlibdeps does not look at); CPack
+# appends what dpkg-shlibdeps finds to the list given here.
 if(NOT ZS_HAVE_CUDA)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3")
 else()
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-      "libc6, libgomp1, libopenmpi3, libconfig9, libxxhash0, libjson-c5, libstdc++6, libnccl2, cuda-cudart-${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
+      "python3, libc6, libgomp1, libopenmpi3, libconfig9, libxxhash0, libjson-c5, libstdc++6, libnccl2, cuda-cudart-${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
 endif()
 # Building against the package needs the -dev packages of what it links.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libopenmpi-dev, libconfig-dev, libxxhash-dev, libjson-c-dev, pkg-config")

@@ -22,6 +22,15 @@
 extern "C" {
 #endif
 
+/* The version of this header (CMake's project version; the build checks
+ * that they agree). Before 1.0 a minor version may change public structs
+ * (0.2.0: zs_comm_stats split bytes by link and counts the all-to-all; the
+ * memory tags grew), so the shared library's SONAME carries major.minor:
+ * libzeroshard.so.0.2. */
+#define ZS_VERSION_MAJOR 0
+#define ZS_VERSION_MINOR 2
+#define ZS_VERSION_PATCH 0
+
 /* ------------------------------------------------------------------ status */
 
 /* One table generates the enum, the names and the messages (see zs_status_name). */

@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include "ex_batch.h"
 #include "ex_data.h"
 #include "ex_sample.h"
 #include "numerics.h"
@@ -26,7 +27,10 @@
 #define LOSS_SLOTS 64
 
 typedef struct app_settings {
-    int T, B;
+    int T, B; /* B: sequences per rank per micro-step (derived with global_batch) */
+    int64_t global_batch; /* sequences per optimizer step at any world size; 0 = off */
+    int accumulation;     /* micro-steps per optimizer step, derived from global_batch */
+    int batch_cap;        /* app.batch_size as configured: the micro-batch's cap */
     int64_t steps;
     const char *train_data, *val_data;
     double val_fraction;
@@ -71,6 +75,8 @@ typedef struct trainer {
     ex_unigram unigram;
     int have_unigram;
     int rank, world;
+    int owns_mpi;       /* the trainer initialized MPI, so it finalizes it */
+    zs_status failure;  /* the first failing call's status (decides MPI_Finalize) */
     int64_t pos; /* training samples consumed by all ranks (the data position) */
     char pos_name[64]; /* "<family>.data_pos": the user state that saves pos */
 } trainer;
@@ -112,6 +118,7 @@ static zs_status read_settings(zs_config *cfg, const ex_model_facts *f, app_sett
     zs_status st;
     if ((st = ex_config_int(cfg, "seq_len", f->default_seq, 1, f->max_seq, &a->T)) ||
         (st = ex_config_int(cfg, "batch_size", 8, 1, 1 << 16, &a->B)) ||
+        (st = zs_config_app_int(cfg, "global_batch", 0, 0, INT64_C(1) << 40, &a->global_batch)) ||
         (st = zs_config_app_int(cfg, "steps", 200, 0, INT64_C(1) << 40, &a->steps)) ||
         (st = zs_config_app_string(cfg, "train_data", "data/shakespeare/shakespeare.txt",
                                    &a->train_data)) ||
@@ -136,6 +143,70 @@ static zs_status read_settings(zs_config *cfg, const ex_model_facts *f, app_sett
         (st = zs_config_app_finish(cfg)))
         return st;
     return ZS_OK;
+}
+
+/* ------------------------------------------------------- world and batch */
+
+/* MPI starts here, before zs_create: the global batch's split needs the
+ * world size while the configuration can still change
+ * (gradient_accumulation_steps is a runtime key, fixed at zs_create). The
+ * thread level is the one zs_create asks for (its comm engine's thread);
+ * zs_create then uses MPI without owning it, and finish_mpi ends it. */
+static int start_mpi(trainer *tr) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+            fprintf(stderr, "%s: MPI_Init_thread failed; launch the program with mpirun\n",
+                    tr->ops->program);
+            return -1;
+        }
+        tr->owns_mpi = 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &tr->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &tr->world);
+    return 0;
+}
+
+/* MPI_Finalize waits for every rank, so it is skipped after a collective
+ * failed or timed out (a peer may never come; the runtime's own rule when
+ * it owns MPI): the process then ends without it, and mpirun reports the
+ * job failed. */
+static void finish_mpi(const trainer *tr) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (tr->owns_mpi && !finalized && tr->failure != ZS_ERR_TIMEOUT && tr->failure != ZS_ERR_COMM)
+        MPI_Finalize();
+}
+
+/* app.global_batch: the per-rank micro-batch (app.batch_size is its cap)
+ * and the runtime's gradient_accumulation_steps, from the world size
+ * (ex_batch.h). Every rank computes the same from the same numbers, so all
+ * refuse alike; rank 0 says why. Returns 0, or -1 after the message. */
+static int derive_batch(trainer *tr, zs_config *cfg) {
+    app_settings *a = &tr->app;
+    a->accumulation = 0;
+    a->batch_cap = a->B;
+    if (a->global_batch == 0) return 0;
+    ex_batch b;
+    char err[512];
+    if (ex_batch_derive(a->global_batch, tr->world, a->B, &b, err, sizeof err) != 0) {
+        if (tr->rank == 0) fprintf(stderr, "%s: %s\n", tr->ops->program, err);
+        return -1;
+    }
+    char assignment[64];
+    snprintf(assignment, sizeof assignment, "gradient_accumulation_steps=%d", b.accumulation);
+    zs_status st = zs_config_override(cfg, assignment);
+    if (st != ZS_OK) {
+        tr->failure = st;
+        fprintf(stderr, "%s: app.global_batch: %s: %s\n", tr->ops->program, zs_status_name(st),
+                zs_last_error());
+        return -1;
+    }
+    a->B = b.micro_batch;
+    a->accumulation = b.accumulation;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- data */
@@ -302,7 +373,11 @@ static zs_status evaluate(trainer *tr, double *out) {
     char data_err[EX_ERR_CAP];
     double sums[2] = {0.0, 0.0}; /* loss summed over positions, positions */
     ex_test_stop(tr->ops->program, "validation", tr->rank);
-    for (int64_t k = 0; k < tr->app.val_batches; k++) {
+    /* With a global batch, val_batches global batches: every world size
+     * evaluates the same val_batches x global_batch sequences. */
+    const int64_t passes =
+        tr->app.val_batches * (tr->app.accumulation > 0 ? tr->app.accumulation : 1);
+    for (int64_t k = 0; k < passes; k++) {
         const int set = next_token_set(tr);
         for (int b = 0; b < B; b++) {
             int64_t j = ((k * tr->world + tr->rank) * B + b) % tr->val_windows;
@@ -459,6 +534,12 @@ static void print_header(trainer *tr) {
     printf("batch: %d ranks x %d sequences x %d tokens = %d tokens per micro-step; "
            "activations %.1f MiB per rank\n",
            tr->world, a->B, a->T, tr->world * a->B * a->T, f->activation_bytes / MIB);
+    if (a->global_batch > 0)
+        printf("global batch: %" PRId64 " sequences per optimizer step = %d rank%s x %d "
+               "sequence%s x %d micro-step%s (app.global_batch; app.batch_size = %d caps the "
+               "micro-batch)\n", a->global_batch, tr->world, tr->world == 1 ? "" : "s", a->B,
+               a->B == 1 ? "" : "s", a->accumulation, a->accumulation == 1 ? "" : "s",
+               a->batch_cap);
     printf("data: %s: %" PRId64 " training sequences of %d + 1 tokens, %" PRId64
            " held out\n", a->train_data, tr->train_windows, a->T, tr->val_windows);
     if (tr->have_unigram)
@@ -477,6 +558,7 @@ static void report_status(const trainer *tr, zs_status status) {
         zs_status try_status_ = (call);                                            \
         if (try_status_ != ZS_OK) {                                                \
             report_status(&tr, try_status_);                                       \
+            if (tr.failure == ZS_OK) tr.failure = try_status_;                     \
             goto done;                                                             \
         }                                                                          \
     } while (0)
@@ -503,6 +585,7 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
     /* Every rank reads the same text, so every rank fails alike, before
      * anything is created. */
     if (parse_prompt_tokens(&tr, NULL) < 0) goto done;
+    if (start_mpi(&tr) != 0 || derive_batch(&tr, cfg) != 0) goto done;
     TRY(zs_create(cfg, &tr.zs));
     tr.rank = zs_rank(tr.zs);
     tr.world = zs_world_size(tr.zs);
@@ -543,6 +626,7 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
     const double flops_per_token = ops->flops_per_token(tr.model, tr.app.T);
     double val_loss = NAN;
     const double positions = (double)tr.app.B * tr.app.T;
+    int stop_code = 0; /* zs_stop_requested's value once a stop was agreed */
     while (zs_step_count(tr.zs) < tr.app.steps) {
         const double t0 = now_seconds();
         double local_sum = 0.0; /* this rank's losses of the micro-steps folded in so far */
@@ -584,6 +668,19 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
                    info.skipped ? " (skipped)" : "", tokens / seconds,
                    flops_per_token * tokens / seconds / 1e12, seconds * 1e3);
         fflush(stdout);
+        /* A stop signal (job.stop_signal, SIGTERM) was agreed at this
+         * boundary on every rank and the runtime committed a checkpoint (or
+         * had nowhere to save): end now, skipping validation and sampling,
+         * since a preemption leaves little time. */
+        if ((stop_code = zs_stop_requested(tr.zs)) != 0) {
+            if (tr.rank == 0)
+                printf("stopped after step %" PRId64 " on a signal: %s; exit code %d\n", step,
+                       stop_code == ZS_STOPPED_EXIT_CODE ? "checkpoint committed"
+                                                         : "no checkpoint (no checkpoint.dir)",
+                       stop_code);
+            fflush(stdout);
+            break;
+        }
         if (tr.app.val_every > 0 && step % tr.app.val_every == 0 && step < tr.app.steps) {
             TRY(evaluate(&tr, &val_loss));
             if (tr.rank == 0 && !isnan(val_loss))
@@ -593,6 +690,10 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
     }
     if (loss_log && fclose(loss_log) != 0) abort_job(&tr, "app.loss_log", "write failed");
     loss_log = NULL;
+    if (stop_code != 0) {
+        exit_code = stop_code;
+        goto done;
+    }
     if (tr.app.save_final) TRY(zs_save(tr.zs, NULL));
     TRY(evaluate(&tr, &val_loss));
     if (tr.rank == 0 && !isnan(val_loss))
@@ -629,5 +730,6 @@ done:
     ex_tokens_destroy(tr.val_stream);
     zs_destroy(tr.zs);
     zs_config_destroy(cfg);
+    finish_mpi(&tr);
     return exit_code;
 }

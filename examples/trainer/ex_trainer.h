@@ -18,13 +18,20 @@
  * adds its own, see its family file):
  *   seq_len [the model's]  tokens per sequence (T): GPT-2's block_size, at most 2048
  *                         for the Llama family (their contexts reach 131072)
- *   batch_size [8]        sequences per rank per micro-step (B)
+ *   batch_size [8]        sequences per rank per micro-step (B); with global_batch, the
+ *                         largest micro-batch a rank may take (its memory cap)
+ *   global_batch [0]      sequences per optimizer step, kept at every world size: B and the
+ *                         runtime's gradient_accumulation_steps are derived from it and the
+ *                         world size (ex_batch.h), so a restart on fewer ranks is the same
+ *                         computation; 0 = off (B = batch_size, the configured accumulation)
  *   steps [200]           optimizer steps
  *   train_data ["data/shakespeare/shakespeare.txt"]  text (bytes) or llm.c .bin shards (a glob)
  *   val_data [""]         held-out stream; "" holds out the last val_fraction of train_data
  *   val_fraction [0.05]   data_seed [1337]
  *   val_every [50]        validation every this many steps (and at the end); 0 = only at the end
- *   val_batches [4]       batches of batch_size sequences per rank per validation
+ *   val_batches [4]       batches of batch_size sequences per rank per validation (with
+ *                         global_batch: that many global batches, the same sequences at
+ *                         every world size)
  *   log_every [1]         a progress line every this many steps
  *   require_same_kernels [false]  refuse to train when ranks compute with other BLAS kernels
  *                         or GPU models (examples/common/numerics.h)
@@ -46,8 +53,16 @@
 extern "C" {
 #endif
 
-/* Runs the training program for `model`: returns the process's exit code
- * (0, or 1 after a message on stderr). */
+/* Runs the training program for `model`: returns the process's exit code:
+ *   0   trained (and met app.target_val_loss / app.beat_unigram when set)
+ *   1   an error, or a target missed (a message on stderr says which)
+ *   76  ZS_STOPPED_EXIT_CODE: a stop signal (job.stop_signal, SIGUSR1 by
+ *       default, or SIGTERM) was honoured after the runtime committed a
+ *       checkpoint; resume with checkpoint.resume = "auto"
+ *   78  ZS_TERMINATED_EXIT_CODE: the agreed stop had no checkpoint.dir
+ * A collective's deadline ends the job from inside the runtime with
+ * ZS_TIMEOUT_EXIT_CODE (75, MPI_Abort), and a second signal ends a rank at
+ * once (by the signal); neither returns here. */
 int ex_train_main(int argc, char **argv, const ex_model_ops *model);
 
 #ifdef __cplusplus

@@ -95,3 +95,17 @@ void gt_check_failure(int rc, const char *err, const char *const *want, const ch
         fprintf(stderr, "\n  got      %d with message \"%s\"\n", rc, err);
     }
 }
+
+ex_tokens *gt_counting_stream(const char *name, int n) {
+    ZT_REQUIRE(n > 0 && n <= 65536);
+    uint16_t *tokens = malloc(sizeof(uint16_t) * (size_t)n);
+    ZT_REQUIRE(tokens != NULL);
+    for (int i = 0; i < n; i++) tokens[i] = (uint16_t)i;
+    gt_write_shard(name, 20240520, 1, n, tokens, (size_t)n);
+    free(tokens);
+    char p[2048], err[EX_ERR_CAP];
+    ex_tokens *ts = NULL;
+    GT_OK(ex_tokens_open(gt_path(p, sizeof p, name), &ts, err, sizeof err), err);
+    ZT_REQUIRE(ts != NULL);
+    return ts;
+}

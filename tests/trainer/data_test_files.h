@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ex_data.h"
 #include "test_util.h"
 
 /* The test's directory (created on the first call under $TMPDIR or /tmp,
@@ -30,6 +31,12 @@ void gt_write_shard(const char *name, int32_t magic, int32_t version, int32_t de
 /* Writes a token shard in llm.c's Llama 3 format: magic 20240801, version 7,
  * the declared count, then n little-endian uint32 tokens. */
 void gt_write_shard32(const char *name, int32_t declared, const uint32_t *tokens, size_t n);
+
+/* Writes an llm.c token shard gt_dir()/name of n tokens (n <= 65536) whose
+ * token i is i, and opens it: a row's first input then names its window
+ * (window w of a view from token b starts at b + w T). Aborts the test on
+ * failure. The caller destroys the stream. */
+ex_tokens *gt_counting_stream(const char *name, int n);
 
 /* Passes when `call` returns 0; prints the message otherwise. err must be a
  * char array in scope. */

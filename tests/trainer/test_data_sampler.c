@@ -105,16 +105,7 @@ enum { N_TOKENS = 1000, T = 7, VIEW_BEGIN = 5 };
 
 /* The stream: token i = i, so window w of a view starting at VIEW_BEGIN has
  * inputs VIEW_BEGIN + w T + t and targets one more. */
-static ex_tokens *open_counting_stream(void) {
-    uint16_t tokens[N_TOKENS];
-    for (int i = 0; i < N_TOKENS; i++) tokens[i] = (uint16_t)i;
-    gt_write_shard("count.bin", 20240520, 1, N_TOKENS, tokens, N_TOKENS);
-    char p[2048], err[EX_ERR_CAP];
-    ex_tokens *ts = NULL;
-    GT_OK(ex_tokens_open(gt_path(p, sizeof p, "count.bin"), &ts, err, sizeof err), err);
-    ZT_REQUIRE(ts != NULL);
-    return ts;
-}
+static ex_tokens *open_counting_stream(void) { return gt_counting_stream("count.bin", N_TOKENS); }
 
 /* Checks that row b of a batch is a whole window and returns its index. */
 static int64_t row_window(const int32_t *inputs, const int32_t *targets, int b) {
