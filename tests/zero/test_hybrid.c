@@ -16,6 +16,10 @@
  *     of it) and a plain one into a hybrid run with the same master weights
  *     and moments bit for bit; a resumed hybrid run equals an uninterrupted
  *     one bit for bit;
+ *   - with bf16/fp16, accumulation, clipping and the optimizer (and stage-3
+ *     parameters) offloaded to host memory or NVMe, in pairs: replicas equal,
+ *     offload bitwise equal to the device, stages 2-3 bitwise equal, fp32
+ *     within 1e-5 of the reference;
  *   - nodes of unequal size are refused naming the nodes. */
 #include <math.h>
 #include <mpi.h>
@@ -215,6 +219,71 @@ static void checkpoints(void) {
     harness_remove_tree(root);
 }
 
+/* Hybrid sharding with the other features, each pair at least once: a
+ * mixed-precision dtype, accumulation, clipping and the optimizer offloaded
+ * (host, and NVMe with the stage-3 parameters there). Offload gives the
+ * bits of the device run; stages 2 and 3 agree bitwise (they reduce alike
+ * every micro-step); fp32 runs match the reference. */
+static void with_features(const char *comm_nodes) {
+    typedef struct feature_case {
+        const char *dtype;
+        int gas;
+        double clip;
+        int offload; /* 0 none, 1 host, 2 nvme (stage 3: parameters too) */
+    } feature_case;
+    static const feature_case cases[] = {
+        {"bf16", 2, 0.0, 1}, {"fp16", 1, 0.05, 2}, {"fp32", 2, 0.05, 0}, {"bf16", 1, 0.05, 0},
+        {"fp32", 1, 0.0, 2}, {"fp32", 2, 0.0, 1},
+    };
+    char swapdir[256];
+    harness_shared_tmpdir(swapdir, sizeof swapdir, "/tmp/zs_hybrid_nvme_XXXXXX");
+    ZT_REQUIRE(swapdir[0]);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const feature_case *f = &cases[c];
+        harness_result device[4], offloaded;
+        for (int stage = 2; stage < 4; stage++) {
+            harness_options o = base(stage, "shard_group = \"node\";", comm_nodes);
+            o.dtype = f->dtype;
+            o.gas = f->gas;
+            o.clip = f->clip;
+            o.scheduler = "constant";
+            ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &device[stage]) == 0);
+            check_replicas(&device[stage], f->dtype);
+            if (stage == 3 && f->offload) {
+                char extra[512];
+                if (f->offload == 1)
+                    snprintf(extra, sizeof extra, "offload: { optimizer = \"host\"; };");
+                else
+                    snprintf(extra, sizeof extra, "offload: { optimizer = \"nvme\"; params = "
+                             "\"nvme\"; nvme_path = \"%s\"; buffer_bytes = 4096; };", swapdir);
+                o.config_extra = extra;
+                ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &offloaded) == 0);
+                ZT_CHECK_MSG(same_run(&device[3], &offloaded),
+                             "hybrid %s, gas %d, clip %g: offloaded (%s) differs from the device "
+                             "run", f->dtype, f->gas, f->clip, f->offload == 1 ? "host" : "nvme");
+                harness_result_free(&offloaded);
+            }
+        }
+        ZT_CHECK_MSG(same_run(&device[2], &device[3]),
+                     "hybrid %s, gas %d, clip %g: stages 2 and 3 differ", f->dtype, f->gas, f->clip);
+        if (strcmp(f->dtype, "fp32") == 0) {
+            harness_options o = base(3, NULL, NULL);
+            o.gas = f->gas;
+            o.clip = f->clip;
+            o.scheduler = "constant";
+            harness_result ref;
+            harness_reference(&o, device[3].initial, &ref);
+            const char *name = "";
+            const double rel = harness_max_relative_diff(device[3].final, ref.final, &name);
+            ZT_CHECK_MSG(rel <= 1e-5, "hybrid fp32, gas %d, clip %g: %s differs from the reference "
+                         "by %.3g", f->gas, f->clip, name, rel);
+            harness_result_free(&ref);
+        }
+        for (int stage = 2; stage < 4; stage++) harness_result_free(&device[stage]);
+    }
+    harness_remove_tree(swapdir);
+}
+
 /* Nodes of 4 and 2 ranks (np 6 with ranks_per_node 4): refused on every
  * rank, naming the nodes. */
 static void unequal_nodes(void) {
@@ -290,6 +359,7 @@ int main(int argc, char **argv) {
         harness_result_free(&staged[stage]);
     }
     checkpoints();
+    with_features(comm_nodes);
     unequal_nodes();
     int rc = zt_finish("test_hybrid");
     MPI_Finalize();
