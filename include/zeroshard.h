@@ -540,9 +540,10 @@ int64_t zs_last_committed_step(const zs_ctx *zs);
     X(ZS_MEM_HOST_STATE, "host_state", "offload.optimizer = host/nvme: master weights and moments (host), the gradient shard, the swap checksums (nvme)") \
     X(ZS_MEM_HOST_PARAMS, "host_params", "offload.params = host: the stage-3 parameter shard in host memory") \
     X(ZS_MEM_OFFLOAD_STAGING, "offload_staging", "offload.buffer_bytes of host staging between host and device; with nvme also the three swap I/O buffers") \
-    X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction)") \
+    X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction, quantized records)") \
     X(ZS_MEM_SCRATCH, "scratch", "working buffers: initialization (freed after zs_build); on CUDA also the bounded host-transfer and norm staging buffers") \
-    X(ZS_MEM_NVME_STATE, "nvme_state", "offload.optimizer = nvme: master weights and moments in this rank's swap file (disk: not part of the memory total)")
+    X(ZS_MEM_NVME_STATE, "nvme_state", "offload.optimizer = nvme: master weights and moments in this rank's swap file (disk: not part of the memory total)") \
+    X(ZS_MEM_SECONDARY, "secondary", "zero.secondary_partition = node (hpZ): this rank's node slice of every stage-3 unit, as its last gather across nodes produced it")
 
 typedef enum zs_mem_tag {
 #define ZS_MEM_TAG_ENUM_(name, text, description) name,

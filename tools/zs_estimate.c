@@ -2,7 +2,7 @@
  * running anything.
  *
  *   zs-estimate <layout> [--config FILE] [--set group.key=value]... [--dtype D]
- *               [--world N] [--device-memory SIZE]
+ *               [--world N] [--device-memory SIZE] [--gathers N]
  *
  * The numbers are zs_estimate_memory's, which runs the memory plan zs_build
  * allocates from (src/zero/memory_plan.c): a built context's
@@ -31,6 +31,7 @@
 #include "gpt2_llmc.h"
 #include "gpt2_model.h"
 #include "llama_model.h"
+#include "zero/comm_plan.h"
 #include "zeroshard.h"
 
 #define EXIT_FAILED 1
@@ -58,6 +59,12 @@ static const char usage_text[] =
     "comm.impl = \"mpi\" (ranks sharing a GPU).\n"
     "Each stage has a column per offload.optimizer setting: none, host and nvme\n"
     "(nvme: stages 1-3; its nvme_state row is disk, left out of the total).\n"
+    "Below each table, the bytes a step sends inside nodes and across nodes\n"
+    "(src/zero/comm_plan.c, what the runtime's counters show): every rank together,\n"
+    "and the rank that sends the most across; nodes are comm.ranks_per_node\n"
+    "consecutive ranks (one node when it is 0), so --set comm.ranks_per_node=8\n"
+    "for nodes of 8 GPUs. The step: gradient_accumulation_steps micro-steps, in\n"
+    "stage 3 each unit gathered --gathers times per micro-step; see docs/NODES.md.\n"
     "\n"
     "Layout (one of):\n"
     "  --preset 124M|350M|774M|1558M   GPT-2 as the example trainer registers it:\n"
@@ -97,6 +104,9 @@ static const char usage_text[] =
     "                      Without: the smallest world size (1..65536) at which each\n"
     "                      stage fits.\n"
     "  --unit-per-tensor   see --safetensors\n"
+    "  --gathers N         stage-3 gathers of each unit per micro-step, for the\n"
+    "                      bytes per step (default 2: the forward's and the\n"
+    "                      backward's)\n"
     "  -h, --help          this text\n"
     "\n"
     "The paper's per-rank model state (Rajbhandari et al., ZeRO, 2020), with Psi\n"
@@ -411,6 +421,7 @@ typedef struct run_info {
     zs_dtype dtype;
     int moments;    /* fp32 optimizer buffers per element: the paper's K = 4 + 4 x moments */
     int accumulate; /* the stage-2/3 gradient shard is fp32 (accumulation) */
+    int gathers;    /* --gathers: stage-3 gathers of each unit per micro-step */
 } run_info;
 
 /* The estimate of one stage and offload mode on `world` ranks. The stage and
@@ -448,6 +459,36 @@ static void print_cell(int planned, uint64_t bytes) {
     char h[32];
     if (!planned) printf("  %10s %18s", "n/a", "");
     else printf("  %10s %18" PRIu64, zs__bytes_text(h, sizeof h, (double)bytes), bytes);
+}
+
+/* The bytes one step sends (zero/comm_plan.h), under the stage's settings
+ * without offload (where the optimizer runs moves nothing between ranks). */
+static void print_bytes(const run_info *r, int stage, int world) {
+    zs_memory_stats m;
+    if (estimate(r, stage, 0, world, &m) != ZS_OK) return;
+    const zs__settings *s = zs__config_settings(r->cfg);
+    zs__step_bytes job, busiest;
+    if (zs__comm_plan_estimate(s, world, r->l->unit_count, r->l->params_per_unit,
+                               r->l->param_numel, r->gathers, &job, &busiest) != ZS_OK) {
+        printf("  %-24s  cannot be worked out: %s\n", "bytes per step", zs_last_error());
+        return;
+    }
+    const int per_node = s->comm.ranks_per_node > 0 && s->comm.ranks_per_node < world
+                             ? (int)s->comm.ranks_per_node
+                             : world;
+    char a[32], b[32];
+    printf("  %-24s  inside nodes %s (%" PRIu64 "), across nodes %s (%" PRIu64 "): every rank, "
+           "%d node%s of %d\n", "bytes per step",
+           zs__bytes_text(a, sizeof a, (double)zs__step_bytes_intra(&job)),
+           zs__step_bytes_intra(&job), zs__bytes_text(b, sizeof b, (double)zs__step_bytes_inter(&job)),
+           zs__step_bytes_inter(&job), (world + per_node - 1) / per_node,
+           world > per_node ? "s" : "", per_node);
+    printf("  %-24s  inside nodes %s (%" PRIu64 "), across nodes %s (%" PRIu64 "): the rank "
+           "sending the most across\n", "",
+           zs__bytes_text(a, sizeof a, (double)zs__step_bytes_intra(&busiest)),
+           zs__step_bytes_intra(&busiest),
+           zs__bytes_text(b, sizeof b, (double)zs__step_bytes_inter(&busiest)),
+           zs__step_bytes_inter(&busiest));
 }
 
 static int print_stage(const run_info *r, int stage, int world) {
@@ -519,6 +560,7 @@ static int print_stage(const run_info *r, int stage, int world) {
         printf("none: no unit needed padding\n");
     else
         printf("padding (each unit to a multiple of N x zero.align elements)\n");
+    print_bytes(r, stage, world);
     printf("\n");
     return 1;
 }
@@ -526,8 +568,9 @@ static int print_stage(const run_info *r, int stage, int world) {
 /* What must fit the device: the tags that live there (offloaded state and
  * host buffers do not). */
 static uint64_t device_share(const zs_memory_stats *m) {
-    const zs_mem_tag on_device[] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_MASTER, ZS_MEM_OPTIM,
-                                    ZS_MEM_LIVE_PARAMS, ZS_MEM_LIVE_GRADS, ZS_MEM_LIVE_FREE};
+    const zs_mem_tag on_device[] = {ZS_MEM_PARAMS,      ZS_MEM_GRADS,      ZS_MEM_MASTER,
+                                    ZS_MEM_OPTIM,       ZS_MEM_LIVE_PARAMS, ZS_MEM_LIVE_GRADS,
+                                    ZS_MEM_LIVE_FREE,   ZS_MEM_SECONDARY};
     uint64_t sum = 0;
     for (size_t i = 0; i < sizeof on_device / sizeof on_device[0]; i++) sum += m->current[on_device[i]];
     return sum;
@@ -616,7 +659,7 @@ static int takes_value(const char *option) {
     static const char *const options[] = {"--preset", "--llmc",  "--checkpoint", "--llama",
                                            "--hf-config",
                                            "--safetensors", "--config", "--set",
-                                           "--dtype", "--world", "--device-memory"};
+                                           "--dtype", "--world", "--device-memory", "--gathers"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         if (strcmp(option, options[i]) == 0) return 1;
     return 0;
@@ -627,7 +670,7 @@ int main(int argc, char **argv) {
     const char *llama = NULL, *hf_config = NULL;
     const char *bare = NULL, *config_path = NULL, *dtype_text = NULL;
     const char *sets[ZS_ESTIMATE_MAX_SETS];
-    int set_count = 0, world = 0, unit_per_tensor = 0, sources = 0;
+    int set_count = 0, world = 0, unit_per_tensor = 0, sources = 0, gathers = 2;
     uint64_t memory = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -673,6 +716,9 @@ int main(int argc, char **argv) {
             if (zs__number_option_size(a, VALUE(a), 1, INT64_MAX, &bytes) != ZS_OK)
                 return usage_error("%s", zs_last_error());
             memory = (uint64_t)bytes;
+        } else if (strcmp(a, "--gathers") == 0) {
+            if (zs__number_option_int(a, VALUE(a), 0, 1000, &gathers) != ZS_OK)
+                return usage_error("%s", zs_last_error());
         } else if (strcmp(a, "--unit-per-tensor") == 0) {
             unit_per_tensor = 1;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -752,7 +798,8 @@ int main(int argc, char **argv) {
                       ? (settings->optimizer.momentum > 0 ? 1 : 0)
                       : 2,
                   settings->gradient_accumulation_steps > 1 &&
-                      settings->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32};
+                      settings->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32,
+                  gathers};
 
     char h[32];
     int64_t largest = 0;

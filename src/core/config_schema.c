@@ -159,11 +159,12 @@ const zs__key zs__config_keys[] = {
              "equal size."),
     ENUM_KEY("zero.secondary_partition", zero.secondary_partition, "none",
              secondary_partition_values,
-             "Stage 3 (ZeRO++'s hpZ): \"node\" keeps the parameters a unit's first gather of "
-             "a step produced partitioned across the node's ranks, so its later gathers in the "
-             "step (the backward's) stay inside the node and see exactly the weights the "
-             "forward saw; costs one node slice of every unit (memory tag secondary); nodes "
-             "of equal size."),
+             "Stage 3 (ZeRO++'s hpZ): \"node\" keeps what a unit's first gather after its "
+             "parameters changed (an optimizer step, zs_load, an import) produced, partitioned "
+             "across the node's ranks, so its later gathers until the next change (the "
+             "backward's, the next micro-steps', evaluation's) stay inside the node and see "
+             "exactly the weights the forward saw; changes no value (docs/NODES.md); costs one "
+             "node slice of every unit (memory tag secondary); nodes of equal size."),
 
     ENUM_KEY("optimizer.type", optimizer.kind, "adamw", optimizer_values,
              "Optimizer: sgd (with optional momentum), adam (L2 decay added to the gradient) "
@@ -293,13 +294,14 @@ const zs__key zs__config_keys[] = {
              "with one fp32 scale per comm.quant_block elements of each owner's shard, "
              "dequantized on arrival into the compute dtype; every rank, the owner included, "
              "computes with the dequantized values; the fp32 master weights are never "
-             "quantized."),
+             "quantized. On one rank nothing is gathered, so nothing is quantized."),
     ENUM_KEY("comm.quantize_grads", comm.quantize_grads, "none", quantize_grads_values,
              "Stages 1-3 (ZeRO++'s qgZ): gradient reduce-scatters become two all-to-all hops, "
              "inside each node then across nodes, carrying \"int8\" or \"int4\" values (two "
              "per byte) with one fp32 scale per comm.quant_block elements, summed in fp32 in a "
              "fixed order between and after the hops; takes precedence over "
-             "precision.reduce_dtype; nodes of equal size."),
+             "precision.reduce_dtype; every unit is reduced alone (comm.bucket_bytes does not "
+             "apply); nodes of equal size. On one rank nothing is reduced or quantized."),
     INT_KEY("comm.quant_block", comm.quant_block, 256, 1, 1048576,
             "Elements per fp32 scale of the quantized collectives, counted from the start of "
             "each owner's slice (the last block of a slice may be shorter)."),

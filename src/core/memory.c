@@ -24,6 +24,7 @@ int zs__mem_tag_on_device(zs_mem_tag tag) {
     switch (tag) {
     case ZS_MEM_PARAMS: case ZS_MEM_GRADS: case ZS_MEM_MASTER: case ZS_MEM_OPTIM:
     case ZS_MEM_LIVE_PARAMS: case ZS_MEM_LIVE_GRADS: case ZS_MEM_LIVE_FREE:
+    case ZS_MEM_SECONDARY: /* gathered values, kept where the gathers run */
         return 1;
     default:
         return 0;

@@ -26,7 +26,7 @@ typedef struct zs__mem {
 } zs__mem;
 
 /* 1 for tags that live on the device (parameters, gradients, master
- * weights, moments, the live budget), 0 for host memory (offloaded state,
+ * weights, moments, the live budget, hpZ's secondary partition), 0 for host memory (offloaded state,
  * staging, communication buffers, scratch). */
 int zs__mem_tag_on_device(zs_mem_tag tag);
 /* 1 for tags that count bytes of a file (the NVMe tier): reported per tag,

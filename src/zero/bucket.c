@@ -9,7 +9,9 @@
  * in the unit's own collective (the ring's order depends only on which
  * rank owns the chunk). That holds for the ring algorithm and the compute
  * dtype; with comm.reduce_scatter = "mpi" (whose order may depend on the
- * message size) or reduce_dtype = "fp32", units are reduced alone.
+ * message size), reduce_dtype = "fp32" or comm.quantize_grads (qgZ's
+ * blocks are anchored to each unit's slices, and its hops are all-to-alls,
+ * not a ring), units are reduced alone: the memory plan gives no staging.
  *
  * A bucket closes when it holds bucket_bytes or more, before a unit that is
  * not smaller than bucket_bytes, before any wait on one of its units, and

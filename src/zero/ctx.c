@@ -395,6 +395,7 @@ void zs_destroy(zs_ctx *zs) {
         if (zs->backend) zs__fence_destroy(zs->backend, zs->gather_fence[h]);
     zs__store_destroy(&zs->store);
     zs__live_destroy(&zs->live);
+    zs__zeropp_destroy(zs);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);
     for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
     free(zs->params);

@@ -20,6 +20,7 @@
 #include "zero/metrics.h"
 #include "zero/plan.h"
 #include "zero/residency.h"
+#include "zero/zeropp.h"
 #include "zeroshard.h"
 
 #define ZS_NAME_CAPACITY 256
@@ -193,6 +194,9 @@ struct zs_ctx {
      * back). */
     zs_dtype reduce_dtype;
     zs__buf reduce_staging;
+    /* ZeRO++ (zero/zeropp.h, docs/NODES.md): comm.quantize_weights,
+     * comm.quantize_grads, zero.secondary_partition. */
+    zs__zeropp zeropp;
     /* What a step keeps live (zero/residency.h): the live budget of stages
      * 2-3 (zero.live_bytes, zero/live.h), the units holding its carves, the
      * open gradient bucket (comm.bucket_bytes) and the fetch orders stage-3

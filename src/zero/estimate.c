@@ -26,11 +26,14 @@ zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_coun
         shard_size = (int)per_node;
         replicas = world_size / shard_size;
     }
+    /* hpZ's secondary partition and qgZ's staging follow the nodes too. */
+    int node_size = world_size;
+    ZS_CHECK(zs__estimate_node_size(s, world_size, &node_size));
     zs__plan *plan = NULL;
     ZS_CHECK(zs__plan_create_replicated(shard_size, replicas, s->zero.align, unit_count,
                                         params_per_unit, param_numel, &plan));
     zs__memory_plan mp;
-    zs_status st = zs__memory_plan_make(s, plan, NULL, &mp);
+    zs_status st = zs__memory_plan_make(s, plan, node_size, NULL, &mp);
     zs__plan_destroy(plan);
     if (st != ZS_OK) return st;
     memset(out, 0, sizeof *out);

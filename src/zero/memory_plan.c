@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "zero/live.h"
+#include "zero/quant_record.h"
 
 /* The live budget of stages 2-3: zero.live_bytes, or max_live_units carves
  * of the largest unit for gradients (and for gathered parameters in stage
@@ -49,13 +50,68 @@ static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t
     return ZS_OK;
 }
 
+/* ZeRO++ on `world` ranks (more than one: a single rank moves nothing, so
+ * nothing is quantized or kept): what the collectives carry, their staging
+ * and hpZ's secondary partition (zero/zeropp.h). One staging serves qwZ and
+ * qgZ, sized for the largest unit: the comm engine runs one collective at a
+ * time, and on CUDA the quantize and dequantize kernels are ordered with
+ * the collectives between them by the communicator's events. */
+static zs_status zeropp_plan(const zs__settings *s, const zs__plan *plan, int world,
+                             int node_size, zs__memory_plan *out) {
+    const int stage = s->zero.stage;
+    if (world < 2) return ZS_OK;
+    out->weight_bits = stage == 3 && s->comm.quantize_weights == ZS_QUANTIZE_INT8 ? 8 : 0;
+    out->grad_bits = stage >= 1 && s->comm.quantize_grads == ZS_QUANTIZE_INT8   ? 8
+                     : stage >= 1 && s->comm.quantize_grads == ZS_QUANTIZE_INT4 ? 4
+                                                                                 : 0;
+    const int secondary = stage == 3 && s->zero.secondary_partition == ZS_SECONDARY_NODE;
+    if ((out->grad_bits || secondary) &&
+        (node_size < 1 || node_size > world || world % node_size != 0))
+        return zs__fail(ZS_ERR_CONFIG, "%s needs nodes of equal size, but %d ranks do not make "
+                        "nodes of %d; set comm.ranks_per_node to a divisor of %d",
+                        out->grad_bits ? "comm.quantize_grads" : "zero.secondary_partition = \"node\"",
+                        world, node_size, world);
+    const int64_t block = s->comm.quant_block;
+    const int64_t max_shard = plan->max_unit_padded_numel / plan->world_size;
+    int64_t bytes = 0;
+    if (out->weight_bits) bytes = zs__qwz_staging_bytes(plan->world_size, max_shard, block);
+    if (out->grad_bits) {
+        const int64_t b = zs__qgz_staging_bytes(world, world / node_size, max_shard, block,
+                                                out->grad_bits);
+        if (b > bytes) bytes = b;
+    }
+    out->quant_staging_numel = bytes / 4; /* records are multiples of 4 bytes */
+    /* Units are padded to a multiple of world x align, so every node slice
+     * is whole. */
+    if (secondary) out->secondary_numel = plan->padded_numel / node_size;
+    return ZS_OK;
+}
+
+zs_status zs__estimate_node_size(const zs__settings *s, int world, int *out) {
+    const int64_t per_node = s->comm.ranks_per_node;
+    *out = per_node > 0 && per_node <= world ? (int)per_node : world;
+    const int needs_nodes = world > 1 && ((s->zero.stage == 3 && s->zero.secondary_partition ==
+                                                                     ZS_SECONDARY_NODE) ||
+                                          (s->zero.stage >= 1 &&
+                                           s->comm.quantize_grads != ZS_QUANTIZE_NONE));
+    /* ranks_per_node >= world: one node of every rank (topology.h). */
+    if (!needs_nodes || (per_node > 0 && (per_node >= world || world % per_node == 0)))
+        return ZS_OK;
+    return zs__fail(ZS_ERR_CONFIG, "an estimate of %s on %d ranks needs the ranks per node: set "
+                    "comm.ranks_per_node (zs-estimate: --set comm.ranks_per_node=N) to a divisor "
+                    "of %d (it is %lld)",
+                    s->comm.quantize_grads != ZS_QUANTIZE_NONE ? "comm.quantize_grads"
+                                                               : "zero.secondary_partition = \"node\"",
+                    world, world, (long long)per_node);
+}
+
 zs__comm_path zs__comm_path_of(const zs__settings *s) {
     if (s->backend == ZS_BACKEND_CPU)
         return s->comm.host_staging ? ZS_COMM_PATH_MPI_STAGED : ZS_COMM_PATH_MPI;
     return s->comm.impl == ZS_COMM_LIBRARY_MPI ? ZS_COMM_PATH_MPI_STAGED : ZS_COMM_PATH_NCCL;
 }
 
-zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
+zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int node_size,
                                const char *const *unit_names, zs__memory_plan *out) {
     memset(out, 0, sizeof *out);
     const int stage = s->zero.stage;
@@ -69,6 +125,10 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     if (s->gradient_accumulation_steps > 1 && s->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32)
         out->grad_shard_dtype = ZS_DTYPE_FP32;
     out->reduce_dtype = s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 ? ZS_DTYPE_FP32 : dt;
+    ZS_CHECK(zeropp_plan(s, plan, world, node_size, out));
+    /* qgZ takes precedence over precision.reduce_dtype: its sums are fp32
+     * already, and the fp32 staging would go unused. */
+    if (out->grad_bits) out->reduce_dtype = dt;
     out->moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
     out->params_numel = stage < 3 ? plan->padded_numel : plan->shard_numel;
     out->grads_numel = stage < 2 ? plan->padded_numel : plan->shard_numel;
@@ -98,8 +158,11 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
         if (stage < 2) out->grads_host_numel = out->state_numel;
         if (stage >= 2 && s->gradient_accumulation_steps > 1) {
             out->grads_landing_numel = max_shard;
+            /* A reduced chunk is fp32 with reduce_dtype = "fp32" or qgZ. */
             out->landing_dtype =
-                s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 && world > 1 ? ZS_DTYPE_FP32 : dt;
+                (s->precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32 || out->grad_bits) && world > 1
+                    ? ZS_DTYPE_FP32
+                    : dt;
         }
         /* fp32 with the master in host memory: the master is the source. */
         if (params_on_device && (dt != ZS_DTYPE_FP32 || out->nvme))
@@ -107,7 +170,8 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
     }
     ZS_CHECK(live_budget(s, plan, elem, unit_names, out));
     if (out->reduce_dtype != dt && world > 1) out->reduce_staging_numel = plan->max_unit_padded_numel;
-    if (s->comm.bucket_bytes > 0 && world > 1 && out->reduce_dtype == dt &&
+    /* qgZ reduces every unit alone, as reduce_dtype = "fp32" does (bucket.c). */
+    if (s->comm.bucket_bytes > 0 && world > 1 && out->reduce_dtype == dt && !out->grad_bits &&
         s->comm.reduce_scatter == ZS_COMM_IMPL_RING)
         out->bucket_staging_numel = 2 * s->comm.bucket_bytes / (int64_t)elem;
 
@@ -144,7 +208,9 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
         comm_staging = (uint64_t)s->comm.segment_bytes +
                        (path == ZS_COMM_PATH_MPI_STAGED ? (uint64_t)s->comm.staging_bytes : 0);
     b[ZS_MEM_COMM] = comm_staging + (uint64_t)out->reduce_staging_numel * 4 +
-                     (uint64_t)out->bucket_staging_numel * elem;
+                     (uint64_t)out->bucket_staging_numel * elem +
+                     (uint64_t)out->quant_staging_numel * 4;
+    b[ZS_MEM_SECONDARY] = (uint64_t)out->secondary_numel * elem;
     for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
         if (zs__mem_tag_on_device((zs_mem_tag)t)) out->device_bytes += b[t];
     return ZS_OK;

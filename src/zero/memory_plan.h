@@ -49,6 +49,15 @@ typedef struct zs__memory_plan {
     int live_blocks;             /* most carves at once */
     int64_t reduce_staging_numel; /* fp32 staging of reduce_dtype = "fp32" */
     int64_t bucket_staging_numel; /* comm.bucket_bytes staging, compute dtype */
+    /* ZeRO++ (zero/zeropp.h), on more than one rank: the bits the weight
+     * gathers (qwZ: 8) and the gradient reduce-scatters (qgZ: 8 or 4) carry,
+     * 0 when off; the records' staging, shared by both since the comm
+     * engine runs one collective at a time (fp32 elements, tag comm:
+     * zero/quant_record.h); hpZ's node slices of every unit (compute dtype,
+     * tag secondary: plan->padded_numel / node_size). */
+    int weight_bits, grad_bits;
+    int64_t quant_staging_numel;
+    int64_t secondary_numel;
     uint64_t bytes[ZS_MEM_TAG_COUNT]; /* per tag when zs_build returns (CPU backend) */
 } zs__memory_plan;
 
@@ -63,9 +72,21 @@ typedef enum zs__comm_path {
 } zs__comm_path;
 zs__comm_path zs__comm_path_of(const zs__settings *s);
 
-/* Fails with ZS_ERR_CONFIG (naming the largest unit, from unit_names when
- * given, and the bytes needed) when zero.live_bytes cannot hold it. */
-zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan,
+/* node_size: the ranks of each node (equal nodes; zs_build's topology, or
+ * comm.ranks_per_node for an estimate), which sizes hpZ's secondary
+ * partition and qgZ's staging. Fails with ZS_ERR_CONFIG (naming the
+ * largest unit, from unit_names when given, and the bytes needed) when
+ * zero.live_bytes cannot hold it, or when those settings meet a node size
+ * that does not divide the ranks. */
+zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int node_size,
                                const char *const *unit_names, zs__memory_plan *out);
+
+/* The node size an estimate (zs_estimate_memory, zs-estimate) plans with,
+ * which zs_build learns from its ranks: comm.ranks_per_node, or the whole
+ * world as one node when it is 0. Fails with ZS_ERR_CONFIG, saying to set
+ * comm.ranks_per_node, when a setting whose memory follows the nodes (hpZ,
+ * qgZ) runs on more than one rank without it, or when it does not divide
+ * the world (nodes of unequal size, which those settings refuse). */
+zs_status zs__estimate_node_size(const zs__settings *s, int world, int *out);
 
 #endif

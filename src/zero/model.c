@@ -255,7 +255,9 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     if (!names) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     for (int u = 0; u < zs->unit_count; u++) names[u] = zs->units[u]->name;
     zs__memory_plan mp;
-    zs_status planned = zs__memory_plan_make(&zs->settings, plan, names, &mp);
+    zs_status planned = zs__zeropp_require(zs); /* equal nodes where ZeRO++ needs them */
+    if (planned == ZS_OK)
+        planned = zs__memory_plan_make(&zs->settings, plan, zs->topology->node_size, names, &mp);
     free(names);
     ZS_CHECK(planned);
     zs->grad_shard_dtype = mp.grad_shard_dtype;
@@ -335,6 +337,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     if (mp.reduce_staging_numel > 0)
         ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
                                mp.reduce_staging_numel));
+    ZS_CHECK(zs__zeropp_create(zs, &mp));
     const double allocated = 1e-9 * (double)(zs__clock_ns() - t0);
 
     /* Initial values: full buffers are filled whole on every rank (values

@@ -78,6 +78,7 @@ zs_status zs__state_write(zs_ctx *zs, zs__state_array array, int param, int64_t 
                           int64_t count, const float *src) {
     if (count <= 0) return ZS_OK;
     ZS_CHECK(zs__update_finish(zs));
+    zs__params_changed(zs); /* hpZ: gathers go across nodes again */
     if (params_are_master(zs, array)) {
         const zs__buf *p = zs->settings.zero.stage < 3 ? &zs->params_full : &zs->params_shard;
         return p->be->ops->upload(p->be, zs__param_at(zs, param, first), src,
@@ -121,6 +122,7 @@ static zs_status round_chunk(void *p, const zs__state_chunk *c) {
 
 zs_status zs__params_from_master(zs_ctx *zs) {
     ZS_CHECK(zs__update_finish(zs));
+    zs__params_changed(zs); /* hpZ: gathers go across nodes again */
     if (zs->store.has_master && !zs->params_on_nvme) {
         float *host = NULL;
         const size_t bytes = 2 * ZS_STATE_ROUND * sizeof(float);

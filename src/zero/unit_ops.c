@@ -45,6 +45,19 @@ static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, i
     zs__backend *be = zs->backend;
     const size_t shard = (size_t)pu->shard_numel;
     const int64_t mine = (int64_t)zs->shard_rank * pu->shard_numel;
+    if (zs->zeropp.grad_bits && !all_reduce) {
+        /* qgZ (quantized_reduce.c): the owned chunk comes back in fp32, as
+         * with reduce_dtype = "fp32", and goes on the same way. */
+        float *owned = NULL;
+        ZS_CHECK(zs__quantized_reduce_scatter(zs, unit->index, full, &owned));
+        *chunk = owned;
+        *chunk_dtype = ZS_DTYPE_FP32;
+        if (to_shard) return ZS_OK;
+        char *into = (char *)full + (size_t)mine * zs_dtype_size(dt); /* stage 1 keeps it here */
+        *chunk = into;
+        *chunk_dtype = dt;
+        return be->ops->convert(be, into, dt, owned, ZS_DTYPE_FP32, pu->shard_numel);
+    }
     if (zs->reduce_dtype == dt || zs->world_size == 1) {
         if (all_reduce) ZS_CHECK(zs__comm_all_reduce(zs->comm, full, shard, dt, unit->name));
         else ZS_CHECK(zs__shard_reduce_scatter(zs, full, shard, dt, unit->name));
@@ -125,6 +138,10 @@ zs_status zs__grad_into_owned(zs_ctx *zs, int u, const void *full, const void *c
 static zs_status run_gather(zs__engine_op *op) {
     zs__unit_op *u = (zs__unit_op *)op;
     zs_ctx *zs = u->zs;
+    /* hpZ: parameters unchanged since the unit's last gather over every
+     * rank are gathered inside the node (secondary.c). */
+    if (zs__gather_from_secondary(zs, u->unit->index))
+        return zs__secondary_gather(zs, u->unit->index, u->buf);
     zs__backend *be = zs->backend;
     const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
     const size_t elem = zs_dtype_size(zs->compute_dtype);
@@ -156,9 +173,8 @@ static zs_status run_gather(zs__engine_op *op) {
         ZS_CHECK(be->ops->copy(be, mine, zs__buf_at(&zs->params_shard, pu->shard_offset),
                                (size_t)pu->shard_numel * elem));
     }
-    ZS_CHECK(zs__comm_all_gather(zs->shard_comm, u->buf, (size_t)pu->shard_numel,
-                                 zs->compute_dtype, u->unit->name));
-    return ZS_OK;
+    /* Plain or quantized (qwZ); hpZ keeps this rank's node slice. */
+    return zs__gather_wide(zs, u->unit->index, u->buf);
 }
 
 /* Reduces the unit's gradient; the owned chunk then goes where the
@@ -200,6 +216,7 @@ void zs__unit_gather_submit(zs_ctx *zs, zs_unit *unit) {
     zs__update_unit_ready(zs, unit->index);
     zs__unit_op *u = &unit->gather;
     prepare(u, zs, unit, unit->live_params, "all_gather", run_gather);
+    zs__gather_plan(zs, unit, &u->op); /* hpZ's node slice or every rank; qwZ's bytes */
     zs__engine_submit(zs->engine, &u->op);
 }
 
@@ -208,6 +225,7 @@ void zs__unit_reduce_submit(zs_ctx *zs, zs_unit *unit, void *full, int all_reduc
     prepare(u, zs, unit, full, all_reduce ? "all_reduce" : "reduce_scatter", run_reduce);
     u->all_reduce = all_reduce;
     u->to_shard = to_shard;
+    zs__reduce_plan(zs, unit, &u->op); /* qgZ's payload */
     unit->grad.full = full;
     unit->grad.state = ZS__GRAD_IN_FLIGHT;
     unit->grad.reduced_by = &u->op;

@@ -428,6 +428,7 @@ zs_status zs__update_run(zs_ctx *zs, double lr, double grad_div, double clip) {
     zs__update *up = zs->update;
     const zs__settings *s = &zs->settings;
     ZS_CHECK(zs__update_finish(zs));
+    zs__params_changed(zs); /* hpZ's node slices are stale from here on */
     up->kind = kernel_kind(s->optimizer.kind);
     up->step = zs->step + 1;
     const int64_t t = up->step;

@@ -57,7 +57,18 @@ static int fail(const char *what, zs_status st) {
         }                                             \
     } while (0)
 
-static int write_config(const harness_options *opt, char *path, size_t cap) {
+int harness_init_nodes(int *argc, char ***argv, int *world, int *rank, int *per_node) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    *per_node = *argc == 2 ? atoi((*argv)[1]) : 0;
+    if (*per_node >= 1 && *world % *per_node == 0) return 0;
+    fprintf(stderr, "usage: %s <ranks per node, a divisor of %d>\n", (*argv)[0], *world);
+    return -1;
+}
+
+int harness_write_config(const harness_options *opt, char *path, size_t cap) {
     char dir[] = "/tmp/zs_harness_XXXXXX";
     if (!mkdtemp(dir)) return -1;
     snprintf(path, cap, "%s/run.cfg", dir);
@@ -73,7 +84,8 @@ static int write_config(const harness_options *opt, char *path, size_t cap) {
             "precision: { dtype = \"%s\"; reduce_dtype = \"%s\"; %s };\n"
             "gradient_accumulation_steps = %d;\n"
             "gradient_clipping = %.17g;\n%s\n",
-            opt->stage, opt->max_live_units, HARNESS_ALIGN, opt->gather_ahead ? 67108864 : 0,
+            opt->stage, opt->max_live_units, opt->align > 0 ? opt->align : HARNESS_ALIGN,
+            opt->gather_ahead ? 67108864 : 0,
             opt->zero_extra ? opt->zero_extra : "",
             opt->optimizer, opt->momentum, opt->nesterov ? "true" : "false", opt->scheduler,
             opt->steps, opt->sync ? "false" : "true", opt->bucket_bytes,
@@ -155,7 +167,7 @@ static zs_status add_grad(zs_param *p, void *grad, const float *contribution, fl
 zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **out_zs,
                         zs_param **params) {
     char path[256];
-    if (write_config(opt, path, sizeof path) != 0) return ZS_ERR_IO;
+    if (harness_write_config(opt, path, sizeof path) != 0) return ZS_ERR_IO;
     zs_config *cfg = NULL;
     zs_status loaded = zs_config_load(path, &cfg);
     /* The file and its temporary directory both go, whatever the outcome. */

@@ -54,6 +54,7 @@ typedef struct harness_options {
     const char *config_extra; /* more top-level settings (e.g. a checkpoint group) */
     const char *comm_extra;   /* more settings inside the generated comm group */
     const char *zero_extra;   /* more settings inside the generated zero group */
+    int align;                /* zero.align (0: 16, the alignment harness_unit_padded assumes) */
     /* Called on every rank just before each optimizer step's zs_step (fault
      * injection). */
     void (*before_step)(zs_ctx *zs, int step, void *arg);
@@ -97,6 +98,17 @@ typedef struct harness_result {
  * configuration (including checkpoint.resume); params receives the 6
  * parameter handles in registration order. */
 zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **zs, zs_param **params);
+
+/* MPI with MPI_THREAD_MULTIPLE for the tests of simulated nodes, which take
+ * the ranks per node (comm.ranks_per_node) as their one argument: the
+ * world size, this rank and that number. -1 (after a message) when the
+ * argument is missing or does not divide the world. */
+int harness_init_nodes(int *argc, char ***argv, int *world, int *rank, int *per_node);
+
+/* The configuration harness_build loads for `opt`, written as run.cfg in a
+ * new temporary directory (its path in `path`; the caller removes both).
+ * 0 on success. For zs_estimate_memory on the very settings of a run. */
+int harness_write_config(const harness_options *opt, char *path, size_t cap);
 
 /* Trains through zeroshard on `comm`. Returns 0 on success; on failure prints
  * the zeroshard error (unless quiet) and returns -1 with out->status set. */

@@ -1,0 +1,69 @@
+/* ZeRO++'s state in a context (zeropp.h): checked, allocated as the memory
+ * plan says, and freed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "zero/ctx.h"
+#include "zero/memory_plan.h"
+
+zs_status zs__zeropp_require(zs_ctx *zs) {
+    const zs__settings *s = &zs->settings;
+    /* qgZ's hops pair every rank with its peers by node and local rank, and
+     * hpZ's node slices are 1/node_size of a unit: both need every node to
+     * hold the same ranks (topology.h says which nodes differ). */
+    if (s->zero.stage >= 1 && s->comm.quantize_grads != ZS_QUANTIZE_NONE)
+        ZS_CHECK(zs__topology_require_equal(zs->topology, "comm.quantize_grads"));
+    if (s->zero.stage == 3 && s->zero.secondary_partition == ZS_SECONDARY_NODE)
+        ZS_CHECK(zs__topology_require_equal(zs->topology, "zero.secondary_partition = \"node\""));
+    return ZS_OK;
+}
+
+zs_status zs__zeropp_create(zs_ctx *zs, const zs__memory_plan *mp) {
+    zs__zeropp *z = &zs->zeropp;
+    z->weight_bits = mp->weight_bits;
+    z->grad_bits = mp->grad_bits;
+    z->block = zs->settings.comm.quant_block;
+    z->version = 1;
+    if (z->grad_bits && zs->settings.precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32)
+        ZS_INFO("comm.quantize_grads takes precedence over precision.reduce_dtype = \"fp32\": "
+                "its sums are fp32 already");
+    if (mp->quant_staging_numel > 0)
+        ZS_CHECK(zs__buf_alloc(zs->backend, &z->staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
+                               mp->quant_staging_numel));
+    if (mp->secondary_numel <= 0) return ZS_OK;
+    const size_t units = (size_t)(zs->unit_count ? zs->unit_count : 1);
+    z->slice_at = zs__calloc(units, sizeof *z->slice_at);
+    z->filled = zs__calloc(units, sizeof *z->filled);
+    z->from_secondary = zs__calloc(units, sizeof *z->from_secondary);
+    if (!z->slice_at || !z->filled || !z->from_secondary)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory for the secondary "
+                        "partition's table of %d units", zs->unit_count);
+    ZS_CHECK(zs__buf_alloc(zs->backend, &z->secondary, ZS_MEM_SECONDARY, zs->compute_dtype,
+                           mp->secondary_numel));
+    /* Unit u's node slice is padded_numel / node_size elements, after the
+     * slices of the units before it. */
+    int64_t at = 0;
+    for (int u = 0; u < zs->unit_count; u++) {
+        z->slice_at[u] = at;
+        at += zs->plan->units[u].padded_numel / zs->topology->node_size;
+    }
+    ZS_ASSERT(at == mp->secondary_numel);
+    z->secondary_on = 1;
+    ZS_INFO("zero.secondary_partition = \"node\": gathers of a unit whose parameters have not "
+            "changed since its last gather stay inside the node (%d ranks)",
+            zs->topology->node_size);
+    return ZS_OK;
+}
+
+void zs__zeropp_destroy(zs_ctx *zs) {
+    zs__zeropp *z = &zs->zeropp;
+    zs__buf_free(&z->staging);
+    zs__buf_free(&z->secondary);
+    free(z->slice_at);
+    free(z->filled);
+    free(z->from_secondary);
+    memset(z, 0, sizeof *z);
+}
