@@ -67,15 +67,9 @@ double zs__injected_network_want_s(const zs__injected_network *net, uint64_t byt
         if (net->bytes_per_s > 0) want += (double)bytes / net->bytes_per_s;
         return want;
     }
-    const uint64_t sent = sent_intra + sent_inter;
-    /* Nothing seen on either link (a barrier, a rank that only receives):
-     * the op's bytes count as inside the node. */
-    const double inter_share = sent > 0 ? (double)sent_inter / (double)sent : 0.0;
-    const double bytes_inter = (double)bytes * inter_share;
-    const double bytes_intra = (double)bytes - bytes_inter;
     double want = sent_inter > 0 ? net->latency_inter_s : net->latency_s;
-    if (net->bytes_per_s > 0) want += bytes_intra / net->bytes_per_s;
-    if (net->bytes_per_s_inter > 0) want += bytes_inter / net->bytes_per_s_inter;
+    if (net->bytes_per_s > 0) want += (double)sent_intra / net->bytes_per_s;
+    if (net->bytes_per_s_inter > 0) want += (double)sent_inter / net->bytes_per_s_inter;
     return want;
 }
 

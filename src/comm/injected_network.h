@@ -9,18 +9,23 @@
  * the links between nodes (the topology of zs_create: simulated nodes with
  * comm.ranks_per_node) a latency and bandwidth of their own, so one machine
  * can sweep the bandwidth between nodes (1, 10, 100 Gbit/s) while ranks of
- * a node talk at the other figures. An op's bytes are then split between
- * the two links in the proportion this rank really sent on each during the
- * op (the byte counters by link of its communicators), each part charged
- * at its link's bandwidth, and the op pays the cross-node latency when it
- * sent anything across nodes, the other latency otherwise:
+ * a node talk at the other figures. An op is then charged what this rank
+ * really sent on each link during it (the byte counters by link of its
+ * communicators), as a network card would be, each part at its link's
+ * bandwidth, and it pays the cross-node latency when it sent anything
+ * across nodes, the other latency otherwise:
  *
- *   at least  latency(link) + bytes * intra_share / bandwidth
- *                           + bytes * inter_share / bandwidth_inter
+ *   at least  latency(link) + sent_intra / bandwidth
+ *                           + sent_inter / bandwidth_inter
  *
- * An unset _INTER variable takes the value of its plain twin, so with
- * neither set the formula is the one above without links, exactly. A
- * bandwidth of 0 means no limit. */
+ * (Without links, the op's payload stands in for what was sent: for a ring
+ * over W ranks that is W / (W - 1) times the bytes a rank sends, a constant
+ * the overlap benchmark's ratios do not see; across links it would not be
+ * constant, since a quantized op's payload and its records differ and an
+ * all-to-all keeps a block at home.) An unset _INTER variable takes the
+ * value of its plain twin. An op that sent nothing (a barrier, a rank
+ * that only receives) pays its latency alone. A bandwidth of 0 means no
+ * limit. */
 #ifndef ZS_COMM_INJECTED_NETWORK_H
 #define ZS_COMM_INJECTED_NETWORK_H
 
@@ -47,8 +52,9 @@ typedef struct {
  * 0 when not (or when a value is not a non-negative number: a warning). */
 int zs__injected_network_from_env(zs__injected_network *net);
 
-/* The communicator whose counters split an op's bytes by link (NULL: every
- * byte on the intra-node link). */
+/* The communicator whose counters (its groups' included) tell what an op
+ * sent on each link (NULL: nothing is counted, and an op pays its latency
+ * alone). */
 void zs__injected_network_watch(zs__injected_network *net, const zs__comm *world);
 
 /* The engine's hooks (ctx: the zs__injected_network). */
@@ -56,7 +62,8 @@ void zs__injected_network_before_op(void *ctx, const zs__engine_op *op);
 void zs__injected_network_after_op(void *ctx, const zs__engine_op *op);
 
 /* The seconds an op of `bytes` should take at least, when this rank sent
- * `sent_intra` and `sent_inter` bytes during it (pure; unit tested). */
+ * `sent_intra` and `sent_inter` bytes during it: `bytes` without links,
+ * the two sent counts with them (pure; unit tested). */
 double zs__injected_network_want_s(const zs__injected_network *net, uint64_t bytes,
                                    uint64_t sent_intra, uint64_t sent_inter);
 

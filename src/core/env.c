@@ -36,14 +36,15 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
                                     "ZS_COMM_DELAY_US",
                                     "Benchmarks only: the latency of a collective that sends "
                                     "anything to another node (the topology of zs_create, e.g. "
-                                    "simulated nodes of comm.ranks_per_node); set, it splits "
-                                    "every collective's bytes by the link they took."},
+                                    "simulated nodes of comm.ranks_per_node); set, a "
+                                    "collective is charged the bytes this rank sent on each "
+                                    "link, not its payload."},
     [ZS_ENV_COMM_DELAY_GBPS_INTER] = {"ZS_COMM_DELAY_GBPS_INTER", "Gbit/s, >= 0",
                                       "ZS_COMM_DELAY_GBPS",
                                       "Benchmarks only: the bandwidth of the links between "
-                                      "nodes, for the share of a collective's bytes this rank "
-                                      "sent across nodes (the rest at ZS_COMM_DELAY_GBPS); 0: "
-                                      "no limit."},
+                                      "nodes, for the bytes this rank sent across nodes (those "
+                                      "it sent inside its node at ZS_COMM_DELAY_GBPS); 0: no "
+                                      "limit."},
     [ZS_ENV_PROGRESS_AFTER_S] = {"ZS_PROGRESS_AFTER_S", "seconds, >= 0", "2",
                                  "zs-ckpt: seconds before a long operation starts printing "
                                  "progress on a terminal."},
