@@ -703,6 +703,10 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
                                       ? " (below the unigram baseline)"
                                       : " (NOT below the unigram baseline)")
                                : "");
+    /* The last validation goes in the last step's line of log.metrics_file,
+     * like those of the loop (when this process ran a step). */
+    if (!isnan(val_loss) && zs_step_count(tr.zs) > first_step)
+        TRY(zs_log_scalar_previous(tr.zs, "val_loss", val_loss));
     TRY(sample(&tr));
     if (tr.rank == 0) printf("\n");
     TRY(zs_report_print(tr.zs, stdout));
