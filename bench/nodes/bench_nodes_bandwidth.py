@@ -37,6 +37,7 @@ bandwidth alike. Speedup = stage 3's median / the setting's, within the run.
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -79,6 +80,36 @@ def step_ms(build, cfg, extra, overrides, warmup, steps, delay, work):
         rows = [json.loads(x) for x in f if x.strip()]
     times = [r["time_ms"]["step"] for r in rows if r["step"] > warmup]
     return nc.median(times)
+
+
+def busiest_across(build, preset, cfg, overrides):
+    """zs-estimate's bytes per step across nodes of the rank that sends the
+    most (np 4, nodes of 2, stage 3), for a GPT-2 preset's layout."""
+    cmd = [os.path.join(build, "tools", "zs-estimate"), "--preset", preset, "--config", cfg,
+           "--world", "4", "--set", "zero.stage=3", "--set", "comm.ranks_per_node=2"]
+    for o in overrides:
+        cmd += ["--set", o]
+    out = nc.run(cmd, what="zs-estimate").split("stage 3 on 4 ranks", 1)[1]
+    return int(re.search(r"across nodes [^(]*\((\d+)\): the rank sending the most", out).group(1))
+
+
+def bound_table(build, model, cfg, gbps, ms):
+    """How far each setting's step is from max(compute, link): compute is
+    stage 3's step at the highest bandwidth, the link the busiest rank's
+    bytes across at the lowest; 'helps below' is the bandwidth at which that
+    rank's link time equals the compute."""
+    compute = ms[("stage 3", max(gbps))] / 1e3
+    low = min(gbps)
+    print(f"\n{model}: against max(compute, link) at {low:g} Gbit/s; compute = stage 3's step "
+          f"at {max(gbps):g} Gbit/s, {compute:.2f} s")
+    print(f"{'setting':<24} {'busiest across B':>17} {'link s':>7} {'step s':>7} "
+          f"{'step - bound s':>14} {'helps below Gbit/s':>18}")
+    for name, ov in SETTINGS:
+        across = busiest_across(build, model, cfg, ov)
+        link = across * 8 / (low * 1e9)
+        step = ms[(name, low)] / 1e3
+        print(f"{name:<24} {across:>17,} {link:>7.2f} {step:>7.2f} "
+              f"{step - max(compute, link):>14.2f} {across * 8 / compute / 1e9:>18.2f}")
 
 
 def link_check(build, gbps, latency_us):
@@ -148,6 +179,8 @@ def main():
                     t = ms[(name, g)]
                     cells.append(f"{t:>10.1f} ({ms[('stage 3', g)] / t:>5.2f}x)")
                 print(f"{name:<24}" + "".join(f"{c:>22}" for c in cells))
+            if model != "demo":
+                bound_table(build, model, cfg, gbps, ms)
             print()
 
 

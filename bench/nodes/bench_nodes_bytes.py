@@ -163,13 +163,12 @@ def compare_trainer(a, results):
               f"{diff or 'none'}")
 
 
-def part2(a, layout_dir):
+def part2(a):
     ok, why = nc.Hosts.check()
     if not ok:
         print(f"\nveth check: skipped ({why})")
         return
-    subprocess_gc = ["bash", nc.NETNS, "gc"]
-    nc.run(subprocess_gc, what="netns-hosts.sh gc")
+    nc.run(["bash", nc.NETNS, "gc"], what="netns-hosts.sh gc")  # leftovers of a killed run
     hosts = nc.Hosts()
     try:
         if0, if1 = hosts.vars["ZS_NETNS_IF0"], hosts.vars["ZS_NETNS_IF1"]
@@ -231,7 +230,7 @@ def main():
         if 4 in a.np:
             compare_trainer(a, results)
         if not a.skip_veth:
-            part2(a, layout_dir)
+            part2(a)
     bad = [k for k, v in results.items() if not v["equal"]]
     if bad:
         sys.exit(f"counters differ from the formula: {bad}")
