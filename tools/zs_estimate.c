@@ -27,11 +27,13 @@
 #include "checkpoint/safetensors.h"
 #include "ckpt_tool.h"
 #include "core/config.h"
+#include "core/memory.h"
 #include "core/number.h"
 #include "gpt2_llmc.h"
 #include "gpt2_model.h"
 #include "llama_model.h"
 #include "zero/comm_plan.h"
+#include "zero/memory_plan.h"
 #include "zeroshard.h"
 
 #define EXIT_FAILED 1
@@ -473,9 +475,8 @@ static void print_bytes(const run_info *r, int stage, int world) {
         printf("  %-24s  cannot be worked out: %s\n", "bytes per step", zs_last_error());
         return;
     }
-    const int per_node = s->comm.ranks_per_node > 0 && s->comm.ranks_per_node < world
-                             ? (int)s->comm.ranks_per_node
-                             : world;
+    int per_node = world;
+    if (zs__estimate_node_size(s, world, &per_node) != ZS_OK) return; /* as estimate() said */
     char a[32], b[32];
     printf("  %-24s  inside nodes %s (%" PRIu64 "), across nodes %s (%" PRIu64 "): every rank, "
            "%d node%s of %d\n", "bytes per step",
@@ -568,11 +569,9 @@ static int print_stage(const run_info *r, int stage, int world) {
 /* What must fit the device: the tags that live there (offloaded state and
  * host buffers do not). */
 static uint64_t device_share(const zs_memory_stats *m) {
-    const zs_mem_tag on_device[] = {ZS_MEM_PARAMS,      ZS_MEM_GRADS,      ZS_MEM_MASTER,
-                                    ZS_MEM_OPTIM,       ZS_MEM_LIVE_PARAMS, ZS_MEM_LIVE_GRADS,
-                                    ZS_MEM_LIVE_FREE,   ZS_MEM_SECONDARY};
     uint64_t sum = 0;
-    for (size_t i = 0; i < sizeof on_device / sizeof on_device[0]; i++) sum += m->current[on_device[i]];
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
+        if (zs__mem_tag_on_device((zs_mem_tag)t)) sum += m->current[t];
     return sum;
 }
 

@@ -351,6 +351,17 @@ static void account(zs__comm *comm, zs_comm_op op, uint64_t bytes) {
     comm->sent_intra = comm->sent_inter = 0;
 }
 
+uint64_t zs__comm_inter_share(uint64_t counted, uint64_t sent_intra, uint64_t sent_inter) {
+    if (counted == 0 || sent_inter == 0) return 0;
+    if (sent_intra == 0) return counted;
+    if (sent_intra + sent_inter == counted) return sent_inter;
+    /* Host collectives counted by the ring model (a few scalars, a
+     * broadcast): a proportion, rounded down. */
+    const uint64_t share =
+        (uint64_t)((double)counted * ((double)sent_inter / (double)(sent_intra + sent_inter)));
+    return share > counted ? counted : share;
+}
+
 /* Splits the call's count by link, so that bytes = intra + inter always:
  * in the proportion the transport really sent (exactly what it sent when
  * the count is what it sends: the ring, all-to-all, all-gather of bytes),
@@ -359,22 +370,10 @@ static void account(zs__comm *comm, zs_comm_op op, uint64_t bytes) {
  * Runs whether the call succeeded or not, and returns its status. */
 static zs_status settle(zs__comm *comm, zs_status status) {
     const zs_comm_op op = comm->pending_op;
-    const uint64_t counted = comm->pending_bytes, seen = comm->sent_intra + comm->sent_inter;
-    uint64_t inter = 0;
-    if (counted == 0) {
-        inter = 0;
-    } else if (seen == 0) {
-        comm->sent_intra = comm->sent_inter = 0;
-        if (comm->size > 1) zs__comm_count_sent(comm, (comm->rank + 1) % comm->size, 1);
-        inter = comm->sent_inter ? counted : 0;
-    } else if (seen == counted || comm->sent_intra == 0 || comm->sent_inter == 0) {
-        inter = comm->sent_intra == 0 ? counted : comm->sent_inter == 0 ? 0 : comm->sent_inter;
-    } else {
-        /* Host collectives counted by the ring model (a few scalars, a
-         * broadcast): a proportion, rounded down. */
-        inter = (uint64_t)((double)counted * ((double)comm->sent_inter / (double)seen));
-        if (inter > counted) inter = counted;
-    }
+    const uint64_t counted = comm->pending_bytes;
+    if (counted != 0 && comm->sent_intra + comm->sent_inter == 0 && comm->size > 1)
+        zs__comm_count_sent(comm, (comm->rank + 1) % comm->size, 1);
+    const uint64_t inter = zs__comm_inter_share(counted, comm->sent_intra, comm->sent_inter);
     comm->stats.bytes_inter[op] += inter;
     comm->stats.bytes_intra[op] += counted - inter;
     comm->pending_bytes = 0;

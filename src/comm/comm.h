@@ -172,6 +172,13 @@ zs_status zs__comm_failed(const zs__comm *comm);
 void zs__comm_stats(const zs__comm *comm, zs_comm_stats *out);
 /* The same summed over `world` and its groups: what zs_comm_report shows. */
 void zs__comm_stats_total(const zs__comm *world, zs_comm_stats *out);
+/* How a call's `counted` bytes are split by link (the part across nodes is
+ * returned, the rest is inside the node), given what the transport sent on
+ * each: exactly what it sent across when the count is what it sent, all or
+ * nothing when it used one link, else the proportion, rounded down. Pure;
+ * the counters use it, and so does the formula that predicts them
+ * (zero/comm_plan.c). */
+uint64_t zs__comm_inter_share(uint64_t counted, uint64_t sent_intra, uint64_t sent_inter);
 
 /* ------------------------------------------------------------ groups
  *

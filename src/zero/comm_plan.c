@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "zero/memory_plan.h"
 #include "zero/quant_record.h"
 
 /* The topology as the formula needs it, derived from node_of[] alone. */
@@ -80,15 +82,7 @@ static void agreement(const nodes *t, zs__step_bytes *out, int doubles, uint64_t
         if (across(t, (t->rank - dist + n) % n)) inter += sent;
         else intra += sent;
     }
-    /* comm.c's settle(): exactly what was sent when that is the count (two
-     * ranks), everything on the one link used, else a share rounded down. */
-    uint64_t share;
-    if (intra + inter == counted || intra == 0 || inter == 0) {
-        share = intra == 0 ? counted : inter == 0 ? 0 : inter;
-    } else {
-        share = (uint64_t)((double)counted * ((double)inter / (double)(intra + inter)));
-        if (share > counted) share = counted;
-    }
+    const uint64_t share = zs__comm_inter_share(counted, intra, inter);
     out->inter[ZS_COMM_ALL_REDUCE] += share * times;
     out->intra[ZS_COMM_ALL_REDUCE] += (counted - share) * times;
 }
@@ -106,17 +100,13 @@ zs_status zs__comm_plan_rank(const zs__comm_plan_input *in, int rank, zs__step_b
     ZS_CHECK(nodes_make(in, rank, &t));
     const int stage = s->zero.stage;
     const int hybrid = plan->replicas > 1 || s->zero.shard_group == ZS_SHARD_GROUP_NODE;
-    /* As the memory plan decides them (memory_plan.c), on more than one rank. */
-    const int weight_bits = stage == 3 && s->comm.quantize_weights == ZS_QUANTIZE_INT8 ? 8 : 0;
-    const int grad_bits = stage == 0 ? 0
-                          : s->comm.quantize_grads == ZS_QUANTIZE_INT8 ? 8
-                          : s->comm.quantize_grads == ZS_QUANTIZE_INT4 ? 4
-                                                                       : 0;
-    const int secondary = stage == 3 && s->zero.secondary_partition == ZS_SECONDARY_NODE;
-    if ((hybrid || grad_bits || secondary) && !t.equal)
+    /* As the memory plan decides them (memory_plan.c). */
+    const zs__zeropp_use use = zs__zeropp_use_of(s, in->world);
+    const int weight_bits = use.weight_bits, grad_bits = use.grad_bits;
+    const char *needs = zs__zeropp_needs_equal_nodes(s, in->world);
+    if ((hybrid || needs) && !t.equal)
         return zs__fail(ZS_ERR_CONFIG, "bytes per step: %s needs nodes of equal size",
-                        hybrid ? "zero.shard_group = \"node\"" : grad_bits ? "comm.quantize_grads"
-                                                                           : "hpZ");
+                        hybrid ? "zero.shard_group = \"node\"" : needs);
     if (hybrid && (plan->world_size != t.size || plan->replicas != t.count))
         return zs__fail(ZS_ERR_CONFIG, "bytes per step: hybrid sharding's plan is laid out for "
                         "%d ranks x %d replicas, the nodes are %d of %d ranks", plan->world_size,
@@ -163,7 +153,7 @@ zs_status zs__comm_plan_rank(const zs__comm_plan_input *in, int rank, zs__step_b
                             : S * elem;
             /* hpZ: one gather over the shard group fills the node slices,
              * the others go round the node with them. */
-            const uint64_t wide = secondary && gathers > 0 ? 1 : gathers;
+            const uint64_t wide = use.secondary && gathers > 0 ? 1 : gathers;
             ring(&t, out, ZS_COMM_ALL_GATHER, shard_ring, n, 1, chunk, wide);
             ring(&t, out, ZS_COMM_ALL_GATHER, RING_NODE, t.size, 1,
                  (uint64_t)pu->padded_numel / (uint64_t)t.size * elem, gathers - wide);
@@ -198,9 +188,8 @@ zs_status zs__comm_plan_estimate(const zs__settings *s, int world, int unit_coun
     if (world < 1) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "bytes per step: %d ranks", world);
     /* comm.ranks_per_node's nodes (topology.h): consecutive ranks, the last
      * node possibly smaller; one node without it. */
-    const int per_node = s->comm.ranks_per_node > 0 && s->comm.ranks_per_node < world
-                             ? (int)s->comm.ranks_per_node
-                             : world;
+    int per_node = world;
+    ZS_CHECK(zs__estimate_node_size(s, world, &per_node));
     int shard = world, replicas = 1;
     if (s->zero.shard_group == ZS_SHARD_GROUP_NODE) {
         if (world % per_node != 0)

@@ -50,59 +50,66 @@ static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t
     return ZS_OK;
 }
 
-/* ZeRO++ on `world` ranks (more than one: a single rank moves nothing, so
- * nothing is quantized or kept): what the collectives carry, their staging
+zs__zeropp_use zs__zeropp_use_of(const zs__settings *s, int world) {
+    zs__zeropp_use use = {0, 0, 0};
+    const int stage = s->zero.stage;
+    if (world < 2) return use;
+    use.weight_bits = stage == 3 && s->comm.quantize_weights == ZS_QUANTIZE_INT8 ? 8 : 0;
+    use.grad_bits = stage >= 1 && s->comm.quantize_grads == ZS_QUANTIZE_INT8   ? 8
+                    : stage >= 1 && s->comm.quantize_grads == ZS_QUANTIZE_INT4 ? 4
+                                                                                : 0;
+    use.secondary = stage == 3 && s->zero.secondary_partition == ZS_SECONDARY_NODE;
+    return use;
+}
+
+const char *zs__zeropp_needs_equal_nodes(const zs__settings *s, int world) {
+    const zs__zeropp_use use = zs__zeropp_use_of(s, world);
+    return use.grad_bits   ? "comm.quantize_grads"
+           : use.secondary ? "zero.secondary_partition = \"node\""
+                           : NULL;
+}
+
+/* ZeRO++'s share of the plan: what the collectives carry, their staging
  * and hpZ's secondary partition (zero/zeropp.h). One staging serves qwZ and
  * qgZ, sized for the largest unit: the comm engine runs one collective at a
  * time, and on CUDA the quantize and dequantize kernels are ordered with
  * the collectives between them by the communicator's events. */
 static zs_status zeropp_plan(const zs__settings *s, const zs__plan *plan, int world,
                              int node_size, zs__memory_plan *out) {
-    const int stage = s->zero.stage;
-    if (world < 2) return ZS_OK;
-    out->weight_bits = stage == 3 && s->comm.quantize_weights == ZS_QUANTIZE_INT8 ? 8 : 0;
-    out->grad_bits = stage >= 1 && s->comm.quantize_grads == ZS_QUANTIZE_INT8   ? 8
-                     : stage >= 1 && s->comm.quantize_grads == ZS_QUANTIZE_INT4 ? 4
-                                                                                 : 0;
-    const int secondary = stage == 3 && s->zero.secondary_partition == ZS_SECONDARY_NODE;
-    if ((out->grad_bits || secondary) &&
-        (node_size < 1 || node_size > world || world % node_size != 0))
+    const zs__zeropp_use use = zs__zeropp_use_of(s, world);
+    out->weight_bits = use.weight_bits;
+    out->grad_bits = use.grad_bits;
+    const char *needs = zs__zeropp_needs_equal_nodes(s, world);
+    if (needs && (node_size < 1 || node_size > world || world % node_size != 0))
         return zs__fail(ZS_ERR_CONFIG, "%s needs nodes of equal size, but %d ranks do not make "
                         "nodes of %d; set comm.ranks_per_node to a divisor of %d",
-                        out->grad_bits ? "comm.quantize_grads" : "zero.secondary_partition = \"node\"",
-                        world, node_size, world);
+                        needs, world, node_size, world);
     const int64_t block = s->comm.quant_block;
     const int64_t max_shard = plan->max_unit_padded_numel / plan->world_size;
     int64_t bytes = 0;
-    if (out->weight_bits) bytes = zs__qwz_staging_bytes(plan->world_size, max_shard, block);
-    if (out->grad_bits) {
+    if (use.weight_bits) bytes = zs__qwz_staging_bytes(plan->world_size, max_shard, block);
+    if (use.grad_bits) {
         const int64_t b = zs__qgz_staging_bytes(world, world / node_size, max_shard, block,
-                                                out->grad_bits);
+                                                use.grad_bits);
         if (b > bytes) bytes = b;
     }
     out->quant_staging_numel = bytes / 4; /* records are multiples of 4 bytes */
     /* Units are padded to a multiple of world x align, so every node slice
      * is whole. */
-    if (secondary) out->secondary_numel = plan->padded_numel / node_size;
+    if (use.secondary) out->secondary_numel = plan->padded_numel / node_size;
     return ZS_OK;
 }
 
 zs_status zs__estimate_node_size(const zs__settings *s, int world, int *out) {
     const int64_t per_node = s->comm.ranks_per_node;
     *out = per_node > 0 && per_node <= world ? (int)per_node : world;
-    const int needs_nodes = world > 1 && ((s->zero.stage == 3 && s->zero.secondary_partition ==
-                                                                     ZS_SECONDARY_NODE) ||
-                                          (s->zero.stage >= 1 &&
-                                           s->comm.quantize_grads != ZS_QUANTIZE_NONE));
+    const char *needs = zs__zeropp_needs_equal_nodes(s, world);
     /* ranks_per_node >= world: one node of every rank (topology.h). */
-    if (!needs_nodes || (per_node > 0 && (per_node >= world || world % per_node == 0)))
-        return ZS_OK;
+    if (!needs || (per_node > 0 && (per_node >= world || world % per_node == 0))) return ZS_OK;
     return zs__fail(ZS_ERR_CONFIG, "an estimate of %s on %d ranks needs the ranks per node: set "
                     "comm.ranks_per_node (zs-estimate: --set comm.ranks_per_node=N) to a divisor "
                     "of %d (it is %lld)",
-                    s->comm.quantize_grads != ZS_QUANTIZE_NONE ? "comm.quantize_grads"
-                                                               : "zero.secondary_partition = \"node\"",
-                    world, world, (long long)per_node);
+                    needs, world, world, (long long)per_node);
 }
 
 zs__comm_path zs__comm_path_of(const zs__settings *s) {

@@ -72,6 +72,21 @@ typedef enum zs__comm_path {
 } zs__comm_path;
 zs__comm_path zs__comm_path_of(const zs__settings *s);
 
+/* ZeRO++ as it runs on `world` ranks: more than one, since a single rank
+ * moves nothing, so nothing is quantized or kept. The one rule the memory
+ * plan, zs_build's checks and the bytes-per-step formula (comm_plan.c)
+ * read. */
+typedef struct zs__zeropp_use {
+    int weight_bits; /* qwZ (stage 3): 8, or 0 */
+    int grad_bits;   /* qgZ (stages 1-3): 8 or 4, or 0 */
+    int secondary;   /* hpZ (stage 3): 1, or 0 */
+} zs__zeropp_use;
+zs__zeropp_use zs__zeropp_use_of(const zs__settings *s, int world);
+/* The key of the setting in use on `world` ranks that needs nodes of equal
+ * size (qgZ's hops pair ranks by node and local rank; hpZ's node slices
+ * are 1/node_size of a unit), qgZ's first; NULL when none is. */
+const char *zs__zeropp_needs_equal_nodes(const zs__settings *s, int world);
+
 /* node_size: the ranks of each node (equal nodes; zs_build's topology, or
  * comm.ranks_per_node for an estimate), which sizes hpZ's secondary
  * partition and qgZ's staging. Fails with ZS_ERR_CONFIG (naming the

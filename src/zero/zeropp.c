@@ -10,15 +10,8 @@
 #include "zero/memory_plan.h"
 
 zs_status zs__zeropp_require(zs_ctx *zs) {
-    const zs__settings *s = &zs->settings;
-    /* qgZ's hops pair every rank with its peers by node and local rank, and
-     * hpZ's node slices are 1/node_size of a unit: both need every node to
-     * hold the same ranks (topology.h says which nodes differ). */
-    if (s->zero.stage >= 1 && s->comm.quantize_grads != ZS_QUANTIZE_NONE)
-        ZS_CHECK(zs__topology_require_equal(zs->topology, "comm.quantize_grads"));
-    if (s->zero.stage == 3 && s->zero.secondary_partition == ZS_SECONDARY_NODE)
-        ZS_CHECK(zs__topology_require_equal(zs->topology, "zero.secondary_partition = \"node\""));
-    return ZS_OK;
+    const char *needs = zs__zeropp_needs_equal_nodes(&zs->settings, zs->world_size);
+    return needs ? zs__topology_require_equal(zs->topology, needs) : ZS_OK;
 }
 
 zs_status zs__zeropp_create(zs_ctx *zs, const zs__memory_plan *mp) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "config_text.h"
 #include "core/config.h"
 #include "test_util.h"
@@ -66,6 +67,15 @@ int main(void) {
      * (across): 48 x 64/96 = 32 and 12 x 64/96 = 8 across, the rest
      * inside. */
     const expect agree0 = {ZS_COMM_ALL_REDUCE, 0, 60}, agree1 = {ZS_COMM_ALL_REDUCE, 20, 40};
+    /* The split rule itself (comm.h), which the counters use too: exact
+     * when the count is what was sent, all or nothing on one link, else
+     * the proportion rounded down. */
+    ZT_EQ_U64(zs__comm_inter_share(96, 32, 64), 64);
+    ZT_EQ_U64(zs__comm_inter_share(48, 0, 96), 48);
+    ZT_EQ_U64(zs__comm_inter_share(48, 96, 0), 0);
+    ZT_EQ_U64(zs__comm_inter_share(12, 32, 64), 8);
+    ZT_EQ_U64(zs__comm_inter_share(10, 2, 1), 3);
+    ZT_EQ_U64(zs__comm_inter_share(0, 2, 1), 0);
 
     /* Stage 3, fp32: a reduce-scatter of 3 x 16 x 4 = 192 bytes and two
      * gathers of 192 each, all to rank + 1. */
