@@ -49,6 +49,11 @@ import nodes_common as nc  # noqa: E402
 SETTINGS = [s for s in nc.STAGE3 if s[0] != "qwZ + hpZ + qgZ int8"]
 
 
+def link(gbps, latency_us):
+    """The injected link between nodes (the variables the comm engine reads)."""
+    return {"ZS_COMM_DELAY_GBPS_INTER": f"{gbps:g}", "ZS_COMM_DELAY_US_INTER": f"{latency_us:g}"}
+
+
 def model_args(name, work):
     if name == "demo":
         return nc.DEMO_CFG, ["app.global_batch=16"]
@@ -117,7 +122,7 @@ def link_check(build, gbps, latency_us):
           f"{gbps:g} Gbit/s + {latency_us:g} us across, comm.overlap = false, median of 5 steps")
     print(f"{'setting':<24} {'no delay ms':>11} {'step ms':>8} {'busiest across B':>17} "
           f"{'bytes/bw ms':>11} {'added/(bytes/bw)':>16}")
-    delay = {"ZS_COMM_DELAY_GBPS_INTER": f"{gbps:g}", "ZS_COMM_DELAY_US_INTER": f"{latency_us:g}"}
+    delay = link(gbps, latency_us)
 
     def step(ov, extra_env):
         cmd = nc.mpirun(4, env_names=list(extra_env)) + [
@@ -166,8 +171,7 @@ def main():
             warmup, steps = counts.get(model, (2, 4))
             ms = {}
             for g in gbps:
-                delay = {"ZS_COMM_DELAY_GBPS_INTER": f"{g:g}",
-                         "ZS_COMM_DELAY_US_INTER": f"{a.latency_us:g}"}
+                delay = link(g, a.latency_us)
                 for name, ov in SETTINGS:
                     ms[(name, g)] = step_ms(build, cfg, extra, ov, warmup, steps, delay, work)
                     print(f"  {model} {g:g} Gbit/s {name}: {ms[(name, g)]:.1f} ms", flush=True)

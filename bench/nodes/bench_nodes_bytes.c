@@ -5,9 +5,9 @@
  *   mpirun -np 4 build/bench/nodes/bench_nodes_bytes configs/gpt2_demo.cfg \
  *       [--warmup 2] [--steps 3] [--netdev IF0,IF1] [--save DIR] [group.key=value ...]
  *
- * The model is registered exactly as examples/gpt2 registers it (the same
- * parameter table, gpt2_model.h: app.n_layer, n_head, n_embd, vocab,
- * block_size or app.model of the configuration), and every micro-step makes
+ * The model is configured and registered by gpt2_train's own code
+ * (gpt2_family.c: app.model or app.n_layer, n_head, n_embd, vocab,
+ * block_size of the configuration), and every micro-step makes
  * the trainer's calls in the trainer's order (gpt2_family.c): unit 0 fetched
  * for the embedding and again for the tied head, each block fetched in the
  * forward and again in the backward, gradients declared after each block's
@@ -30,8 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2_model.h"
+#include "ex_model.h"
 #include "zeroshard_mpi.h"
+
+extern const ex_model_ops gpt2_model_ops; /* gpt2_family.c */
 
 #define MAX_STEPS 64
 #define NET_FIELDS 4 /* tx_bytes, tx_packets, rx_bytes, rx_packets */
@@ -77,11 +79,12 @@ static int read_netdev(const char *list, uint64_t out[NET_FIELDS]) {
     return -1;
 }
 
-static void micro_step(zs_ctx *zs, const gpt2_dims *d) {
+/* Unit 0: the embeddings (and the head, tied); unit 1 + l: block l. */
+static void micro_step(zs_ctx *zs, int n_layer) {
     zs_unit *embed = zs_unit_at(zs, 0);
     B_CHECK(zs_fetch(zs, embed));
     B_CHECK(zs_release(zs, embed));
-    for (int l = 0; l < d->n_layer; l++) {
+    for (int l = 0; l < n_layer; l++) {
         B_CHECK(zs_fetch(zs, zs_unit_at(zs, 1 + l)));
         B_CHECK(zs_release(zs, zs_unit_at(zs, 1 + l)));
     }
@@ -89,7 +92,7 @@ static void micro_step(zs_ctx *zs, const gpt2_dims *d) {
     B_CHECK(zs_fetch(zs, embed));
     B_CHECK(zs_grads_open(zs, embed));
     B_CHECK(zs_release(zs, embed));
-    for (int l = d->n_layer - 1; l >= 0; l--) {
+    for (int l = n_layer - 1; l >= 0; l--) {
         zs_unit *unit = zs_unit_at(zs, 1 + l);
         B_CHECK(zs_fetch(zs, unit));
         B_CHECK(zs_grads_open(zs, unit));
@@ -121,45 +124,16 @@ int main(int argc, char **argv) {
     zs_config *cfg = NULL;
     B_CHECK(zs_config_load(config, &cfg));
     if (n_over) B_CHECK(zs_config_override_list(cfg, n_over, over));
-    /* The model's sizes as gpt2_train reads them (its other app keys are
-     * left unread: no zs_config_app_finish). */
-    gpt2_dims d;
-    const char *preset = NULL;
-    int64_t v[5];
-    B_CHECK(zs_config_app_string(cfg, "model", "custom", &preset));
-    if (strcmp(preset, "custom") == 0) {
-        static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "vocab", "block_size"};
-        static const int64_t defaults[5] = {4, 4, 192, 256, 128};
-        for (int k = 0; k < 5; k++)
-            B_CHECK(zs_config_app_int(cfg, keys[k], defaults[k], 1, INT32_MAX, &v[k]));
-        d = (gpt2_dims){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4]};
-    } else if (gpt2_dims_preset(preset, &d) != 0) {
-        fprintf(stderr, "bench_nodes_bytes: app.model = \"%s\" is no GPT-2 preset\n", preset);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    char err[256];
-    if (gpt2_dims_check(&d, err, sizeof err) != 0) {
-        fprintf(stderr, "bench_nodes_bytes: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-
+    /* The model as gpt2_train configures and registers it (its other app
+     * keys are left unread: no zs_config_app_finish). */
+    ex_model *model = NULL;
+    ex_model_facts facts;
+    memset(&facts, 0, sizeof facts);
+    B_CHECK(gpt2_model_ops.configure(cfg, &model, &facts));
     zs_ctx *zs = NULL;
     B_CHECK(zs_create_with_comm(cfg, MPI_COMM_WORLD, &zs));
-    for (int u = 0; u < gpt2_num_units(&d); u++) {
-        char name[256];
-        gpt2_unit_name(&d, u, name, sizeof name);
-        B_CHECK(zs_unit_begin(zs, name, NULL));
-        for (int i = 0; i < gpt2_unit_num_params(&d, u); i++) {
-            gpt2_param_spec s;
-            gpt2_param_spec_get(&d, u, i, &s);
-            const zs_init init = s.init == GPT2_INIT_ZEROS  ? ZS_INIT_ZEROS_VALUE
-                                 : s.init == GPT2_INIT_ONES ? ZS_INIT_CONSTANT_VALUE(1.0)
-                                                            : ZS_INIT_NORMAL_STD(s.init_std);
-            B_CHECK(zs_param_create(zs, s.name, s.ndim, s.shape, init,
-                                    s.no_decay ? ZS_PARAM_NO_DECAY : 0u, NULL));
-        }
-        B_CHECK(zs_unit_end(zs));
-    }
+    B_CHECK(gpt2_model_ops.describe(model, zs, &facts));
+    const int n_layer = facts.units - 1;
     B_CHECK(zs_build(zs));
 
     /* One optimizer step: every micro-step of the accumulation window. */
@@ -167,7 +141,7 @@ int main(int argc, char **argv) {
 #define OPTIMIZER_STEP()                                   \
     do {                                                   \
         do {                                               \
-            micro_step(zs, &d);                            \
+            micro_step(zs, n_layer);                       \
             B_CHECK(zs_step(zs, &info));                   \
         } while (!info.boundary);                          \
     } while (0)
@@ -207,11 +181,9 @@ int main(int argc, char **argv) {
     MPI_Gather(mine, (int)record, MPI_UINT64_T, all, (int)record, MPI_UINT64_T, 0, MPI_COMM_WORLD);
 
     if (rank == 0) {
-        printf("{\"world\": %d, \"warmup\": %d, \"steps\": %d, \"model\": {\"n_layer\": %d, "
-               "\"n_head\": %d, \"n_embd\": %d, \"vocab\": %d, \"block_size\": %d, \"params\": %" PRId64
-               "}, \"ops\": [",
-               world, warmup, steps, d.n_layer, d.n_head, d.n_embd, d.vocab, d.block_size,
-               gpt2_num_params(&d));
+        printf("{\"world\": %d, \"warmup\": %d, \"steps\": %d, \"model\": {\"name\": \"%s\", "
+               "\"description\": \"%s\", \"params\": %" PRId64 "}, \"ops\": [",
+               world, warmup, steps, facts.name, facts.description, facts.params);
         for (int op = 0; op < ops; op++)
             printf("%s\"%s\"", op ? ", " : "", zs_comm_op_name((zs_comm_op)op));
         printf("], \"ranks\": [");
@@ -240,6 +212,7 @@ int main(int argc, char **argv) {
     free(mine);
     if (save) B_CHECK(zs_save(zs, save));
     zs_destroy(zs);
+    gpt2_model_ops.destroy(model);
     zs_config_destroy(cfg);
     free(over);
     MPI_Finalize();

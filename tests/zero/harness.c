@@ -36,12 +36,16 @@ static int64_t param_start(int i) {
     return n;
 }
 
-int64_t harness_unit_padded(int l, int world) {
+int64_t harness_unit_padded_aligned(int l, int world, int64_t align) {
     int64_t w = tiny_weight_numel(l);
-    int64_t bias_at = (w + HARNESS_ALIGN - 1) / HARNESS_ALIGN * HARNESS_ALIGN;
+    int64_t bias_at = (w + align - 1) / align * align;
     int64_t used = bias_at + tiny_bias_numel(l);
-    int64_t granule = (int64_t)world * HARNESS_ALIGN;
+    int64_t granule = (int64_t)world * align;
     return (used + granule - 1) / granule * granule;
+}
+
+int64_t harness_unit_padded(int l, int world) {
+    return harness_unit_padded_aligned(l, world, HARNESS_ALIGN);
 }
 
 static int fail(const char *what, zs_status st) {

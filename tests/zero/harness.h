@@ -136,8 +136,9 @@ int harness_save_steps_3_and_4(MPI_Comm comm, const char *root);
 double harness_max_relative_diff(const float *a, const float *b, const char **worst_name);
 
 /* Model-wide layout facts computed from the layout rules (not from the runtime):
- * padded elements of unit l for world size n and alignment 16. */
+ * padded elements of unit l for world size n and alignment 16, or `align`. */
 int64_t harness_unit_padded(int l, int world);
+int64_t harness_unit_padded_aligned(int l, int world, int64_t align);
 
 /* Warnings of a run into a file per rank: `extra` receives the log group
  * for harness_options.config_extra (level warn, file

@@ -101,12 +101,6 @@ static int same_run(const harness_result *a, const harness_result *b) {
 
 static int64_t pad_to(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-/* Unit l's padded length on `world` ranks with zero.align = `align`
- * (harness_unit_padded's rule for any alignment). */
-static int64_t unit_padded(int l, int world, int64_t align) {
-    return pad_to(pad_to(tiny_weight_numel(l), align) + tiny_bias_numel(l), world * align);
-}
-
 /* ------------------------------------------------------------ the formula */
 
 /* The settings of a spec, loaded as the run loads them. */
@@ -321,7 +315,7 @@ static void qgz_reference(const float *initial, int bits, int per_node, int64_t 
     const int W = g_world, P = per_node, M = g_world / per_node, local = TINY_BATCH / W;
     int64_t at = 0;
     for (int l = 0; l < TINY_LAYERS; l++) {
-        const int64_t padded = unit_padded(l, W, align), S = padded / W;
+        const int64_t padded = harness_unit_padded_aligned(l, W, align), S = padded / W;
         float *g = calloc((size_t)(W * padded), sizeof *g); /* [rank][padded] */
         /* Every rank's gradient of unit l: forward through every layer, the
          * backward down to l. */
