@@ -102,6 +102,15 @@ static void micro_step(zs_ctx *zs, int n_layer) {
     B_CHECK(zs_grads_ready(zs, embed));
 }
 
+/* One optimizer step: every micro-step of the accumulation window. */
+static void optimizer_step(zs_ctx *zs, int n_layer) {
+    zs_step_info info;
+    do {
+        micro_step(zs, n_layer);
+        B_CHECK(zs_step(zs, &info));
+    } while (!info.boundary);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) usage();
     const char *config = argv[1], *netdev = NULL, *save = NULL;
@@ -136,16 +145,7 @@ int main(int argc, char **argv) {
     const int n_layer = facts.units - 1;
     B_CHECK(zs_build(zs));
 
-    /* One optimizer step: every micro-step of the accumulation window. */
-    zs_step_info info;
-#define OPTIMIZER_STEP()                                   \
-    do {                                                   \
-        do {                                               \
-            micro_step(zs, n_layer);                       \
-            B_CHECK(zs_step(zs, &info));                   \
-        } while (!info.boundary);                          \
-    } while (0)
-    for (int s = 0; s < warmup; s++) OPTIMIZER_STEP();
+    for (int s = 0; s < warmup; s++) optimizer_step(zs, n_layer);
 
     /* Per rank: [steps][2][ops] bytes (intra, inter) and the step's
      * microseconds, then the interface index and its statistics before and
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     B_CHECK(zs_comm_report(zs, &before));
     for (int s = 0; s < steps; s++) {
         const double t0 = MPI_Wtime();
-        OPTIMIZER_STEP();
+        optimizer_step(zs, n_layer);
         mine[s * per_step + 2 * ops] = (uint64_t)((MPI_Wtime() - t0) * 1e6);
         B_CHECK(zs_comm_report(zs, &after));
         for (int op = 0; op < ops; op++) {
