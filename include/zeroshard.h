@@ -68,6 +68,12 @@ typedef enum zs_status {
  * reports of ranks that a signal ended carry it (such a process itself dies
  * by the signal: a shell sees 128 + its number). */
 #define ZS_TERMINATED_EXIT_CODE 78
+/* The exit code of a training program that refused its configuration (a
+ * missing or unreadable config file, a bad override, an unknown app key, a
+ * data file that cannot be opened, a batch that does not divide): sysexits'
+ * EX_USAGE. zs_report_config_error returns it. A launcher stops instead of
+ * restarting: the same configuration fails the same way on any host. */
+#define ZS_CONFIG_EXIT_CODE 64
 
 /* "ZS_ERR_CONFIG" for ZS_ERR_CONFIG; "ZS_UNKNOWN_STATUS" for values outside the table. */
 const char *zs_status_name(zs_status status);
@@ -76,6 +82,16 @@ const char *zs_status_message(zs_status status);
 /* The detailed message of the last failure on the calling thread ("" if none).
  * The string stays valid until the next failing zeroshard call on this thread. */
 const char *zs_last_error(void);
+/* For a program's configuration error, before or after zs_create: prints
+ * "program: message" to stderr, writes this rank's exit report with cause
+ * "config" (docs/UNATTENDED.md) and returns ZS_CONFIG_EXIT_CODE, which the
+ * program then exits with. Before zs_create the report goes into
+ * ZS_REPORT_DIR (none when it is unset), for the rank the launcher's
+ * environment names (OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID; else
+ * 0) and the generation of ZS_JOB_GENERATION; after it, into the context's
+ * report directory. A report that cannot be written is said on stderr.
+ * Not collective; never exits. */
+int zs_report_config_error(const char *program, const char *message);
 
 /* ------------------------------------------------------------------- types */
 

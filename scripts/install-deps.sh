@@ -44,6 +44,30 @@ check_matplotlib() {
   fi
 }
 
+# Optional: Debian's Slurm (controller, node daemon, client commands) and
+# munge, its authentication, for tests/slurm only: it starts its own
+# slurmctld, slurmd and munged from a slurm.conf of its own, as root, and is
+# skipped without them. Optional because nothing else needs them and the
+# daemons need root: installed only when running as root, never fatal.
+# (On a host with systemd, apt starts munge's own service; Slurm's units
+# wait for an /etc/slurm/slurm.conf that this does not write.)
+slurm_packages=(slurmctld slurmd slurm-client munge)
+optional_slurm() {
+  local p need=()
+  for p in "${slurm_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+  done
+  [ ${#need[@]} -gt 0 ] || return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: not root: not installing the optional ${need[*]} (tests/slurm will be skipped)"
+  elif DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1; then
+    echo "install-deps: installed the optional ${need[*]} (for tests/slurm)"
+  else
+    echo "install-deps: could not install the optional ${need[*]} (tests/slurm will be skipped)"
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -53,6 +77,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   check_matplotlib
+  optional_slurm
   exit 0
 fi
 
@@ -68,3 +93,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 check_matplotlib
+optional_slurm

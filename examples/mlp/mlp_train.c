@@ -10,7 +10,12 @@
  * rank generates its share by global sample index, so a run sees the same
  * data whatever the world size. The program exits 0 when the final loss on
  * held-out samples is at most app.target_loss, and 1 otherwise or on any
- * error.
+ * error but these: a configuration it refuses (the file, an override, an
+ * app key, a global batch the world size does not divide) exits
+ * ZS_CONFIG_EXIT_CODE (64) after zs_report_config_error, so that a launcher
+ * does not restart it; a stop signal (job.stop_signal, SIGTERM) exits with
+ * zs_stop_requested's code (76 after the checkpoint is committed) at the
+ * next optimizer step, skipping the evaluation.
  *
  * The same loop runs on both backends (the configuration's `backend`): on
  * "cpu" the model's math is mlp_model.h on host memory; on "cuda" it is
@@ -177,8 +182,8 @@ static double now_seconds(void) {
 }
 
 /* Parses app.hidden ("127,93") into dims[1..], with dims[0] = input_dim and
- * the last entry = classes. Returns 0, or -1 after printing why. */
-static int parse_shape(const app_settings *app, mlp_shape *shape) {
+ * the last entry = classes. Returns 0, or -1 with the reason in why. */
+static int parse_shape(const app_settings *app, mlp_shape *shape, char *why, size_t cap) {
     int dims[MLP_MAX_LAYERS + 1];
     int n = 0;
     dims[n++] = (int)app->input_dim;
@@ -189,22 +194,28 @@ static int parse_shape(const app_settings *app, mlp_shape *shape) {
         long width = strtol(s, &end, 10);
         if (end == s || errno != 0 || width < 1 || width > (1L << 20) ||
             (*end != ',' && *end != '\0')) {
-            fprintf(stderr,
-                    "mlp_train: app.hidden = \"%s\": expected comma-separated layer widths "
-                    "between 1 and %ld, such as \"127,93\" (or \"\" for no hidden layer)\n",
-                    app->hidden, 1L << 20);
+            snprintf(why, cap,
+                     "app.hidden = \"%s\": expected comma-separated layer widths between 1 "
+                     "and %ld, such as \"127,93\" (or \"\" for no hidden layer)",
+                     app->hidden, 1L << 20);
             return -1;
         }
         if (n >= MLP_MAX_LAYERS) {
-            fprintf(stderr, "mlp_train: app.hidden = \"%s\": at most %d hidden layers\n",
-                    app->hidden, MLP_MAX_LAYERS - 1);
+            snprintf(why, cap, "app.hidden = \"%s\": at most %d hidden layers", app->hidden,
+                     MLP_MAX_LAYERS - 1);
             return -1;
         }
         dims[n++] = (int)width;
         s = *end == ',' ? end + 1 : end;
     }
     dims[n] = (int)app->classes;
-    return mlp_shape_init(shape, n, dims);
+    if (mlp_shape_init(shape, n, dims) != 0) {
+        snprintf(why, cap, "app.input_dim = %" PRId64 ", app.hidden = \"%s\" and app.classes = "
+                 "%" PRId64 " make no model (every width at least 1, at least 2 classes)",
+                 app->input_dim, app->hidden, app->classes);
+        return -1;
+    }
+    return 0;
 }
 
 static zs_status read_app_settings(zs_config *cfg, app_settings *app) {
@@ -405,6 +416,9 @@ int main(int argc, char **argv) {
     }
 
     // Configuration: everything here is local to the process (no MPI yet).
+    // Each refusal is the program's own error, the same on every rank and
+    // host: it exits ZS_CONFIG_EXIT_CODE with an exit report saying so, and
+    // a launcher stops instead of restarting it (docs/UNATTENDED.md).
     zs_config *cfg = NULL;
     zs_status st = zs_config_load(argv[1], &cfg);
     // All overrides are validated together, so related keys can change in any order.
@@ -416,18 +430,20 @@ int main(int argc, char **argv) {
         st = read_app_settings(cfg, &app);
     }
     if (st != ZS_OK) {
-        report_status(st);
+        const int code = zs_report_config_error("mlp_train", zs_last_error());
         zs_config_destroy(cfg);
-        return 1;
+        return code;
     }
     mlp_shape shape;
     mlp_dataset ds;
-    if (parse_shape(&app, &shape) != 0 ||
-        mlp_dataset_init(&ds, (int)app.input_dim, (int)app.classes, (uint64_t)app.data_seed) !=
-            0) {
+    char why[512];
+    if (parse_shape(&app, &shape, why, sizeof why) != 0) {
         zs_config_destroy(cfg);
-        return 1;
+        return zs_report_config_error("mlp_train", why);
     }
+    // It refuses only what mlp_shape_init (in parse_shape) refused already:
+    // fewer than 1 input or 2 classes.
+    (void)mlp_dataset_init(&ds, (int)app.input_dim, (int)app.classes, (uint64_t)app.data_seed);
 
     // From here on the ranks act together.
     int exit_code = 1;
@@ -441,14 +457,13 @@ int main(int argc, char **argv) {
     const int world = zs_world_size(zs);
     TRY(ex_numerics_check(zs, app.require_same_kernels));
     if (app.global_batch % world != 0) {
-        // Every rank sees the same numbers, so every rank stops here; one
-        // copy of the message is enough.
-        if (rank == 0) {
-            fprintf(stderr,
-                    "mlp_train: app.global_batch = %" PRId64 " does not divide evenly over %d "
-                    "ranks; choose a multiple of the world size (e.g. %" PRId64 ")\n",
-                    app.global_batch, world, (app.global_batch / world + 1) * (int64_t)world);
-        }
+        // Every rank sees the same numbers, so every rank stops here, each
+        // with its exit report (a launcher reads every rank's).
+        snprintf(why, sizeof why,
+                 "app.global_batch = %" PRId64 " does not divide evenly over %d ranks; choose a "
+                 "multiple of the world size (e.g. %" PRId64 ")",
+                 app.global_batch, world, (app.global_batch / world + 1) * (int64_t)world);
+        exit_code = zs_report_config_error("mlp_train", why);
         goto done;
     }
     const int local_batch = (int)(app.global_batch / world);
@@ -527,6 +542,7 @@ int main(int argc, char **argv) {
         position[0] = position[1] = 0;
     }
     int64_t micro_batches = position[1];
+    int stop_code = 0; // zs_stop_requested's value once a stop was agreed
     for (int64_t step = position[0]; step < app.steps; step++) {
         // One optimizer step: micro-steps until the runtime's accumulation
         // boundary (one micro-step when gradient_accumulation_steps = 1).
@@ -563,7 +579,26 @@ int main(int argc, char **argv) {
             TRY(zs_step(zs, &info));
             micro++;
             micro_batches++;
+            // A stop signal (job.stop_signal, or SIGTERM) that any rank got
+            // was agreed inside this zs_step, which then committed the
+            // checkpoint: every rank sees the same value here.
+            if ((stop_code = zs_stop_requested(zs)) != 0) {
+                break;
+            }
         } while (!boundary);
+        if (stop_code != 0) {
+            // A preemption leaves little time: no evaluation, no report.
+            if (rank == 0) {
+                printf("stopped after step %" PRId64 " on a signal: %s; exit code %d\n",
+                       info.step,
+                       stop_code == ZS_STOPPED_EXIT_CODE ? "checkpoint committed"
+                                                         : "no checkpoint (no checkpoint.dir)",
+                       stop_code);
+                fflush(stdout);
+            }
+            exit_code = stop_code;
+            goto done;
+        }
         window_steps++;
 
         if (log_this_step) {

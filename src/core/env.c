@@ -60,6 +60,23 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
     [ZS_ENV_JOB_GENERATION] = {"ZS_JOB_GENERATION", "integer, >= 0", "job.generation",
                                "Overrides job.generation: the launch's generation, fenced "
                                "against <checkpoint.dir>/generation (zs-run sets it)."},
+    [ZS_ENV_PEER_WATCH_OFF] = {"ZS_PEER_WATCH_OFF", "1 or unset", "unset (the watch runs)",
+                               "Tests only: 1 starts no peer watch, so a rank whose peer died "
+                               "ends by job.term_grace_s after SIGTERM, as when the dead rank "
+                               "was alone on another machine."},
+    [ZS_ENV_OMPI_COMM_WORLD_RANK] = {"OMPI_COMM_WORLD_RANK", "integer, >= 0", "PMIX_RANK",
+                                     "Open MPI's rank of the process: the rank of an exit "
+                                     "report written before zs_create "
+                                     "(zs_report_config_error).", 1},
+    [ZS_ENV_OMPI_COMM_WORLD_SIZE] = {"OMPI_COMM_WORLD_SIZE", "integer, >= 0", "SLURM_NTASKS",
+                                     "Open MPI's world size: the world_size of such a report.", 1},
+    [ZS_ENV_PMIX_RANK] = {"PMIX_RANK", "integer, >= 0", "SLURM_PROCID",
+                          "A PMIx launcher's rank (srun --mpi=pmix, prterun), for the same "
+                          "report.", 1},
+    [ZS_ENV_SLURM_PROCID] = {"SLURM_PROCID", "integer, >= 0", "rank 0",
+                             "srun's task id, for the same report.", 1},
+    [ZS_ENV_SLURM_NTASKS] = {"SLURM_NTASKS", "integer, >= 0", "0 (unknown)",
+                             "srun's task count: the report's world_size without Open MPI.", 1},
 };
 
 const zs__env_entry *zs__env_entry_of(zs__env_var var) {
@@ -115,14 +132,25 @@ static void put(char *out, size_t capacity, size_t *used, const char *fmt, ...) 
     if (n > 0) *used += (size_t)n;
 }
 
+/* One table: the header, then the rows of the user's variables
+ * (from_launcher 0) or of the launcher's (1). */
+static void put_table(char *out, size_t capacity, size_t *used, int from_launcher) {
+    put(out, capacity, used, "| variable | value | unset means | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < ZS_ENV_COUNT; i++)
+        if (registry[i].from_launcher == from_launcher)
+            put(out, capacity, used, "| `%s` | %s | %s | %s |\n", registry[i].name,
+                registry[i].type, registry[i].default_text, registry[i].doc);
+}
+
 size_t zs__env_markdown(char *out, size_t capacity) {
     size_t used = 0;
     if (out && capacity > 0) out[0] = '\0';
     put(out, capacity, &used,
-        "<!-- Generated from src/core/env.c; test_env checks that they agree. -->\n"
-        "| variable | value | unset means | meaning |\n|---|---|---|---|\n");
-    for (int i = 0; i < ZS_ENV_COUNT; i++)
-        put(out, capacity, &used, "| `%s` | %s | %s | %s |\n", registry[i].name, registry[i].type,
-            registry[i].default_text, registry[i].doc);
+        "<!-- Generated from src/core/env.c; test_env checks that they agree. -->\n");
+    put_table(out, capacity, &used, 0);
+    put(out, capacity, &used,
+        "\nSet by the launcher (mpirun, a PMIx launcher, Slurm's srun) and only read, to "
+        "name the rank of an exit report written before zs_create:\n\n");
+    put_table(out, capacity, &used, 1);
     return used;
 }

@@ -4,7 +4,9 @@
  * that they agree). Nothing outside this file calls getenv for a ZS_
  * variable. Configuration belongs in the config file; these are the knobs
  * that must work before a configuration exists (logging), per process (the
- * SIMD level), or only in tests and benchmarks (faults, injected delays). */
+ * SIMD level), or only in tests and benchmarks (faults, injected delays).
+ * A few variables the launchers set (the rank under mpirun, PMIx or srun)
+ * are registered too, marked from_launcher, in a table of their own. */
 #ifndef ZS_CORE_ENV_H
 #define ZS_CORE_ENV_H
 
@@ -27,6 +29,14 @@ typedef enum {
     ZS_ENV_CUDA_PIN_CHUNK_BYTES,
     ZS_ENV_REPORT_DIR,
     ZS_ENV_JOB_GENERATION,
+    ZS_ENV_PEER_WATCH_OFF,
+    /* Set by the launcher, not by the user: read (never written) so that a
+     * rank knows who it is before zs_create gives it a communicator. */
+    ZS_ENV_OMPI_COMM_WORLD_RANK,
+    ZS_ENV_OMPI_COMM_WORLD_SIZE,
+    ZS_ENV_PMIX_RANK,
+    ZS_ENV_SLURM_PROCID,
+    ZS_ENV_SLURM_NTASKS,
     ZS_ENV_COUNT
 } zs__env_var;
 
@@ -35,6 +45,7 @@ typedef struct {
     const char *type;          /* how the value is read, for the table */
     const char *default_text;  /* what unset means */
     const char *doc;
+    int from_launcher;         /* 1: a launcher's variable (mpirun, PMIx, Slurm), not ZS_ */
 } zs__env_entry;
 
 /* The registry's row of a variable. */

@@ -9,16 +9,21 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdio.h> /* rename (a system call; nothing of stdio's buffering) */
+#include <stdio.h> /* rename (a system call) on the write path; fprintf only outside it */
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/log.h"
+#include "core/number.h"
+#include "zeroshard.h"
 
 static zs__exit_job g_job;
 static volatile sig_atomic_t g_registered;
+static atomic_int g_written; /* a report of this registration was written (lock-free: any
+                                thread or handler sets it, the peer watch reads it) */
 /* Written by the training thread, read by a signal handler or the comm
  * thread: lock-free atomics are what C11 lets a handler read. */
 static atomic_llong g_step;
@@ -33,12 +38,14 @@ const char *zs__exit_cause_name(zs__exit_cause cause) {
     case ZS_EXIT_CAUSE_FAILED: return "failed";
     case ZS_EXIT_CAUSE_STOPPED: return "stopped";
     case ZS_EXIT_CAUSE_TERMINATED: return "terminated";
+    case ZS_EXIT_CAUSE_CONFIG: return "config";
     }
     return "failed";
 }
 
 void zs__exit_report_register(const zs__exit_job *job) {
     g_registered = 0;
+    atomic_store(&g_written, 0);
     g_job = *job;
     atomic_store(&g_step, 0);
     atomic_store(&g_committed, -1);
@@ -249,25 +256,28 @@ static int write_all(int fd, const char *data, size_t bytes) {
     return 0;
 }
 
-int zs__exit_report_write(const zs__exit_report *report, char *path_out, size_t path_cap) {
-    if (!g_registered || g_job.report_dir[0] == '\0') return 1;
+/* The write itself, for the registered job (with its progress) or for one
+ * read from the environment (step 0, nothing committed). */
+static int write_report(const zs__exit_job *job, int64_t step, int64_t committed,
+                        const zs__exit_report *report, char *path_out, size_t path_cap) {
+    if (job->report_dir[0] == '\0') return 1;
     const int saved_errno = errno; /* a handler must leave errno as it found it */
     char dir[ZS_EXIT_DIR_BYTES];
     text d = {dir, sizeof dir, 0};
-    put(&d, g_job.report_dir);
+    put(&d, job->report_dir);
     while (d.len > 1 && d.len < sizeof dir && dir[d.len - 1] == '/') dir[--d.len] = '\0';
     char final_path[ZS_EXIT_DIR_BYTES + 64], temp_path[ZS_EXIT_DIR_BYTES + 96];
     text f = {final_path, sizeof final_path, 0};
     put(&f, dir);
     put(&f, "/rank-");
     /* At least 5 digits: a launcher lists them in rank order by name. */
-    for (int64_t scale = 10000; scale > 1 && g_job.rank < scale; scale /= 10) put_char(&f, '0');
-    put_i64(&f, g_job.rank);
+    for (int64_t scale = 10000; scale > 1 && job->rank < scale; scale /= 10) put_char(&f, '0');
+    put_i64(&f, job->rank);
     put(&f, ".json");
     text p = {temp_path, sizeof temp_path, 0};
     put(&p, dir);
     put(&p, "/.rank-");
-    put_i64(&p, g_job.rank);
+    put_i64(&p, job->rank);
     put(&p, ".json.tmp.");
     put_i64(&p, (int64_t)getpid());
     put_char(&p, '.');
@@ -280,10 +290,9 @@ int zs__exit_report_write(const zs__exit_report *report, char *path_out, size_t 
     char json[ZS_EXIT_REPORT_BYTES];
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    const size_t bytes = zs__exit_report_format(
-        json, sizeof json, &g_job, (int64_t)atomic_load(&g_step),
-        (int64_t)atomic_load(&g_committed), (long)getpid(),
-        (double)now.tv_sec + 1e-9 * (double)now.tv_nsec, report);
+    const size_t bytes =
+        zs__exit_report_format(json, sizeof json, job, step, committed, (long)getpid(),
+                               (double)now.tv_sec + 1e-9 * (double)now.tv_nsec, report);
     int rc = bytes < sizeof json ? make_dirs(dir) : -EOVERFLOW;
     int fd = -1;
     if (rc == 0) {
@@ -312,6 +321,21 @@ int zs__exit_report_write(const zs__exit_report *report, char *path_out, size_t 
     return rc;
 }
 
+int zs__exit_report_write(const zs__exit_report *report, char *path_out, size_t path_cap) {
+    if (!g_registered) return 1;
+    const int rc = write_report(&g_job, (int64_t)atomic_load(&g_step),
+                                (int64_t)atomic_load(&g_committed), report, path_out, path_cap);
+    if (rc == 0) atomic_store(&g_written, 1);
+    return rc;
+}
+
+int zs__exit_report_written(void) { return atomic_load(&g_written) != 0; }
+
+int zs__exit_report_write_for(const zs__exit_job *job, const zs__exit_report *report,
+                              char *path_out, size_t path_cap) {
+    return write_report(job, 0, -1, report, path_out, path_cap);
+}
+
 void zs__exit_report_emit(const zs__exit_report *report) {
     char path[ZS_EXIT_DIR_BYTES + 64];
     const int rc = zs__exit_report_write(report, path, sizeof path);
@@ -322,4 +346,60 @@ void zs__exit_report_emit(const zs__exit_report *report) {
         ZS_WARN("could not write the exit report (cause \"%s\") into %s: %s; a launcher then "
                 "goes by the exit code and the log",
                 zs__exit_cause_name(report->cause), g_job.report_dir, strerror(-rc));
+}
+
+/* ------------------------------------------------- before zs_create */
+
+/* The first of the variables that holds an integer in [0, INT32_MAX], or
+ * `otherwise`: the launchers name the rank and size each their own way. */
+static int launcher_number(const zs__env_var *vars, int count, int otherwise) {
+    for (int i = 0; i < count; i++) {
+        const char *text = zs__env_text(vars[i]);
+        int64_t value = 0;
+        if (text && zs__number_integer(text, strlen(text), 0, INT32_MAX, &value) == ZS__NUMBER_OK)
+            return (int)value;
+    }
+    return otherwise;
+}
+
+void zs__exit_job_from_environment(zs__exit_job *job) {
+    static const zs__env_var rank_vars[] = {ZS_ENV_OMPI_COMM_WORLD_RANK, ZS_ENV_PMIX_RANK,
+                                            ZS_ENV_SLURM_PROCID};
+    static const zs__env_var size_vars[] = {ZS_ENV_OMPI_COMM_WORLD_SIZE, ZS_ENV_SLURM_NTASKS};
+    memset(job, 0, sizeof *job);
+    job->rank = launcher_number(rank_vars, 3, 0);
+    job->world_size = launcher_number(size_vars, 2, 0);
+    const char *generation = zs__env_text(ZS_ENV_JOB_GENERATION);
+    int64_t value = 0;
+    if (generation && zs__number_integer(generation, strlen(generation), 0, INT64_MAX, &value) ==
+                          ZS__NUMBER_OK)
+        job->generation = value;
+    const char *dir = zs__env_text(ZS_ENV_REPORT_DIR);
+    /* A directory too long for the report's buffer is left out rather than
+     * cut: a cut path would put the report somewhere nobody looks. */
+    if (dir && strlen(dir) < sizeof job->report_dir) memcpy(job->report_dir, dir, strlen(dir) + 1);
+    zs__host_addresses_get(&job->self);
+}
+
+int zs_report_config_error(const char *program, const char *message) {
+    const char *who = program && program[0] ? program : "zeroshard";
+    const char *what = message ? message : "";
+    fprintf(stderr, "%s: %s\n", who, what);
+    fflush(stderr);
+    char text[ZS_EXIT_MESSAGE_MAX];
+    snprintf(text, sizeof text, "%s: %s", who, what);
+    const zs__exit_report report = {ZS_EXIT_CAUSE_CONFIG, ZS_CONFIG_EXIT_CODE, -1, "", text};
+    if (g_registered) {
+        /* After zs_create: the registered job knows the world and the hosts. */
+        zs__exit_report_emit(&report);
+        return ZS_CONFIG_EXIT_CODE;
+    }
+    zs__exit_job job;
+    zs__exit_job_from_environment(&job);
+    const int rc = zs__exit_report_write_for(&job, &report, NULL, 0);
+    if (rc < 0)
+        fprintf(stderr, "%s: could not write the exit report into %s (ZS_REPORT_DIR): %s; a "
+                        "launcher then goes by the exit code %d\n",
+                who, job.report_dir, strerror(-rc), ZS_CONFIG_EXIT_CODE);
+    return ZS_CONFIG_EXIT_CODE;
 }

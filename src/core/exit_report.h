@@ -8,7 +8,8 @@
  *
  * The file is one JSON object (docs/UNATTENDED.md; the field names are a
  * contract with the launcher):
- *   version 1, cause ("timeout" | "failed" | "stopped" | "terminated"),
+ *   version 1, cause ("timeout" | "failed" | "stopped" | "terminated" |
+ *   "config"),
  *   exit_code, rank, world_size, host, addresses [strings], pid,
  *   generation, step, last_committed_step (-1: none), checkpoint_dir,
  *   peer (-1: unknown), peer_host ("" unknown), peer_addresses [strings],
@@ -38,10 +39,11 @@ typedef enum zs__exit_cause {
     ZS_EXIT_CAUSE_TIMEOUT = 0,   /* a collective's deadline (comm.timeout_s) */
     ZS_EXIT_CAUSE_FAILED = 1,    /* a runtime call failed on every rank (zs_step, zs_build) */
     ZS_EXIT_CAUSE_STOPPED = 2,   /* a stop signal honoured at an agreed step */
-    ZS_EXIT_CAUSE_TERMINATED = 3 /* a signal ended the job without a checkpoint */
+    ZS_EXIT_CAUSE_TERMINATED = 3, /* a signal ended the job without a checkpoint */
+    ZS_EXIT_CAUSE_CONFIG = 4      /* the program refused its configuration (zs_report_config_error) */
 } zs__exit_cause;
 
-/* "timeout", "failed", "stopped", "terminated". */
+/* "timeout", "failed", "stopped", "terminated", "config". */
 const char *zs__exit_cause_name(zs__exit_cause cause);
 
 #define ZS_EXIT_DIR_BYTES 1024
@@ -97,8 +99,29 @@ size_t zs__exit_report_format(char *out, size_t cap, const zs__exit_job *job, in
  * directory), or -errno of the step that failed. Async-signal-safe. */
 int zs__exit_report_write(const zs__exit_report *report, char *path, size_t cap);
 
+/* 1 once zs__exit_report_write wrote a report for the registered job: the
+ * rank's first verdict, which a later observer (comm/peer_watch.h) leaves
+ * standing. Async-signal-safe. */
+int zs__exit_report_written(void);
+
 /* zs__exit_report_write from ordinary code: says where the report went
  * (INFO) or why it could not be written (WARN). Not async-signal-safe. */
 void zs__exit_report_emit(const zs__exit_report *report);
+
+/* The job's identity as the launcher's environment gives it, for a report
+ * written before zs_create registered one (a configuration error): the
+ * rank from OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID (else 0), the
+ * world size from OMPI_COMM_WORLD_SIZE or SLURM_NTASKS (else 0: unknown),
+ * the report directory from ZS_REPORT_DIR ("" when unset: no report), the
+ * generation from ZS_JOB_GENERATION (0 when unset or not a number), this
+ * host's addresses, and no checkpoint directory or peers. Not collective;
+ * reads the environment through core/env.h. */
+void zs__exit_job_from_environment(zs__exit_job *job);
+
+/* Writes a report for `job` instead of the registered one, at step 0 with
+ * nothing committed, the same way and with the same return values as
+ * zs__exit_report_write (1: `job` has no report directory). */
+int zs__exit_report_write_for(const zs__exit_job *job, const zs__exit_report *report, char *path,
+                              size_t cap);
 
 #endif

@@ -106,6 +106,11 @@ rank_pid() { cut -d' ' -f1 "$work/pids/g$1.r$2"; }
 # final_loss LOG STEP — the loss printed for that step.
 final_loss() { sed -n "s/^step  *$2\/[0-9]* | loss \([0-9.]*\) .*/\1/p" "$1" | tail -1; }
 
+# gen_dir ROOT GENERATION — the report directory of that generation in the
+# checkpoint root ROOT (gen-NNNNNN-<launcher id>), or nothing when none was
+# made; each launcher names its own.
+gen_dir() { compgen -G "$1/reports/gen-$(printf %06d "$2")-*"; }
+
 # json_field FILE EVENT FIELD — FIELD of the last EVENT record of a restart log.
 json_field() {
     python3 -c 'import json,sys

@@ -64,6 +64,6 @@ grep -q "generation 2; this job is generation 1" "$work/late.log" ||
     { cat "$work/late.log"; fail "a generation-1 job was not fenced out of the root (exit $late)"; }
 [ "$(sed -n 's/^step_0*//p' "$work/run/latest")" = $STEPS ] || fail "the old generation committed a step"
 echo "a generation-1 rank's commit was refused (exit $late)"
-left=$(grep -l "ZS_REPORT_DIR=$work/run/reports/gen-000001" /proc/[0-9]*/environ 2> /dev/null | wc -l)
+left=$(grep -l "ZS_REPORT_DIR=$work/run/reports/gen-000001-" /proc/[0-9]*/environ 2> /dev/null | wc -l)
 [ "$left" -eq 0 ] || fail "$left process(es) of generation 1 still run"
 echo "1 passed, 0 failed"

@@ -39,7 +39,7 @@ echo "== 1. max restarts"
 zs max --max-restarts 2 --fail-limit 10
 gave_up max "--max-restarts 2 reached"
 [ "$(grep -c '"event": "restart"' "$work/max.jsonl")" = 2 ] || fail "max: not 2 restart records"
-[ -d "$work/max/reports/gen-000003" ] && [ ! -d "$work/max/reports/gen-000004" ] ||
+gen_dir "$work/max" 3 > /dev/null && ! gen_dir "$work/max" 4 > /dev/null ||
     fail "max: not exactly 3 generations launched"
 [ "$(json_field "$work/max.jsonl" give_up restarts)" = 2 ] || fail "max: the give-up does not count 2 restarts"
 
@@ -48,7 +48,7 @@ zs minw --fail-limit 1 --min-ranks 3
 gave_up minw "2 slots left after excluding $ip1: below --min-ranks 3"
 json_field "$work/minw.jsonl" give_up excluded | grep -q "failed 1 time (--fail-limit 1)" ||
     fail "minw: host 1's exclusion is not logged with its reason"
-[ ! -d "$work/minw/reports/gen-000002" ] || fail "minw: relaunched below the minimum"
+! gen_dir "$work/minw" 2 > /dev/null || fail "minw: relaunched below the minimum"
 
 echo "== 3. the memory estimate refuses a smaller world"
 zs mem --fail-limit 1 --memory-limit 64MiB --estimate-layout "--preset 124M"

@@ -21,7 +21,7 @@ grep -E '^zs-run' "$work/run.log"
 [ $rc -eq 0 ] || { cat "$work/run.log"; fail "zs-run exited $rc"; }
 
 # The reports of generation 1: a timeout naming rank 2 and host 1's address.
-reports=$work/run/reports/gen-000001
+reports=$(gen_dir "$work/run" 1) || fail "generation 1 has no report directory"
 ls "$reports"
 python3 - "$reports" "$ip1" << 'PY' || fail "no exit report names the stopped rank 2 and its host"
 import glob, json, sys

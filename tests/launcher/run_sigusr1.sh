@@ -28,7 +28,7 @@ for sig in USR1 TERM; do
     reported=$(python3 -c 'import glob,json,sys
 steps={json.load(open(p))["last_committed_step"] for p in glob.glob(sys.argv[1]+"/rank-*.json")}
 causes={json.load(open(p))["cause"] for p in glob.glob(sys.argv[1]+"/rank-*.json")}
-print(*steps, *causes)' "$work/run$sig/reports/gen-000001")
+print(*steps, *causes)' "$(gen_dir "$work/run$sig" 1)")
     [ "$reported" = "$committed stopped" ] ||
         fail "SIG$sig: the reports say '$reported', the root's latest step is $committed"
     "$ZSCKPT" verify "$work/run$sig" > "$work/verify.log" 2>&1 ||

@@ -3,7 +3,10 @@
 # (tests/launcher/slurm; no Slurm, no root needed):
 #   1. inside an "allocation" of node1, node2 with 2 tasks each, zs-run takes
 #      the hosts from `scontrol show hostnames`, starts srun with the layout
-#      in SLURM_HOSTFILE (node1 node1 node2 node2) and the generation in the
+#      in SLURM_HOSTFILE (node1 node1 node2 node2) and no --nodelist (a real
+#      srun takes one as the layout under --distribution=arbitrary, one name
+#      per task: the stand-in refuses node1,node2 for 4 tasks as srun
+#      does; tests/slurm runs the real one), the generation in the
 #      environment; task 3 fails on node2, the srun probe cannot reach node2,
 #      and the relaunch runs 2 tasks on node1 (generation 2);
 #   2. the batch script of docs/UNATTENDED.md, submitted to the sbatch
@@ -30,10 +33,10 @@ rc=$?
 cat "$work/r1.log" "$work/slurm.log"
 [ $rc -eq 0 ] || fail "zs-run exited $rc"
 grep -q '^scontrol show hostnames node\[1-2\]$' "$work/slurm.log" || fail "scontrol was not asked for the hosts"
-grep -q -- '--nodes=2 --ntasks=4 --nodelist=node1,node2 --distribution=arbitrary --kill-on-bad-exit=1 .* | layout=node1,node1,node2,node2 generation=1$' \
+grep -q -- '--nodes=2 --ntasks=4 --distribution=arbitrary --kill-on-bad-exit=1 .* | layout=node1,node1,node2,node2 generation=1$' \
     "$work/slurm.log" || fail "generation 1 was not started with srun on node1,node2 (2 tasks each)"
 grep -q -- '--nodelist=node2 true | ' "$work/slurm.log" || fail "node2 was not probed with srun"
-grep -q -- '--nodes=1 --ntasks=2 --nodelist=node1 .* | layout=node1,node1 generation=2$' \
+grep -q -- '--nodes=1 --ntasks=2 --distribution=arbitrary .* | layout=node1,node1 generation=2$' \
     "$work/slurm.log" || fail "generation 2 did not run 2 tasks on node1"
 grep -q '^1 3 node2$' "$TASK_LOG" && grep -q '^2 1 node1$' "$TASK_LOG" ||
     { cat "$TASK_LOG"; fail "the tasks did not run where srun's layout put them"; }
@@ -54,7 +57,8 @@ rc=$?
 cat "$work/r2.log" "$work/slurm.log"
 [ $rc -eq 76 ] || fail "the batch script exited $rc, not 76"
 grep -q 'forwarding SIGUSR1 to the job' "$work/r2.log" || fail "zs-run did not forward the warning"
-grep -q -- '--ntasks=8 --nodelist=node1,node2 .*--mpi=pmix' "$work/slurm.log" ||
+grep -q -- '--nodes=2 --ntasks=8 --distribution=arbitrary .*--mpi=pmix .* | layout=node1,node1,node1,node1,node2,node2,node2,node2 ' \
+    "$work/slurm.log" ||
     fail "the script's job step is not 8 tasks on node1,node2 with --mpi=pmix"
 [ "$(grep -c '^srun .*generation=' "$work/slurm.log")" = 1 ] || fail "the job was restarted"
 grep -q '^scontrol requeue 4242$' "$work/slurm.log" || fail "the script did not requeue the job"

@@ -13,7 +13,7 @@ sys.path.insert(0, os.environ.get("ZS_RUN_DIR") or
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 
 from zs_run.decide import (Limits, Outcome, batch_split, decide,  # noqa: E402
-                           with_memory_check)
+                           settled, with_memory_check)
 from zs_run.hosts import Host  # noqa: E402
 
 H0 = Host("h0", 2, ("10.0.0.1",))
@@ -124,6 +124,84 @@ class GiveUp(unittest.TestCase):
         g = with_memory_check(d, False, "stage 3 does not fit on 2 ranks: 9 GiB per rank")
         self.assertEqual((g.action, g.exit_code), ("give_up", 75))
         self.assertIn("would not hold the model: stage 3 does not fit", g.reason)
+
+
+class ProgramError(unittest.TestCase):
+    """The program's own error stops the run: no restart, no back-off, no
+    host blamed or excluded, the program's message in the reason."""
+
+    def assert_stopped(self, d, cause, said):
+        self.assertEqual((d.action, d.cause), ("stop", cause), d.reason)
+        self.assertIn(said, d.reason)
+        self.assertEqual(d.excluded, [], "no host is excluded for the program's error")
+        self.assertEqual(d.backoff_s, 0.0)
+
+    def test_exit_64_without_reports(self):
+        out = "gpt2_train: unknown key 'app.bogus'\n" + NONZERO % 64
+        o = outcome(exit_code=64, output=out, failures={H1.ident: 1})
+        d = decide(o, Limits(min_ranks=1, fail_limit=1))
+        self.assert_stopped(d, "config", "unknown key 'app.bogus'")
+        self.assertEqual(d.exit_code, 64)
+        self.assertEqual(d.failures, {H1.ident: 1}, "no failure is counted against a host")
+        self.assertNotIn("Process name", d.reason, "mpirun's own text is not the message")
+
+    def test_a_config_report(self):
+        reps = (report(0, "config", "h0", message="mlp_train: cannot open 'x.cfg'"),
+                report(1, "config", "h0", message="mlp_train: cannot open 'x.cfg'"))
+        d = decide(outcome(exit_code=1, reports=reps), LIMITS)
+        self.assert_stopped(d, "config", "mlp_train: cannot open 'x.cfg'")
+        self.assertEqual(d.reason.count("cannot open"), 1, "one copy of the message")
+
+    def test_config_on_a_pool_excludes_nobody(self):
+        # The bug: each launch blamed a healthy host until none was left.
+        pool = (H0, H1, H2)
+        reps = (report(2, "config", "h1", message="trainer: app.train_data: cannot open x"),)
+        d = decide(outcome(pool=pool, job_hosts=pool, exit_code=64, reports=reps,
+                           output=NONZERO % 64),
+                   Limits(min_ranks=1, fail_limit=1))
+        self.assert_stopped(d, "config", "app.train_data: cannot open x")
+        self.assertEqual(d.failures, {})
+
+    def test_the_same_failure_on_every_rank_before_the_first_step(self):
+        reps = tuple(report(r, "failed", "h0" if r < 2 else "h1", op="zs_build", step=0,
+                            message=f"rank {r}: out of memory") for r in range(4))
+        d = decide(outcome(exit_code=1, reports=reps), LIMITS)
+        self.assert_stopped(d, "program", "before its first step")
+        self.assertIn("rank 3: out of memory", d.reason)
+        self.assertEqual(d.failures, {})
+        # Resumed from step 12: failing at step 12 is before its first step.
+        resumed = tuple(dict(r, step=12) for r in reps)
+        self.assertEqual(decide(outcome(exit_code=1, reports=resumed, resumed_from=12),
+                                LIMITS).cause, "program")
+
+    def test_not_the_same_or_not_before_the_first_step(self):
+        reps = tuple(report(r, "failed", "h0" if r < 2 else "h1", op="zs_build", step=0)
+                     for r in range(4))
+        after = tuple(dict(r, step=3) for r in reps)
+        self.assertEqual(decide(outcome(exit_code=1, reports=after), LIMITS).action, "give_up",
+                         "after steps: the existing every-rank-failed give-up")
+        mixed = reps[:3] + (dict(reps[3], op="zs_step"),)
+        self.assertNotEqual(decide(outcome(exit_code=1, reports=mixed), LIMITS).action, "stop")
+        some = reps[:3]
+        self.assertNotEqual(decide(outcome(exit_code=1, reports=some), LIMITS).action, "stop",
+                            "one rank sent no report: it may be its host")
+        stepped = outcome(exit_code=1, reports=reps, output="step    1/9 | loss 3.0\n")
+        self.assertNotEqual(decide(stepped, LIMITS).action, "stop", "it printed a step")
+
+
+class NoProbe(unittest.TestCase):
+    """settled() decides without the hosts: zs-run probes only when it is
+    None (a stop is not a failure)."""
+
+    def test_settled_ends(self):
+        self.assertEqual(settled(outcome(exit_code=0)).action, "finish")
+        self.assertEqual(settled(outcome(exit_code=76)).action, "stop")
+        self.assertEqual(settled(outcome(exit_code=1, stop_requested=True)).action, "stop")
+        self.assertEqual(settled(outcome(exit_code=64)).cause, "config")
+
+    def test_a_failure_needs_the_probe(self):
+        self.assertIsNone(settled(outcome(exit_code=137, output=KILLED)))
+        self.assertIsNone(settled(outcome(exit_code=75)))
 
 
 class MemoryCheckKeeps(unittest.TestCase):

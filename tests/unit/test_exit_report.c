@@ -9,8 +9,13 @@
  *     second report replaces the first, no temporary name stays behind, a
  *     report that cannot be written leaves the old one whole;
  *   - nothing is written without a registration or a directory;
- *   - a signal handler can write one (the writer is async-signal-safe). */
-#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+ *   - a signal handler can write one (the writer is async-signal-safe);
+ *   - zs_report_config_error prints "program: message", returns
+ *     ZS_CONFIG_EXIT_CODE and writes a report with cause "config": before
+ *     any registration for the rank, world size, report directory and
+ *     generation of the launcher's environment (OMPI_COMM_WORLD_RANK before
+ *     PMIX_RANK before SLURM_PROCID), after one for the registered job. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv, dup */
 #include <dirent.h>
 #include <json-c/json.h>
 #include <signal.h>
@@ -23,6 +28,7 @@
 
 #include "core/exit_report.h"
 #include "test_util.h"
+#include "zeroshard.h"
 
 static char g_dir[256];
 
@@ -225,11 +231,125 @@ static void test_write(void) {
     rmdir(dir);
 }
 
+/* zs_report_config_error with stderr captured into `said`. */
+static int config_error_said(const char *program, const char *message, char *said, size_t cap) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *f = fopen(path, "w+");
+    ZT_REQUIRE(saved >= 0 && f != NULL);
+    dup2(fileno(f), 2);
+    const int code = zs_report_config_error(program, message);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    const size_t n = fread(said, 1, cap - 1, f);
+    said[n] = '\0';
+    fclose(f);
+    remove(path);
+    return code;
+}
+
+/* This rank's report in dir, read and removed (NULL after a failed check). */
+static json_object *take_report(const char *dir, int rank) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank-%05d.json", dir, rank);
+    json_object *o = read_report(path);
+    remove(path);
+    return o;
+}
+
+static void test_config_error(void) {
+    char dir[400], said[4096];
+    snprintf(dir, sizeof dir, "%s/gen-000003", g_dir);
+    zs__exit_report_unregister();
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    setenv("PMIX_RANK", "4", 1);
+    setenv("SLURM_PROCID", "9", 1);
+    setenv("SLURM_NTASKS", "6", 1);
+    setenv("ZS_REPORT_DIR", dir, 1);
+    setenv("ZS_JOB_GENERATION", "3", 1);
+
+    /* Before any registration: the launcher's environment. PMIX_RANK wins
+     * over SLURM_PROCID. */
+    int code = config_error_said("trainer", "app.steps = -1 is below 0", said, sizeof said);
+    ZT_EQ_INT(code, ZS_CONFIG_EXIT_CODE);
+    ZT_EQ_INT(ZS_CONFIG_EXIT_CODE, 64);
+    ZT_CHECK_MSG(strcmp(said, "trainer: app.steps = -1 is below 0\n") == 0,
+                 "stderr: '%s', expected 'trainer: app.steps = -1 is below 0\\n'", said);
+    json_object *o = take_report(dir, 4);
+    ZT_REQUIRE(o != NULL);
+    ZT_CHECK_MSG(strcmp(get_str(o, "cause"), "config") == 0, "cause '%s', expected 'config'",
+                 get_str(o, "cause"));
+    ZT_EQ_INT(get_int(o, "exit_code"), 64);
+    ZT_EQ_INT(get_int(o, "rank"), 4);
+    ZT_EQ_INT(get_int(o, "world_size"), 6);
+    ZT_EQ_INT(get_int(o, "generation"), 3);
+    ZT_EQ_INT(get_int(o, "step"), 0);
+    ZT_EQ_INT(get_int(o, "last_committed_step"), -1);
+    ZT_EQ_INT(get_int(o, "peer"), -1);
+    ZT_CHECK_MSG(strcmp(get_str(o, "message"), "trainer: app.steps = -1 is below 0") == 0,
+                 "message '%s'", get_str(o, "message"));
+    json_object_put(o);
+
+    /* OMPI_COMM_WORLD_RANK and its size come first; a rank that is not a
+     * number is passed over; a generation that is not one is 0. */
+    setenv("OMPI_COMM_WORLD_RANK", "x1", 1);
+    setenv("PMIX_RANK", "", 1);
+    setenv("ZS_JOB_GENERATION", "-2", 1);
+    ZT_EQ_INT(config_error_said(NULL, "no file", said, sizeof said), 64);
+    ZT_CHECK_MSG(strcmp(said, "zeroshard: no file\n") == 0, "stderr: '%s'", said);
+    o = take_report(dir, 9);
+    ZT_REQUIRE(o != NULL);
+    ZT_EQ_INT(get_int(o, "rank"), 9);
+    ZT_EQ_INT(get_int(o, "generation"), 0);
+    json_object_put(o);
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    ZT_EQ_INT(config_error_said("p", "m", said, sizeof said), 64);
+    o = take_report(dir, 2);
+    ZT_REQUIRE(o != NULL);
+    ZT_EQ_INT(get_int(o, "rank"), 2);
+    ZT_EQ_INT(get_int(o, "world_size"), 3);
+    json_object_put(o);
+
+    /* Without ZS_REPORT_DIR nothing is written, and the code is the same. */
+    unsetenv("ZS_REPORT_DIR");
+    ZT_EQ_INT(config_error_said("p", "m", said, sizeof said), 64);
+    ZT_EQ_INT(count_entries(dir, "rank-"), 0);
+
+    /* After a registration (zs_create): the registered job, whatever the
+     * environment says. */
+    char registered[450];
+    snprintf(registered, sizeof registered, "%s/registered", g_dir);
+    zs__exit_job job = make_job(registered);
+    zs__exit_report_register(&job);
+    zs__exit_report_set_step(5);
+    ZT_EQ_INT(config_error_said("trainer", "app.global_batch = 7", said, sizeof said), 64);
+    o = take_report(registered, 3);
+    ZT_REQUIRE(o != NULL);
+    ZT_CHECK_MSG(strcmp(get_str(o, "cause"), "config") == 0, "cause '%s'", get_str(o, "cause"));
+    ZT_EQ_INT(get_int(o, "rank"), 3);
+    ZT_EQ_INT(get_int(o, "generation"), 7);
+    ZT_EQ_INT(get_int(o, "step"), 5);
+    json_object_put(o);
+    zs__exit_report_unregister();
+    rmdir(registered);
+    rmdir(dir);
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                          "SLURM_PROCID", "SLURM_NTASKS", "ZS_JOB_GENERATION"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/zs_exit_report.XXXXXX");
     ZT_REQUIRE(mkdtemp(g_dir) != NULL);
     test_format();
     test_write();
+    test_config_error();
     rmdir(g_dir);
     return zt_finish("test_exit_report");
 }

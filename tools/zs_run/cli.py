@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence
 
 from . import cfgread, probe, slurm
 from .decide import Limits
-from .hosts import HostError, describe, make_hosts, parse_host_list, parse_hostfile
+from .hosts import MAX_SLOTS, HostError, describe, make_hosts, parse_host_list, read_hostfile
 from .restart_log import RestartLog
 from .supervise import Plan, Supervisor, say
 
@@ -32,11 +32,18 @@ exit status:
   76   stopped on request (SIGTERM/SIGUSR1 to zs-run, or to the job): the
        checkpoint was committed (ZS_STOPPED_EXIT_CODE); also when the request
        came between two jobs
+  64   the program refused its configuration (ZS_CONFIG_EXIT_CODE, or an exit
+       report with cause "config"): not restarted, since it fails the same way
+       on any host; also any code of a job whose ranks all failed the same way
+       before their first step
+  79   another zs-run took over the checkpoint directory (a newer generation):
+       this one ended its own job and stopped
   N    zs-run gave up: the last job's exit code (75: a collective's deadline;
        78: a signal ended it without a checkpoint; 128+N: the launcher was
        killed by signal N; other codes are the program's); the reason is on
        stderr and in the restart log
-  1    zs-run could not launch at all; 2: a usage error
+  1    zs-run could not launch at all; 2: a usage error (also a host list it
+       cannot read)
 
 Inside a Slurm allocation (SLURM_JOB_ID set) the hosts come from the
 allocation and srun starts the ranks; --hosts/--hostfile then select a
@@ -49,8 +56,9 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 usage="zs-run [options] -- PROGRAM [ARGS...]")
     g = p.add_argument_group("hosts")
-    g.add_argument("--hosts", help="hosts and slots, h1:2,h2:2 (mpirun -H's form)")
-    g.add_argument("--hostfile", help="an Open MPI hostfile (name slots=N per line)")
+    g.add_argument("--hosts", help="hosts and slots, h1:2,h2:2 (mpirun -H's form; at most "
+                                   f"{MAX_SLOTS} slots a host)")
+    g.add_argument("--hostfile", help="an Open MPI hostfile (name slots=N, or name:N, per line)")
     g.add_argument("--no-slurm", action="store_true",
                    help="use mpirun even where SLURM_JOB_ID is set")
     g = p.add_argument_group("launcher")
@@ -149,6 +157,15 @@ def plan_from_args(argv: Sequence[str]) -> Plan:
                     f"{0 if name == 'max_restarts' else 1}")
 
     cfg_path, overrides = cfgread.split_program(program)
+    # Said before anything is launched. Not refused: zs-run may run where
+    # the ranks' files are not (a login node), and ranks that cannot open it
+    # stop the run at once with their own message (exit code 64).
+    if cfg_path and not os.path.isfile(cfg_path):
+        say(f"warning: the program's configuration file {cfg_path} (its first .cfg argument"
+            f"{'' if os.path.isabs(cfg_path) else ', relative to ' + os.getcwd()}) "
+            f"{'is not a file' if os.path.exists(cfg_path) else 'does not exist'} here: the "
+            "keys zs-run reads from it are unknown, and ranks that cannot open it either will "
+            "stop the run (exit code 64)")
     settings = cfgread.read_settings(cfg_path, overrides)
     ckpt = a.checkpoint_dir or settings.get("checkpoint.dir")
     if not ckpt:
@@ -166,13 +183,12 @@ def plan_from_args(argv: Sequence[str]) -> Plan:
             entries = slurm.allocation_hosts(os.environ, a.scontrol)
             if a.hosts or a.hostfile:
                 wanted = {n for n, _ in (parse_host_list(a.hosts) if a.hosts else
-                                         parse_hostfile(open(a.hostfile).read(), a.hostfile))}
+                                         read_hostfile(a.hostfile))}
                 entries = [e for e in entries if e[0] in wanted]
         elif a.hosts:
             entries = parse_host_list(a.hosts)
         elif a.hostfile:
-            with open(a.hostfile, encoding="utf-8") as f:
-                entries = parse_hostfile(f.read(), a.hostfile)
+            entries = read_hostfile(a.hostfile)
         else:
             p.error("no hosts: pass --hosts h1:2,h2:2 or --hostfile FILE (or run inside a "
                     "Slurm allocation)")

@@ -23,6 +23,13 @@ Who is blamed for a failure (one count per host per failure):
     and excluded.
 Reports with cause "terminated" blame nobody: mpirun sends SIGTERM to every
 rank when one dies, so those ranks are bystanders.
+
+Some ends are settled without asking anything of the hosts (settled(): no
+probe): the job finished, it stopped (exit 76, or every report "stopped"),
+or it is the program's own error, which fails the same way on any host and
+so stops the run at once, with no back-off, no restart and no host blamed:
+exit code 64 (ZS_CONFIG_EXIT_CODE), any report with cause "config", or the
+same failure (cause and call) reported by every rank before its first step.
 """
 from __future__ import annotations
 
@@ -33,10 +40,14 @@ from . import job_output
 from .hosts import Host, find_host
 
 # The runtime's exit codes (include/zeroshard.h).
+CONFIG_EXIT_CODE = 64
 TIMEOUT_EXIT_CODE = 75
 STOPPED_EXIT_CODE = 76
 TERMINATED_EXIT_CODE = 78
 RUNTIME_CODES = (TIMEOUT_EXIT_CODE, STOPPED_EXIT_CODE, TERMINATED_EXIT_CODE)
+# zs-run's own: another launcher took a newer generation of the checkpoint
+# root, so this one stopped (not a code any program or launcher uses).
+SUPERSEDED_EXIT_CODE = 79
 
 # gradient_accumulation_steps' upper bound in the runtime's schema.
 MAX_ACCUMULATION = 65536
@@ -65,13 +76,15 @@ class Outcome:
     failures: Mapping[str, int] = field(default_factory=dict)  # Host.ident -> failures so far
     restarts: int = 0              # restarts made so far
     stop_requested: bool = False   # zs-run itself received SIGTERM or SIGUSR1
+    resumed_from: int = -1         # the committed step the job started from (-1: none)
 
 
 @dataclass
 class Decision:
     action: str                    # "finish" | "stop" | "relaunch" | "give_up"
     exit_code: int                 # zs-run's exit code when it does not relaunch
-    cause: str                     # timeout | killed | failed | unreachable | terminated | ...
+    cause: str                     # timeout | killed | failed | unreachable | terminated |
+                                   # config | program | stopped | ...
     reason: str
     culprits: List[dict] = field(default_factory=list)   # {rank, host, addresses, why}
     failures: Dict[str, int] = field(default_factory=dict)
@@ -202,10 +215,48 @@ def fill_slots(pool: Sequence[Host], world: int) -> List[Host]:
     return out
 
 
-def decide(o: Outcome, limits: Limits) -> Decision:
-    facts = job_output.parse(o.output)
-    failures = dict(o.failures)
+def _said(messages: Sequence[str]) -> str:
+    """Distinct messages in their order, joined, at most 300 characters."""
+    seen: List[str] = []
+    for m in messages:
+        m = str(m).strip()
+        if m and m not in seen:
+            seen.append(m)
+    text = "; ".join(seen)
+    return text if len(text) <= 300 else text[:297] + "..."
 
+
+def _program_error(o: Outcome, facts: job_output.OutputFacts) -> Optional[Decision]:
+    """A stop for the program's own error, or None. Restarting cannot help:
+    the same configuration and data fail the same way on any host, and
+    blaming the hosts would exclude healthy ones one by one."""
+    failures = dict(o.failures)
+    config = [r for r in o.reports if r.get("cause") == "config"]
+    if o.exit_code == CONFIG_EXIT_CODE or config:
+        said = _said([r.get("message", "") for r in config]) or \
+            _said(job_output.program_messages(o.output)) or "no message"
+        return Decision("stop", o.exit_code, "config",
+                        f"the program refused its configuration ({said}); not restarting: it "
+                        "fails the same way on any host", failures=failures)
+    world = sum(h.slots for h in o.job_hosts)
+    first = max(o.resumed_from, 0)
+    ways = {(r.get("cause"), r.get("op")) for r in o.reports}
+    if (world > 0 and len({r["rank"] for r in o.reports}) >= world and len(ways) == 1 and
+            next(iter(ways))[0] == "failed" and
+            all(isinstance(r.get("step"), int) and r["step"] <= first for r in o.reports) and
+            (facts.last_step is None or facts.last_step <= first)):
+        said = _said([r.get("message", "") for r in o.reports]) or "no message"
+        return Decision("stop", o.exit_code, "program",
+                        f"every rank failed the same way before its first step ({said}): the "
+                        "program's own error, not a host's; not restarting: it fails the same "
+                        "way on any host", failures=failures)
+    return None
+
+
+def settled(o: Outcome) -> Optional[Decision]:
+    """The decision when it needs nothing from the hosts (no probe): the job
+    finished, stopped, or failed by its own error; None otherwise."""
+    failures = dict(o.failures)
     if o.exit_code == 0:
         return Decision("finish", 0, "none", "the job finished", failures=failures)
 
@@ -215,6 +266,16 @@ def decide(o: Outcome, limits: Limits) -> Decision:
         why = ("zs-run was asked to stop" if o.stop_requested
                else "the job stopped on a signal after its checkpoint")
         return Decision("stop", o.exit_code, "stopped", why + "; not restarting", failures=failures)
+    return _program_error(o, job_output.parse(o.output))
+
+
+def decide(o: Outcome, limits: Limits) -> Decision:
+    done = settled(o)
+    if done is not None:
+        return done
+    facts = job_output.parse(o.output)
+    failures = dict(o.failures)
+    reported_causes = [r.get("cause") for r in o.reports]
 
     evidence = _culprits(o, facts)
     culprits = [rec for _, rec in evidence]

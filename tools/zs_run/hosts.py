@@ -18,6 +18,13 @@ class HostError(ValueError):
     """A host list that cannot be used; the message says which entry and why."""
 
 
+# The most slots one host may have. A slot is one rank (a core, or a GPU);
+# the largest machines have a few hundred cores, so a larger count is a
+# typo (an extra digit, a memory size), and mpirun would only fail to start
+# it, again at every restart.
+MAX_SLOTS = 4096
+
+
 @dataclass(frozen=True)
 class Host:
     name: str
@@ -65,6 +72,23 @@ def resolve(name: str) -> Tuple[str, ...]:
     return routable(found) or tuple(sorted(found))
 
 
+def _name_and_count(item: str) -> Tuple[str, Optional[str]]:
+    """`name:N` as (name, "N"); a name without a count, or an IPv6 literal
+    (whose colons are its own), as (item, None)."""
+    if ":" in item and not _is_ipv6(item):
+        name, _, count = item.rpartition(":")
+        return name, count
+    return item, None
+
+
+def _check_name(name: str, where: str) -> str:
+    if not name:
+        raise HostError(f"{where} has no host name")
+    if not name.isprintable():
+        raise HostError(f"{where}: the host name {name!r} holds control characters")
+    return name
+
+
 def parse_host_list(text: str) -> List[Tuple[str, int]]:
     """`h1:2,h2:2` (Open MPI's -H form; a missing count means 1 slot)."""
     out = []
@@ -72,12 +96,9 @@ def parse_host_list(text: str) -> List[Tuple[str, int]]:
         item = item.strip()
         if not item:
             continue
-        name, count = item, "1"
-        if ":" in item and not _is_ipv6(item):
-            name, _, count = item.rpartition(":")
-        if not name:
-            raise HostError(f"--hosts: '{item}' has no host name")
-        out.append((name, _slots(count, item)))
+        name, count = _name_and_count(item)
+        _check_name(name, f"--hosts: '{item}'")
+        out.append((name, _slots(count or "1", item)))
     if not out:
         raise HostError(f"--hosts '{text}' names no host (write h1:2,h2:2)")
     return out
@@ -99,28 +120,57 @@ def _slots(count: str, where: str) -> int:
         raise HostError(f"'{where}': the slot count '{count}' is not an integer") from None
     if n < 1:
         raise HostError(f"'{where}': a host needs at least 1 slot, not {n}")
+    if n > MAX_SLOTS:
+        raise HostError(f"'{where}': {n} slots on one host is more than {MAX_SLOTS}; a slot is "
+                        "one rank (a core or a GPU): give the number of ranks to start there")
     return n
 
 
 def parse_hostfile(text: str, path: str) -> List[Tuple[str, int]]:
-    """Open MPI's hostfile: `name [slots=N] [max_slots=M]` per line, # comments."""
+    """Open MPI's hostfile: `name [slots=N] [max_slots=M]` per line, #
+    comments; `name:N` (the -H form, which users write in hostfiles too)
+    means slots=N."""
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         words = line.split()
-        slots = 1
+        where = f"{path}:{lineno}"
+        name, count = _name_and_count(words[0])
+        _check_name(name, where)
+        slots = _slots(count, where) if count is not None else 1
         for w in words[1:]:
             key, _, value = w.partition("=")
             if key in ("slots", "count", "cpu"):
-                slots = _slots(value, f"{path}:{lineno}")
+                if count is not None:
+                    raise HostError(f"{where}: '{words[0]}' and '{w}' both give the slots; "
+                                    "write one of them")
+                slots = _slots(value, where)
             elif key != "max_slots":
-                raise HostError(f"{path}:{lineno}: unknown hostfile field '{w}' (use slots=N)")
-        out.append((words[0], slots))
+                raise HostError(f"{where}: unknown hostfile field '{w}' (use slots=N)")
+        out.append((name, slots))
     if not out:
         raise HostError(f"{path}: the hostfile names no host")
     return out
+
+
+def read_hostfile(path: str) -> List[Tuple[str, int]]:
+    """parse_hostfile of the file at `path`, which must be UTF-8 text: a
+    byte that is not names the line and column instead of a traceback."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise HostError(f"--hostfile {path}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise HostError(f"{path}:{line}: byte 0x{data[e.start]:02x} at column {column} is not "
+                        "UTF-8 text; a hostfile holds host names (name slots=N per line)") from None
+    return parse_hostfile(text, path)
 
 
 def make_hosts(entries: Sequence[Tuple[str, int]],

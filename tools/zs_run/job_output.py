@@ -97,6 +97,31 @@ def parse(text: str) -> OutputFacts:
     return f
 
 
+# A program's own message: "program: text" (zs_report_config_error's form,
+# and the examples'). Not the launchers' and the runtime's log lines.
+_PROGRAM_LINE = re.compile(r"^[A-Za-z0-9_.+-]+: \S")
+_NOT_PROGRAM = ("zs-run:", "mpirun", "srun:", "zeroshard:", "numerics:")
+
+
+def program_messages(text: str, limit: int = 3) -> List[str]:
+    """The last `limit` distinct lines in which the program said something
+    ("name: message"), outside mpirun's framed help texts: what to show
+    when a job ends by its own error without an exit report."""
+    out: List[str] = []
+    framed = False
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("-----"):
+            framed = not framed  # mpirun frames its messages in dashed lines
+            continue
+        if framed or not _PROGRAM_LINE.match(line) or line.startswith(_NOT_PROGRAM):
+            continue
+        if line in out:
+            out.remove(line)
+        out.append(line)
+    return out[-limit:]
+
+
 def step_of_line(line: str) -> Optional[int]:
     """The optimizer step a progress line reports (the example trainer's
     'step N/M | ...'), or None."""

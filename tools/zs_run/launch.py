@@ -149,12 +149,15 @@ def mpirun_command(mpirun: Sequence[str], mpirun_args: Sequence[str], host_arg: 
     return cmd + list(program)
 
 
-def generation_processes(report_dir: str) -> Dict[int, Dict[str, str]]:
+def generation_processes(report_dir: str,
+                         generation: Optional[int] = None) -> Dict[int, Dict[str, str]]:
     """The processes on this machine that belong to the generation whose
     report directory is `report_dir` (ZS_REPORT_DIR in their environment:
-    zs-run gives each generation its own), with their environments, by pid.
-    Only /proc entries this user may read are seen."""
+    each launcher gives each of its generations its own) and, when given,
+    whose ZS_JOB_GENERATION is `generation`, with their environments, by
+    pid. Only /proc entries this user may read are seen."""
     want = f"ZS_REPORT_DIR={report_dir}".encode()
+    want_generation = None if generation is None else f"ZS_JOB_GENERATION={generation}".encode()
     me = os.getpid()
     found: Dict[int, Dict[str, str]] = {}
     try:
@@ -169,20 +172,22 @@ def generation_processes(report_dir: str) -> Dict[int, Dict[str, str]]:
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if want in env:
+        if want in env and (want_generation is None or want_generation in env):
             found[pid] = dict(e.decode("utf-8", "replace").partition("=")[::2] for e in env if e)
     return found
 
 
-def sweep(report_dir: str) -> List[int]:
-    """Ends (SIGKILL) every process of the generation on this machine
-    (generation_processes) and returns their ids. After mpirun has ended,
+def sweep(report_dir: str, generation: int) -> List[int]:
+    """Ends (SIGKILL) every process of this launcher's generation on this
+    machine (generation_processes: both its report directory and its
+    generation must match, so another launcher's job on the same checkpoint
+    root is never touched) and returns their ids. After mpirun has ended,
     such a process is a rank it left behind: mpirun killed with SIGKILL
     leaves its local ranks running, and a rank that lost its daemon may take
     seconds to notice. Ranks on other machines are fenced by the generation
     instead."""
     killed = []
-    for pid in generation_processes(report_dir):
+    for pid in generation_processes(report_dir, generation):
         try:
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)

@@ -10,17 +10,24 @@ The checkpoint root: `latest` names the newest committed step directory
 (step_00000012); the step directories themselves are the fallback. The
 generation file <root>/generation holds the job generation as ASCII decimal
 and a newline: the runtime refuses to commit when it names a generation
-larger than its own, which fences out ranks of an older job.
+larger than its own, which fences out ranks of an older job. Launchers take
+generations from it one at a time (take_generation: read, add one, write,
+under an exclusive lock of <root>/generation.lock), so two launchers on one
+root never take the same number, and a launcher whose generation is no
+longer the newest knows that another one took over.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import socket
 from typing import List, Optional, Tuple
 
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 GENERATION_FILE = "generation"
+GENERATION_LOCK = "generation.lock"
 
 
 def read_reports(report_dir: str) -> Tuple[List[dict], List[str]]:
@@ -86,6 +93,34 @@ def read_generation(root: str) -> int:
         return int(text) if text.isdigit() else 0
     except (OSError, UnicodeDecodeError):
         return 0
+
+
+def take_generation(root: str, mine: int = 0) -> Optional[int]:
+    """The next generation of the root, taken atomically: under an exclusive
+    lock (flock) of <root>/generation.lock, the generation file is read, one
+    is added, and the result written before the lock is released, so
+    launchers sharing the root take distinct numbers. `mine` is the
+    generation this launcher took last (0: none yet); when the root names a
+    larger one, another launcher took over: nothing is written and None is
+    returned."""
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(os.path.join(root, GENERATION_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        current = read_generation(root)
+        if mine > 0 and current > mine:
+            return None
+        write_generation(root, current + 1)
+        return current + 1
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def launcher_id() -> str:
+    """This launcher among others on the same root: host name and process id
+    (file-name characters only), for its report directories."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname().split(".")[0]) or "host"
+    return f"{host}-{os.getpid()}"
 
 
 def write_generation(root: str, generation: int) -> None:

@@ -3,8 +3,9 @@ flushed as each event happens, so a job that is killed keeps what it wrote.
 
 Events: "start" (the first launch), "restart" (written once the new job
 reports its first new step, or ends without one, so that it carries the
-seconds to recover), "give_up", "stop" and "finish". docs/UNATTENDED.md
-lists the fields.
+seconds to recover), "give_up", "stop" (on request, or on the program's own
+error), "superseded" (another launcher took a newer generation of the
+checkpoint root) and "finish". docs/UNATTENDED.md lists the fields.
 """
 from __future__ import annotations
 

@@ -8,7 +8,10 @@ SLURM_NTASKS_PER_NODE, else 1.
 
 Launch: srun with --distribution=arbitrary and SLURM_HOSTFILE naming each
 rank's node, one line per rank, so the layout is exactly the one zs-run
-decided (the same rank-to-host order as mpirun's --map-by slot), and
+decided (the same rank-to-host order as mpirun's --map-by slot), without
+--nodelist: a real srun takes an explicit node list as the layout under
+--distribution=arbitrary, one name per task, and refuses node1,node2 for 4
+tasks ("You asked for 4 tasks but hostlist specified 2 nodes"); and
 --kill-on-bad-exit=1 so one failed rank ends the step instead of leaving
 the others waiting for their deadline. srun passes the whole environment
 to the ranks, so ZS_REPORT_DIR and ZS_JOB_GENERATION need no -x.
@@ -73,8 +76,7 @@ def srun_command(srun: str, hosts: Sequence[Host], srun_args: Sequence[str],
     lines = [h.name for h in hosts for _ in range(h.slots)]
     with open(hostfile, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    return ([srun, f"--nodes={len(hosts)}", f"--ntasks={len(lines)}",
-             f"--nodelist={','.join(h.name for h in hosts)}", "--distribution=arbitrary",
+    return ([srun, f"--nodes={len(hosts)}", f"--ntasks={len(lines)}", "--distribution=arbitrary",
              "--kill-on-bad-exit=1"] + list(srun_args) + list(program))
 
 

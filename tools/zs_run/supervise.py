@@ -5,9 +5,19 @@ Times: a failure is *detected* at the first of: an exit report appearing,
 a line of output saying the job is failing, or the launcher's exit. A
 recovery ends at the first line of the new job that reports a step after
 the one it resumed from. Both are read on the monotonic clock.
+
+Several launchers may share a checkpoint root (a requeued batch job next to
+one that was not ended, a second zs-run started by mistake). Generations
+are taken from the root (reports.take_generation), never counted here, and
+each launcher's reports go to directories of its own
+(gen-NNNNNN-<launcher id>). The newest generation owns the root: a launcher
+that finds a newer one there, while its job runs or before it relaunches,
+ends its own job (the fence keeps it from committing anyway) and stops,
+with a "superseded" record and exit code 79.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import signal
@@ -22,6 +32,9 @@ from .hosts import Host, describe, host_arg
 from .restart_log import RestartLog
 
 POLL_S = 0.1
+# How often a running job's launcher reads the root's generation: a few
+# bytes, so often enough that a superseded job ends within a second.
+FENCE_POLL_S = 0.5
 
 
 @dataclass
@@ -72,7 +85,9 @@ class Supervisor:
         self.signals: List[int] = []
         self.failures: Dict[str, int] = {}
         self.restarts = 0
-        self.generation = reports.read_generation(plan.checkpoint_dir)
+        # The generation this launcher took last (0: none yet).
+        self.generation = 0
+        self.launcher = reports.launcher_id()
 
     # ---------------------------------------------------------- signals
     def _on_signal(self, signum, _frame) -> None:
@@ -120,9 +135,12 @@ class Supervisor:
                                         "committed checkpoint stands")
                 say("asked to stop between two jobs: not relaunching")
                 return decide_mod.STOPPED_EXIT_CODE
-            self.generation += 1
-            reports.write_generation(self.p.checkpoint_dir, self.generation)
-            rdir = os.path.join(self.p.report_root, f"gen-{self.generation:06d}")
+            taken = reports.take_generation(self.p.checkpoint_dir, self.generation)
+            if taken is None:
+                return self._superseded("before relaunching", None, False)
+            self.generation = taken
+            rdir = os.path.join(self.p.report_root,
+                                f"gen-{self.generation:06d}-{self.launcher}")
             os.makedirs(rdir, exist_ok=True)
             resumed_from = reports.latest_step(self.p.checkpoint_dir)
             world = sum(h.slots for h in hosts)
@@ -135,7 +153,7 @@ class Supervisor:
                                  hosts=[h.to_json() for h in hosts], world_size=world,
                                  global_batch=limits.global_batch or None,
                                  step_resumed_from=resumed_from if resumed_from >= 0 else None,
-                                 command=cmd)
+                                 command=cmd, launcher=self.launcher, report_dir=rdir)
             else:
                 last = self.pending["last_step_reached"]
                 self.pending["failed_generation"] = self.pending["generation"]
@@ -143,31 +161,33 @@ class Supervisor:
                 self.pending["step_resumed_from"] = resumed_from if resumed_from >= 0 else None
                 self.pending["steps_lost"] = (max(last - max(resumed_from, 0), 0)
                                               if isinstance(last, int) else None)
+                self.pending["report_dir"] = rdir
             job = launch.Job(cmd, self._env(rdir), resumed_from)
             job.start()
-            code, detected_at, ended_group = self._watch(job, rdir)
+            code, detected_at, ended_group, superseded = self._watch(job, rdir)
             if self.pending is not None:
                 self._write_restart(None, None, "the relaunched job ended before its first "
                                     "new step")
+            if superseded:
+                return self._superseded("while its job ran", code, ended_group)
             report_list, notes = reports.read_reports(rdir)
             for n in notes:
                 say(n)
-            stop = bool(self.signals)
-            unreachable: frozenset = frozenset()
-            if code != 0 and not stop and self.p.probe is not None:
-                t0 = time.monotonic()
-                reach = self._probe()
-                unreachable = frozenset(k for k, ok in reach.items() if not ok)
-                say(f"probed {len(reach)} host{'' if len(reach) == 1 else 's'} in "
-                    f"{time.monotonic() - t0:.1f} s: " +
-                    ", ".join(f"{h.name} {'reachable' if reach.get(h.ident) else 'UNREACHABLE'}"
-                              for h in self.p.pool))
             outcome = decide_mod.Outcome(pool=tuple(self.p.pool), job_hosts=tuple(hosts),
                                          exit_code=code, output=job.output(),
-                                         reports=tuple(report_list), unreachable=unreachable,
+                                         reports=tuple(report_list),
                                          failures=dict(self.failures), restarts=self.restarts,
-                                         stop_requested=stop)
-            d = decide_mod.decide(outcome, limits)
+                                         stop_requested=bool(self.signals),
+                                         resumed_from=resumed_from)
+            # A job that finished, stopped or failed by its own error needs
+            # nothing from the hosts: no probe (a stop is not a failure).
+            d = decide_mod.settled(outcome)
+            if d is None:
+                if reports.read_generation(self.p.checkpoint_dir) > self.generation:
+                    return self._superseded("after its job failed", code, ended_group)
+                if self.p.probe is not None:
+                    outcome = dataclasses.replace(outcome, unreachable=self._unreachable())
+                d = decide_mod.decide(outcome, limits)
             memory_note = None
             if d.action == "relaunch" and d.world_size < world:
                 fits, memory_note = self._memory(d.world_size)
@@ -198,6 +218,8 @@ class Supervisor:
                                  memory_check=memory_note, **common)
                 say(f"giving up: {d.reason} (exit code {code})")
                 return code if code != 0 else 1
+            # Probed and decided: a launcher that took over in the meantime
+            # makes take_generation refuse at the top of the loop.
             self.failures = d.failures
             gone = {e["name"] for e in d.excluded}
             self.p.pool = [h for h in self.p.pool if h.name not in gone]
@@ -211,6 +233,25 @@ class Supervisor:
                                 memory_check=memory_note, detected_mono=detected_at)
             hosts = d.hosts
             self._sleep(d.backoff_s)  # a signal cuts it short; the loop's top stops
+
+    def _superseded(self, when: str, code: Optional[int], ended_group: bool) -> int:
+        """Stops this launcher: the root names a generation newer than its
+        own, so another launcher owns it (and the runtime's fence refuses
+        this launcher's commits). A restart decided but not made is said in
+        the record instead of its own."""
+        newer = reports.read_generation(self.p.checkpoint_dir)
+        reason = (f"the checkpoint root {self.p.checkpoint_dir} names generation {newer}, newer "
+                  f"than this launcher's {self.generation}: another zs-run took it over "
+                  f"({when}); this one stops and leaves the root to it")
+        undone = self.pending
+        self.pending = None
+        self.p.log.write("superseded", generation=self.generation, newer_generation=newer,
+                         exit_code=code, restarts=self.restarts,
+                         last_committed_step=reports.latest_step(self.p.checkpoint_dir),
+                         ended_process_group=ended_group,
+                         restart_not_made=(undone or {}).get("reason"), reason=reason)
+        say(f"superseded: {reason} (exit code {decide_mod.SUPERSEDED_EXIT_CODE})")
+        return decide_mod.SUPERSEDED_EXIT_CODE
 
     def _write_restart(self, first_step: Optional[int], first_at: Optional[float],
                        note: Optional[str] = None) -> None:
@@ -231,13 +272,16 @@ class Supervisor:
 
     def _watch(self, job: launch.Job, rdir: str):
         """Until the launcher exits: stop signals forwarded, the deadline
-        after a failure enforced, the recovery's end noticed. Returns (exit
-        code, when the failure was detected or None, whether zs-run had to
-        end the process group)."""
+        after a failure enforced, the recovery's end noticed, the root's
+        generation watched. Returns (exit code, when the failure was
+        detected or None, whether zs-run had to end the process group,
+        whether a newer generation took the root over, ending the job)."""
         detected = None
         forwarded = 0
         stop_deadline = None
         ended_group = False
+        superseded = False
+        next_fence_check = time.monotonic() + FENCE_POLL_S
         while True:
             code = job.poll()
             now = time.monotonic()
@@ -259,6 +303,16 @@ class Supervisor:
                 self._write_restart(first_step, first_at)
             if code is not None:
                 break
+            if now >= next_fence_check and not superseded:
+                next_fence_check = now + FENCE_POLL_S
+                newer = reports.read_generation(self.p.checkpoint_dir)
+                if newer > self.generation:
+                    say(f"the checkpoint root names generation {newer}, newer than this job's "
+                        f"{self.generation}: another zs-run took it over; ending this job "
+                        "(fenced out: it can commit nothing)")
+                    job.end_group(5.0)
+                    ended_group = superseded = True
+                    continue
             # A stop has its own deadline (--stop-timeout); its reports are
             # not a failure.
             if detected is None and not self.signals:
@@ -284,7 +338,7 @@ class Supervisor:
         # that lost mpirun) belongs to a job that is over.
         if job.group_alive():
             job.end_group(2.0)
-        strays = launch.sweep(rdir)
+        strays = launch.sweep(rdir, self.generation)
         if strays:
             say(f"ended {len(strays)} process{'' if len(strays) == 1 else 'es'} of generation "
                 f"{self.generation} that outlived mpirun (pids {', '.join(map(str, strays))})")
@@ -292,12 +346,19 @@ class Supervisor:
         first_step, first_at, _, _ = job.snapshot()
         if self.pending is not None and first_at is not None:
             self._write_restart(first_step, first_at)
-        return code, detected, ended_group
+        return code, detected, ended_group, superseded
 
-    def _probe(self) -> Dict[str, bool]:
+    def _unreachable(self) -> frozenset:
+        """The hosts of the pool the probe could not reach (Host.ident)."""
         from .probe import probe_all
         assert self.p.probe is not None
-        return probe_all(self.p.pool, self.p.probe)
+        t0 = time.monotonic()
+        reach = probe_all(self.p.pool, self.p.probe)
+        say(f"probed {len(reach)} host{'' if len(reach) == 1 else 's'} in "
+            f"{time.monotonic() - t0:.1f} s: " +
+            ", ".join(f"{h.name} {'reachable' if reach.get(h.ident) else 'UNREACHABLE'}"
+                      for h in self.p.pool))
+        return frozenset(k for k, ok in reach.items() if not ok)
 
     def _memory(self, world: int):
         if not self.p.memory_limit:
