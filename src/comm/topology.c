@@ -12,23 +12,15 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process_identity.h"
 #include "core/text_append.h"
 
 void zs__host_identity_get(zs__host_identity *out) {
     memset(out, 0, sizeof *out);
     if (gethostname(out->host, sizeof out->host - 1) != 0) out->host[0] = '\0';
     out->host[sizeof out->host - 1] = '\0';
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(out->boot_id, sizeof out->boot_id, f)) out->boot_id[0] = '\0';
-        out->boot_id[strcspn(out->boot_id, "\n")] = '\0';
-        fclose(f);
-    }
-    struct stat ns;
-    if (stat("/proc/self/ns/net", &ns) == 0) {
-        out->netns_dev = (uint64_t)ns.st_dev;
-        out->netns_ino = (uint64_t)ns.st_ino;
-    }
+    zs__node_identity_read(out->boot_id, sizeof out->boot_id, &out->netns_dev,
+                           &out->netns_ino);
 }
 
 /* One allocation: the struct, then the arrays (and the identities when
@@ -41,7 +33,8 @@ zs_status zs__topology_create(int world_size, int rank, int64_t ranks_per_node,
                         "zs__topology_create: rank %d of %d ranks, ranks_per_node %lld", rank,
                         world_size, (long long)ranks_per_node);
     const size_t n = (size_t)world_size;
-    const size_t ints = 4 * n; /* node_of, local_of, node_sizes, node_first */
+    /* node_of, local_of, node_sizes, node_first, node_offset, by_node */
+    const size_t ints = 6 * n;
     const size_t ids = ranks_per_node > 0 ? 0 : n;
     const size_t bytes = sizeof(zs__topology) + ints * sizeof(int) + ids * sizeof(zs__host_identity);
     unsigned char *block = zs__calloc(1, bytes);
@@ -58,8 +51,10 @@ zs_status zs__topology_create(int world_size, int rank, int64_t ranks_per_node,
     t->local_of = arrays + n;
     t->node_sizes = arrays + 2 * n;
     t->node_first = arrays + 3 * n;
+    t->node_offset = arrays + 4 * n;
+    t->by_node = arrays + 5 * n;
     if (ids) {
-        /* The struct holds pointers and 4n ints are 16n bytes: the
+        /* The struct holds pointers and 6n ints are 24n bytes: the
          * identities (uint64_t members) start 8-byte aligned. */
         size_t offset = sizeof *t + ints * sizeof(int);
         t->identities = (zs__host_identity *)(void *)(block + offset);
@@ -84,6 +79,11 @@ static void derive(zs__topology *t) {
         if (t->node_first[k] < 0) t->node_first[k] = r;
         t->local_of[r] = t->node_sizes[k]++;
     }
+    for (int k = 0, at = 0; k < t->node_count; k++) {
+        t->node_offset[k] = at;
+        at += t->node_sizes[k];
+    }
+    for (int r = 0; r < n; r++) t->by_node[t->node_offset[t->node_of[r]] + t->local_of[r]] = r;
     t->node = t->node_of[t->rank];
     t->local_rank = t->local_of[t->rank];
     t->node_size = t->node_sizes[t->node];
@@ -214,9 +214,7 @@ zs_status zs__topology_require_equal(const zs__topology *t, const char *what) {
 
 int zs__topology_rank_of(const zs__topology *t, int node, int local) {
     if (node < 0 || node >= t->node_count || local < 0 || local >= t->node_sizes[node]) return -1;
-    for (int r = t->node_first[node]; r < t->world_size; r++)
-        if (t->node_of[r] == node && t->local_of[r] == local) return r;
-    return -1;
+    return t->by_node[t->node_offset[node] + local];
 }
 
 void zs__topology_destroy(zs__topology *t) { free(t); }

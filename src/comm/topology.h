@@ -75,6 +75,8 @@ typedef struct zs__topology {
     int *local_of;           /* [world_size] local rank of each rank */
     int *node_sizes;         /* [node_count] ranks on each node */
     int *node_first;         /* [node_count] the lowest rank of each node */
+    int *node_offset;        /* [node_count] where each node's ranks start in by_node */
+    int *by_node;            /* [world_size] the ranks in (node, local rank) order */
     zs__host_identity *identities; /* [world_size] detection only; NULL with the key */
 } zs__topology;
 
@@ -101,7 +103,8 @@ zs_status zs__topology_agree(zs__topology *t, zs__comm *world);
 zs_status zs__topology_require_equal(const zs__topology *t, const char *what);
 
 /* The rank that is local rank `local` on node `node`, or -1 when that node
- * has no such rank. */
+ * has no such rank. Constant time (a table): qgZ asks for every rank of
+ * every unit. */
 int zs__topology_rank_of(const zs__topology *t, int node, int local);
 
 /* One line: "4 ranks on 2 nodes of 2 (comm.ranks_per_node = 2): node 0 =

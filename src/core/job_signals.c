@@ -6,10 +6,13 @@
  * writer for the second signal. */
 #include "core/job_signals.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -26,17 +29,26 @@ static atomic_llong g_first_ns;            /* when it arrived (zs__clock_ns) */
 static atomic_llong g_term_ns;             /* when SIGTERM arrived (or the grace restarted); 0: never */
 static atomic_llong g_grace_ns = 10000000000ll;
 
+/* The alarm: SIGCONT and SIGTERM post it (sem_post is async-signal-safe),
+ * the peer watch waits on it. Initialized once per process, never
+ * destroyed: a handler may post it at any time. */
+static sem_t g_alarm;
+static atomic_int g_alarm_ready;
+static atomic_int g_alarm_signal; /* the signal that last posted it (a lock-free atomic: the
+                                     watch's thread reads it) */
+
 /* Installation: only ever touched by zs_create / zs_destroy. */
 static int g_users;
 static int g_installed;
 static int g_stop_signal;
-static struct sigaction g_old_stop, g_old_term;
+static struct sigaction g_old_stop, g_old_term, g_old_cont;
 
 const char *zs__signals_name(int signal_number) {
     switch (signal_number) {
     case SIGUSR1: return "SIGUSR1";
     case SIGUSR2: return "SIGUSR2";
     case SIGTERM: return "SIGTERM";
+    case SIGCONT: return "SIGCONT";
     }
     return "";
 }
@@ -72,8 +84,22 @@ static void end_now(int sig) {
     raise(sig);
 }
 
+static void post_alarm(int sig) {
+    const int saved = errno;
+    atomic_store(&g_alarm_signal, sig);
+    if (atomic_load(&g_alarm_ready)) sem_post(&g_alarm);
+    errno = saved;
+}
+
+/* SIGCONT: the first step of mpirun's (and slurmstepd's) tear-down, sent
+ * to every rank at once, a second before SIGTERM. Not a stop: only the
+ * alarm, so that a rank whose peer died learns it now. The process has
+ * already been continued by the kernel when this runs. */
+static void on_continue(int sig) { post_alarm(sig); }
+
 static void on_signal(int sig) {
     const long long now = (long long)zs__clock_ns();
+    if (sig == SIGTERM) post_alarm(sig);
     if (g_stop_seen) {
         if (sig == g_first && now - atomic_load(&g_first_ns) < DUPLICATE_NS) return;
         end_now(sig);
@@ -94,6 +120,15 @@ zs_status zs__signals_install(int stop_signal, double term_grace_s) {
     g_installed = 0;
     g_stop_signal = stop_signal;
     if (stop_signal == 0) return ZS_OK;
+    if (!atomic_load(&g_alarm_ready)) {
+        if (sem_init(&g_alarm, 0, 0) != 0) {
+            g_users--;
+            return zs__fail(ZS_ERR_INTERNAL, "zs_create: cannot create the semaphore of the "
+                            "signal handlers (%s)", strerror(errno));
+        }
+        atomic_store(&g_alarm_ready, 1);
+    }
+    while (sem_trywait(&g_alarm) == 0) {} /* posts of an earlier context's life */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -115,6 +150,17 @@ zs_status zs__signals_install(int stop_signal, double term_grace_s) {
         g_users--;
         return zs__fail(ZS_ERR_INTERNAL, "zs_create: cannot install the handler of SIGTERM");
     }
+    struct sigaction cont;
+    memset(&cont, 0, sizeof cont);
+    cont.sa_handler = on_continue;
+    cont.sa_flags = SA_RESTART;
+    sigemptyset(&cont.sa_mask);
+    if (sigaction(SIGCONT, &cont, &g_old_cont) != 0) {
+        sigaction(stop_signal, &g_old_stop, NULL);
+        sigaction(SIGTERM, &g_old_term, NULL);
+        g_users--;
+        return zs__fail(ZS_ERR_INTERNAL, "zs_create: cannot install the handler of SIGCONT");
+    }
     g_installed = 1;
     return ZS_OK;
 }
@@ -124,8 +170,27 @@ void zs__signals_restore(void) {
     if (!g_installed) return;
     sigaction(g_stop_signal, &g_old_stop, NULL);
     sigaction(SIGTERM, &g_old_term, NULL);
+    sigaction(SIGCONT, &g_old_cont, NULL);
     g_installed = 0;
 }
+
+int zs__signals_alarm_wait(double timeout_s) {
+    if (!atomic_load(&g_alarm_ready)) return -1;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    const long long ns = (long long)until.tv_nsec + (long long)(timeout_s * 1e9);
+    until.tv_sec += (time_t)(ns / 1000000000ll);
+    until.tv_nsec = (long)(ns % 1000000000ll);
+    while (sem_timedwait(&g_alarm, &until) != 0)
+        if (errno != EINTR) return 0;
+    return 1;
+}
+
+void zs__signals_alarm_wake(void) {
+    if (atomic_load(&g_alarm_ready)) sem_post(&g_alarm);
+}
+
+int zs__signals_alarm_signal(void) { return atomic_load(&g_alarm_signal); }
 
 int zs__signals_stop_seen(void) { return g_stop_seen != 0; }
 int zs__signals_first(void) { return g_first; }

@@ -19,6 +19,8 @@
  *     report (the writer is async-signal-safe), restores the default action
  *     and raises the signal again.
  *
+ * SIGCONT is handled too, only to post an alarm (below).
+ *
  * The state is process-wide, as signal dispositions are. Contexts install
  * and restore with a count: the first zs__signals_install saves the
  * program's handlers and installs these (clearing what an earlier context
@@ -54,6 +56,19 @@ int zs__signals_term_expired(void);
 void zs__signals_term_regrace(void);
 /* The configured grace in seconds (job.term_grace_s), for messages. */
 double zs__signals_term_grace(void);
+
+/* The alarm of the peer watch (comm/peer_watch.h): SIGCONT and SIGTERM,
+ * the signals with which mpirun and Slurm begin to end a job (SIGCONT
+ * first, to every rank, a second before SIGTERM), post it; they are
+ * handled only when job.stop_signal is not "none" (SIGCONT's handler only
+ * posts: the kernel has continued the process already). Waits up to
+ * timeout_s for a post: 1 when one came (a signal, or
+ * zs__signals_alarm_wake), 0 at the timeout, -1 when no handler was ever
+ * installed. Posts made before the handlers' installation are dropped. */
+int zs__signals_alarm_wait(double timeout_s);
+void zs__signals_alarm_wake(void);
+/* The signal that posted the alarm last (0: none yet), for messages. */
+int zs__signals_alarm_signal(void);
 
 /* Ends the process by SIGTERM with its default action: restores SIG_DFL,
  * unblocks it in this thread and raises it. Returns only where that did not

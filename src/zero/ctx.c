@@ -298,6 +298,8 @@ static zs_status create_on(const zs_config *cfg, MPI_Comm comm, int owns_mpi, zs
                   st, fail);
     ZS_CHECK_GOTO(choose_collectives(zs, comm), st, fail);
     ZS_CHECK_GOTO(create_groups(zs), st, fail);
+    /* Ranks may die from here on (the long steps of zs_build follow). */
+    ZS_CHECK_GOTO(zs__job_watch(zs), st, fail);
     /* The runtime's CPU kernels give the same bits at every SIMD level, so
      * a difference between hosts costs only speed: said at INFO. */
     char groups[1536];
@@ -371,6 +373,9 @@ void zs_destroy(zs_ctx *zs) {
     zs__trace_destroy(zs->trace); /* writes the file */
     zs->trace = NULL;
     if (zs->backend) (void)zs->backend->ops->synchronize(zs->backend);
+    /* The peer watch ends before ranks may leave (below): a neighbour that
+     * finished its own zs_destroy is not a death. */
+    zs__job_unwatch(zs);
     /* Destroy is collective: every rank agrees that every rank is leaving.
      * A rank that leaves the training loop early (or destroys its context in
      * the middle of a step) then waits here, with the deadline, while the

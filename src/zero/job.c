@@ -21,6 +21,7 @@
 typedef struct rank_record {
     zs__host_addresses host;
     int64_t generation;
+    zs__process_identity process; /* for the peer watch */
 } rank_record;
 
 /* This rank's generation and report directory (local; no communication). */
@@ -57,21 +58,27 @@ static zs_status read_identity(zs_ctx *zs) {
  * agree (an old launch's rank among a new launch's would be fenced by
  * one rule and not the other). The same outcome on every rank: each
  * decides from the same gathered records. */
-static zs_status gather_hosts(zs_ctx *zs) {
+static zs_status gather_hosts(zs_ctx *zs, zs__process_identity **processes) {
+    /* Every rank's process too, for the peer watch (comm/peer_watch.h). */
     zs__job *job = &zs->job;
     rank_record mine;
     memset(&mine, 0, sizeof mine);
     zs__host_addresses_get(&mine.host);
     mine.generation = job->generation;
+    zs__process_identity_get(&mine.process);
     rank_record *all = NULL;
     ZS_CHECK(zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof *all,
                                "zs_create (every rank's host)", (void **)&all));
     zs_status st = zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof *job->hosts,
                                      "zs_create (the hosts table)", (void **)&job->hosts);
     if (st == ZS_OK)
+        st = zs__calloc_agreed(zs, (size_t)zs->world_size, sizeof **processes,
+                               "zs_create (every rank's process)", (void **)processes);
+    if (st == ZS_OK)
         st = zs__comm_all_gather_bytes(zs->comm, &mine, sizeof mine, all, "host addresses");
     for (int r = 0; st == ZS_OK && r < zs->world_size; r++) {
         job->hosts[r] = all[r].host;
+        (*processes)[r] = all[r].process;
         if (all[r].generation != all[0].generation)
             st = zs__fail(ZS_ERR_MISMATCH,
                           "ranks disagree on the job generation: rank %d (on %s) has %lld but "
@@ -102,7 +109,7 @@ zs_status zs__job_create(zs_ctx *zs) {
         job->created = 1;
     }
     ZS_CHECK(zs__agree_status(zs, st, "zs_create (signal handlers)"));
-    ZS_CHECK(gather_hosts(zs));
+    ZS_CHECK(gather_hosts(zs, &job->processes));
 
     zs__exit_job identity;
     memset(&identity, 0, sizeof identity);
@@ -116,6 +123,7 @@ zs_status zs__job_create(zs_ctx *zs) {
     identity.hosts = job->hosts;
     zs__exit_report_register(&identity);
     job->registered = 1;
+
     ZS_DEBUG("job: generation %lld, exit reports in '%s', stop signal %s, parent-death signal "
              "%s", (long long)job->generation, job->report_dir[0] ? job->report_dir : "(none)",
              which == ZS_STOP_SIGNAL_NONE ? "none (no handlers)"
@@ -124,8 +132,27 @@ zs_status zs__job_create(zs_ctx *zs) {
     return ZS_OK;
 }
 
+zs_status zs__job_watch(zs_ctx *zs) {
+    zs__job *job = &zs->job;
+    /* The handlers post the watch's alarm; without them nothing would. */
+    zs_status st = ZS_OK;
+    if (zs->settings.job.stop_signal != ZS_STOP_SIGNAL_NONE && job->processes &&
+        !zs__env_flag(ZS_ENV_PEER_WATCH_OFF))
+        st = zs__peer_watch_start(zs->rank, zs->world_size, job->processes, job->report_dir,
+                                  &job->watch);
+    return zs__agree_status(zs, st, "zs_create (peer watch)");
+}
+
+void zs__job_unwatch(zs_ctx *zs) {
+    zs__peer_watch_stop(zs->job.watch);
+    zs->job.watch = NULL;
+}
+
 void zs__job_destroy(zs_ctx *zs) {
     zs__job *job = &zs->job;
+    zs__job_unwatch(zs);
+    free(job->processes);
+    job->processes = NULL;
     if (job->registered) zs__exit_report_unregister();
     job->registered = 0;
     if (job->created) {

@@ -13,6 +13,7 @@
 
 #include "core/exit_report.h"
 #include "core/host_addresses.h"
+#include "core/peer_watch.h"
 #include "zeroshard.h"
 
 typedef struct zs__job {
@@ -21,6 +22,8 @@ typedef struct zs__job {
     int64_t generation;       /* job.generation, or ZS_JOB_GENERATION; agreed at create */
     char report_dir[ZS_EXIT_DIR_BYTES]; /* ZS_REPORT_DIR, job.report_dir or <checkpoint.dir>/reports */
     zs__host_addresses *hosts; /* [world_size] every rank's host, gathered at create */
+    zs__process_identity *processes; /* [world_size] every rank's process, gathered at create */
+    zs__peer_watch *watch;    /* ends this rank at once when a peer died (core/peer_watch.h) */
     /* Agreed at the last accumulation boundary (the same on every rank). */
     int stop_due;             /* ranks had a stop signal: save, then stop, after this step */
     int stop_ranks;           /* how many */
@@ -32,10 +35,16 @@ typedef struct zs__job {
 
 /* zs_create, once the runtime's communicator exists: reads the generation
  * and the report directory, arms the parent-death signal, installs the
- * signal handlers, all-gathers every rank's host (its name and addresses)
- * and generation (which must be equal), and registers the job for exit
- * reports. Collective; fails on every rank alike. */
+ * signal handlers, all-gathers every rank's host (its name and addresses),
+ * generation (which must be equal) and process, and registers the job for
+ * exit reports. Collective; fails on every rank alike. */
 zs_status zs__job_create(zs_ctx *zs);
+/* Starts the peer watch (core/peer_watch.h) once the communicator is final,
+ * when the signal handlers are installed; and stops it at the start of
+ * zs_destroy, before the agreement where ranks leave legitimately (also
+ * done by zs__job_destroy). */
+zs_status zs__job_watch(zs_ctx *zs);
+void zs__job_unwatch(zs_ctx *zs);
 /* zs_destroy: the reports unregistered, the program's signal handling and
  * parent-death signal put back. Safe on a context whose create failed. */
 void zs__job_destroy(zs_ctx *zs);

@@ -376,9 +376,15 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
  * on this model's own message sizes (each unit's chunk per rank; up to four
  * of them, smallest to largest), in memory that is allocated and idle now:
  * the live budget of stages 2-3 (it holds the largest unit), or the full
- * gradient of stages 0-1, zeroed again afterwards. */
+ * gradient of stages 0-1, zeroed again afterwards.
+ *
+ * Only where the model's gathers run on the world communicator: with hybrid
+ * sharding they run on the node's, which always takes the ring (comm.h), so
+ * there is nothing to choose; and a chunk of a node-sharded unit gathered
+ * over the world would fill nodes x the unit, more than the buffer holds
+ * (it overflowed the live budget and the full gradient before this rule). */
 static zs_status measure_all_gather(zs_ctx *zs) {
-    if (zs->world_size < 2 || zs->unit_count == 0 ||
+    if (zs->world_size < 2 || zs->unit_count == 0 || zs->shard_comm != zs->comm ||
         zs->settings.comm.all_gather != ZS_COMM_IMPL_AUTO ||
         zs->settings.comm.all_gather_mpi_from_bytes > 0)
         return ZS_OK;
@@ -406,6 +412,11 @@ static zs_status measure_all_gather(zs_ctx *zs) {
     }
     free(sizes);
     void *buf = zs->settings.zero.stage >= 2 ? zs->live.storage.ptr : zs->grads_full.ptr;
+    /* The largest gather must fit the buffer it is measured in. */
+    const size_t room = zs->settings.zero.stage >= 2
+                            ? zs->live.capacity
+                            : (size_t)zs->grads_full.count * zs_dtype_size(zs->grads_full.dtype);
+    ZS_ASSERT(m == 0 || picked[m - 1] <= room / (size_t)zs->world_size);
     ZS_CHECK(zs__comm_all_gather_measure(zs->comm, buf, picked, m));
     if (zs->settings.zero.stage < 2)
         ZS_CHECK(zs->backend->ops->zero(zs->backend, zs->grads_full.ptr,

@@ -17,11 +17,13 @@
  *     owner of that slice; the M records received (this rank's slice, one
  *     partial sum per node) are dequantized and added into `owned` (fp32,
  *     zeroed first) in node order n = 0..M-1.
- * Every piece goes through quantize and dequantize, this rank's own and a
- * hop over a communicator of one rank included, so the result does not
- * depend on which peer is this rank: a uniform rule, and a fixed order of
- * additions (peers, then nodes), so two runs give the same bits, and so do
- * stages 1-3 (the same reduction of the same gradients).
+ * Every piece goes through quantize and dequantize, this rank's own
+ * included, so the result does not depend on which peer is this rank: a
+ * uniform rule, and a fixed order of additions (peers, then nodes), so two
+ * runs give the same bits, and so do stages 1-3 (the same reduction of the
+ * same gradients). On one node there is no hop 2: sums[0] is the owned
+ * slice already, and quantizing it again would only lose precision (every
+ * rank is on that one node, so the rule stays uniform).
  *
  * A non-finite gradient value makes its block's scale NaN, every value of
  * the block NaN after dequantizing, and the NaN survives the second hop
@@ -93,6 +95,10 @@ zs_status zs__quantized_reduce_scatter(zs_ctx *zs, int u, const void *full, floa
     zs__zeropp_span(zs->trace, "dequantize", name, node, from,
                     (uint64_t)W * (uint64_t)S * sizeof(float));
 
+    if (M == 1) { /* the node's sum is the slice: nothing crosses, nothing to re-quantize */
+        *owned = sums;
+        return ZS_OK;
+    }
     /* Hop 2: across nodes, each partial slice to its owner. The send and
      * receive areas are free again (M records fit in W). */
     from = zs__trace_clock(zs->trace);

@@ -23,6 +23,25 @@ zs_status zs__zeropp_create(zs_ctx *zs, const zs__memory_plan *mp) {
     if (z->grad_bits && zs->settings.precision.reduce_dtype == ZS_REDUCE_DTYPE_FP32)
         ZS_INFO("comm.quantize_grads takes precedence over precision.reduce_dtype = \"fp32\": "
                 "its sums are fp32 already");
+    /* A record costs bits/8 bytes per value plus a 4-byte scale per block:
+     * with small blocks it outweighs the values it replaces, and the
+     * quantized collectives send more than plain ones (and lose precision
+     * for nothing). Said, not refused: a test may want small blocks. */
+    const double elem = (double)zs_dtype_size(zs->compute_dtype);
+    const int bits[2] = {z->weight_bits, z->grad_bits};
+    const char *keys[2] = {"comm.quantize_weights", "comm.quantize_grads"};
+    for (int i = 0; i < 2; i++) {
+        if (!bits[i]) continue;
+        const double per_value = bits[i] / 8.0 + 4.0 / (double)z->block;
+        if (per_value >= elem)
+            ZS_WARN("%s = \"int%d\" with comm.quant_block = %lld sends %.2f bytes per value "
+                    "(%d bits and a 4-byte scale per block), no fewer than the %.0f bytes of %s "
+                    "it replaces: the quantized collective moves more data than the plain one; "
+                    "use comm.quant_block >= %lld (the default is 256)",
+                    keys[i], bits[i], (long long)z->block, per_value, bits[i], elem,
+                    zs_dtype_name(zs->compute_dtype),
+                    (long long)(4.0 / (elem - bits[i] / 8.0)) + 1);
+    }
     if (mp->quant_staging_numel > 0)
         ZS_CHECK(zs__buf_alloc(zs->backend, &z->staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
                                mp->quant_staging_numel));

@@ -9,12 +9,18 @@
 #   - SIGUSR1 without checkpoint.dir: the agreed stop without a checkpoint
 #     (ZS_TERMINATED_EXIT_CODE, 78), the reports (job.report_dir) say so;
 #   - SIGUSR1 to mpirun (forwarded to every rank): the same;
+#   - SIGTERM to every rank at once, all alive (what scancel does): the
+#     peer watch finds no dead rank, the vote commits the checkpoint, 76;
 #   - checkpoint.every_seconds: checkpoints appear without checkpoint.every,
 #     and the training is bitwise the uninterrupted run's;
-#   - a rank killed with SIGKILL, then SIGTERM to the others (comm.timeout_s
-#     = 120, job.term_grace_s = 2, mpirun told to wait 60 s before its own
-#     SIGKILL): the job ends within seconds, commits nothing, leaves nothing
-#     that looks committed, and the reports say "terminated";
+#   - a rank killed with SIGKILL (comm.timeout_s = 120, mpirun told to wait
+#     60 s before its own SIGTERM): the peer watch ends every other rank at
+#     once on mpirun's SIGCONT (issue 38: 2 s before, and no reports), each
+#     report says "terminated" and names the dead rank, nothing is committed;
+#   - the same with the watch off (ZS_PEER_WATCH_OFF=1, as when the dead rank
+#     was alone on another machine), then SIGTERM to the others
+#     (job.term_grace_s = 2): the job ends within seconds, commits nothing,
+#     leaves nothing that looks committed, and the reports say "terminated";
 #   - a rank stopped with SIGSTOP (comm.timeout_s = 3): exit code 75, and the
 #     reports name the silent rank and its host;
 #   - a second SIGUSR1 ends the process at once (report "terminated");
@@ -75,6 +81,20 @@ wait_for() {
 
 # alive PID: running (a zombie waiting to be reaped has ended).
 alive() { [ -e "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+# until_gone SECONDS PID...: waits (polling every 10 ms) until none of the
+# processes runs, at most SECONDS; sets `took` to the milliseconds waited.
+until_gone() {
+  local limit=$(($1 * 100)) i p left from
+  shift
+  from=$(date +%s%N)
+  for ((i = 0; i < limit; i++)); do
+    left=0
+    for p in "$@"; do alive "$p" && left=1; done
+    [ "$left" -eq 0 ] && break
+    sleep 0.01
+  done
+  took=$((($(date +%s%N) - from) / 1000000))
+}
 digest_of() { grep -ao "finished step [0-9]* digest [0-9a-f]*" "$1" | awk '{print $5}'; }
 pid_of() { grep -a "^rank $2 pid " "$1" | awk '{print $4}'; }
 steps_in() { ls "$1" 2>/dev/null | grep -c '^step_'; }
@@ -187,24 +207,65 @@ check "every_seconds: bitwise the run without it" $? "exit $rc, digest $(digest_
 [ "$(steps_in "$dir")" -ge 1 ]
 check "every_seconds: checkpoints were saved" $? "$(ls "$dir")"
 
-# --- A rank killed, then SIGTERM: end within the grace, commit nothing.
-dir="$work/term"
+# --- SIGTERM to every rank, all alive (scancel, a container stop): the
+# peer watch looks and finds nobody dead; the vote's checkpoint stands.
+dir="$work/term-all"
+start 3 term-all "${base[@]}" checkpoint.dir="$dir" sleep_ms=80
+wait_for "rank 0: step 2" 20
+kill -TERM $(pid_of "$log" 0) $(pid_of "$log" 1) $(pid_of "$log" 2)
+wait "$job"
+rc=$?
+[ "$rc" -eq 76 ] && [ "$(grep -ac 'stopped after step' "$log")" -eq 3 ]
+check "SIGTERM to every rank: the agreed stop, exit code 76" $? "exit $rc: $(tail -5 "$log")"
+"$zsckpt" verify --quiet "$dir" > "$work/verify.log" 2>&1
+check "SIGTERM to every rank: the checkpoint verifies" $? "$(cat "$work/verify.log")"
+check_reports "SIGTERM to every rank" "$dir/reports" stopped 76 0 1 2
+
+# --- A rank killed: the peer watch ends the others at once. mpirun's own
+# SIGTERM would come 60 s after its SIGCONT and comm.timeout_s is 120 s, so
+# only the watch ends them within the bound.
+dir="$work/dead"
 launch=("$mpirun" --oversubscribe --bind-to none --mca odls_base_sigkill_timeout 60)
+start 3 dead steps=1000 sleep_ms=40 checkpoint.dir="$dir" die_rank=2 die_step=3 \
+  comm.timeout_s=120
+launch=("$mpirun" --oversubscribe --bind-to none)
+wait_for "^rank 2 pid" 20
+dead=$(pid_of "$log" 2)
+survivors=("$(pid_of "$log" 0)" "$(pid_of "$log" 1)")
+leftover+=("${survivors[@]}")
+until_gone 20 "$dead"
+until_gone 8 "${survivors[@]}"
+kill -9 "$job" 2>/dev/null
+wait "$job" 2>/dev/null
+echo "a rank killed: the other ranks were gone $took ms after it"
+[ "$took" -le 8000 ]
+check "a rank killed: the others end by themselves (peer watch), long before mpirun's SIGTERM" \
+  $? "took $took ms: $(tail -5 "$log")"
+check_reports "a rank killed" "$dir/reports" terminated 78 0 1
+for r in 0 1; do
+  [ "$(report_field "$dir/reports" $r peer)" = 2 ] &&
+    report_field "$dir/reports" $r message | grep -q "rank 2 is dead: its process (pid $dead, on this node) is gone"
+  check "a rank killed: rank $r's report names the dead rank 2 (pid $dead)" $? \
+    "$(cat "$dir/reports/rank-0000$r.json" 2>&1)"
+done
+[ "$(steps_in "$dir")" -eq 0 ] && [ ! -e "$dir/latest" ] && [ ! -e "$dir/reports/rank-00002.json" ]
+check "a rank killed: nothing committed, the killed rank wrote nothing" $? "$(ls -a "$dir" "$dir/reports")"
+
+# --- A rank killed, the watch off, then SIGTERM: end within the grace,
+# commit nothing.
+dir="$work/term"
+launch=("$mpirun" --oversubscribe --bind-to none --mca odls_base_sigkill_timeout 60
+        -x ZS_PEER_WATCH_OFF=1)
 start 3 term steps=1000 sleep_ms=40 checkpoint.dir="$dir" die_rank=2 die_step=3 \
   job.term_grace_s=2 comm.timeout_s=120
 launch=("$mpirun" --oversubscribe --bind-to none)
 wait_for "^rank 2 pid" 20
 dead=$(pid_of "$log" 2)
-for ((i = 0; i < 400; i++)); do alive "$dead" || break; sleep 0.05; done
-from=$(date +%s%N)
+until_gone 20 "$dead"
 survivors=("$(pid_of "$log" 0)" "$(pid_of "$log" 1)")
 leftover+=("${survivors[@]}")
 kill -TERM "${survivors[@]}" 2>/dev/null
-for ((i = 0; i < 400; i++)); do
-  alive "${survivors[0]}" || alive "${survivors[1]}" || break
-  sleep 0.05
-done
-took=$((($(date +%s%N) - from) / 1000000))
+until_gone 20 "${survivors[@]}"
 # mpirun itself sleeps out odls_base_sigkill_timeout before it exits.
 kill -9 "$job" 2>/dev/null
 wait "$job" 2>/dev/null

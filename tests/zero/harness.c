@@ -13,14 +13,19 @@
 
 #define HARNESS_ALIGN 16
 
-static const char *param_names[2 * TINY_LAYERS] = {"layer0.weight", "layer0.bias", "layer1.weight",
-                                                   "layer1.bias",   "layer2.weight", "layer2.bias"};
+/* "layer<l>.weight" and "layer<l>.bias", made once per process. */
+static const char *param_name(int i) {
+    static char names[2 * TINY_MAX_LAYERS][24];
+    if (!names[i][0])
+        snprintf(names[i], sizeof names[i], "layer%d.%s", i / 2, i % 2 ? "bias" : "weight");
+    return names[i];
+}
 
 static int64_t param_numel(int i) { return i % 2 == 0 ? tiny_weight_numel(i / 2) : tiny_bias_numel(i / 2); }
 
 static int64_t model_numel(void) {
     int64_t n = 0;
-    for (int i = 0; i < 2 * TINY_LAYERS; i++) n += param_numel(i);
+    for (int i = 0; i < 2 * tiny_layer_count(); i++) n += param_numel(i);
     return n;
 }
 
@@ -66,9 +71,11 @@ int harness_init_nodes(int *argc, char ***argv, int *world, int *rank, int *per_
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    *per_node = *argc == 2 ? atoi((*argv)[1]) : 0;
-    if (*per_node >= 1 && *world % *per_node == 0) return 0;
-    fprintf(stderr, "usage: %s <ranks per node, a divisor of %d>\n", (*argv)[0], *world);
+    *per_node = *argc >= 2 ? atoi((*argv)[1]) : 0;
+    const int deep = *argc == 3 && strcmp((*argv)[2], "deep") == 0;
+    if (deep) tiny_shape_select(TINY_SHAPE_DEEP);
+    if (*per_node >= 1 && *world % *per_node == 0 && (*argc == 2 || deep)) return 0;
+    fprintf(stderr, "usage: %s <ranks per node, a divisor of %d> [deep]\n", (*argv)[0], *world);
     return -1;
 }
 
@@ -103,7 +110,7 @@ int harness_write_config(const harness_options *opt, char *path, size_t cap) {
 
 /* Copies every parameter's full value, as fp32, into dst (registration order). */
 static int gather_all(zs_ctx *zs, zs_param **params, float *dst, harness_result *out) {
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    for (int l = 0; l < tiny_layer_count(); l++) {
         zs_unit *u = zs_unit_at(zs, l);
         H_CHECK(zs_fetch(zs, u));
         for (int k = 0; k < 2; k++) {
@@ -130,7 +137,7 @@ static int gather_state(MPI_Comm comm, zs_ctx *zs, harness_result *out) {
     for (int s = 0; s < 3; s++) {
         uint32_t *bits = calloc((size_t)out->numel, sizeof(uint32_t));
         if (!bits) return -1;
-        for (int i = 0; i < 2 * TINY_LAYERS && kept[s]; i++) {
+        for (int i = 0; i < 2 * tiny_layer_count() && kept[s]; i++) {
             int64_t b, e;
             if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
             /* Wherever the state lives: device, host or NVMe. */
@@ -184,17 +191,17 @@ zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **out_
     zs_status st = zs_create_with_comm(cfg, comm, &zs);
     zs_config_destroy(cfg);
     ZS_CHECK_LOCAL(st);
-    for (int l = 0; l < TINY_LAYERS && st == ZS_OK; l++) {
+    for (int l = 0; l < tiny_layer_count() && st == ZS_OK; l++) {
         char name[32];
         snprintf(name, sizeof name, "layer%d", l);
         int64_t wshape[2] = {tiny_dims[l + 1], tiny_dims[l]};
         int64_t bshape[1] = {tiny_dims[l + 1]};
         if (st == ZS_OK) st = zs_unit_begin(zs, name, NULL);
         if (st == ZS_OK)
-            st = zs_param_create(zs, param_names[2 * l], 2, wshape, ZS_INIT_NORMAL_STD(0.3), 0,
+            st = zs_param_create(zs, param_name(2 * l), 2, wshape, ZS_INIT_NORMAL_STD(0.3), 0,
                                  &params[2 * l]);
         if (st == ZS_OK)
-            st = zs_param_create(zs, param_names[2 * l + 1], 1, bshape,
+            st = zs_param_create(zs, param_name(2 * l + 1), 1, bshape,
                                  ZS_INIT_UNIFORM_RANGE(-0.1, 0.1), ZS_PARAM_NO_DECAY,
                                  &params[2 * l + 1]);
         if (st == ZS_OK) st = zs_unit_end(zs);
@@ -214,7 +221,7 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
     out->initial = calloc((size_t)out->numel, sizeof(float));
     out->final = calloc((size_t)out->numel, sizeof(float));
     zs_ctx *zs = NULL;
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     H_CHECK(harness_build(comm, opt, &zs, params));
     int world = zs_world_size(zs), rank = zs_rank(zs);
     out->world = world;
@@ -243,10 +250,10 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
     /* fp32 scratch for the model math in mixed precision: one view of each
      * parameter, one gradient contribution, one conversion buffer. */
     int64_t max_numel = 0;
-    for (int i = 0; i < 2 * TINY_LAYERS; i++)
+    for (int i = 0; i < 2 * tiny_layer_count(); i++)
         if (param_numel(i) > max_numel) max_numel = param_numel(i);
-    float *view[2 * TINY_LAYERS], *contrib[2 * TINY_LAYERS];
-    for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+    float *view[2 * TINY_MAX_LAYERS], *contrib[2 * TINY_MAX_LAYERS];
+    for (int i = 0; i < 2 * tiny_layer_count(); i++) {
         view[i] = calloc((size_t)param_numel(i), sizeof(float));
         contrib[i] = calloc((size_t)param_numel(i), sizeof(float));
     }
@@ -264,14 +271,14 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
             int64_t first = (int64_t)micro * batch + (int64_t)rank * local_batch;
             tiny_load_batch(&acts, step, first);
             if (opt->order_change_step > 0 && step >= opt->order_change_step) {
-                zs_unit *extra = zs_unit_at(zs, TINY_LAYERS - 1);
+                zs_unit *extra = zs_unit_at(zs, tiny_layer_count() - 1);
                 H_CHECK(zs_fetch(zs, extra));
                 H_CHECK(zs_release(zs, extra));
             }
             /* Forward. With prefetch, the next unit is fetched before the
              * current one is released, so two units are live at once in stage 3. */
             zs_unit *prev = NULL;
-            for (int l = 0; l < TINY_LAYERS; l++) {
+            for (int l = 0; l < tiny_layer_count(); l++) {
                 zs_unit *u = zs_unit_at(zs, l);
                 H_CHECK(zs_fetch(zs, u));
                 if (prev && opt->prefetch) H_CHECK(zs_release(zs, prev));
@@ -289,7 +296,7 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
             H_CHECK(zs_log_scalar(zs, "loss", out->loss[step]));
 
             tiny_backward_begin(&acts, zs_loss_scale(zs));
-            for (int l = TINY_LAYERS - 1; l >= 0; l--) {
+            for (int l = tiny_layer_count() - 1; l >= 0; l--) {
                 zs_unit *u = zs_unit_at(zs, l);
                 H_CHECK(zs_fetch(zs, u));
                 void *gw = zs_param_grad(params[2 * l]);
@@ -373,7 +380,7 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
         }
     }
     tiny_acts_free(&acts);
-    for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+    for (int i = 0; i < 2 * tiny_layer_count(); i++) {
         free(view[i]);
         free(contrib[i]);
     }
@@ -420,12 +427,12 @@ void harness_reference(const harness_options *opt, const float *initial, harness
         int t = step + 1;
         double lr = reference_lr(opt, t);
         tiny_load_batch(&acts, step, 0);
-        for (int l = 0; l < TINY_LAYERS; l++)
+        for (int l = 0; l < tiny_layer_count(); l++)
             tiny_forward(l, p + param_start(2 * l), p + param_start(2 * l + 1), &acts);
         out->loss[step] = tiny_loss(&acts);
         memset(g, 0, sizeof(float) * (size_t)out->numel);
         tiny_backward_begin(&acts, 1.0f);
-        for (int l = TINY_LAYERS - 1; l >= 0; l--)
+        for (int l = tiny_layer_count() - 1; l >= 0; l--)
             tiny_backward(l, p + param_start(2 * l), p + param_start(2 * l + 1),
                           g + param_start(2 * l), g + param_start(2 * l + 1), &acts, opt->mode,
                           step, 0, 1);
@@ -439,7 +446,7 @@ void harness_reference(const harness_options *opt, const float *initial, harness
         out->clip_coef[step] = coef;
         if (coef != 1.0)
             for (int64_t i = 0; i < out->numel; i++) g[i] = (float)(g[i] * coef);
-        for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+        for (int i = 0; i < 2 * tiny_layer_count(); i++) {
             double wd = (i % 2 == 1) ? 0.0 : wd_all; /* biases are flagged no-decay */
             for (int64_t k = param_start(i); k < param_start(i) + param_numel(i); k++) {
                 double grad = g[k], w = p[k];
@@ -480,7 +487,7 @@ void harness_result_free(harness_result *r) {
 
 double harness_max_relative_diff(const float *a, const float *b, const char **worst_name) {
     double worst = 0.0;
-    for (int i = 0; i < 2 * TINY_LAYERS; i++) {
+    for (int i = 0; i < 2 * tiny_layer_count(); i++) {
         double max_diff = 0.0, max_ref = 0.0;
         for (int64_t k = param_start(i); k < param_start(i) + param_numel(i); k++) {
             double d = fabs((double)a[k] - (double)b[k]);
@@ -490,7 +497,7 @@ double harness_max_relative_diff(const float *a, const float *b, const char **wo
         double rel = max_ref > 0 ? max_diff / max_ref : max_diff;
         if (rel > worst || (worst == 0.0 && i == 0)) {
             worst = rel;
-            if (worst_name) *worst_name = param_names[i];
+            if (worst_name) *worst_name = param_name(i);
         }
     }
     return worst;

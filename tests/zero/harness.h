@@ -95,14 +95,15 @@ typedef struct harness_result {
 } harness_result;
 
 /* Creates and builds a context holding the tiny model under `opt`'s
- * configuration (including checkpoint.resume); params receives the 6
- * parameter handles in registration order. */
+ * configuration (including checkpoint.resume); params receives the
+ * 2 x tiny_layer_count() parameter handles in registration order. */
 zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **zs, zs_param **params);
 
 /* MPI with MPI_THREAD_MULTIPLE for the tests of simulated nodes, which take
- * the ranks per node (comm.ranks_per_node) as their one argument: the
- * world size, this rank and that number. -1 (after a message) when the
- * argument is missing or does not divide the world. */
+ * the ranks per node (comm.ranks_per_node) as their first argument and
+ * optionally "deep" (the tiny model's deep shape, tiny_model.h) as their
+ * second: the world size, this rank and that number. -1 (after a message)
+ * when the argument is missing or does not divide the world. */
 int harness_init_nodes(int *argc, char ***argv, int *world, int *rank, int *per_node);
 
 /* The configuration harness_build loads for `opt`, written as run.cfg in a

@@ -398,7 +398,7 @@ static void resume_case(const char *dir, int want) {
     harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 1, .mode = TINY_GRAD_TRUE,
                            .max_live_units = 2, .scheduler = "constant", .config_extra = extra};
     zs_ctx *zs = NULL;
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     zs_status st = harness_build(MPI_COMM_WORLD, &opt, &zs, params);
     ZT_CHECK_MSG(st == ZS_OK && zs_step_count(zs) == want,
                  "resume = \"auto\" in %s: %s (%s), step %lld, expected step %d", dir,
@@ -425,7 +425,7 @@ int main(int argc, char **argv) {
     ZT_REQUIRE(harness_save_steps_3_and_4(MPI_COMM_WORLD, root) == 0);
     snapshot(0);
 
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 4, .mode = TINY_GRAD_TRUE,
                            .max_live_units = 2, .scheduler = "constant"};
     ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &g_zs, params) == ZS_OK);

@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
     ZT_REQUIRE(harness_save_steps_3_and_4(MPI_COMM_WORLD, root) == 0);
 
     zs_ctx *zs = NULL;
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 4, .mode = TINY_GRAD_TRUE,
                            .max_live_units = 2, .scheduler = "constant"};
     ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &zs, params) == ZS_OK);

@@ -48,7 +48,7 @@ static zs_ctx *build(const char *root, int keep) {
     harness_options opt = {.stage = 2, .optimizer = "adamw", .steps = 4, .mode = TINY_GRAD_TRUE,
                            .max_live_units = 2, .scheduler = "constant", .config_extra = extra};
     zs_ctx *zs = NULL;
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &zs, params) == ZS_OK);
     return zs;
 }

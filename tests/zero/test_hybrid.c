@@ -20,7 +20,8 @@
  *     parameters) offloaded to host memory or NVMe, in pairs: replicas equal,
  *     offload bitwise equal to the device, stages 2-3 bitwise equal, fp32
  *     within 1e-5 of the reference;
- *   - nodes of unequal size are refused naming the nodes. */
+ *   - nodes of unequal size are refused naming the nodes.
+ * argv[2] = "deep" runs it all on the tiny model's deep shape (tiny_model.h). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -83,7 +84,7 @@ static void check_replicas(const harness_result *r, const char *what) {
  * units are padded for the world, each shard is 1/node_size of them. */
 static void check_memory(int stage, const zs_memory_stats *m) {
     int64_t padded = 0;
-    for (int l = 0; l < TINY_LAYERS; l++) padded += harness_unit_padded(l, g_world);
+    for (int l = 0; l < tiny_layer_count(); l++) padded += harness_unit_padded(l, g_world);
     const uint64_t full = (uint64_t)padded * 4, shard = (uint64_t)padded / (uint64_t)g_per_node * 4;
     ZT_EQ_U64(m->current[ZS_MEM_PARAMS], stage == 3 ? shard : full);
     ZT_EQ_U64(m->current[ZS_MEM_GRADS], stage >= 2 ? shard : full);
@@ -98,7 +99,7 @@ static void check_bytes(int stage, const zs_comm_stats *b) {
     ZT_EQ_U64(b->bytes_inter[ZS_COMM_ALL_GATHER], 0);
     ZT_EQ_U64(b->bytes_inter[ZS_COMM_REDUCE_SCATTER], 0);
     uint64_t slices = 0;
-    for (int l = 0; l < TINY_LAYERS; l++)
+    for (int l = 0; l < tiny_layer_count(); l++)
         slices += (uint64_t)harness_unit_padded(l, g_world) / (uint64_t)g_per_node * 4;
     const uint64_t replicas = 2 * (uint64_t)(nodes - 1) * slices / (uint64_t)nodes;
     /* Beside them the step's agreements (scalars) are all-reduces too. */
@@ -125,15 +126,15 @@ static void check_estimate(int stage, const zs_memory_stats *m) {
     zs_config *cfg = NULL;
     ZT_OK(zs_config_load(path, &cfg));
     unlink(path);
-    int per_unit[TINY_LAYERS];
-    int64_t numel[2 * TINY_LAYERS];
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    int per_unit[TINY_MAX_LAYERS];
+    int64_t numel[2 * TINY_MAX_LAYERS];
+    for (int l = 0; l < tiny_layer_count(); l++) {
         per_unit[l] = 2;
         numel[2 * l] = tiny_weight_numel(l);
         numel[2 * l + 1] = tiny_bias_numel(l);
     }
     zs_memory_stats est;
-    ZT_OK(zs_estimate_memory(cfg, g_world, TINY_LAYERS, per_unit, numel, &est));
+    ZT_OK(zs_estimate_memory(cfg, g_world, tiny_layer_count(), per_unit, numel, &est));
     for (int t = ZS_MEM_PARAMS; t <= ZS_MEM_OPTIM; t++)
         ZT_CHECK_MSG(est.current[t] == m->current[t], "stage %d: the estimate of %s is %llu, "
                      "zs_build holds %llu", stage, zs_mem_tag_name((zs_mem_tag)t),
@@ -290,7 +291,7 @@ static void unequal_nodes(void) {
     if (g_world != 6) return;
     harness_options o = base(3, "shard_group = \"node\";", "ranks_per_node = 4;");
     zs_ctx *zs = NULL;
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     const zs_status st = harness_build(MPI_COMM_WORLD, &o, &zs, params);
     ZT_CHECK_MSG(st == ZS_ERR_CONFIG, "unequal nodes: zs_build returned %s", zs_status_name(st));
     ZT_CHECK_MSG(strstr(zs_last_error(), "zero.shard_group") && strstr(zs_last_error(), "node 1"),
@@ -300,13 +301,7 @@ static void unequal_nodes(void) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    ZT_REQUIRE(argc == 2);
-    g_per_node = atoi(argv[1]);
-    ZT_REQUIRE(g_per_node >= 1 && g_world % g_per_node == 0);
+    ZT_REQUIRE(harness_init_nodes(&argc, &argv, &g_world, &g_rank, &g_per_node) == 0);
     char zero_node[] = "shard_group = \"node\";", comm_nodes[64], comm_staged[160];
     snprintf(comm_nodes, sizeof comm_nodes, "ranks_per_node = %d;", g_per_node);
     snprintf(comm_staged, sizeof comm_staged,

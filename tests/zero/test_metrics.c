@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
      * file; elsewhere the call is a no-op). */
     {
         zs_ctx *zs = NULL;
-        zs_param *params[2 * TINY_LAYERS];
+        zs_param *params[2 * TINY_MAX_LAYERS];
         ZT_OK(harness_build(MPI_COMM_WORLD, &opt, &zs, params));
         if (zs) {
             const zs_status st = zs_log_scalar_previous(zs, "early", 1.0);

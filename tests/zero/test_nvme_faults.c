@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
         harness_options opt = base;
         opt.config_extra = extra;
         zs_ctx *zs = NULL;
-        zs_param *params[2 * TINY_LAYERS];
+        zs_param *params[2 * TINY_MAX_LAYERS];
         ZT_FAILS_WITH(harness_build(MPI_COMM_WORLD, &opt, &zs, params), ZS_ERR_IO, missing);
         zs_destroy(zs);
     }

@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
                 MPI_Comm_size(MPI_COMM_WORLD, &world);
                 const uint64_t elem = d == 0 ? 4 : 2;
                 int64_t state = 0, max_shard = 0;
-                for (int l = 0; l < TINY_LAYERS; l++) {
+                for (int l = 0; l < tiny_layer_count(); l++) {
                     const int64_t shard = harness_unit_padded(l, world) / world;
                     state += shard;
                     max_shard = shard > max_shard ? shard : max_shard;
@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
         harness_options capped = opt;
         capped.config_extra = extra;
         zs_ctx *zs = NULL;
-        zs_param *params[2 * TINY_LAYERS];
+        zs_param *params[2 * TINY_MAX_LAYERS];
         ZT_FAILS_WITH(harness_build(MPI_COMM_WORLD, &capped, &zs, params), ZS_ERR_OUT_OF_MEMORY,
                       "of device memory per rank at stage 3");
         ZT_CHECK_MSG(strstr(zs_last_error(), "optim ") != NULL && strstr(zs_last_error(), "offload.optimizer") != NULL,

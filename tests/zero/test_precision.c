@@ -26,7 +26,7 @@
 static int64_t padded_total(int world, int64_t *max_unit) {
     int64_t total = 0;
     *max_unit = 0;
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    for (int l = 0; l < tiny_layer_count(); l++) {
         int64_t u = harness_unit_padded(l, world);
         total += u;
         if (u > *max_unit) *max_unit = u;

@@ -39,14 +39,14 @@ static gathers all_gathers(zs_ctx *zs) {
  * rank's own chunk, in fp32. */
 static uint64_t one_pass_bytes(int world) {
     int64_t padded = 0;
-    for (int l = 0; l < TINY_LAYERS; l++) padded += harness_unit_padded(l, world);
+    for (int l = 0; l < tiny_layer_count(); l++) padded += harness_unit_padded(l, world);
     return (uint64_t)padded / (uint64_t)world * (uint64_t)(world - 1) * 4u;
 }
 
 /* Fetches and releases every unit in forward order; *ahead counts the
  * fetches after which units were in flight ahead of the program. */
 static void forward(zs_ctx *zs, int *ahead) {
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    for (int l = 0; l < tiny_layer_count(); l++) {
         ZT_OK(zs_fetch(zs, zs_unit_at(zs, l)));
         if (zs__prefetch_pending(zs)) (*ahead)++;
         ZT_OK(zs_release(zs, zs_unit_at(zs, l)));
@@ -58,7 +58,7 @@ static void forward(zs_ctx *zs, int *ahead) {
 static int train_step(zs_ctx *zs, zs_param **params) {
     int ahead = 0;
     forward(zs, &ahead);
-    for (int l = TINY_LAYERS - 1; l >= 0; l--) {
+    for (int l = tiny_layer_count() - 1; l >= 0; l--) {
         zs_unit *u = zs_unit_at(zs, l);
         ZT_OK(zs_fetch(zs, u));
         if (zs__prefetch_pending(zs)) ahead++;
@@ -88,10 +88,10 @@ int main(int argc, char **argv) {
     char mine[256], extra[512];
     harness_warn_log("prefetch_passes", zt_rank, extra, sizeof extra, mine, sizeof mine);
     harness_options opt = {.optimizer = "sgd", .steps = TRAIN_STEPS, .mode = TINY_GRAD_TRUE,
-                           .max_live_units = TINY_LAYERS, .scheduler = "constant", .stage = 3,
+                           .max_live_units = tiny_layer_count(), .scheduler = "constant", .stage = 3,
                            .gather_ahead = 1, .config_extra = extra};
     zs_ctx *zs = NULL;
-    zs_param *params[2 * TINY_LAYERS];
+    zs_param *params[2 * TINY_MAX_LAYERS];
     ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &zs, params) == ZS_OK);
     const uint64_t pass_bytes = one_pass_bytes(world);
 
@@ -104,9 +104,9 @@ int main(int argc, char **argv) {
         const gathers before = all_gathers(zs);
         const int ahead = train_step(zs, params);
         const gathers after = all_gathers(zs);
-        ZT_CHECK_MSG(after.calls - before.calls == 2 * TINY_LAYERS,
+        ZT_CHECK_MSG(after.calls - before.calls == (uint64_t)(2 * tiny_layer_count()),
                      "training step %d: %llu all-gathers, want %d (one per fetch)", step,
-                     (unsigned long long)(after.calls - before.calls), 2 * TINY_LAYERS);
+                     (unsigned long long)(after.calls - before.calls), 2 * tiny_layer_count());
         ZT_CHECK_MSG(after.bytes - before.bytes == 2 * pass_bytes,
                      "training step %d: %llu all-gather bytes, want %llu", step,
                      (unsigned long long)(after.bytes - before.bytes),
@@ -122,11 +122,11 @@ int main(int argc, char **argv) {
             const gathers before = all_gathers(zs);
             const int ahead = eval_pass(zs);
             const gathers after = all_gathers(zs);
-            ZT_CHECK_MSG(after.calls - before.calls == TINY_LAYERS &&
+            ZT_CHECK_MSG(after.calls - before.calls == (uint64_t)tiny_layer_count() &&
                              after.bytes - before.bytes == pass_bytes,
                          "evaluation round %d pass %d: %llu all-gathers of %llu bytes, want %d "
                          "of %llu", round, pass, (unsigned long long)(after.calls - before.calls),
-                         (unsigned long long)(after.bytes - before.bytes), TINY_LAYERS,
+                         (unsigned long long)(after.bytes - before.bytes), tiny_layer_count(),
                          (unsigned long long)pass_bytes);
             /* Only the very first evaluation pass records without gathering ahead. */
             if (round > 0 || pass > 0)
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
         const gathers after = all_gathers(zs);
         ZT_CHECK_MSG(ahead > 0, "training after evaluation round %d: nothing was gathered ahead",
                      round);
-        ZT_CHECK_MSG(after.calls - before.calls == 2 * TINY_LAYERS &&
+        ZT_CHECK_MSG(after.calls - before.calls == (uint64_t)(2 * tiny_layer_count()) &&
                          after.bytes - before.bytes == 2 * pass_bytes,
                      "training after evaluation round %d: %llu all-gathers of %llu bytes", round,
                      (unsigned long long)(after.calls - before.calls),
@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
      * micro-step cannot go on after a failed zs_step). */
     int ahead = 0;
     forward(zs, &ahead);
-    for (int l = TINY_LAYERS - 1; l >= 0; l--) {
+    for (int l = tiny_layer_count() - 1; l >= 0; l--) {
         ZT_OK(zs_fetch(zs, zs_unit_at(zs, l)));
         ZT_OK(zs_grads_ready(zs, zs_unit_at(zs, l)));
         ZT_OK(zs_release(zs, zs_unit_at(zs, l)));

@@ -28,8 +28,8 @@
 static uint64_t live_span(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 static void check_memory(int stage, int world, const zs_memory_stats *m) {
-    int64_t padded = 0, max_unit = 0, unit[TINY_LAYERS];
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    int64_t padded = 0, max_unit = 0, unit[TINY_MAX_LAYERS];
+    for (int l = 0; l < tiny_layer_count(); l++) {
         unit[l] = harness_unit_padded(l, world);
         padded += unit[l];
         if (unit[l] > max_unit) max_unit = unit[l];
@@ -64,12 +64,12 @@ static void check_memory(int stage, int world, const zs_memory_stats *m) {
      * and gradient; where the held carve goes back first depends on where
      * the carves were placed, so only the bounds are exact here (the tied
      * test checks exact peaks in a budget with no choice). */
-    uint64_t u[TINY_LAYERS];
-    for (int l = 0; l < TINY_LAYERS; l++) u[l] = (uint64_t)unit[l] * 4;
+    uint64_t u[TINY_MAX_LAYERS];
+    for (int l = 0; l < tiny_layer_count(); l++) u[l] = (uint64_t)unit[l] * 4;
     const uint64_t fwd_pair = u[0] + u[1] > u[1] + u[2] ? u[0] + u[1] : u[1] + u[2];
     const uint64_t grad_pair = u[2] + u[1] > u[1] + u[0] ? u[2] + u[1] : u[1] + u[0];
     uint64_t single = u[0];
-    for (int l = 1; l < TINY_LAYERS; l++) single = u[l] > single ? u[l] : single;
+    for (int l = 1; l < tiny_layer_count(); l++) single = u[l] > single ? u[l] : single;
     uint64_t bwd = 2 * u[2];
     if (u[1] + u[2] + u[1] > bwd) bwd = u[1] + u[2] + u[1];
     if (u[0] + u[1] + u[0] > bwd) bwd = u[0] + u[1] + u[0];
@@ -100,7 +100,7 @@ static void check_memory(int stage, int world, const zs_memory_stats *m) {
 
 static void check_bytes(int stage, int world, const zs_comm_stats *b) {
     int64_t padded = 0, unpadded = 0;
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    for (int l = 0; l < tiny_layer_count(); l++) {
         padded += harness_unit_padded(l, world);
         unpadded += tiny_weight_numel(l) + tiny_bias_numel(l);
     }

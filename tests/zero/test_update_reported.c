@@ -27,7 +27,7 @@
 /* One micro-step over every unit (no gradient written: the runtime zeroes
  * it) and its zs_step. Returns the zs_step's status. */
 static zs_status train_step(zs_ctx *zs) {
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    for (int l = 0; l < tiny_layer_count(); l++) {
         zs_unit *u = zs_unit_at(zs, l);
         zs_status st = zs_fetch(zs, u);
         if (st == ZS_OK) st = zs_grads_ready(zs, u);
@@ -74,14 +74,14 @@ int main(int argc, char **argv) {
                                .max_live_units = 2, .scheduler = "constant", .stage = 2,
                                .config_extra = extra, .comm_extra = "timeout_s = 120;"};
         zs_ctx *zs = NULL;
-        zs_param *params[2 * TINY_LAYERS];
+        zs_param *params[2 * TINY_MAX_LAYERS];
         ZT_REQUIRE(harness_build(MPI_COMM_WORLD, &opt, &zs, params) == ZS_OK);
         int failed_at = 0;
         for (int s = 1; s <= STEPS && !failed_at; s++)
             if (train_step(zs) != ZS_OK) failed_at = s;
         /* The final weights read, as a program saving or evaluating them
          * would: each unit's gather runs here, after the last step. */
-        for (int l = 0; l < TINY_LAYERS && !failed_at; l++) {
+        for (int l = 0; l < tiny_layer_count() && !failed_at; l++) {
             ZT_OK(zs_fetch(zs, zs_unit_at(zs, l)));
             ZT_OK(zs_release(zs, zs_unit_at(zs, l)));
         }

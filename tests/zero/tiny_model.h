@@ -15,12 +15,26 @@
 
 #include <stdint.h>
 
-#define TINY_LAYERS 3
+#define TINY_MAX_LAYERS 32 /* the deep shape's layers fit; arrays of layers are this long */
 #define TINY_BATCH 12 /* global batch: divides by 1, 2, 3 and 4 ranks */
 
 typedef enum { TINY_GRAD_TRUE = 0, TINY_GRAD_DYADIC = 1 } tiny_grad_mode;
 
-extern const int tiny_dims[TINY_LAYERS + 1];
+/* Two shapes, one chosen per process before the model is used:
+ *   TINY_SHAPE_WIDE (the default): 13 -> 29 -> 17 -> 5, three units whose
+ *     largest is about half the model, the friendly shape most tests use;
+ *   TINY_SHAPE_DEEP: 13 -> 26 hidden layers of 7..13 -> 5, 26 units whose
+ *     largest is about 5% of the model, as in real models (many blocks).
+ *     A bug that sizes a buffer by the largest unit where it needs the
+ *     model, or the reverse, shows only here (a heap overflow of hybrid
+ *     sharding hid behind the wide shape). */
+typedef enum { TINY_SHAPE_WIDE = 0, TINY_SHAPE_DEEP = 1 } tiny_shape;
+
+void tiny_shape_select(tiny_shape shape);
+/* The layers (= units) of the chosen shape. */
+int tiny_layer_count(void);
+/* The widths: input, each layer's output ([tiny_layer_count() + 1]). */
+extern const int *tiny_dims;
 
 /* Elements of layer l's weight [out][in] and bias [out]. */
 int64_t tiny_weight_numel(int l);
@@ -32,7 +46,7 @@ void tiny_sample(int64_t step, int64_t index, float *x, float *y);
 /* Per-batch activations kept from forward for backward. */
 typedef struct tiny_acts {
     int batch;
-    float *a[TINY_LAYERS + 1]; /* a[0] = inputs [batch][13]; a[l+1] = layer l output [batch][dims[l+1]] */
+    float *a[TINY_MAX_LAYERS + 1]; /* a[0] = inputs [batch][13]; a[l+1] = layer l output [batch][dims[l+1]] */
     float *y;                  /* targets [batch][5] */
     float *delta;              /* scratch [batch][max dim] */
     float *delta_prev;         /* scratch [batch][max dim] */
