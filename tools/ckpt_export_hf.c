@@ -259,9 +259,65 @@ done:
 
 /* ---------------------------------------------------------------- config and tokenizer */
 
+/* torch's name of a dtype, as config.json's torch_dtype gives it. */
+static const char *torch_dtype_name(zs_dtype dtype) {
+    switch (dtype) {
+    case ZS_DTYPE_BF16: return "bfloat16";
+    case ZS_DTYPE_FP16: return "float16";
+    default: return "float32";
+    }
+}
+
+/* config.json states the dtype of the weights beside it ("torch_dtype";
+ * transformers 4.56 and later write it as "dtype" too), which
+ * from_pretrained(torch_dtype="auto") loads them in. The checkpoint's copy
+ * says what the model came in as, so whichever of the two keys it holds is
+ * set to the dtype this export writes (torch_dtype added when it holds
+ * neither). *out: the text to write, NULL when `root` already says so (the
+ * checkpoint's bytes are then written unchanged); the caller frees it. */
+static zs_status config_with_dtype(struct json_object *root, zs_dtype dtype, char **out,
+                                   size_t *out_bytes) {
+    static const char *const keys[] = {"torch_dtype", "dtype"};
+    const char *want = torch_dtype_name(dtype);
+    int named = 0, changed = 0;
+    *out = NULL;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        struct json_object *value = NULL;
+        if (!json_object_object_get_ex(root, keys[k], &value)) continue;
+        named = 1;
+        if (json_object_is_type(value, json_type_string) &&
+            strcmp(json_object_get_string(value), want) == 0)
+            continue;
+        changed = 1;
+        if (!add_member(root, keys[k], json_object_new_string(want)))
+            return zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for config.json");
+    }
+    if (!named) {
+        changed = 1;
+        if (!add_member(root, keys[0], json_object_new_string(want)))
+            return zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for config.json");
+    }
+    if (!changed) return ZS_OK;
+    size_t length = 0;
+    /* Indented by two spaces, as save_pretrained writes it; json-c keeps
+     * the members' order and every number's text as it was read. */
+    const char *text = json_object_to_json_string_length(
+        root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE,
+        &length);
+    char *copy = text ? malloc(length + 2) : NULL;
+    if (!copy) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for config.json");
+    memcpy(copy, text, length);
+    copy[length] = '\n';
+    *out = copy;
+    *out_bytes = length + 1;
+    return ZS_OK;
+}
+
 /* config.json from the checkpoint's global user state, whose bytes are
- * checked against the manifest's XXH3 and must be one JSON object. */
-static zs_status write_config(hf_out *o, const zs__ckpt_step *step, int *written) {
+ * checked against the manifest's XXH3 and must be one JSON object, with the
+ * exported dtype (config_with_dtype). */
+static zs_status write_config(hf_out *o, const zs__ckpt_step *step, zs_dtype dtype,
+                              int *written) {
     const zs__manifest *m = step->m;
     *written = 0;
     const zs__ckpt_tensor *t = NULL;
@@ -284,6 +340,7 @@ static zs_status write_config(hf_out *o, const zs__ckpt_step *step, int *written
     ZS_CHECK(zs__ckpt_open_shard(step, t->file, &sf));
     zs_status s = ZS_OK;
     struct json_object *root = NULL;
+    char *rewritten = NULL;
     char *text = malloc((size_t)t->count);
     const zs__st_entry *e = zs__st_find(sf, t->key);
     if (!text) {
@@ -311,12 +368,23 @@ static zs_status write_config(hf_out *o, const zs__ckpt_step *step, int *written
         s = zs__fail(s, "%s; transformers could not read it as config.json", why);
         goto done;
     }
-    ZS_CHECK_GOTO(zs__fs_write_atomic_at(o->tmp_fd, o->tmp_path, HF_CONFIG_FILE, text,
-                                         (size_t)t->count),
+    if (!json_object_is_type(root, json_type_object)) {
+        s = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                     "%s: the user state \"%s\" is JSON but not an object; transformers could "
+                     "not read it as config.json",
+                     step->path, HF_CONFIG_STATE);
+        goto done;
+    }
+    size_t rewritten_bytes = 0;
+    ZS_CHECK_GOTO(config_with_dtype(root, dtype, &rewritten, &rewritten_bytes), s, done);
+    ZS_CHECK_GOTO(zs__fs_write_atomic_at(o->tmp_fd, o->tmp_path, HF_CONFIG_FILE,
+                                         rewritten ? rewritten : text,
+                                         rewritten ? rewritten_bytes : (size_t)t->count),
                   s, done);
     *written = 1;
 done:
     json_object_put(root);
+    free(rewritten);
     free(text);
     zs__st_close(sf);
     return s;
@@ -379,7 +447,7 @@ zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t
         ZS_CHECK_GOTO(write_shard(&o, reader, m, dtype, shard_of, f, files, specs, members), s,
                       done);
     if (files > 1) ZS_CHECK_GOTO(write_index(&o, m, shard_of, files, data_bytes), s, done);
-    ZS_CHECK_GOTO(write_config(&o, step, &summary->config_written), s, done);
+    ZS_CHECK_GOTO(write_config(&o, step, dtype, &summary->config_written), s, done);
     ZS_CHECK_GOTO(copy_tokenizer(&o, tokenizer_from, &summary->tokenizer_files), s, done);
     ZS_CHECK_GOTO(out_commit(&o), s, done);
     zs__progress_end(&progress);

@@ -63,7 +63,8 @@ static const char usage_text[] =
     "           .safetensors ... and model.safetensors.index.json; metadata format \"pt\";\n"
     "           tensors under the parameters' names in --dtype (default: the checkpoint's\n"
     "           compute dtype). config.json from the checkpoint's global user state\n"
-    "           \"hf.config.json\" (where the trainer keeps the model's config.json);\n"
+    "           \"hf.config.json\" (where the trainer keeps the model's config.json), its\n"
+    "           torch_dtype (and dtype, where it has one) set to the dtype written;\n"
     "           --tokenizer-from DIR copies tokenizer.json, tokenizer_config.json,\n"
     "           special_tokens_map.json, tokenizer.model and generation_config.json\n"
     "           found there. Written into a temporary directory renamed when complete;\n"
@@ -98,6 +99,17 @@ static const char *optimizer_name(int kind) {
     return "unknown";
 }
 
+/* Names and paths from a checkpoint, printed to a terminal: escaped as
+ * messages escape them (zs__st_printable: control and bidirectional
+ * characters, which a terminal would obey, as \xNN or \u{NNNN}), with room
+ * for the longest name or path escaped. */
+#define SHOWN_BYTES (4 * PATH_MAX + 8)
+
+static const char *shown(const char *text, char *out) {
+    zs__st_printable(text, out, SHOWN_BYTES);
+    return out;
+}
+
 static void print_shape(const zs__ckpt_param *p) {
     printf("[");
     for (int d = 0; d < p->ndim; d++) printf("%s%" PRId64, d ? ", " : "", p->shape[d]);
@@ -109,8 +121,9 @@ static int cmd_info(const char *arg) {
     int from_root = 0;
     if (zs__tool_open(arg, &step, &from_root) != ZS_OK) return fail("info");
     const zs__manifest *m = step.m;
+    static char text[SHOWN_BYTES];
 
-    printf("checkpoint     %s%s\n", step.path,
+    printf("checkpoint     %s%s\n", shown(step.path, text),
            from_root ? " (chosen in the root: the step zs_load would resume from)" : "");
     printf("format         %s version %d\n", ZS_CKPT_FORMAT, m->version);
     printf("manifest hash  matches manifest.json.xxh3\n");
@@ -131,11 +144,11 @@ static int cmd_info(const char *arg) {
     /* Parameters are listed under their unit; the manifest keeps them in
      * registration order, which groups each unit's parameters together. */
     for (int u = 0; u < m->unit_count; u++) {
-        printf("  unit %d: %s\n", u, m->units[u].name);
+        printf("  unit %d: %s\n", u, shown(m->units[u].name, text));
         for (int p = 0; p < m->param_count; p++) {
             const zs__ckpt_param *param = &m->params[p];
             if (param->unit != u) continue;
-            printf("    %-32s ", param->name);
+            printf("    %-32s ", shown(param->name, text));
             print_shape(param);
             printf("  %" PRId64 " elements%s\n", zs__ckpt_param_numel(param),
                    param->flags & ZS_PARAM_NO_DECAY ? "  no_decay" : "");
@@ -146,7 +159,7 @@ static int cmd_info(const char *arg) {
     printf("files          %d\n", m->file_count);
     for (int f = 0; f < m->file_count; f++) {
         const zs__ckpt_file *file = &m->files[f];
-        printf("  %-36s rank %-5d %-6s %12" PRIu64 " bytes\n", file->name, file->rank,
+        printf("  %-36s rank %-5d %-6s %12" PRIu64 " bytes\n", shown(file->name, text), file->rank,
                zs__ckpt_file_kind_name(file->kind), file->bytes);
         total_bytes += file->bytes;
     }
@@ -169,7 +182,8 @@ static int cmd_verify(const char *arg, int quiet) {
                                                  &progress);
     if (s == ZS_OK) zs__progress_end(&progress);
     else if (progress.open_line) fputc('\n', stderr); /* the error starts on its own line */
-    if (s == ZS_OK && from_root) printf("chosen: %s\n", step.path);
+    static char text[SHOWN_BYTES];
+    if (s == ZS_OK && from_root) printf("chosen: %s\n", shown(step.path, text));
     zs__ckpt_step_close(&step);
     if (s != ZS_OK) return fail("verify");
     printf("OK: %d files, %" PRId64 " tensors, %" PRIu64 " bytes verified\n", t.files, t.tensors,

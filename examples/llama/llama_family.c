@@ -31,6 +31,11 @@
  *   init_from [""]        a Hugging Face model directory (config.json, model.safetensors or
  *                         model.safetensors.index.json): its shape and weights
  *                         (exactly one of the three)
+ *   init_ignore [""]      tensors of app.init_from that are not parameters and are skipped
+ *                         rather than refused: fnmatch patterns separated by commas
+ *                         ("*.attn.bias,*.scales"); rotary_emb.inv_freq buffers, and for a
+ *                         tied head (tie_word_embeddings) the copy of the embedding some
+ *                         checkpoints carry as lm_head.weight, are skipped without it
  *   recompute [false]     keep only block inputs; recompute activations in backward
  *   head_chunk_rows [0]   rows of logits the head holds at once; 0: 128 on the CPU, 1024 on CUDA
  */
@@ -53,10 +58,16 @@
 #define HEAD_CHUNK_ROWS_CPU 128
 #define HEAD_CHUNK_ROWS_GPU 1024
 #define CONFIG_NAME "hf.config.json"
+/* Patterns app.init_ignore may give, beyond the family's own two. */
+#define IGNORE_MAX 16
 
 struct ex_model {
     llama_dims dims;
-    const char *preset, *config_path, *init_from;
+    const char *preset, *config_path, *init_from, *init_ignore;
+    /* app.init_ignore split at its commas: IGNORE_MAX patterns of at most
+     * 255 bytes. */
+    char ignore[IGNORE_MAX][256];
+    int ignore_count;
     char weights[4096];      /* init_from's safetensors file or index */
     char *config_json;       /* the config.json that travels with checkpoints */
     int recompute;
@@ -124,6 +135,33 @@ static char *read_text(const char *path) {
     return text;
 }
 
+/* app.init_ignore into m->ignore: patterns separated by commas, blanks
+ * around them dropped. 0, or -1 after a message. */
+static int split_patterns(ex_model *m) {
+    m->ignore_count = 0;
+    for (const char *c = m->init_ignore; *c;) {
+        while (*c == ',' || *c == ' ' || *c == '\t') c++;
+        if (!*c) break;
+        size_t n = strcspn(c, ",");
+        while (n > 0 && (c[n - 1] == ' ' || c[n - 1] == '\t')) n--;
+        if (m->ignore_count == IGNORE_MAX || n >= sizeof m->ignore[0]) {
+            fprintf(stderr, PROGRAM ": app.init_ignore = \"%.60s...\": at most %d patterns of "
+                            "at most %zu bytes each, separated by commas\n",
+                    m->init_ignore, IGNORE_MAX, sizeof m->ignore[0] - 1);
+            return -1;
+        }
+        memcpy(m->ignore[m->ignore_count], c, n);
+        m->ignore[m->ignore_count++][n] = '\0';
+        c += strcspn(c, ",");
+    }
+    if (m->ignore_count > 0 && m->init_from[0] == '\0') {
+        fprintf(stderr, PROGRAM ": app.init_ignore is set, but app.init_from is not: the "
+                        "patterns skip tensors of the checkpoint app.init_from imports\n");
+        return -1;
+    }
+    return 0;
+}
+
 static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
     ex_model *m = calloc(1, sizeof *m);
     if (!m) return ZS_ERR_OUT_OF_MEMORY;
@@ -133,6 +171,7 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     if ((st = zs_config_app_string(cfg, "model", "", &m->preset)) ||
         (st = zs_config_app_string(cfg, "config", "", &m->config_path)) ||
         (st = zs_config_app_string(cfg, "init_from", "", &m->init_from)) ||
+        (st = zs_config_app_string(cfg, "init_ignore", "", &m->init_ignore)) ||
         (st = zs_config_app_bool(cfg, "recompute", 0, &m->recompute)) ||
         (st = zs_config_app_int(cfg, "head_chunk_rows", 0, 0, 1 << 16, &m->head_chunk_rows)))
         return st;
@@ -145,6 +184,7 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
                 given ? "several are set" : "none is set");
         return ZS_ERR_CONFIG;
     }
+    if (split_patterns(m) != 0) return ZS_ERR_CONFIG;
     char config[4096] = "";
     if (m->preset[0] != '\0') {
         if (llama_dims_preset(m->preset, &m->dims) != 0) {
@@ -441,11 +481,31 @@ static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
 
 static zs_status import(ex_model *m, zs_ctx *zs) {
     if (m->init_from[0] == '\0') return ZS_OK;
+    const char *patterns[2 + IGNORE_MAX];
+    int n = 0;
     /* Old checkpoints carry the rotary table's inverse frequencies, which
      * this model computes (llama_rope_table). */
-    static const char *const ignored[] = {"*.rotary_emb.inv_freq"};
-    const zs_safetensors_import options = {.ignore = ignored, .ignore_count = 1};
-    return zs_params_import_safetensors(zs, m->weights, &options, NULL);
+    patterns[n++] = "*.rotary_emb.inv_freq";
+    /* A tied head has no lm_head parameter: its weight is the embedding.
+     * Some writers still save it as lm_head.weight; transformers loads such
+     * a file and ties the head to the embedding, dropping the copy, and so
+     * does this import (its INFO line names the tensors it skipped). */
+    if (m->dims.tied) patterns[n++] = "lm_head.weight";
+    for (int k = 0; k < m->ignore_count; k++) patterns[n++] = m->ignore[k];
+    const zs_safetensors_import options = {.ignore = patterns, .ignore_count = n};
+    const zs_status st = zs_params_import_safetensors(zs, m->weights, &options, NULL);
+    /* The runtime's refusal of a tensor the model has no parameter for
+     * advises an ignore pattern in the API's words; a user of this program
+     * sets it with app.init_ignore, so say so (once, before the message the
+     * trainer prints on every rank). */
+    if (st == ZS_ERR_INVALID_ARGUMENT && zs_rank(zs) == 0 &&
+        strstr(zs_last_error(), "unexpected tensor") != NULL)
+        fprintf(stderr,
+                PROGRAM ": app.init_from = \"%s\" holds a tensor this model has no parameter "
+                        "for (named below); if the checkpoint may carry it, skip it with "
+                        "app.init_ignore = \"PATTERN[,PATTERN...]\" (fnmatch patterns)\n",
+                m->init_from);
+    return st;
 }
 
 static zs_status save_state(ex_model *m, zs_ctx *zs) {

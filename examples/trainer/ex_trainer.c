@@ -183,7 +183,8 @@ static void finish_mpi(const trainer *tr) {
 /* app.global_batch: the per-rank micro-batch (app.batch_size is its cap)
  * and the runtime's gradient_accumulation_steps, from the world size
  * (ex_batch.h). Every rank computes the same from the same numbers, so all
- * refuse alike; rank 0 says why. Returns 0, or -1 after the message. */
+ * refuse alike, each with its configuration error's report. Returns 0, or
+ * -1 after zs_report_config_error. */
 static int derive_batch(trainer *tr, zs_config *cfg) {
     app_settings *a = &tr->app;
     a->accumulation = 0;
@@ -192,7 +193,7 @@ static int derive_batch(trainer *tr, zs_config *cfg) {
     ex_batch b;
     char err[512];
     if (ex_batch_derive(a->global_batch, tr->world, a->B, &b, err, sizeof err) != 0) {
-        if (tr->rank == 0) fprintf(stderr, "%s: %s\n", tr->ops->program, err);
+        zs_report_config_error(tr->ops->program, err);
         return -1;
     }
     char assignment[64];
@@ -200,8 +201,8 @@ static int derive_batch(trainer *tr, zs_config *cfg) {
     zs_status st = zs_config_override(cfg, assignment);
     if (st != ZS_OK) {
         tr->failure = st;
-        fprintf(stderr, "%s: app.global_batch: %s: %s\n", tr->ops->program, zs_status_name(st),
-                zs_last_error());
+        snprintf(err, sizeof err, "app.global_batch: %s", zs_last_error());
+        zs_report_config_error(tr->ops->program, err);
         return -1;
     }
     a->B = b.micro_batch;
@@ -211,41 +212,42 @@ static int derive_batch(trainer *tr, zs_config *cfg) {
 
 /* ---------------------------------------------------------------- data */
 
-static int open_data(trainer *tr) {
+/* The data files: 0, or -1 with the reason in why (a configuration error:
+ * the files app.train_data and app.val_data name). */
+static int open_data(trainer *tr, char *why, size_t cap) {
     const app_settings *a = &tr->app;
-    const char *program = tr->ops->program;
     char err[EX_ERR_CAP];
     if (ex_tokens_open(a->train_data, &tr->train_stream, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: app.train_data: %s%s\n", program, err,
-                strstr(a->train_data, "shakespeare") ? " (make demo fetches it with "
-                                                       "scripts/fetch-shakespeare.sh)" : "");
+        snprintf(why, cap, "app.train_data: %s%s", err,
+                 strstr(a->train_data, "shakespeare") ? " (make demo fetches it with "
+                                                        "scripts/fetch-shakespeare.sh)" : "");
         return -1;
     }
     if (a->val_data[0] != '\0') {
         if (ex_tokens_open(a->val_data, &tr->val_stream, err, sizeof err) != 0) {
-            fprintf(stderr, "%s: app.val_data: %s\n", program, err);
+            snprintf(why, cap, "app.val_data: %s", err);
             return -1;
         }
         tr->train = ex_view_all(tr->train_stream);
         tr->val = ex_view_all(tr->val_stream);
     } else if (ex_split(ex_view_all(tr->train_stream), a->T, a->val_fraction, &tr->train,
                         &tr->val, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: splitting app.train_data: %s\n", program, err);
+        snprintf(why, cap, "splitting app.train_data: %s", err);
         return -1;
     }
     tr->train_windows = ex_view_num_windows(tr->train, a->T);
     tr->val_windows = a->val_fraction > 0 || tr->val_stream ? ex_view_num_windows(tr->val, a->T) : 0;
     if (tr->train_windows < 1) {
-        fprintf(stderr, "%s: app.train_data holds no sequence of %d + 1 tokens\n", program, a->T);
+        snprintf(why, cap, "app.train_data holds no sequence of %d + 1 tokens", a->T);
         return -1;
     }
     int largest = ex_tokens_max_token(tr->train_stream);
     if (tr->val_stream && ex_tokens_max_token(tr->val_stream) > largest)
         largest = ex_tokens_max_token(tr->val_stream);
     if (largest >= tr->facts.vocab) {
-        fprintf(stderr, "%s: the data holds token %d but the model's vocabulary has %d entries; "
-                        "use a model with a larger vocabulary or data made with its tokenizer\n",
-                program, largest, tr->facts.vocab);
+        snprintf(why, cap, "the data holds token %d but the model's vocabulary has %d entries; "
+                           "use a model with a larger vocabulary or data made with its tokenizer",
+                 largest, tr->facts.vocab);
         return -1;
     }
     /* What a model that ignores context scores: the baseline to beat. */
@@ -410,8 +412,8 @@ static zs_status evaluate(trainer *tr, double *out) {
 /* ------------------------------------------------------------ sampling */
 
 /* app.prompt_tokens: ids separated by blanks into seq (NULL: only
- * checked); their count, or -1 (after a message) when one is not an id of
- * the vocabulary. */
+ * checked); their count, or -1 (after zs_report_config_error) when one is
+ * not an id of the vocabulary. */
 static int64_t parse_prompt_tokens(const trainer *tr, int32_t *seq) {
     int64_t n = 0;
     for (const char *c = tr->app.prompt_tokens; *c;) {
@@ -420,8 +422,10 @@ static int64_t parse_prompt_tokens(const trainer *tr, int32_t *seq) {
         char *end = NULL;
         const long id = strtol(c, &end, 10);
         if (end == c || id < 0 || id >= tr->facts.vocab) {
-            fprintf(stderr, "%s: app.prompt_tokens: \"%.20s\" is not a token id in [0, %d)\n",
-                    tr->ops->program, c, tr->facts.vocab);
+            char why[96];
+            snprintf(why, sizeof why, "app.prompt_tokens: \"%.20s\" is not a token id in [0, %d)",
+                     c, tr->facts.vocab);
+            zs_report_config_error(tr->ops->program, why);
             return -1;
         }
         if (seq) seq[n] = (int32_t)id;
@@ -563,6 +567,73 @@ static void report_status(const trainer *tr, zs_status status) {
         }                                                                          \
     } while (0)
 
+/* A loss that is not a number or infinite ends the run: every later step
+ * and every reported number would be meaningless, and an evaluation-only
+ * run (app.steps = 0) of broken weights must not look like a success. The
+ * loss was all-reduced, so every rank sees the same value and stops at the
+ * same point; rank 0 says which loss, at which step. Returns 1 when the
+ * loss is not finite. */
+static int loss_not_finite(const trainer *tr, const char *which, int64_t step, double loss) {
+    if (isfinite(loss)) return 0;
+    if (tr->rank == 0)
+        fprintf(stderr,
+                "%s: the %s loss %s step %" PRId64 " is %s: the model's output is not finite "
+                "(check the weights it started from, app.init_from or the checkpoint it resumed, "
+                "for NaN or infinite values; in training, a smaller optimizer.lr or "
+                "gradient_clipping)\n",
+                tr->ops->program, which, strcmp(which, "training") == 0 ? "of" : "after", step,
+                isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity");
+    return 1;
+}
+
+/* app.init_from and a checkpoint to resume from name two different
+ * starting points. Resuming wins, as a restarted job must continue where it
+ * stopped without its configuration edited (DeepSpeed and Hugging Face's
+ * Trainer resume a run the same way), but the pretrained weights are then
+ * not used at all, which must not pass unseen: rank 0 warns, naming both
+ * and how to choose the other. app.init_from is the key both models' weights
+ * come from (each model read it already, so reading it here again changes
+ * nothing of what zs_config_app_finish accepts). */
+static void warn_init_from_unused(const trainer *tr, zs_config *cfg, int64_t step) {
+    const char *init_from = "";
+    if (tr->rank != 0 || zs_config_app_string(cfg, "init_from", "", &init_from) != ZS_OK ||
+        init_from[0] == '\0')
+        return;
+    fprintf(stderr,
+            "%s: WARN app.init_from = \"%s\" is not used: this run resumed from the checkpoint "
+            "of step %" PRId64 " in checkpoint.dir (checkpoint.resume; the runtime's \"loaded\" "
+            "line names its directory), and a resumed run continues from its checkpoint. To "
+            "start from app.init_from instead, give a checkpoint.dir that holds no checkpoint, or "
+            "set checkpoint.resume = \"none\"\n",
+            tr->ops->program, init_from, step);
+    fflush(stderr);
+}
+
+/* A configuration the program refuses (the file, an override, a key of the
+ * model or of the trainer) is the same on every rank and every host: the
+ * run ends with ZS_CONFIG_EXIT_CODE and an exit report saying so, and a
+ * launcher does not restart it (docs/UNATTENDED.md). What a model checks
+ * itself it prints itself, with no zeroshard error behind it. */
+static int config_error(const ex_model_ops *ops, zs_status status) {
+    char why[160];
+    const char *text = zs_last_error();
+    if (text[0] == '\0') {
+        snprintf(why, sizeof why, "%s (the message above says which setting)",
+                 zs_status_message(status));
+        text = why;
+    }
+    return zs_report_config_error(ops->program, text);
+}
+
+#define CONFIG_TRY(call)                                                           \
+    do {                                                                           \
+        zs_status config_status_ = (call);                                         \
+        if (config_status_ != ZS_OK) {                                             \
+            exit_code = config_error(ops, config_status_);                         \
+            goto done;                                                             \
+        }                                                                          \
+    } while (0)
+
 /* ---------------------------------------------------------------- main */
 
 int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
@@ -578,24 +649,38 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
     snprintf(tr.pos_name, sizeof tr.pos_name, "%s.data_pos", ops->family);
     zs_config *cfg = NULL;
     FILE *loss_log = NULL;
-    TRY(zs_config_load(argv[1], &cfg));
-    TRY(zs_config_override_list(cfg, argc - 2, (const char *const *)(argv + 2)));
-    TRY(ops->configure(cfg, &tr.model, &tr.facts));
-    TRY(read_settings(cfg, &tr.facts, &tr.app));
+    CONFIG_TRY(zs_config_load(argv[1], &cfg));
+    CONFIG_TRY(zs_config_override_list(cfg, argc - 2, (const char *const *)(argv + 2)));
+    CONFIG_TRY(ops->configure(cfg, &tr.model, &tr.facts));
+    CONFIG_TRY(read_settings(cfg, &tr.facts, &tr.app));
     /* Every rank reads the same text, so every rank fails alike, before
      * anything is created. */
-    if (parse_prompt_tokens(&tr, NULL) < 0) goto done;
-    if (start_mpi(&tr) != 0 || derive_batch(&tr, cfg) != 0) goto done;
+    if (parse_prompt_tokens(&tr, NULL) < 0) {
+        exit_code = ZS_CONFIG_EXIT_CODE;
+        goto done;
+    }
+    if (start_mpi(&tr) != 0) goto done;
+    if (derive_batch(&tr, cfg) != 0) {
+        exit_code = ZS_CONFIG_EXIT_CODE;
+        goto done;
+    }
     TRY(zs_create(cfg, &tr.zs));
     tr.rank = zs_rank(tr.zs);
     tr.world = zs_world_size(tr.zs);
     TRY(ex_numerics_check(tr.zs, tr.app.require_same_kernels));
     /* Every rank opens the data (cheap: streams are mapped, not read), so a
-     * missing file is reported by every rank; they agree before going on. */
-    int32_t data_failed = open_data(&tr) != 0;
+     * missing file is reported by every rank; they agree before going on,
+     * and all end as a configuration error, the ranks that failed saying
+     * why. */
+    char data_why[EX_ERR_CAP + 128];
+    const int data_mine = open_data(&tr, data_why, sizeof data_why) != 0;
+    int32_t data_failed = data_mine;
     TRY(zs_all_reduce_host(tr.zs, &data_failed, 1, ZS_HOST_TYPE_INT32, ZS_REDUCE_OP_MAX,
                            "data files opened"));
-    if (data_failed) goto done;
+    if (data_failed) {
+        exit_code = data_mine ? zs_report_config_error(ops->program, data_why) : ZS_CONFIG_EXIT_CODE;
+        goto done;
+    }
 
     TRY(ops->describe(tr.model, tr.zs, &tr.facts));
     TRY(zs_build(tr.zs));
@@ -613,6 +698,7 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
         size_t bytes = 0;
         TRY(zs_user_state_get(tr.zs, tr.pos_name, &tr.pos, sizeof tr.pos, &bytes));
         if (bytes != sizeof tr.pos) abort_job(&tr, "resuming", "the data position has the wrong size");
+        warn_init_from_unused(&tr, cfg, first_step);
     } else if (ops->import) {
         TRY(ops->import(tr.model, tr.zs));
     }
@@ -668,6 +754,9 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
                    info.skipped ? " (skipped)" : "", tokens / seconds,
                    flops_per_token * tokens / seconds / 1e12, seconds * 1e3);
         fflush(stdout);
+        /* Numbered as the runtime numbers attempts (a step skipped on a
+         * non-finite gradient included), so the message meets its warning. */
+        if (loss_not_finite(&tr, "training", step + info.skipped_total, loss)) goto done;
         /* A stop signal (job.stop_signal, SIGTERM) was agreed at this
          * boundary on every rank and the runtime committed a checkpoint (or
          * had nowhere to save): end now, skipping validation and sampling,
@@ -683,8 +772,13 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
         }
         if (tr.app.val_every > 0 && step % tr.app.val_every == 0 && step < tr.app.steps) {
             TRY(evaluate(&tr, &val_loss));
+            /* NaN without a validation view; with one, a NaN is an error. */
+            if (tr.val_windows > 0 && loss_not_finite(&tr, "validation", step, val_loss))
+                goto done;
+            /* Six decimals: enough to compare with a reference implementation's
+             * loss (agreement is typically 1e-5 or better). */
             if (tr.rank == 0 && !isnan(val_loss))
-                printf("validation at step %" PRId64 ": loss %.4f\n", step, val_loss);
+                printf("validation at step %" PRId64 ": loss %.6f\n", step, val_loss);
             if (!isnan(val_loss)) TRY(zs_log_scalar_previous(tr.zs, "val_loss", val_loss));
         }
     }
@@ -696,8 +790,10 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
     }
     if (tr.app.save_final) TRY(zs_save(tr.zs, NULL));
     TRY(evaluate(&tr, &val_loss));
+    if (tr.val_windows > 0 && loss_not_finite(&tr, "validation", zs_step_count(tr.zs), val_loss))
+        goto done;
     if (tr.rank == 0 && !isnan(val_loss))
-        printf("validation after %" PRId64 " steps: loss %.4f nats per token%s\n",
+        printf("validation after %" PRId64 " steps: loss %.6f nats per token%s\n",
                zs_step_count(tr.zs), val_loss,
                tr.have_unigram ? (val_loss < tr.unigram.val_cross_entropy
                                       ? " (below the unigram baseline)"

@@ -36,6 +36,12 @@
 #define HF_NARROW_ELEMENTS ((int64_t)1 << 18)
 /* Room for a name in a message, escaped (zs__st_printable). */
 #define HF_SHOWN_BYTES (4 * ZS_ST_NAME_MAX + 8)
+/* Missing tensors a message names (the rest are counted), and ignored ones
+ * the import's INFO line names. */
+#define HF_MISSING_SHOWN 4
+#define HF_IGNORED_SHOWN 3
+/* The dtypes parameters are imported from, as a refusal lists them. */
+#define HF_DTYPES "F32, BF16 and F16, the dtypes parameters are imported from"
 
 typedef struct hf_param {
     int file;                  /* layout file that holds it */
@@ -51,6 +57,9 @@ typedef struct hf_import {
     const zs_param **by_name;  /* parameters sorted by name */
     void *narrow;              /* [HF_NARROW_ELEMENTS] 16-bit values before widening */
     zs_import_report report;
+    /* The first tensors the ignore patterns skipped, escaped, for the INFO
+     * line (a tied head's lm_head.weight copy is one). */
+    char ignored_names[HF_IGNORED_SHOWN][HF_SHOWN_BYTES];
 } hf_import;
 
 static int compare_param_names(const void *a, const void *b) {
@@ -73,6 +82,12 @@ static int ignored(const hf_import *imp, const char *name) {
     for (int k = 0; o && k < o->ignore_count; k++)
         if (o->ignore[k] && fnmatch(o->ignore[k], name, 0) == 0) return 1;
     return 0;
+}
+
+/* Counts a skipped tensor, keeping the first names for the INFO line. */
+static void count_ignored(hf_import *imp, const char *name) {
+    const int k = imp->report.tensors_ignored++;
+    if (k < HF_IGNORED_SHOWN) zs__st_printable(name, imp->ignored_names[k], HF_SHOWN_BYTES);
 }
 
 static const char *shape_text(int ndim, const int64_t *shape, char *out, size_t cap) {
@@ -108,6 +123,11 @@ static zs__st_limits file_limits(int expected, uint64_t entry_bytes, const char 
     limits.expected = words;
     limits.name_tensors = 1;
     limits.follow_symlinks = 1;
+    limits.dtypes = HF_DTYPES;
+    /* A tensor whose entry was removed from the header leaves its bytes
+     * behind as a gap; check_file names the missing tensor before the
+     * gap's byte range is reported. */
+    limits.report_holes = 1;
     return limits;
 }
 
@@ -132,7 +152,7 @@ static zs_status check_index(hf_import *imp) {
         const char *tensor = l->entries[e].name;
         if (find_param(imp, tensor)) continue;
         if (ignored(imp, tensor)) {
-            imp->report.tensors_ignored++;
+            count_ignored(imp, tensor);
             continue;
         }
         char file[HF_SHOWN_BYTES];
@@ -174,6 +194,46 @@ static zs_status open_file(hf_import *imp, int f) {
     return ZS_OK;
 }
 
+/* The parameters the layout puts in open file f but its header lacks, all
+ * named in one message (HF_MISSING_SHOWN of them, the rest counted), with
+ * the bytes no tensor covers where the header lost their entries. */
+static zs_status check_missing(hf_import *imp, int f) {
+    const zs__hf_layout *l = imp->layout;
+    const zs__st_file *sf = imp->files[f];
+    char list[HF_MISSING_SHOWN * (HF_SHOWN_BYTES + 192)], name[HF_SHOWN_BYTES], dims[160];
+    size_t at = 0;
+    int missing = 0;
+    list[0] = '\0';
+    for (int i = 0; i < imp->zs->param_count; i++) {
+        const zs_param *p = imp->zs->params[i];
+        if (imp->params[i].file != f || zs__st_find(sf, p->name)) continue;
+        if (missing++ < HF_MISSING_SHOWN && at < sizeof list)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\" (shape %s)",
+                                   missing > 1 ? ", " : "", shown(p->name, name),
+                                   shape_text(p->ndim, p->shape, dims, sizeof dims));
+    }
+    if (missing == 0) return ZS_OK;
+    const int one = missing == 1;
+    char more[64] = "", hole[160] = "";
+    if (missing > HF_MISSING_SHOWN)
+        snprintf(more, sizeof more, " and %d more", missing - HF_MISSING_SHOWN);
+    uint64_t begin, end;
+    if (zs__st_hole(sf, &begin, &end))
+        snprintf(hole, sizeof hole,
+                 "; data bytes %llu..%llu belong to no tensor: the header lost %s, not %s bytes",
+                 (unsigned long long)begin, (unsigned long long)end,
+                 one ? "its entry" : "their entries", one ? "its" : "their");
+    return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                    "%s: missing tensor%s %s%s: the model has %s, but this file does not hold "
+                    "%s%s%s",
+                    zs__st_path(sf), one ? "" : "s", list, more,
+                    one ? "this parameter" : "these parameters", one ? "it" : "them",
+                    l->indexed ? (one ? ", although the index puts it here"
+                                      : ", although the index puts them here")
+                               : "",
+                    hole);
+}
+
 /* Every tensor of open file f against the model. */
 static zs_status check_file(hf_import *imp, int f) {
     const zs__hf_layout *l = imp->layout;
@@ -184,7 +244,7 @@ static zs_status check_file(hf_import *imp, int f) {
         const zs__st_entry *e = zs__st_entry_at(sf, k);
         if (!find_param(imp, e->name)) {
             if (ignored(imp, e->name)) {
-                if (!l->indexed) imp->report.tensors_ignored++;
+                if (!l->indexed) count_ignored(imp, e->name);
                 continue;
             }
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
@@ -199,17 +259,11 @@ static zs_status check_file(hf_import *imp, int f) {
                             "%s: tensor \"%s\" is here, but the index %s puts it in %s", path,
                             shown(e->name, name), l->source, shown(l->files[listed], other));
     }
+    ZS_CHECK(check_missing(imp, f));
     for (int i = 0; i < imp->zs->param_count; i++) {
         const zs_param *p = imp->zs->params[i];
         if (imp->params[i].file != f) continue;
         const zs__st_entry *e = zs__st_find(sf, p->name);
-        if (!e)
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s: missing tensor \"%s\": the model's parameter of shape %s is not "
-                            "in this file%s",
-                            path, shown(p->name, name),
-                            shape_text(p->ndim, p->shape, dims, sizeof dims),
-                            l->indexed ? ", where the index puts it" : "");
         if (e->dtype != ZS_ST_F32 && e->dtype != ZS_ST_BF16 && e->dtype != ZS_ST_F16)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: tensor \"%s\" has dtype %s; parameters are imported from F32, "
@@ -226,7 +280,9 @@ static zs_status check_file(hf_import *imp, int f) {
                             shape_text(p->ndim, p->shape, want, sizeof want));
         imp->params[i].entry = e;
     }
-    return ZS_OK;
+    /* Every parameter is here, so bytes no tensor covers are not a lost
+     * entry's: the file is not well formed. */
+    return zs__st_check_holes(sf);
 }
 
 /* The local phase: layout, files this rank reads, every check. */
@@ -345,12 +401,21 @@ zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
     zs_status status = zs__agree_status(zs, local, "zs_params_import_safetensors (checks)");
     if (status == ZS_OK) status = zs_params_import(zs, read_range, &imp);
     if (status == ZS_OK) {
+        /* The ignored tensors by name, so that a skipped tensor (a tied
+         * head's lm_head.weight copy, a buffer) is never skipped unseen. */
+        char names[HF_IGNORED_SHOWN * (HF_SHOWN_BYTES + 2) + 32] = "";
+        size_t at = 0;
+        const int count = imp.report.tensors_ignored;
+        for (int k = 0; k < count && k < HF_IGNORED_SHOWN && at < sizeof names; k++)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", k ? ", " : ": ",
+                                   imp.ignored_names[k]);
+        if (count > HF_IGNORED_SHOWN && at < sizeof names)
+            snprintf(names + at, sizeof names - at, " and %d more", count - HF_IGNORED_SHOWN);
         ZS_INFO("imported %d parameters from %s (rank 0: %d file%s, %llu bytes read, %d "
-                "tensor%s ignored)",
+                "tensor%s ignored%s)",
                 zs->param_count, imp.layout->source, imp.report.files_opened,
                 imp.report.files_opened == 1 ? "" : "s",
-                (unsigned long long)imp.report.bytes_read, imp.report.tensors_ignored,
-                imp.report.tensors_ignored == 1 ? "" : "s");
+                (unsigned long long)imp.report.bytes_read, count, count == 1 ? "" : "s", names);
         if (report) *report = imp.report;
     }
     hf_import_free(&imp);

@@ -636,7 +636,13 @@ struct zs__st_file {
     int max_tensors;
     const char *expected; /* the caller's words for the bounds, or NULL; the caller's string,
                              so cleared when the open returns */
+    const char *dtypes;   /* the caller's words for the dtypes it reads, or NULL; cleared too */
     int name_tensors;
+    /* zs__st_limits.report_holes: the first range of data bytes no tensor
+     * covers, kept instead of failing the open (trailing: it ends the data
+     * section). */
+    int report_holes, has_hole, hole_trailing;
+    uint64_t hole_begin, hole_end, hole_covered;
     int count;
     zs__st_entry *entries;          /* header order */
     const zs__st_entry **by_name;   /* sorted by name, for zs__st_find */
@@ -749,6 +755,34 @@ static zs_status st_parse_metadata(zs__st_file *f, struct json_object *m) {
     return ZS_OK;
 }
 
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF) and its code point, or 0. */
+static size_t st_utf8_sequence(const unsigned char *s, unsigned *code) {
+    const unsigned c = s[0];
+    size_t n = 0;
+    unsigned min = 0;
+    if (c >= 0xC2 && c <= 0xDF) n = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, min = 0x10000;
+    if (n == 0) return 0;
+    unsigned v = c & (0x7Fu >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+        v = (v << 6) | (s[i] & 0x3Fu);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *code = v;
+    return n;
+}
+
+/* Code points a terminal obeys rather than shows: the C1 controls, and the
+ * bidirectional embeddings, overrides and isolates that reorder what
+ * follows them (the "Trojan Source" characters). */
+static int st_unsafe_code_point(unsigned code) {
+    return (code >= 0x80 && code <= 0x9F) || (code >= 0x202A && code <= 0x202E) ||
+           (code >= 0x2066 && code <= 0x2069);
+}
+
 void zs__st_printable(const char *text, char *out, size_t cap) {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;
@@ -756,21 +790,34 @@ void zs__st_printable(const char *text, char *out, size_t cap) {
         if (cap > 0) out[0] = '\0';
         return;
     }
-    for (const unsigned char *s = (const unsigned char *)text; *s; s++) {
-        /* Room for the longest form (\xNN) and the "..." of a cut text. */
-        if (o + 4 + 3 + 1 > cap) {
+    for (const unsigned char *s = (const unsigned char *)text; *s;) {
+        /* What this character becomes: its bytes, \xNN or \u{NNNN}. */
+        char form[16];
+        size_t len = 0, used = 1;
+        unsigned code = 0;
+        size_t seq = *s >= 0x80 ? st_utf8_sequence(s, &code) : 0;
+        if (*s < 0x20 || *s == 0x7f || *s == '"' || *s == '\\' || (*s >= 0x80 && seq == 0)) {
+            form[len++] = '\\';
+            form[len++] = 'x';
+            form[len++] = hex[*s >> 4];
+            form[len++] = hex[*s & 15];
+        } else if (seq > 0 && st_unsafe_code_point(code)) {
+            len = (size_t)snprintf(form, sizeof form, "\\u{%x}", code);
+            used = seq;
+        } else {
+            used = seq > 0 ? seq : 1;
+            memcpy(form, s, used);
+            len = used;
+        }
+        /* Room for this form and the "..." of a cut text. */
+        if (o + len + 3 + 1 > cap) {
             memcpy(out + o, "...", 3);
             o += 3;
             break;
         }
-        if (*s < 0x20 || *s == 0x7f || *s == '"' || *s == '\\') {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[*s >> 4];
-            out[o++] = hex[*s & 15];
-        } else {
-            out[o++] = (char)*s;
-        }
+        memcpy(out + o, form, len);
+        o += len;
+        s += used;
     }
     out[o] = '\0';
 }
@@ -828,9 +875,8 @@ static zs_status st_parse_entry(const zs__st_file *f, int index, const char *nam
             zs__st_printable(json_object_get_string(dtype), text, sizeof text);
             snprintf(shown, sizeof shown, " %s,", text);
         }
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: %s has a dtype%s outside the allowed F32, F16, BF16, U8", path, label,
-                        shown);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: %s has a dtype%s outside %s", path, label,
+                        shown, f->dtypes ? f->dtypes : "the allowed F32, F16, BF16, U8");
     }
     if (!json_object_is_type(shape, json_type_array) ||
         json_object_array_length(shape) > ZS_ST_MAX_DIMS)
@@ -863,7 +909,50 @@ static zs_status st_parse_entry(const zs__st_file *f, int index, const char *nam
     return ZS_OK;
 }
 
-/* The tensors sorted by offset must tile [0, data_bytes) exactly. */
+/* The failure of bytes [begin, end) of the data section that no tensor
+ * covers: a gap before the next tensor, or trailing bytes after the last
+ * (then `covered` is where the tensors end). */
+static zs_status st_hole_failure(const zs__st_file *f, int trailing, uint64_t begin, uint64_t end,
+                                 uint64_t covered) {
+    if (trailing)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: trailing bytes: the tensors cover %llu of the %llu bytes of the "
+                        "data section",
+                        f->path, (unsigned long long)covered, (unsigned long long)end);
+    return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                    "%s: gap in the data section: bytes %llu..%llu belong to no tensor", f->path,
+                    (unsigned long long)begin, (unsigned long long)end);
+}
+
+/* Bytes [begin, end) belong to no tensor: the open fails, or, with
+ * report_holes, the first such range is kept for the caller. */
+static zs_status st_hole(zs__st_file *f, int trailing, uint64_t begin, uint64_t end,
+                         uint64_t covered) {
+    if (!f->report_holes) return st_hole_failure(f, trailing, begin, end, covered);
+    if (!f->has_hole) {
+        f->has_hole = 1;
+        f->hole_trailing = trailing;
+        f->hole_begin = begin;
+        f->hole_end = end;
+        f->hole_covered = covered;
+    }
+    return ZS_OK;
+}
+
+int zs__st_hole(const zs__st_file *f, uint64_t *begin, uint64_t *end) {
+    if (!f->has_hole) return 0;
+    *begin = f->hole_begin;
+    *end = f->hole_end;
+    return 1;
+}
+
+zs_status zs__st_check_holes(const zs__st_file *f) {
+    if (!f->has_hole) return ZS_OK;
+    return st_hole_failure(f, f->hole_trailing, f->hole_begin, f->hole_end, f->hole_covered);
+}
+
+/* The tensors sorted by offset must tile [0, data_bytes) exactly (bytes no
+ * tensor covers are kept instead with report_holes). */
 static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
     const char *path = f->path;
     const zs__st_entry **order = NULL;
@@ -900,19 +989,13 @@ static zs_status st_check_layout(zs__st_file *f, uint64_t data_bytes) {
             goto done;
         }
         if (e->begin > covered) {
-            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                              "%s: gap in the data section: bytes %llu..%llu belong to no tensor",
-                              path, (unsigned long long)covered, (unsigned long long)e->begin);
-            goto done;
+            status = st_hole(f, 0, covered, e->begin, covered);
+            if (status != ZS_OK) goto done;
         }
         if (e->end > e->begin) previous = index;
         covered = e->end;
     }
-    if (covered != data_bytes)
-        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                          "%s: trailing bytes: the tensors cover %llu of the %llu bytes of the "
-                          "data section",
-                          path, (unsigned long long)covered, (unsigned long long)data_bytes);
+    if (covered != data_bytes) status = st_hole(f, 1, covered, data_bytes, covered);
 done:
     free(order);
     return status;
@@ -1053,7 +1136,9 @@ static zs_status st_new(const char *path, const zs__st_limits *limits, zs__st_fi
         if (limits->max_tensors > 0 && limits->max_tensors < f->max_tensors)
             f->max_tensors = limits->max_tensors;
         f->expected = limits->expected;
+        f->dtypes = limits->dtypes;
         f->name_tensors = limits->name_tensors;
+        f->report_holes = limits->report_holes;
     }
     f->path = zs__strdup(path);
     if (!f->path) {
@@ -1083,7 +1168,7 @@ zs_status zs__st_open_limited(const char *path, const zs__st_limits *limits, zs_
         goto fail;
     }
     ZS_CHECK_GOTO(st_open_fd(f), status, fail);
-    f->expected = NULL;
+    f->expected = f->dtypes = NULL;
     *out = f;
     return ZS_OK;
 fail:
@@ -1111,7 +1196,7 @@ zs_status zs__st_open_at_limited(int dir_fd, const char *dir_path, const char *n
     zs_status status = ZS_OK;
     ZS_CHECK_GOTO(zs__fs_open_file_at(dir_fd, dir_path, name, &f->fd, NULL), status, fail);
     ZS_CHECK_GOTO(st_open_fd(f), status, fail);
-    f->expected = NULL;
+    f->expected = f->dtypes = NULL;
     *out = f;
     return ZS_OK;
 fail:

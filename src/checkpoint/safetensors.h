@@ -178,6 +178,19 @@ typedef struct zs__st_limits {
      * still be a regular file. zs__st_open_at_limited refuses it: inside a
      * directory descriptor nothing is followed. */
     int follow_symlinks;
+    /* The dtypes the caller reads, in the words a message lists them
+     * ("F32, BF16 and F16, the dtypes parameters are imported from"), for
+     * the refusal of a dtype this reader does not know; NULL lists the
+     * reader's own (F32, F16, BF16, U8), which a caller may not accept.
+     * Read during the open only. */
+    const char *dtypes;
+    /* Bytes of the data section that no tensor covers (a gap, or trailing
+     * bytes) do not fail the open: the first such range is kept for
+     * zs__st_hole and zs__st_check_holes, so that a caller that knows which
+     * tensors the file should hold can first name the missing ones (an
+     * entry removed from a header leaves its bytes as a gap). The caller
+     * must then call zs__st_check_holes before it trusts the file. */
+    int report_holes;
 } zs__st_limits;
 
 /* zs__st_open / zs__st_open_at under `limits` (NULL: the same as those). */
@@ -191,9 +204,22 @@ zs_status zs__st_open_at_limited(int dir_fd, const char *dir_path, const char *n
  * caller derives zs__st_limits.max_header_bytes from what it expects. */
 uint64_t zs__st_entry_bytes_bound(size_t name_bytes, int ndim);
 
-/* Copies `text` into out (cap bytes, always NUL-terminated) with control
- * characters, DEL, '"' and '\\' written as \xNN and a text too long cut
- * with "...": a name read from a file, fit for a message. */
+/* For a file opened with zs__st_limits.report_holes: 1 and the first range
+ * of data bytes [*begin, *end) that no tensor covers, or 0 when the tensors
+ * tile the data section. */
+int zs__st_hole(const zs__st_file *f, uint64_t *begin, uint64_t *end);
+/* ZS_OK when the tensors tile the data section, else the failure the open
+ * would have returned without report_holes ("gap in the data section" or
+ * "trailing bytes", with the path and the byte range). */
+zs_status zs__st_check_holes(const zs__st_file *f);
+
+/* Copies `text` into out (cap bytes, always NUL-terminated), fit for a
+ * message or a terminal: C0 control characters, DEL, '"', '\\' and every
+ * byte that is not part of valid UTF-8 written as \xNN; the C1 controls
+ * (U+0080-U+009F) and Unicode's bidirectional overrides and isolates
+ * (U+202A-U+202E, U+2066-U+2069), which a terminal would obey and which
+ * would make the text read as something else, as \u{NNNN}; a text too
+ * long cut with "...". At most 4 bytes of out per byte of text. */
 void zs__st_printable(const char *text, char *out, size_t cap);
 
 const char *zs__st_path(const zs__st_file *f);

@@ -51,12 +51,20 @@ static int cmp_triple(const void *x, const void *y) {
 zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
     /* Files: exactly one per (rank, kind), named as the save names them. */
     const int kinds = 3;
-    if (m->world_size > ZS_CKPT_MAX_ENTRIES / kinds || m->file_count != m->world_size * kinds)
+    /* A world size whose file count would pass the manifest's limit is
+     * said in words: the product would overflow, or name an impossible
+     * count. */
+    if (m->world_size > ZS_CKPT_MAX_ENTRIES / kinds)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: world_size %d cannot be a save's: %d ranks would write %d files each "
+                        "(master, optim and user), more than the %d entries a manifest may list; "
+                        "the manifest is damaged or not zeroshard's",
+                        where, m->world_size, m->world_size, kinds, ZS_CKPT_MAX_ENTRIES);
+    if (m->file_count != m->world_size * kinds)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "%s: %d files listed, but a save by %d rank(s) writes exactly %d "
                         "(master, optim and user per rank)",
-                        where, m->file_count, m->world_size,
-                        m->world_size <= ZS_CKPT_MAX_ENTRIES / kinds ? m->world_size * kinds : -1);
+                        where, m->file_count, m->world_size, m->world_size * kinds);
     for (int f = 0; f < m->file_count; f++) {
         const zs__ckpt_file *cf = &m->files[f];
         char expect[ZS_CKPT_FILE_NAME_MAX + 1];
@@ -427,10 +435,14 @@ static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors,
             goto done;
         }
         const zs__st_entry *e = zs__st_find(sf, ct->key);
+        /* The key as messages show it: the manifest's bytes, escaped, since
+         * zs-ckpt prints them to a terminal. */
+        char key[4 * sizeof ct->key + 8];
+        zs__st_printable(ct->key, key, sizeof key);
         if (!e) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                               "%s: tensor '%s' (manifest tensors[%d]) is missing from the file",
-                              path, ct->key, t);
+                              path, key, t);
             goto done;
         }
         const zs__st_dtype want = state_dtype(ct->state);
@@ -440,7 +452,7 @@ static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors,
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                               "%s: tensor '%s' is %s with %llu bytes, but the manifest expects %s "
                               "with %llu",
-                              path, ct->key, zs__st_dtype_name(e->dtype),
+                              path, key, zs__st_dtype_name(e->dtype),
                               (unsigned long long)(e->end - e->begin), zs__st_dtype_name(want),
                               (unsigned long long)want_bytes);
             goto done;
@@ -459,7 +471,7 @@ static zs_status verify_file(const zs__ckpt_step *s, int fi, const int *tensors,
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                               "%s: tensor '%s' has content hash %016" PRIx64
                               " but the manifest says %016" PRIx64,
-                              path, ct->key, th, ct->xxh3);
+                              path, key, th, ct->xxh3);
             goto done;
         }
     }

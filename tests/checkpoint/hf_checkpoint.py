@@ -32,8 +32,12 @@ it, and whose metadata.total_size is the sum of the tensor bytes; file names
 model.safetensors or model-0000k-of-0000N.safetensors. Its tensors must be
 the original's (minus tensors whose name ends with --ignore) with the same
 dtype, shape and bytes. --files: the number of safetensors files expected;
---config: config.json must hold exactly that file's bytes (absent: no
-config.json); --tokenizer: the tokenizer files there must be copied
+--config: config.json must be that file with its dtype set to the one of
+the exported tensors: "torch_dtype" (and "dtype", transformers 4.56's name,
+where the file has it; torch_dtype added where it has neither) as torch
+names it (float32, bfloat16, float16), everything else equal; the very
+bytes of the file when it already said so (absent: no config.json);
+--tokenizer: the tokenizer files there must be copied
 byte for byte, and no other.
 Exit status 0 on success, 1 with the first difference on stderr.
 """
@@ -45,6 +49,7 @@ import struct
 import sys
 
 DTYPES = {"F32": 4, "BF16": 2, "F16": 2}
+TORCH_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "tokenizer.model", "generation_config.json"]
 INV_FREQ = "model.layers.{}.self_attn.rotary_emb.inv_freq"
@@ -230,6 +235,25 @@ def read_checkpoint(directory, check_layout):
     return tensors, len(files)
 
 
+def compare_config(original, exported, dtypes):
+    """The exported config.json is the original with the exported dtype."""
+    if len(dtypes) != 1:
+        raise Mismatch(f"the exported tensors have dtypes {sorted(dtypes)}, not one")
+    torch_dtype = TORCH_DTYPES[dtypes.pop()]
+    with open(original, "rb") as a, open(exported, "rb") as b:
+        original_bytes, exported_bytes = a.read(), b.read()
+    want = json.loads(original_bytes)
+    keys = [k for k in ("torch_dtype", "dtype") if k in want] or ["torch_dtype"]
+    said_so = all(want.get(k) == torch_dtype for k in keys)
+    for k in keys:
+        want[k] = torch_dtype
+    got = json.loads(exported_bytes)
+    if got != want:
+        raise Mismatch(f"{exported} is {got}, expected {want}")
+    if said_so and exported_bytes != original_bytes:
+        raise Mismatch(f"{exported} was rewritten, though {original} gave the dtype already")
+
+
 def compare(original, export, want_files, config, tokenizer, ignore):
     want, _ = read_checkpoint(original, False)
     want = {k: v for k, v in want.items() if not (ignore and k.endswith(ignore))}
@@ -249,9 +273,7 @@ def compare(original, export, want_files, config, tokenizer, ignore):
         if os.path.exists(exported_config):
             raise Mismatch(f"{exported_config} exists, though the checkpoint held none")
     else:
-        with open(config, "rb") as a, open(exported_config, "rb") as b:
-            if a.read() != b.read():
-                raise Mismatch(f"{exported_config} differs from {config}")
+        compare_config(config, exported_config, {dtype for dtype, _, _ in got.values()})
     for name in TOKENIZER_FILES:
         source = os.path.join(tokenizer, name) if tokenizer else None
         copied = os.path.join(export, name)

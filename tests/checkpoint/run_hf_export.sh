@@ -2,8 +2,9 @@
 # zs-ckpt export --hf on the checkpoints test_hf_import saved (run ... save,
 # np 3) from Hugging Face files, each export compared by hf_checkpoint.py
 # with the files it was imported from: the same tensors bit for bit,
-# metadata {"format": "pt"}, a valid index when sharded, config.json and the
-# tokenizer files as given.
+# metadata {"format": "pt"}, a valid index when sharded, config.json as given
+# with its torch_dtype the exported dtype (kept byte for byte where it said
+# so already), and the tokenizer files as given.
 #   run_hf_export.sh <zs-ckpt> <hf_checkpoint.py> <work dir>
 set -euo pipefail
 tool=$1 checker=$2 work=$3
@@ -25,6 +26,8 @@ files=$(ls "$out/bf16"/model-*-of-*.safetensors | wc -l)
 [ "$files" -gt 1 ] || fail "a 2000-byte shard limit gave $files files"
 compare "$work/sharded_BF16" "$out/bf16" --files "$files" --config "$work/config.json" \
   --tokenizer "$out/tokenizer" --ignore rotary_emb.inv_freq
+cmp -s "$out/bf16/config.json" "$work/config.json" ||
+  fail "the bf16 export rewrote a config.json whose torch_dtype was bfloat16 already"
 
 # fp16 from a checkpoint without config.json: one model.safetensors under
 # the default 5GB limit, and a note that no config.json was written.
@@ -36,6 +39,9 @@ compare "$work/single_F16" "$out/f16" --files 1 --ignore rotary_emb.inv_freq
 "$tool" export --hf "$out/f32" --max-shard-bytes 1 --quiet "$work/saved_f32" >/dev/null
 compare "$work/sharded_F32" "$out/f32" --files 24 --config "$work/config.json" \
   --ignore rotary_emb.inv_freq
+# The checkpoint's config.json said bfloat16; the weights written are fp32.
+grep -q '"torch_dtype": "float32"' "$out/f32/config.json" ||
+  fail "the fp32 export's config.json: $(cat "$out/f32/config.json")"
 
 # Refusals: an existing non-empty directory (untouched, no temporary
 # directory left beside it), options of --hf without it.

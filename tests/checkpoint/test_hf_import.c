@@ -19,8 +19,10 @@
  *       the hostile cases alone (the sanitizer build runs these)
  *
  * Hostile cases, each refused on every rank with its message, after which
- * the parameters still hold the previous import: a missing tensor, an
- * unexpected tensor, the inv_freq buffers without an ignore pattern, a
+ * the parameters still hold the previous import: a missing tensor, missing
+ * tensors whose entries were removed from the header but whose bytes were
+ * left (a gap, trailing bytes; the message names them), a gap with every
+ * tensor present, an unexpected tensor, the inv_freq buffers without an ignore pattern, a
  * shape mismatch, dtypes I32 and U8, overlapping offsets, offsets beyond
  * the file, a truncated file (in the data and in the header), a header
  * claiming 1,000,000 tensors (refused in under a second with little
@@ -237,6 +239,15 @@ typedef struct hostile_case {
 static const hostile_case hostile_cases[] = {
     {"missing.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
      {"missing tensor \"model.norm.weight\"", "missing.safetensors"}},
+    {"hole.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
+     {"hole.safetensors: missing tensor \"" L0 "mlp.up_proj.weight\" (shape [20, 12]): the model "
+      "has this parameter, but this file does not hold it",
+      "data bytes 4560..5520 belong to no tensor: the header lost its entry, not its bytes"}},
+    {"hole_end.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
+     {"missing tensors \"model.norm.weight\" (shape [12]), \"lm_head.weight\" (shape [37, 12])",
+      "belong to no tensor: the header lost their entries, not their bytes"}},
+    {"gap.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
+     {"gap.safetensors: gap in the data section: bytes 4560..4568 belong to no tensor", NULL}},
     {"extra.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
      {"unexpected tensor \"model.layers.0.self_attn.extra.weight\"", "extra.safetensors"}},
     {"../single_F32/model.safetensors", 0, ZS_ERR_INVALID_ARGUMENT,
@@ -250,7 +261,9 @@ static const hostile_case hostile_cases[] = {
       "parameter has shape [6, 12]",
       "shape.safetensors"}},
     {"dtype_i32.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
-     {"(\"model.norm.weight\") has a dtype I32, outside the allowed", "dtype_i32.safetensors"}},
+     {"(\"model.norm.weight\") has a dtype I32, outside F32, BF16 and F16, the dtypes "
+      "parameters are imported from",
+      "dtype_i32.safetensors"}},
     {"dtype_u8.safetensors", 1, ZS_ERR_INVALID_ARGUMENT,
      {"tensor \"model.norm.weight\" has dtype U8; parameters are imported from F32, BF16 or F16",
       NULL}},
@@ -516,6 +529,27 @@ static int prepare(void) {
     const int norm = find_fake(t, n, "model.norm.weight");
     t[norm] = t[n - 1];
     write_fake("missing.safetensors", t, n - 1, -1);
+    /* Holes: entries removed from a header whose data section still holds
+     * their bytes; in the middle (one tensor), and at the end (the last
+     * two, so the bytes trail the rest). Laid out in spec order. */
+    n = fake_model(t);
+    int64_t placed = 0;
+    for (int k = 0; k < n; k++) {
+        t[k].begin = placed;
+        t[k].end = placed += fake_bytes(&t[k]);
+    }
+    const int up = find_fake(t, n, L0 "mlp.up_proj.weight");
+    fake kept = t[up];
+    t[up] = t[n - 1];
+    write_fake("hole.safetensors", t, n - 1, placed);
+    t[up] = kept;
+    write_fake("hole_end.safetensors", t, n - 2, placed);
+    /* A gap with every tensor present: 8 bytes before up_proj. */
+    for (int k = up; k < n; k++) {
+        t[k].begin += 8;
+        t[k].end += 8;
+    }
+    write_fake("gap.safetensors", t, n, placed + 8);
     /* Extra: a tensor no parameter has. */
     n = fake_model(t);
     t[n] = t[0];

@@ -29,6 +29,6 @@ lines=$(grep -c . "$metrics")
 printed=$(sed -n 's/^validation after 150 steps: loss \([0-9.]*\).*/\1/p' "$log")
 logged=$(tail -n 1 "$metrics" | sed -n 's/.*"val_loss":\([-0-9.e]*\).*/\1/p')
 [ -n "$printed" ] && [ -n "$logged" ] &&
-  [ "$(LC_ALL=C printf '%.4f' "$logged")" = "$printed" ] ||
+  [ "$(LC_ALL=C printf '%.6f' "$logged")" = "$printed" ] ||
   { echo "FAIL: the last metrics line's val_loss '$logged' is not the printed '$printed'"; exit 1; }
 echo "1 passed, 0 failed"

@@ -7,7 +7,15 @@ metadata {"format": "pt"}, tensors stored sorted by name in float32, plus
 one rotary_emb.inv_freq buffer per layer as older checkpoints carry them.
 Standard library only (json, struct), so the import test never skips.
 
-    golden_to_hf.py <golden variant dir> <out dir> [--shards N]
+    golden_to_hf.py <golden variant dir> <out dir> [--shards N] [--lm-head-copy VALUE]
+                    [--nan NAME] [--extra NAME]
+
+Variations a user's checkpoint may have (tests/llama/run_llama_hf_cases.sh):
+  --lm-head-copy VALUE  a tied model's checkpoint that also carries lm_head.weight, as some
+                        writers save it: "same" for the embedding's bytes, or a number every
+                        element is set to (a copy that differs from the embedding)
+  --nan NAME            element 0 of tensor NAME is a NaN
+  --extra NAME          one more tensor, NAME of shape [3], that the model does not have
 """
 import json
 import os
@@ -35,10 +43,14 @@ def write_safetensors(path, tensors):
 def main():
     args = sys.argv[1:]
     shards = 1
-    if "--shards" in args:
-        k = args.index("--shards")
-        shards = int(args[k + 1])
-        del args[k:k + 2]
+    options = {"--shards": None, "--lm-head-copy": None, "--nan": None, "--extra": None}
+    for option in options:
+        if option in args:
+            k = args.index(option)
+            options[option] = args[k + 1]
+            del args[k:k + 2]
+    if options["--shards"]:
+        shards = int(options["--shards"])
     if len(args) != 2:
         sys.exit(__doc__)
     src, out = args
@@ -50,7 +62,18 @@ def main():
     tensors = []
     for t in index["tensors"]:
         data = weights[4 * t["offset"]:4 * (t["offset"] + t["numel"])]
+        if t["name"] == options["--nan"]:
+            data = struct.pack("<f", float("nan")) + data[4:]
         tensors.append((t["name"], t["shape"], data))
+    if options["--nan"] and not any(t[0] == options["--nan"] for t in tensors):
+        sys.exit(f"--nan {options['--nan']}: no such tensor")
+    copy = options["--lm-head-copy"]
+    if copy is not None:
+        embed = next(t for t in tensors if t[0] == "model.embed_tokens.weight")
+        data = embed[2] if copy == "same" else struct.pack("<f", float(copy)) * (len(embed[2]) // 4)
+        tensors.append(("lm_head.weight", embed[1], data))
+    if options["--extra"]:
+        tensors.append((options["--extra"], [3], struct.pack("<3f", 1.0, 2.0, 3.0)))
     hd = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     for layer in range(config["num_hidden_layers"]):
         inv = struct.pack(f"<{hd // 2}f", *[10000.0 ** (-2 * i / hd) for i in range(hd // 2)])

@@ -10,7 +10,7 @@
 #   - recomputed activations give the same bits;
 #   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit;
 #   - the checkpoint carries the model's config.json, which zs-ckpt export
-#     --hf writes beside the weights.
+#     --hf writes beside the weights with torch_dtype the dtype written.
 # Usage: run_llama_train.sh MPIEXEC llama_train zs-ckpt
 set -u
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
@@ -113,7 +113,15 @@ echo "6 steps straight = 3 + resume + 3, bit for bit"
 
 # The model's config travels with the checkpoint and comes out with the export.
 "$ZSCKPT" export --hf "$work/hf" "$work/split" > "$work/hf.log" 2>&1 || { cat "$work/hf.log"; fail "export --hf"; }
-cmp -s "$work/tied.json" "$work/hf/config.json" || fail "the exported config.json is not the one trained"
+# The same keys and values, with the dtype of the weights written (bf16
+# training exports bf16) added as torch_dtype, which the trained file lacks.
+python3 - "$work/tied.json" "$work/hf/config.json" <<'PY' || fail "the exported config.json is not the one trained"
+import json, sys
+want = dict(json.load(open(sys.argv[1])), torch_dtype="bfloat16")
+got = json.load(open(sys.argv[2]))
+if got != want:
+    sys.exit(f"exported {got}\nexpected {want}")
+PY
 [ -f "$work/hf/model.safetensors" ] || fail "export --hf wrote no model.safetensors"
 echo "export --hf: weights and the model's own config.json"
 echo "4 passed, 0 failed"

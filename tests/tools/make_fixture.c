@@ -2,7 +2,8 @@
  * modules (safetensors writer, manifest serializer, atomic file writes), so
  * zs-ckpt can be tested without a training run:
  *
- *   make_fixture <root> <dump.f32> [--extra-tensor]
+ *   make_fixture <root> <dump.f32> [--extra-tensor] [--hostile-names]
+ *                [--world-size N]
  *
  * creates <root>/step_00000010/ (manifest.json, manifest.json.xxh3, and
  * rank0000{0,1}.{master,optim,user}.safetensors), <root>/latest naming it,
@@ -10,7 +11,12 @@
  * order as raw little-endian float32, what an fp32 export must contain.
  * --extra-tensor adds a tensor to rank 1's master file that the manifest does
  * not list (the file's size and hash in the manifest still match), which
- * `zs-ckpt verify` must reject. Exits 1 with a message on any failure. */
+ * `zs-ckpt verify` must reject. --hostile-names gives unit 0 and parameter 0
+ * names holding characters a terminal obeys (ESC, a C1 control, the
+ * bidirectional override U+202E and isolate U+2066), consistently in the
+ * manifest and the shards, so the checkpoint still verifies; --world-size N
+ * writes N as the manifest's world size (the shards stay those of 2 ranks).
+ * Exits 1 with a message on any failure. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,13 +76,33 @@ static float *values(int p, int64_t begin, int64_t end, int state) {
     return v;
 }
 
+/* The hostile names of --hostile-names: valid UTF-8 (a manifest refuses
+ * anything else) with ESC, C1's CSI (U+009B), RIGHT-TO-LEFT OVERRIDE
+ * (U+202E) and LEFT-TO-RIGHT ISOLATE (U+2066). */
+#define FX_HOSTILE_UNIT "embed\x1b[31m\xc2\x9b" "2J\xe2\x80\xae" "dac"
+#define FX_HOSTILE_PARAM "embed\xe2\x81\xa6.weight\x1b]0;x\x07"
+
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "--extra-tensor") != 0)) {
-        fprintf(stderr, "usage: make_fixture <root> <dump.f32> [--extra-tensor]\n");
+    int extra = 0, hostile = 0;
+    long long world_size = FX_RANKS;
+    int bad = argc < 3;
+    for (int i = 3; i < argc && !bad; i++) {
+        if (strcmp(argv[i], "--extra-tensor") == 0) extra = 1;
+        else if (strcmp(argv[i], "--hostile-names") == 0) hostile = 1;
+        else if (strcmp(argv[i], "--world-size") == 0 && i + 1 < argc)
+            world_size = strtoll(argv[++i], NULL, 10);
+        else bad = 1;
+    }
+    if (bad) {
+        fprintf(stderr, "usage: make_fixture <root> <dump.f32> [--extra-tensor] "
+                        "[--hostile-names] [--world-size N]\n");
         return 2;
     }
     const char *root = argv[1];
-    const int extra = argc == 4;
+    /* Parameter p's name, in the manifest and in the shards' keys. */
+    const char *param_name[FX_PARAMS];
+    for (int p = 0; p < FX_PARAMS; p++)
+        param_name[p] = hostile && p == 0 ? FX_HOSTILE_PARAM : fx_params[p].name;
     char step_dir[4096], path[4096 + 128];
     snprintf(step_dir, sizeof step_dir, "%s/%s", root, FX_STEP_DIR);
     if (zt_fs_mkdir(root) != ZS_OK) return die("mkdir root");
@@ -98,7 +124,7 @@ int main(int argc, char **argv) {
             if (b == e) continue; /* this rank owns nothing of the parameter */
             for (int s = 0; s < 3; s++) {
                 char key[64];
-                snprintf(key, sizeof key, "%s%s", fp->name, state_suffix[s]);
+                snprintf(key, sizeof key, "%s%s", param_name[p], state_suffix[s]);
                 add(&files[r][s == 0 ? 0 : 1], key, (zs__ckpt_state)s, p, b, e - b,
                     values(p, b, e, s), sizeof(float), 1);
             }
@@ -122,7 +148,7 @@ int main(int argc, char **argv) {
     m->version = ZS_CKPT_VERSION;
     m->step = FX_STEP;
     m->skipped_total = 2;
-    m->world_size = FX_RANKS;
+    m->world_size = (int)world_size;
     m->stage = 3;
     m->config_hash = 0x0123456789abcdefull;
     m->compute_dtype = ZS_DTYPE_FP32;
@@ -131,10 +157,12 @@ int main(int argc, char **argv) {
     m->scaler.cur_iter = FX_STEP + 2;
     m->scaler.last_overflow_iter = -1;
     m->scaler.cur_hysteresis = 2;
-    for (int u = 0; u < FX_UNITS; u++) snprintf(m->units[u].name, sizeof m->units[u].name, "%s", fx_units[u]);
+    for (int u = 0; u < FX_UNITS; u++)
+        snprintf(m->units[u].name, sizeof m->units[u].name, "%s",
+                 hostile && u == 0 ? FX_HOSTILE_UNIT : fx_units[u]);
     for (int p = 0; p < FX_PARAMS; p++) {
         zs__ckpt_param *cp = &m->params[p];
-        snprintf(cp->name, sizeof cp->name, "%s", fx_params[p].name);
+        snprintf(cp->name, sizeof cp->name, "%s", param_name[p]);
         cp->unit = fx_params[p].unit;
         cp->ndim = fx_params[p].ndim;
         for (int d = 0; d < cp->ndim; d++) cp->shape[d] = fx_params[p].shape[d];

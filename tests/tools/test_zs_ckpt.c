@@ -22,6 +22,11 @@
  *   user_state  user-state shards damaged four ways (a flipped data byte,
  *            truncated, metadata of another world size, deleted): verify,
  *            export and export --hf all exit 1 with the same message
+ *   hostile_names  a unit and a parameter named with ESC sequences, a C1
+ *            control and Unicode bidirectional override and isolate: info
+ *            prints them escaped (\xNN, \u{NNNN}), never raw
+ *   world_size  a manifest whose world size is too large for its file
+ *            count to be listed: verify says so in words (it printed -1)
  *
  *   test_zs_ckpt <zs-ckpt> <make_fixture> <work dir> real <root> <dump.f32>
  *
@@ -98,7 +103,9 @@ static void run(run_result *r, const char *const *argv) {
 
 static char root[4300], step[4400], dump_path[4300];
 
-static void fresh_fixture(const char *name, int extra_tensor) {
+/* A fresh fixture under <work>/<name>.ckpt, made with make_fixture's
+ * options (up to two; NULL for none). */
+static void fresh_fixture_with(const char *name, const char *option, const char *value) {
     snprintf(root, sizeof root, "%s/%s.ckpt", work, name);
     snprintf(step, sizeof step, "%s/%s", root, FX_STEP_DIR);
     snprintf(dump_path, sizeof dump_path, "%s/%s.f32", work, name);
@@ -106,13 +113,19 @@ static void fresh_fixture(const char *name, int extra_tensor) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     ZT_REQUIRE(system(cmd) == 0);
     run_result *r = malloc(sizeof *r);
-    if (extra_tensor)
-        RUN(r, fixture_tool, root, dump_path, "--extra-tensor");
+    if (option && value)
+        RUN(r, fixture_tool, root, dump_path, option, value);
+    else if (option)
+        RUN(r, fixture_tool, root, dump_path, option);
     else
         RUN(r, fixture_tool, root, dump_path);
     ZT_CHECK_MSG(r->status == 0, "make_fixture failed (%d): %s", r->status, r->err);
     ZT_REQUIRE(r->status == 0);
     free(r);
+}
+
+static void fresh_fixture(const char *name, int extra_tensor) {
+    fresh_fixture_with(name, extra_tensor ? "--extra-tensor" : NULL, NULL);
 }
 
 static uint64_t file_size(const char *path) {
@@ -607,6 +620,56 @@ static const struct {
 } real_params[] = {{"embed.weight", 2, {37, 11}}, {"embed.bias", 1, {53, 0}},
                    {"head.weight", 2, {3, 43}}};
 
+/* Whether `text` holds a byte sequence a terminal would obey: a C0 control
+ * other than newline, DEL, or (UTF-8) a C1 control or a bidirectional
+ * embedding, override or isolate. Sets *at to its offset. */
+static int holds_terminal_control(const char *text, size_t *at) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; s[i]; i++) {
+        const int c0 = (s[i] < 0x20 && s[i] != '\n') || s[i] == 0x7f;
+        const int c1 = s[i] == 0xc2 && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f;
+        const int bidi = s[i] == 0xe2 && ((s[i + 1] == 0x80 && s[i + 2] >= 0xaa && s[i + 2] <= 0xae) ||
+                                          (s[i + 1] == 0x81 && s[i + 2] >= 0xa6 && s[i + 2] <= 0xa9));
+        if (c0 || c1 || bidi) {
+            *at = i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void case_hostile_names(void) {
+    fresh_fixture_with("hostile_names", "--hostile-names", NULL);
+    run_result *r = malloc(sizeof *r);
+    for (int from_root = 1; from_root >= 0; from_root--) {
+        /* From the root, every file is verified first: the names are those
+         * of a valid checkpoint. */
+        RUN(r, tool, "info", from_root ? root : step);
+        ZT_CHECK_MSG(r->status == 0, "info exited %d: %s", r->status, r->err);
+        size_t at = 0;
+        ZT_CHECK_MSG(!holds_terminal_control(r->out, &at),
+                     "info printed a terminal control character at byte %zu: \"%.40s\"", at,
+                     r->out + (at > 10 ? at - 10 : 0));
+        CHECK_CONTAINS(r->out, "unit 0: embed\\x1b[31m\\u{9b}2J\\u{202e}dac\n");
+        CHECK_CONTAINS(r->out, "embed\\u{2066}.weight\\x1b]0;x\\x07 ");
+        CHECK_CONTAINS(r->out, "[37, 113]  4181 elements");
+    }
+    RUN(r, tool, "verify", root);
+    ZT_CHECK_MSG(r->status == 0, "verify exited %d: %s", r->status, r->err);
+    free(r);
+}
+
+static void case_world_size(void) {
+    fresh_fixture_with("world_size", "--world-size", "2000000000");
+    run_result *r = malloc(sizeof *r);
+    RUN(r, tool, "verify", step);
+    ZT_EQ_INT(r->status, 1);
+    CHECK_CONTAINS(r->err, "world_size 2000000000 cannot be a save's: 2000000000 ranks would "
+                           "write 3 files each");
+    ZT_CHECK_MSG(strstr(r->err, "-1") == NULL, "verify printed -1: %s", r->err);
+    free(r);
+}
+
 static void case_real(const char *real_root, const char *real_dump) {
     run_result *r = malloc(sizeof *r);
     RUN(r, tool, "verify", real_root);
@@ -690,6 +753,8 @@ int main(int argc, char **argv) {
     else if (strcmp(c, "progress") == 0) case_progress();
     else if (strcmp(c, "hostile_header") == 0) case_hostile_header();
     else if (strcmp(c, "user_state") == 0) case_user_state();
+    else if (strcmp(c, "hostile_names") == 0) case_hostile_names();
+    else if (strcmp(c, "world_size") == 0) case_world_size();
     else {
         fprintf(stderr, "test_zs_ckpt: unknown case %s\n", c);
         return 2;
