@@ -8,10 +8,13 @@ injected every N steps against an uninterrupted run.
 
 Part 1 (needs root for scripts/netns-hosts.sh; skipped otherwise): the
 launcher tests' setting, 4 ranks of GPT-2's tiny model on two simulated
-hosts (2 each), comm.timeout_s = 3, a checkpoint every 4 steps, zs-run with
---backoff 0.2 --kill-after 2 --probe-timeout 4. A failure is injected at
-step 40 of 120: a rank killed with SIGKILL, host 1's link taken down, a
-rank stopped with SIGSTOP. For each: failure -> first new step (from the
+hosts (2 each), comm.timeout_s = 3, a checkpoint every 4 steps, zs-run
+twice: with --backoff 0.2 --kill-after 2 --probe-timeout 4 (the tests'
+options) and with its defaults (--backoff 5 --kill-after 30
+--probe-timeout 15). A failure is injected at step 40 of 120: a rank
+killed with SIGKILL, host 1's link taken down, a rank stopped with
+SIGSTOP. comm.timeout_s is the runtime's key, not the launcher's: its
+default, 600 s, would find a stopped rank after 10 minutes. For each: failure -> first new step (from the
 injection to the restart record, which zs-run writes when the new job
 prints its first new step), detected -> first new step (zs-run's own
 recover_s), and steps lost (the failed job's last step minus the step
@@ -115,7 +118,12 @@ CASES = {"kill9": "kill -9 of a rank", "link": "host 1's link down",
          "sigstop": "SIGSTOP of a rank"}
 
 
-def run_case(build, case, work):
+# zs-run's options per part-1 run: the launcher tests', and none (its defaults).
+LAUNCHER_OPTIONS = {"tests": ["--backoff", "0.2", "--kill-after", "2", "--probe-timeout", "4"],
+                    "defaults": []}
+
+
+def run_case(build, case, work, options):
     state = subprocess.run(["bash", NETNS, "up", "--owner", str(os.getpid())], check=True,
                            capture_output=True, text=True).stdout.strip()
     try:
@@ -128,18 +136,21 @@ def run_case(build, case, work):
                     f"{state}/agent --mca btl tcp,self --mca btl_tcp_if_include {subnet} "
                     f"--mca oob_tcp_if_include {subnet} \"$@\"\n")
         os.chmod(mpirun, 0o755)
-        ckpt = os.path.join(work, case)
-        log = os.path.join(work, f"{case}.log")
-        jl = os.path.join(work, f"{case}.jsonl")
+        ckpt = os.path.join(work, f"{case}-{options}")
+        log = os.path.join(work, f"{case}-{options}.log")
+        jl = os.path.join(work, f"{case}-{options}.jsonl")
         cmd = [sys.executable, ZS_RUN, "--hosts", f"{ip0}:2,{ip1}:2", "--mpirun", mpirun,
                "--mpirun-args", "--oversubscribe --bind-to none", "-x", "OMP_NUM_THREADS",
                "-x", "OPENBLAS_NUM_THREADS", "--checkpoint-dir", ckpt, "--log", jl,
-               "--backoff", "0.2", "--kill-after", "2", "--probe-timeout", "4", "--min-ranks", "2",
+               *LAUNCHER_OPTIONS[options], "--min-ranks", "2",
                "--", os.path.join(build, "examples", "gpt2", "gpt2_train"),
                os.path.join(work, "tiny.cfg"), "app.steps=120"]
         with open(log, "w") as out:
             p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env_base())
-        rdir = os.path.join(ckpt, "reports", "gen-000001")
+        # The first generation's report directory, as zs-run's log names it
+        # (one per generation and launcher).
+        wait_for(lambda: records(jl, "start"), 60, f"{case}: zs-run's start record")
+        rdir = records(jl, "start")[0]["report_dir"]
         wait_for(lambda: last_step(log) >= 40, 60, f"{case}: step 40")
         t_fail = time.time()
         if case == "kill9":
@@ -242,13 +253,16 @@ def main():
             subprocess.run(["bash", NETNS, "gc"])
             print("\nfailure at step 40 of 120; tiny GPT-2, np 4 on two simulated hosts, "
                   "checkpoint every 4 steps, comm.timeout_s 3")
-            print("| failure | cause | ranks | failure -> first new step (s) | "
-                  "detected -> first new step (s) | steps lost |")
-            print("|---|---|---|---|---|---|")
-            for case in CASES:
-                r = run_case(build, case, work)
-                print(f"| {r['case']} | {r['cause']} | {r['world']} | {r['fail_to_step']:.1f} | "
-                      f"{r['recover_s']:.1f} | {r['steps_lost']} |", flush=True)
+            print("| failure | zs-run's options | cause | ranks | failure -> first new step (s) "
+                  "| detected -> first new step (s) | steps lost |")
+            print("|---|---|---|---|---|---|---|")
+            for options in LAUNCHER_OPTIONS:
+                shown = " ".join(LAUNCHER_OPTIONS[options]) or "its defaults"
+                for case in CASES:
+                    r = run_case(build, case, work, options)
+                    print(f"| {r['case']} | {shown} | {r['cause']} | {r['world']} | "
+                          f"{r['fail_to_step']:.1f} | {r['recover_s']:.1f} | {r['steps_lost']} |",
+                          flush=True)
 
     if not a.skip_demo:
         print(f"\nGPT-2 demo model (configs/gpt2_demo.cfg), np 2, {a.demo_steps} steps, "

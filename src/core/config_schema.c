@@ -348,9 +348,10 @@ const zs__key zs__config_keys[] = {
                "(docs/UNATTENDED.md); empty = the directory reports in checkpoint.dir, or none "
                "without checkpoint.dir; the ZS_REPORT_DIR environment variable wins."),
     INT_KEY("job.generation", job.generation, 0, 0, INT64_MAX,
-            "The job's generation (zs-run counts its launches): zs_build and every save refuse "
-            "when the file generation in checkpoint.dir names a higher one (an old job fenced "
-            "out); 0 = unfenced; the ZS_JOB_GENERATION environment variable wins."),
+            "The job's generation (zs-run takes one per launch from checkpoint.dir's file "
+            "generation): zs_build and every save refuse when that file names a higher one "
+            "(an old job fenced out); 0 = unfenced; the ZS_JOB_GENERATION environment "
+            "variable wins."),
     STRING_KEY("log.file", log.file, "",
                "Log file name pattern (%h host, %p pid, %r rank); empty means stderr; the "
                "ZS_LOG_FILE environment variable wins."),
