@@ -9,8 +9,18 @@ zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, int loc
         return zs__cpu_backend_create(mem, out);
     case ZS_BACKEND_CUDA:
         return zs__cuda_backend_create(settings, mem, local_rank, out);
+    case ZS_BACKEND_SIM:
+        return zs__sim_backend_create(settings, mem, out);
     }
     return zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)settings->backend);
+}
+
+int zs__backend_kind_host_accessible(zs__backend_kind kind) { return kind == ZS_BACKEND_CPU; }
+
+int zs__backend_kind_device_collectives(zs__backend_kind kind) { return kind == ZS_BACKEND_CUDA; }
+
+uint64_t zs__backend_blocking_waits(const zs__backend *be) {
+    return be && be->ops->blocking_waits ? be->ops->blocking_waits(be) : 0;
 }
 
 void zs__backend_destroy(zs__backend *be) {

@@ -74,6 +74,10 @@ typedef struct zs__backend_ops {
     const char *name;
     /* 1 when the host may read and write backend memory directly (CPU). */
     int host_accessible;
+    /* 1 when a device collectives library (NCCL) can work on its memory
+     * (CUDA); the others' collectives run over MPI, staged through host
+     * memory where the host cannot touch the backend's. */
+    int device_collectives;
     /* Zero-filled device (here: host) memory charged to tag. */
     zs_status (*alloc)(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out);
     void (*free)(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes);
@@ -175,6 +179,10 @@ typedef struct zs__backend_ops {
     void (*device_identity)(zs__backend *be, char *out, size_t cap);
     /* Installs the check run while the backend blocks (NULL removes it). */
     void (*set_health_check)(zs__backend *be, zs__health_fn fn, void *ctx);
+    /* How many times the backend has blocked the host so far (waits that
+     * had to wait; a fence already passed costs none), or NULL where nothing
+     * blocks (the CPU): the tests' "one host wait per step". */
+    uint64_t (*blocking_waits)(const zs__backend *be);
     void (*destroy)(zs__backend *be);
 } zs__backend_ops;
 
@@ -208,6 +216,20 @@ zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, int loc
 void zs__backend_destroy(zs__backend *be);
 
 zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out);
+/* The simulated device (src/backend/sim/): the CUDA backend's behaviour
+ * (its own memory, an asynchronous stream, page-locked host memory) with
+ * the CPU's kernels, on any Linux machine. */
+zs_status zs__sim_backend_create(const zs__settings *settings, zs__mem *mem, zs__backend **out);
+
+/* What a backend of this kind is, before one exists (the memory plan and
+ * zs-estimate choose paths from the settings alone): 1 when the host may
+ * touch its memory (cpu), when a device collectives library may run on it
+ * (cuda). */
+int zs__backend_kind_host_accessible(zs__backend_kind kind);
+int zs__backend_kind_device_collectives(zs__backend_kind kind);
+
+/* be's blocking waits so far (0 for a backend that never blocks). */
+uint64_t zs__backend_blocking_waits(const zs__backend *be);
 /* The CUDA backend (src/backend/cuda/); `local_rank` picks the device (local
  * rank modulo the visible devices). Builds without CUDA provide a version
  * that fails with ZS_ERR_UNSUPPORTED and says how to get one. */

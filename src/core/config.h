@@ -10,7 +10,11 @@
 #include "core/log.h"
 #include "zeroshard.h"
 
-typedef enum zs__backend_kind { ZS_BACKEND_CPU = 0, ZS_BACKEND_CUDA = 1 } zs__backend_kind;
+typedef enum zs__backend_kind {
+    ZS_BACKEND_CPU = 0,
+    ZS_BACKEND_CUDA = 1,
+    ZS_BACKEND_SIM = 2
+} zs__backend_kind;
 
 typedef enum zs__optimizer_kind {
     ZS_OPTIMIZER_SGD = 0,

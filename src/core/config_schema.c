@@ -41,7 +41,7 @@ _Static_assert(sizeof(zs__stop_signal) == sizeof(int), "enum size");
     {.path = p, .type = ZS__KEY_STRING, FIELD(f), .string_default = def, .doc = text}
 
 /* The order of each list is the order of the C enum it fills. */
-static const char *const backend_values[] = {"cpu", "cuda", NULL};
+static const char *const backend_values[] = {"cpu", "cuda", "sim", NULL};
 static const char *const optimizer_values[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedule_values[] = {"constant", "warmup_cosine", NULL};
 static const char *const comm_impl_values[] = {"ring", "mpi", NULL};
@@ -70,7 +70,7 @@ static const char *const offload_params_values[] = {"none", "host", "nvme", NULL
 _Static_assert(ZS_OFFLOAD_NONE == 0 && ZS_OFFLOAD_HOST == 1 && ZS_OFFLOAD_NVME == 2,
                "offload values follow the enum");
 
-_Static_assert(ZS_BACKEND_CUDA == 1 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
+_Static_assert(ZS_BACKEND_CUDA == 1 && ZS_BACKEND_SIM == 2 && ZS_OPTIMIZER_ADAMW == 2 && ZS_SCHEDULE_WARMUP_COSINE == 1 &&
                    ZS_COMM_IMPL_MPI == 1 && ZS_COMM_IMPL_AUTO == 2 && ZS_LOG_DEBUG == 3 &&
                    ZS_COMM_LIBRARY_AUTO == 0 && ZS_COMM_LIBRARY_NCCL == 1 &&
                    ZS_COMM_LIBRARY_MPI == 2,
@@ -87,7 +87,9 @@ _Static_assert(ZS_DTYPE_FP32 == 0 && ZS_DTYPE_FP16 == 1 && ZS_DTYPE_BF16 == 2 &&
 
 const zs__key zs__config_keys[] = {
     ENUM_KEY("backend", backend, "cpu", backend_values,
-             "Where tensors live and kernels run."),
+             "Where tensors live and kernels run: cpu (host memory, OpenMP), cuda (a GPU), or "
+             "sim (the simulated device: the CUDA backend's memory the host cannot touch and "
+             "asynchronous stream, with the CPU's kernels; docs/GPU.md)."),
     INT_KEY("seed", seed, 42, 0, INT64_MAX,
             "Seed of parameter initialization; the same seed gives the same initial values "
             "on every rank, world size and stage."),
@@ -100,9 +102,10 @@ const zs__key zs__config_keys[] = {
               "scaled down to it; 0 turns clipping off."),
 
     INT_KEY("device_memory_bytes", device_memory_bytes, 0, 0, INT64_MAX,
-            "The CPU backend's simulated device: allocations of device state (parameters, "
-            "gradients, master weights, moments, the live budget) beyond this many bytes fail, as a "
-            "GPU's would; 0 = no cap. (A key of its own: `backend` is already a string.)"),
+            "The device's memory where it is simulated: on the cpu backend, allocations of "
+            "device state (parameters, gradients, master weights, moments, the live budget) "
+            "beyond this many bytes fail, as a GPU's would (0 = no cap); on the sim backend, the "
+            "size of its memory (0 = ZS_SIM_MEMORY_BYTES, 16 GiB by default)."),
     ENUM_KEY("offload.optimizer", offload.optimizer, "none", offload_optimizer_values,
              "Where the fp32 master weights and optimizer moments live: on the device (none), in "
              "host memory (host, ZeRO-Offload) or in a per-rank swap file under "

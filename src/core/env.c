@@ -60,6 +60,19 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
     [ZS_ENV_JOB_GENERATION] = {"ZS_JOB_GENERATION", "integer, >= 0", "job.generation",
                                "Overrides job.generation: the launch's generation, fenced "
                                "against <checkpoint.dir>/generation (zs-run sets it)."},
+    [ZS_ENV_SIM_LAUNCH_US] = {"ZS_SIM_LAUNCH_US", "microseconds, >= 0", "20",
+                              "Sim device: the time every op waits on the device's thread "
+                              "before it runs (a kernel launch), so that the host runs ahead "
+                              "of the device as on a GPU; 0 for none."},
+    [ZS_ENV_SIM_HOST_GBPS] = {"ZS_SIM_HOST_GBPS", "GB/s, >= 0", "16",
+                              "Sim device: the bandwidth of copies between host and device "
+                              "memory (0: no limit)."},
+    [ZS_ENV_SIM_DEVICE_GBPS] = {"ZS_SIM_DEVICE_GBPS", "GB/s, >= 0", "800",
+                                "Sim device: the bandwidth of copies inside device memory (0: "
+                                "no limit)."},
+    [ZS_ENV_SIM_MEMORY_BYTES] = {"ZS_SIM_MEMORY_BYTES", "bytes, >= 4096", "17179869184 (16 GiB)",
+                                 "Sim device: the size of its memory when device_memory_bytes is "
+                                 "0 (a sparse file: only what is written takes memory)."},
     [ZS_ENV_PEER_WATCH_OFF] = {"ZS_PEER_WATCH_OFF", "1 or unset", "unset (the watch runs)",
                                "Tests only: 1 starts no peer watch, so a rank whose peer died "
                                "ends by job.term_grace_s after SIGTERM, as when the dead rank "

@@ -30,6 +30,10 @@ typedef enum {
     ZS_ENV_REPORT_DIR,
     ZS_ENV_JOB_GENERATION,
     ZS_ENV_PEER_WATCH_OFF,
+    ZS_ENV_SIM_LAUNCH_US,
+    ZS_ENV_SIM_HOST_GBPS,
+    ZS_ENV_SIM_DEVICE_GBPS,
+    ZS_ENV_SIM_MEMORY_BYTES,
     /* Set by the launcher, not by the user: read (never written) so that a
      * rank knows who it is before zs_create gives it a communicator. */
     ZS_ENV_OMPI_COMM_WORLD_RANK,

@@ -124,7 +124,8 @@ static zs_status first_sharing_ranks(zs_ctx *zs, int *a, int *b, char *id, size_
 /* comm.impl: which library carries the data collectives, the same choice
  * on every rank (the configuration is agreed, and so is whether two ranks
  * share a device). The CPU backend uses MPI on its own memory, or through
- * host staging (comm.host_staging, tests). A device backend uses NCCL when
+ * host staging (comm.host_staging, tests). A device without a collectives
+ * library (the sim device) uses MPI through host staging. A GPU uses NCCL when
  * every rank has its own GPU, and otherwise MPI with its buffers staged
  * through pinned host memory (comm/staging.h), so that ranks can share a
  * GPU. zs->settings.comm.impl is the choice afterwards (the memory plan
@@ -144,6 +145,19 @@ static zs_status choose_collectives(zs_ctx *zs, MPI_Comm comm) {
                 "host staging buffers");
         zs__comm_use_backend(zs->comm, be);
         return ZS_OK;
+    }
+    if (!be->ops->device_collectives) {
+        /* No collectives library runs on this device's memory (the sim
+         * device: ranks share it as ranks share a GPU): MPI, staged. */
+        if (s->comm.impl == ZS_COMM_LIBRARY_NCCL)
+            return zs__fail(ZS_ERR_CONFIG, "comm.impl = \"nccl\" needs backend = \"cuda\": the "
+                            "%s device has no NCCL, and its ranks share one device as ranks "
+                            "share a GPU, so collectives go through MPI with host staging "
+                            "(comm.impl = \"mpi\" or \"auto\")", be->ops->name);
+        s->comm.impl = ZS_COMM_LIBRARY_MPI;
+        return zs__agree_status(
+            zs, zs__comm_stage_through(zs->comm, be, (size_t)s->comm.staging_bytes),
+            "host staging buffers");
     }
     int a = -1, b = -1;
     char id[64] = "";

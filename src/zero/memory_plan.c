@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "zero/live.h"
@@ -113,9 +114,11 @@ zs_status zs__estimate_node_size(const zs__settings *s, int world, int *out) {
 }
 
 zs__comm_path zs__comm_path_of(const zs__settings *s) {
-    if (s->backend == ZS_BACKEND_CPU)
+    if (zs__backend_kind_host_accessible(s->backend))
         return s->comm.host_staging ? ZS_COMM_PATH_MPI_STAGED : ZS_COMM_PATH_MPI;
-    return s->comm.impl == ZS_COMM_LIBRARY_MPI ? ZS_COMM_PATH_MPI_STAGED : ZS_COMM_PATH_NCCL;
+    return s->comm.impl == ZS_COMM_LIBRARY_MPI || !zs__backend_kind_device_collectives(s->backend)
+               ? ZS_COMM_PATH_MPI_STAGED
+               : ZS_COMM_PATH_NCCL;
 }
 
 zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int node_size,

@@ -442,7 +442,7 @@ static void test_bad_configs(void) {
                "enum.cfg:3: optimizer.type = \"adamx\" is not an allowed value; it must be "
                "\"sgd\", \"adam\" or \"adamw\"");
     LOAD_FAILS("enum2.cfg", LR "backend = 1;\n", ZS_ERR_CONFIG,
-               "backend must be a string, one of \"cpu\" or \"cuda\"; not an integer");
+               "backend must be a string, one of \"cpu\", \"cuda\" or \"sim\"; not an integer");
     LOAD_FAILS("enum3.cfg", LR "log: { level = \"trace\"; };\n", ZS_ERR_CONFIG,
                "log.level = \"trace\" is not an allowed value; it must be \"error\", \"warn\", "
                "\"info\" or \"debug\"");

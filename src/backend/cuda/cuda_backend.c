@@ -22,12 +22,11 @@
 #include "backend/backend.h"
 #include "backend/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/pinned_chunks.h"
 #include "core/alloc.h"
 #include "core/clock.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/number.h"
 #include "core/trace.h"
 #include "kernels/cuda_launch.h"
 
@@ -76,7 +75,7 @@ typedef struct cuda_impl {
                                  of two, the alignment of multi-chunk allocations */
 } cuda_impl;
 
-static cuda_impl *impl_of(zs__backend *be) { return be->impl; }
+static cuda_impl *impl_of(const zs__backend *be) { return be->impl; }
 
 static zs_status status_of(cudaError_t e) {
     return e == cudaErrorMemoryAllocation ? ZS_ERR_OUT_OF_MEMORY : ZS_ERR_INTERNAL;
@@ -185,52 +184,28 @@ static zs_status wait_stream(cuda_impl *c, const char *doing) {
  * layer keeps them in host memory it allocates here, page-locked (so that
  * copies between it and the device are DMA), and computes on them with the
  * host backend; every op here takes device memory, except `copy`, whose
- * either side may be host memory (cudaMemcpyDefault). */
-
-/* Page-locked host memory charged to tag, made as fast as the machine
+ * either side may be host memory (cudaMemcpyDefault).
+ *
+ * Page-locked host memory charged to tag, made as fast as the machine
  * allows: cudaHostAlloc maps and locks the pages on one thread (about
  * 2 GB/s, a minute for the tens of GB of a large model's offloaded state),
  * so the memory is allocated plainly, zeroed (first touch) on every OpenMP
  * thread, and registered (cudaHostRegister) in chunks of c->pin_chunk
- * bytes (ZS_CUDA_PIN_CHUNK_BYTES, default 1 GiB), the chunks on several
- * threads at once. Freed by unregistering the same chunks. Copies between
- * it and the device are then DMA, asynchronous on the stream.
- *
- * Each chunk is a registration of its own, and one cudaMemcpyAsync over
- * two registrations is not a copy from one page-locked allocation (the
- * driver refuses it or falls back to a pageable, synchronous copy), so
- * `copy` cuts every copy where it crosses a chunk boundary. An allocation
- * of several chunks starts at a multiple of the chunk size, so those
- * boundaries are the multiples of it in the address space and `copy` finds
- * them from the addresses alone, without a table of allocations. */
-#define ZS_CUDA_PIN_CHUNK_DEFAULT ((size_t)1 << 30)
-#define ZS_CUDA_PAGE ((size_t)4096)
+ * bytes, the chunks on several threads at once, and `copy` cuts every copy
+ * where it crosses a chunk boundary: the rule of backend/pinned_chunks.h,
+ * shared with the simulated device. Freed by unregistering the same
+ * chunks. Copies between it and the device are then DMA, asynchronous on
+ * the stream. */
+#define ZS_CUDA_PAGE ZS__PIN_PAGE
 
 static size_t pin_chunks(const cuda_impl *c, size_t bytes) {
-    return (bytes + c->pin_chunk - 1) / c->pin_chunk;
+    return zs__pin_chunk_count(bytes, c->pin_chunk);
 }
 
 static void unregister_chunks(const cuda_impl *c, void *p, size_t chunks) {
     for (size_t k = 0; k < chunks; k++)
         if (cudaHostUnregister((char *)p + k * c->pin_chunk) != cudaSuccess)
             (void)cudaGetLastError();
-}
-
-/* ZS_CUDA_PIN_CHUNK_BYTES, read once when the backend is created. */
-static zs_status read_pin_chunk(size_t *out) {
-    *out = ZS_CUDA_PIN_CHUNK_DEFAULT;
-    const char *text = zs__env_text(ZS_ENV_CUDA_PIN_CHUNK_BYTES);
-    if (!text) return ZS_OK;
-    int64_t v = 0;
-    zs_status st = zs__number_option_size("ZS_CUDA_PIN_CHUNK_BYTES", text, (int64_t)ZS_CUDA_PAGE,
-                                          (int64_t)1 << 40, &v);
-    if (st != ZS_OK) return st;
-    if ((v & (v - 1)) != 0)
-        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "ZS_CUDA_PIN_CHUNK_BYTES=\"%s\" is not a power "
-                        "of two; page-locked memory is registered in chunks whose boundaries "
-                        "must be computable from addresses (e.g. 65536 or 1GiB)", text);
-    *out = (size_t)v;
-    return ZS_OK;
 }
 
 static zs_status pinned_alloc(zs__backend *be, cuda_impl *c, zs_mem_tag tag, size_t bytes,
@@ -394,14 +369,9 @@ static zs_status cuda_copy(zs__backend *be, void *dst, const void *src, size_t b
      * never crosses a multiple of the pin chunk on either side, so each
      * stays inside one registration of pinned_alloc (device addresses do
      * not care: a device copy is cut only where a boundary happens to lie). */
-    const size_t chunk = c->pin_chunk;
     for (size_t done = 0; done < bytes;) {
         const uintptr_t at_d = d + done, at_s = s + done;
-        size_t n = bytes - done;
-        const size_t to_d = chunk - (size_t)(at_d & (chunk - 1));
-        const size_t to_s = chunk - (size_t)(at_s & (chunk - 1));
-        if (n > to_d) n = to_d;
-        if (n > to_s) n = to_s;
+        const size_t n = zs__pin_piece(at_d, at_s, bytes - done, c->pin_chunk);
         CU(c, cudaMemcpyAsync((void *)at_d, (const void *)at_s, n, cudaMemcpyDefault, c->stream),
            "copying device memory");
         done += n;
@@ -805,9 +775,12 @@ static void release(zs__backend *be, cuda_impl *c) {
 
 static void cuda_destroy(zs__backend *be) { release(be, impl_of(be)); }
 
+static uint64_t cuda_blocking_waits(const zs__backend *be) { return impl_of(be)->waits; }
+
 static const zs__backend_ops cuda_ops = {
     .name = "cuda",
     .host_accessible = 0,
+    .device_collectives = 1,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .zero = cuda_zero,
@@ -833,6 +806,7 @@ static const zs__backend_ops cuda_ops = {
     .set_stream = cuda_set_stream,
     .device_identity = cuda_device_identity,
     .set_health_check = cuda_set_health_check,
+    .blocking_waits = cuda_blocking_waits,
     .destroy = cuda_destroy,
 };
 
@@ -876,7 +850,7 @@ zs_status zs__cuda_backend_create(const zs__settings *settings, zs__mem *mem, in
     c->be = be;
     c->device = local_rank % devices;
     c->devices = devices;
-    zs_status s = read_pin_chunk(&c->pin_chunk);
+    zs_status s = zs__pin_chunk_read(&c->pin_chunk);
     if (s != ZS_OK) {
         free(c);
         free(be);

@@ -1,0 +1,97 @@
+/* zeroshard_sim.h: a program's side of the simulated device. */
+#include "zeroshard_sim.h"
+
+#include <string.h>
+
+#include "backend/sim/sim_backend.h"
+#include "core/error.h"
+#include "zero/ctx.h"
+
+#define ZS_SIM_KERNEL_ARGS 192
+
+struct zs_sim_kernel {
+    const zs__backend *be;
+};
+
+typedef struct launch_args {
+    zs_sim_kernel_fn fn;
+    const zs__backend *be;
+    const char *name;
+    _Alignas(16) unsigned char args[ZS_SIM_KERNEL_ARGS];
+} launch_args;
+
+static zs_status sim_of(const zs_ctx *zs, const char *call, zs__backend **out) {
+    *out = zs && zs->backend && zs__sim_backend_is(zs->backend) ? zs->backend : NULL;
+    if (*out) return ZS_OK;
+    return zs__fail(ZS_ERR_UNSUPPORTED, "%s: the context's backend is '%s', not \"sim\"; set "
+                    "backend = \"sim\" in the configuration", call,
+                    zs && zs->backend ? zs->backend->ops->name : "none");
+}
+
+void *zs_sim_ptr(const zs_sim_kernel *k, const void *address) {
+    return zs__sim_backend_inner(k->be, address);
+}
+
+/* A kernel's run on the device's thread: its failure becomes the stream's. */
+static zs_status run_kernel(void *p) {
+    launch_args *a = p;
+    const zs_sim_kernel k = {a->be};
+    const int rc = a->fn(&k, a->args);
+    return rc == 0 ? ZS_OK
+                   : zs__fail(ZS_ERR_INTERNAL, "the program's kernel \"%s\" returned %d", a->name,
+                              rc);
+}
+
+zs_status zs_sim_launch(zs_ctx *zs, const char *name, zs_sim_kernel_fn fn, const void *args,
+                        size_t args_bytes) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_launch", &be));
+    if (!fn || (args_bytes && !args) || args_bytes > ZS_SIM_KERNEL_ARGS)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_sim_launch(\"%s\"): %s", name ? name : "",
+                        !fn ? "no kernel function" : args_bytes > ZS_SIM_KERNEL_ARGS
+                                                         ? "more than 192 bytes of arguments"
+                                                         : "args is NULL");
+    launch_args a;
+    memset(&a, 0, sizeof a);
+    a.fn = fn;
+    a.be = be;
+    a.name = name ? name : "kernel";
+    if (args_bytes) memcpy(a.args, args, args_bytes);
+    return zs__sim_backend_launch(be, a.name, run_kernel, &a, sizeof a);
+}
+
+zs_status zs_sim_malloc(zs_ctx *zs, size_t bytes, void **out) {
+    zs__backend *be = NULL;
+    *out = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_malloc", &be));
+    return zs__sim_backend_program_alloc(be, bytes, out);
+}
+
+zs_status zs_sim_free(zs_ctx *zs, void *ptr) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_free", &be));
+    return zs__sim_backend_program_free(be, ptr);
+}
+
+zs_status zs_sim_memcpy_async(zs_ctx *zs, void *dst, const void *src, size_t bytes) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_memcpy_async", &be));
+    return zs__sim_backend_program_copy(be, dst, src, bytes);
+}
+
+zs_status zs_sim_memcpy(zs_ctx *zs, void *dst, const void *src, size_t bytes) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_memcpy", &be));
+    ZS_CHECK(zs__sim_backend_program_copy(be, dst, src, bytes));
+    return zs__sim_backend_program_synchronize(be);
+}
+
+zs_status zs_sim_synchronize(zs_ctx *zs) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_synchronize", &be));
+    return zs__sim_backend_program_synchronize(be);
+}
+
+unsigned long long zs_sim_blocking_waits(const zs_ctx *zs) {
+    return zs && zs->backend ? (unsigned long long)zs__backend_blocking_waits(zs->backend) : 0;
+}
