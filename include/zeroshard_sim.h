@@ -49,6 +49,22 @@ typedef int (*zs_sim_kernel_fn)(const zs_sim_kernel *k, void *args);
 zs_status zs_sim_launch(zs_ctx *zs, const char *name, zs_sim_kernel_fn fn, const void *args,
                         size_t args_bytes);
 
+/* A byte range a kernel reads (write = 0) or writes (write = 1): declared
+ * at launch, so that the stream-order check (on by default on the sim
+ * device) finds a kernel that races the host or another thread's ops on
+ * it. Device or page-locked host memory, by the addresses the program
+ * holds. */
+typedef struct zs_sim_access {
+    const void *ptr;
+    size_t bytes;
+    int write;
+} zs_sim_access;
+
+/* zs_sim_launch with the kernel's accesses declared (at most 16). */
+zs_status zs_sim_launch_access(zs_ctx *zs, const char *name, zs_sim_kernel_fn fn,
+                               const void *args, size_t args_bytes, const zs_sim_access *accesses,
+                               int count);
+
 /* `bytes` of zero-filled device memory for the program (cudaMalloc), not
  * counted in zs_memory_report (it is the program's), but out of the same
  * device memory: ZS_ERR_OUT_OF_MEMORY when it does not fit. */
@@ -70,9 +86,10 @@ zs_status zs_sim_memcpy_async(zs_ctx *zs, void *dst, const void *src, size_t byt
  * reports a failure of any of it. */
 zs_status zs_sim_synchronize(zs_ctx *zs);
 
-/* How many times zeroshard has blocked the host on the device so far (the
- * CUDA backend counts the same): what a program checks to see that a step
- * waits only where it must. 0 on other backends. */
+/* How many times zeroshard has blocked the host on the device so far (not
+ * the program's own waits; the CUDA backend counts the same way, and its
+ * count is returned on CUDA): what a program checks to see that a step
+ * waits only where it must. 0 on the CPU backend. */
 unsigned long long zs_sim_blocking_waits(const zs_ctx *zs);
 
 #ifdef __cplusplus

@@ -23,6 +23,28 @@ uint64_t zs__backend_blocking_waits(const zs__backend *be) {
     return be && be->ops->blocking_waits ? be->ops->blocking_waits(be) : 0;
 }
 
+zs_status zs__backend_host_access(zs__backend *be, const void *ptr, size_t bytes, int write,
+                                  const char *what) {
+    return be && be->ops->host_access && bytes ? be->ops->host_access(be, ptr, bytes, write, what)
+                                                : ZS_OK;
+}
+
+void zs__backend_order_release(zs__backend *be, const void *key) {
+    if (be && be->ops->order_release) be->ops->order_release(be, key);
+}
+
+void zs__backend_order_acquire(zs__backend *be, const void *key) {
+    if (be && be->ops->order_acquire) be->ops->order_acquire(be, key);
+}
+
+zs_status zs__buf_host_access(const zs__buf *buf, int64_t first, int64_t count, int write,
+                              const char *what) {
+    if (!buf->pinned || !buf->ptr || count <= 0) return ZS_OK;
+    const size_t elem = zs_dtype_size(buf->dtype);
+    return zs__backend_host_access(buf->owner, (const char *)buf->ptr + (size_t)first * elem,
+                                   (size_t)count * elem, write, what);
+}
+
 void zs__backend_destroy(zs__backend *be) {
     if (be) be->ops->destroy(be);
 }

@@ -183,6 +183,21 @@ typedef struct zs__backend_ops {
      * had to wait; a fence already passed costs none), or NULL where nothing
      * blocks (the CPU): the tests' "one host wait per step". */
     uint64_t (*blocking_waits)(const zs__backend *be);
+    /* Host code (the calling thread, the OpenMP threads it starts, or a
+     * system call on its behalf: pread, MPI) is about to read (write = 0)
+     * or write host_alloc memory [ptr, ptr + bytes): the stream-order check
+     * (sim; ZS_STREAM_CHECK on CUDA) checks it against the ops still queued
+     * on it and lets it through; `what` names it in a report. NULL where
+     * nothing checks (callers use zs__backend_host_access). */
+    zs_status (*host_access)(zs__backend *be, const void *ptr, size_t bytes, int write,
+                             const char *what);
+    /* Host-to-host order the stream-order check cannot see for itself (the
+     * runtime's hand-offs between its threads: the host optimizer's pass
+     * started by the main thread, its progress waited for): release(key)
+     * before the event that lets another thread go on, acquire(key) in that
+     * thread after it waited. NULL where nothing checks. */
+    void (*order_release)(zs__backend *be, const void *key);
+    void (*order_acquire)(zs__backend *be, const void *key);
     void (*destroy)(zs__backend *be);
 } zs__backend_ops;
 
@@ -216,6 +231,12 @@ zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, int loc
 void zs__backend_destroy(zs__backend *be);
 
 zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out);
+/* The CPU backend's ops table (cpu_guarded.c wraps it). */
+const zs__backend_ops *zs__cpu_backend_ops(void);
+/* A CPU backend for a device context's host tiers: every op first declares
+ * the bytes it reads and writes to `device`'s host_access (cpu_guarded.c);
+ * the plain CPU backend when the device has no host_access. */
+zs_status zs__cpu_backend_create_guarded(zs__mem *mem, zs__backend *device, zs__backend **out);
 /* The simulated device (src/backend/sim/): the CUDA backend's behaviour
  * (its own memory, an asynchronous stream, page-locked host memory) with
  * the CPU's kernels, on any Linux machine. */
@@ -230,6 +251,16 @@ int zs__backend_kind_device_collectives(zs__backend_kind kind);
 
 /* be's blocking waits so far (0 for a backend that never blocks). */
 uint64_t zs__backend_blocking_waits(const zs__backend *be);
+/* be's order_release and order_acquire, or nothing where it has none. */
+void zs__backend_order_release(zs__backend *be, const void *key);
+void zs__backend_order_acquire(zs__backend *be, const void *key);
+/* be's host_access, or nothing where it has none. */
+zs_status zs__backend_host_access(zs__backend *be, const void *ptr, size_t bytes, int write,
+                                  const char *what);
+/* The same for elements [first, first + count) of a buffer, when it is a
+ * device backend's page-locked memory (buf->pinned); nothing otherwise. */
+zs_status zs__buf_host_access(const zs__buf *buf, int64_t first, int64_t count, int write,
+                              const char *what);
 /* The CUDA backend (src/backend/cuda/); `local_rank` picks the device (local
  * rank modulo the visible devices). Builds without CUDA provide a version
  * that fails with ZS_ERR_UNSUPPORTED and says how to get one. */

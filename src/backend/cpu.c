@@ -134,6 +134,8 @@ static const zs__backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+const zs__backend_ops *zs__cpu_backend_ops(void) { return &cpu_ops; }
+
 zs_status zs__cpu_backend_create(zs__mem *mem, zs__backend **out) {
     zs__backend *be = zs__calloc(1, sizeof *be);
     if (!be) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");

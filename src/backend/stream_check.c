@@ -804,6 +804,29 @@ zs_status zs__stream_check_host_access(zs__stream_check *chk, uintptr_t addr, si
     return finish(chk, st, &cx);
 }
 
+int zs__stream_check_host_ordered(zs__stream_check *chk, uintptr_t addr, size_t bytes,
+                                  int write) {
+    if (!chk || bytes == 0 || addr + bytes < addr) return 1;
+    pthread_mutex_lock(&chk->mu);
+    int t = -1, ordered = 1;
+    if (self_actor(chk, &t) == ZS_OK) {
+        const vclock *c = &chk->actors[t].clock;
+        const uintptr_t hi = addr + bytes;
+        for (size_t i = seg_after(chk, addr); ordered && i < chk->nsegs && chk->segs[i].lo < hi;
+             i++) {
+            const segment *s = &chk->segs[i];
+            if (s->hi <= addr) continue;
+            if (s->write.rec && c->done[s->write.rec->actor] < s->write.rec->stamp) ordered = 0;
+            for (int r = 0; write && ordered && r < s->nreads; r++)
+                if (c->done[s->reads[r].rec->actor] < s->reads[r].rec->stamp) ordered = 0;
+        }
+    } else {
+        ordered = 0;
+    }
+    pthread_mutex_unlock(&chk->mu);
+    return ordered;
+}
+
 zs_status zs__stream_check_forget(zs__stream_check *chk, uintptr_t addr, size_t bytes) {
     if (!chk) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs__stream_check_forget: NULL checker");
     ZS_CHECK(check_range_arg("zs__stream_check_forget", addr, bytes));

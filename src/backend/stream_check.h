@@ -184,6 +184,14 @@ zs_status zs__stream_check_forget_key(zs__stream_check *chk, const void *key);
 zs_status zs__stream_check_host_access(zs__stream_check *chk, uintptr_t addr, size_t bytes,
                                        int write, const char *what);
 
+/* 1 when a host access (a write with write = 1, else a read) by the calling
+ * thread to any byte of [addr, addr + bytes) would be ordered after every
+ * access recorded there; 0 when some would race. Records and reports
+ * nothing: the simulated device asks it before it lifts the protection of a
+ * whole page for a host access to one byte of it. */
+int zs__stream_check_host_ordered(zs__stream_check *chk, uintptr_t addr, size_t bytes,
+                                  int write);
+
 /* [addr, addr + bytes) was freed: its accesses are forgotten. Call it after
  * the last op on the memory completed, before the memory is reused. */
 zs_status zs__stream_check_forget(zs__stream_check *chk, uintptr_t addr, size_t bytes);

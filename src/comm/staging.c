@@ -72,6 +72,14 @@ static zs_status move_pieces(const zs__staging *s, unsigned char *data, size_t c
     return ZS_OK;
 }
 
+/* MPI is about to read and write `bytes` of the staging: declared to the
+ * backend (the stream-order check of the sim device checks it against the
+ * copies still queued on it, and lets MPI's own reads and writes of those
+ * pages through, which fail with EFAULT instead of faulting). */
+static zs_status hand_to_mpi(const zs__staging *s, const void *at, size_t bytes) {
+    return zs__backend_host_access(s->backend, at, bytes, 1, "MPI (host staging)");
+}
+
 /* The staging is written by the host only after a synchronize that follows
  * every earlier copy out of it, and the copies that fill it are ordered on
  * the backend's stream after the copies that emptied it: one buffer serves
@@ -86,6 +94,7 @@ zs_status zs__staged_reduce_scatter(zs__comm *comm, const zs__staging *s, void *
         const size_t len = count - off < piece ? count - off : piece;
         ZS_CHECK(move_pieces(s, buf, count, esize, off, len, 0, n, -1, 1));
         ZS_CHECK(s->backend->ops->synchronize(s->backend));
+        ZS_CHECK(hand_to_mpi(s, s->host, (size_t)n * len * esize));
         ZS_CHECK(host(comm, s->host, len, dtype, impl, call));
         /* Only this rank's chunk holds a result. */
         ZS_CHECK(move_pieces(s, buf, count, esize, off, len, r, r + 1, -1, 0));
@@ -103,6 +112,7 @@ zs_status zs__staged_all_gather(zs__comm *comm, const zs__staging *s, void *buf,
         const size_t len = count - off < piece ? count - off : piece;
         ZS_CHECK(move_pieces(s, buf, count, esize, off, len, r, r + 1, -1, 1));
         ZS_CHECK(s->backend->ops->synchronize(s->backend));
+        ZS_CHECK(hand_to_mpi(s, s->host, (size_t)n * len * esize));
         ZS_CHECK(host(comm, s->host, len, dtype, impl, call));
         /* This rank's own chunk is already in place. */
         ZS_CHECK(move_pieces(s, buf, count, esize, off, len, 0, n, r, 0));
@@ -131,6 +141,7 @@ zs_status zs__staged_all_to_all(zs__comm *comm, const zs__staging *s, const void
             /* Also orders the previous piece's copy out of `in` before the
              * exchange writes it again. */
             ZS_CHECK(be->ops->synchronize(be));
+            ZS_CHECK(hand_to_mpi(s, s->host, 2 * half));
             ZS_CHECK(zs__mpi_swap(comm, call, tag, out, len, to, in, len, from));
             ZS_CHECK(be->ops->copy(be, to_buf + (size_t)from * block_bytes + off, in, len));
         }

@@ -73,6 +73,12 @@ static const zs__env_entry registry[ZS_ENV_COUNT] = {
     [ZS_ENV_SIM_MEMORY_BYTES] = {"ZS_SIM_MEMORY_BYTES", "bytes, >= 4096", "17179869184 (16 GiB)",
                                  "Sim device: the size of its memory when device_memory_bytes is "
                                  "0 (a sparse file: only what is written takes memory)."},
+    [ZS_ENV_STREAM_CHECK] = {"ZS_STREAM_CHECK", "0 or 1", "1 on sim, 0 on cuda",
+                             "The stream-order check (docs/GPU.md): every op's reads and writes, "
+                             "the waits and the host's accesses to page-locked memory checked "
+                             "for an order; a race ends the process with a report naming both "
+                             "accesses. 0 turns it off on the sim device; 1 turns it on on CUDA "
+                             "(metadata only)."},
     [ZS_ENV_PEER_WATCH_OFF] = {"ZS_PEER_WATCH_OFF", "1 or unset", "unset (the watch runs)",
                                "Tests only: 1 starts no peer watch, so a rank whose peer died "
                                "ends by job.term_grace_s after SIGTERM, as when the dead rank "

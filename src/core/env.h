@@ -34,6 +34,7 @@ typedef enum {
     ZS_ENV_SIM_HOST_GBPS,
     ZS_ENV_SIM_DEVICE_GBPS,
     ZS_ENV_SIM_MEMORY_BYTES,
+    ZS_ENV_STREAM_CHECK,
     /* Set by the launcher, not by the user: read (never written) so that a
      * rank knows who it is before zs_create gives it a communicator. */
     ZS_ENV_OMPI_COMM_WORLD_RANK,

@@ -296,7 +296,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     /* Offloaded, the host tiers are another backend's memory, even on the
      * CPU (where the copies between them are then plain memcpys). */
     zs->host_backend = be;
-    if (offloaded) ZS_CHECK(zs__cpu_backend_create(&zs->mem, &zs->host_backend));
+    if (offloaded) ZS_CHECK(zs__cpu_backend_create_guarded(&zs->mem, be, &zs->host_backend));
 
     if (stage < 3) ZS_CHECK(plan_buf(zs, &zs->params_full, mp.params_tag, dt, mp.params_numel));
     else if (mp.params_on_nvme) {

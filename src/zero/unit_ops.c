@@ -162,6 +162,13 @@ static zs_status run_gather(zs__engine_op *op) {
         float *master = zs->gather_rounded.ptr ? (float *)zs->gather_staging.ptr
                                                : (float *)zs__buf_at(&zs->gather_staging, at);
         void *rounded = zs->gather_rounded.ptr ? zs__buf_at(&zs->gather_rounded, at) : (void *)master;
+        /* The host writes the half now (for the stream-order check: after
+         * the fence, the queued copy that read it is done). */
+        ZS_CHECK(zs__buf_host_access(&zs->gather_staging, zs->gather_rounded.ptr ? 0 : at,
+                                     pu->shard_numel, 1, "NVMe gather staging"));
+        if (zs->gather_rounded.ptr)
+            ZS_CHECK(zs__buf_host_access(&zs->gather_rounded, at, pu->shard_numel, 1,
+                                         "NVMe gather staging (rounded)"));
         ZS_CHECK(zs__store_read(&zs->store, ZS_STATE_MASTER, pu->shard_offset, pu->shard_numel,
                                 master));
         if (rounded != (void *)master)

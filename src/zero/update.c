@@ -231,6 +231,9 @@ static void run_pass(zs__update *up) {
             up->done = u + 1;
         }
         if (up->done == zs->unit_count) up->pass_ns = zs__clock_ns() - started;
+        /* The unit's state and parameters are the main thread's again
+         * (for the stream-order check: wait_done acquires). */
+        zs__backend_order_release(zs->backend, &up->done);
         pthread_cond_broadcast(&up->changed);
         pthread_mutex_unlock(&up->lock);
         if (st != ZS_OK) return;
@@ -244,6 +247,7 @@ static void *worker_main(void *p) {
         while (!up->job && !up->quit) pthread_cond_wait(&up->changed, &up->lock);
         if (up->quit) break;
         up->job = 0;
+        zs__backend_order_acquire(up->zs->backend, &up->job); /* zs__update_start's release */
         pthread_mutex_unlock(&up->lock);
         run_pass(up);
         pthread_mutex_lock(&up->lock);
@@ -342,6 +346,7 @@ static int wait_done(zs__update *up, int unit) {
     const uint64_t from = zs__clock_ns();
     pthread_mutex_lock(&up->lock);
     while (up->done <= unit) pthread_cond_wait(&up->changed, &up->lock);
+    zs__backend_order_acquire(up->zs->backend, &up->done); /* run_pass's release */
     const int failed = up->status != ZS_OK;
     pthread_mutex_unlock(&up->lock);
     up->zs->metrics.offload_wait_ns += zs__clock_ns() - from;
@@ -460,6 +465,9 @@ void zs__update_start(zs_ctx *zs) {
     up->pending = 1;
     if (up->threaded) {
         up->job = 1;
+        /* The gradients and state are the host optimizer thread's now (for
+         * the stream-order check: worker_main acquires). */
+        zs__backend_order_release(zs->backend, &up->job);
         pthread_cond_broadcast(&up->changed);
     }
     pthread_mutex_unlock(&up->lock);

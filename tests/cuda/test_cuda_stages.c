@@ -61,6 +61,6 @@ static int cuda_must_skip(char *reason, size_t capacity) {
 
 int main(int argc, char **argv) {
     static const device_ops ops = {"cuda", "test_cuda_stages", cuda_must_skip, cuda_copy,
-                                   cuda_hold, cuda_waits};
+                                   cuda_hold, cuda_waits, NULL};
     return device_stages_main(argc, argv, &ops);
 }

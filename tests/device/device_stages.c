@@ -61,7 +61,7 @@ static int write_grad(zs_ctx *zs, void *dst, const void *host, size_t bytes) {
 
 /* A deterministic, parameter-dependent gradient: that of
  * sum_i (p_i - t_i)^2 / 2 + p_i^4 / 40, with targets t_i fixed per element. */
-static void gradient(int param, const float *p, float *g, int64_t n) {
+void device_stages_gradient(int param, const float *p, float *g, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float t = 0.5f * sinf(0.37f * (float)(i + 13 * param));
         g[i] = (p[i] - t) + 0.1f * p[i] * p[i] * p[i];
@@ -170,8 +170,15 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
                 void *data = zs_param_data(p), *grad = zs_param_grad(p);
                 ZT_CHECK_MSG(data && grad, "step %d unit %d: %s", step, u, zs_last_error());
                 if (!data || !grad) goto done;
+                if (on_device(zs) && g_ops->gradient) {
+                    /* A kernel in stream order, as a backward pass computes:
+                     * nothing waits between the gathers of a pass. */
+                    if (g_ops->gradient(zs, 2 * u + k, data, grad, zs_param_numel(p)) != 0)
+                        goto done;
+                    continue;
+                }
                 if (read_back(zs, host_p, data, bytes) != 0) goto done;
-                gradient(2 * u + k, host_p, host_g, zs_param_numel(p));
+                device_stages_gradient(2 * u + k, host_p, host_g, zs_param_numel(p));
                 if (write_grad(zs, grad, host_g, bytes) != 0) goto done;
             }
             st = zs_grads_ready(zs, unit);
@@ -181,11 +188,16 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
         }
         zs_step_info info;
         const uint64_t waits_before = g_ops->waits(zs);
+        /* Two staging halves: the first two gathers of a pass never wait,
+         * a later one only where the device lags two gathers behind (the
+         * sim device, 20 us a launch, does: 1 of 3 in some passes). Not
+         * one wait per gather, which would end prefetching. */
         if (count_gather_waits)
-            ZT_CHECK_MSG(waits_before == pass_before, "stage %d step %d, parameters on NVMe: "
-                         "the gathers of the backward pass blocked the host %llu times; none "
-                         "was expected", stage, step,
-                         (unsigned long long)(waits_before - pass_before));
+            ZT_CHECK_MSG(waits_before - pass_before <= UNITS - 2, "stage %d step %d, parameters "
+                         "on NVMe: the %d gathers of the backward pass blocked the host %llu "
+                         "times; at most %d (the gathers after the first two) may",
+                         stage, step, UNITS, (unsigned long long)(waits_before - pass_before),
+                         UNITS - 2);
         st = zs_step(zs, &info);
         const uint64_t waits = g_ops->waits(zs) - waits_before;
         ZT_OK(st);

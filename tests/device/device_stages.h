@@ -59,7 +59,17 @@ typedef struct device_ops {
     int (*hold)(zs_ctx *zs, int ms);
     /* The backend's blocking waits so far. */
     uint64_t (*waits)(const zs_ctx *zs);
+    /* Optional: writes device_stages_gradient(param, p, g, n) of device
+     * memory in stream order without waiting (a backward kernel); without
+     * it the test reads the parameter back, computes on the host and
+     * writes the gradient, waiting each time. 0, or -1 after a message. */
+    int (*gradient)(zs_ctx *zs, int param, const void *p, void *g, int64_t n);
 } device_ops;
+
+/* The test's gradient, for parameter `param`: that of
+ * sum_i (p_i - t_i)^2 / 2 + p_i^4 / 40, with targets t_i fixed per element
+ * (the host's and a device kernel's, the same code). */
+void device_stages_gradient(int param, const float *p, float *g, int64_t n);
 
 /* The whole test: MPI_Init_thread to MPI_Finalize. Returns the exit code. */
 int device_stages_main(int argc, char **argv, const device_ops *ops);

@@ -36,6 +36,30 @@ static int sim_hold(zs_ctx *zs, int ms) {
 
 static uint64_t sim_waits(const zs_ctx *zs) { return zs_sim_blocking_waits(zs); }
 
+typedef struct grad_args {
+    int param;
+    const float *p;
+    float *g;
+    int64_t n;
+} grad_args;
+
+static int grad_kernel(const zs_sim_kernel *k, void *args) {
+    const grad_args *a = args;
+    device_stages_gradient(a->param, zs_sim_ptr(k, a->p), zs_sim_ptr(k, a->g), a->n);
+    return 0;
+}
+
+/* The backward pass's kernel: reads the gathered parameter, writes the
+ * gradient, declared for the stream-order check. */
+static int sim_gradient(zs_ctx *zs, int param, const void *p, void *g, int64_t n) {
+    const grad_args a = {param, p, g, n};
+    const zs_sim_access acc[2] = {{p, (size_t)n * sizeof(float), 0},
+                                  {g, (size_t)n * sizeof(float), 1}};
+    const zs_status st = zs_sim_launch_access(zs, "gradient", grad_kernel, &a, sizeof a, acc, 2);
+    if (st != ZS_OK) fprintf(stderr, "rank %d: the gradient kernel: %s\n", zt_rank, zs_last_error());
+    return st == ZS_OK ? 0 : -1;
+}
+
 static int sim_must_skip(char *reason, size_t capacity) {
     (void)reason;
     (void)capacity;
@@ -43,7 +67,7 @@ static int sim_must_skip(char *reason, size_t capacity) {
 }
 
 int main(int argc, char **argv) {
-    static const device_ops ops = {"sim", "test_sim_stages", sim_must_skip, sim_copy, sim_hold,
-                                   sim_waits};
+    static const device_ops ops = {"sim",    "test_sim_stages", sim_must_skip, sim_copy,
+                                   sim_hold, sim_waits,         sim_gradient};
     return device_stages_main(argc, argv, &ops);
 }

@@ -36,6 +36,7 @@
 #include "backend/pinned_chunks.h"
 #include "backend/sim/sim_arena.h"
 #include "backend/sim/sim_backend.h"
+#include "backend/sim/sim_check.h"
 #include "backend/sim/sim_stream.h"
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -63,9 +64,36 @@ typedef struct sim_impl {
     zs__health_fn health;
     void *health_ctx;
     atomic_uint_fast64_t waits;
+    /* The stream-order check and the fault handlers (sim_check.h); its
+     * calls about an enqueue happen under enqueue_lock together with the
+     * enqueue, so that it sees ops in queue order. */
+    zs__sim_check *guard;
+    pthread_mutex_t enqueue_lock;
 } sim_impl;
 
 static sim_impl *impl_of(const zs__backend *be) { return be->impl; }
+
+typedef zs__stream_check_range range;
+
+/* A declared access (outer addresses, as the program sees them). */
+static range rd(const void *p, size_t bytes) { return (range){(uintptr_t)p, bytes, 0}; }
+static range wr(const void *p, size_t bytes) { return (range){(uintptr_t)p, bytes, 1}; }
+
+/* Every enqueue: the op into the queue and, in the same order, into the
+ * stream-order check with the bytes it reads and writes; with `fence`, a
+ * fence recorded right behind it (for a wait on this op alone). Returns the
+ * op's sequence number. */
+static uint64_t submit(sim_impl *c, const char *name, zs__sim_op_fn fn, const void *args,
+                       size_t args_bytes, zs__sim_kind kind, size_t bytes, const range *ranges,
+                       int nranges, const void *fence) {
+    pthread_mutex_lock(&c->enqueue_lock);
+    const uint64_t seq = zs__sim_stream_enqueue(c->stream, name, fn, args, args_bytes, kind, bytes);
+    /* A race aborts inside the check; out of memory leaves it unchecked. */
+    (void)zs__sim_check_enqueue(c->guard, name, ranges, nranges);
+    if (fence) zs__sim_check_fence_record(c->guard, fence);
+    pthread_mutex_unlock(&c->enqueue_lock);
+    return seq;
+}
 
 /* The device thread's address of any address an op may take: device and
  * page-locked memory through their inner views, other host memory as is. */
@@ -110,9 +138,24 @@ static zs_status wait_seq(sim_impl *c, uint64_t seq, const char *doing) {
     return wait_any(c, seq, doing, 1);
 }
 
+/* A wait for everything enqueued so far, told to the check. */
+static zs_status wait_all(sim_impl *c, const char *doing, int counted) {
+    const uint64_t last = zs__sim_stream_last(c->stream);
+    ZS_CHECK(wait_any(c, last, doing, counted));
+    zs__sim_check_synchronize(c->guard);
+    return ZS_OK;
+}
+
+/* A wait for the op `seq` that `fence` was recorded behind (submit). */
+static zs_status wait_op(sim_impl *c, uint64_t seq, const void *fence, const char *doing) {
+    const zs_status st = wait_seq(c, seq, doing);
+    if (st == ZS_OK) zs__sim_check_fence_wait(c->guard, fence);
+    zs__sim_check_fence_forget(c->guard, fence);
+    return st;
+}
+
 static zs_status sim_synchronize(zs__backend *be) {
-    sim_impl *c = impl_of(be);
-    return wait_seq(c, zs__sim_stream_last(c->stream), "waiting for the compute stream");
+    return wait_all(impl_of(be), "waiting for the compute stream", 1);
 }
 
 /* ----------------------------------------------------------------- memory */
@@ -141,6 +184,7 @@ static void sim_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
     /* As cudaFree: work that may still use the memory finishes first. */
     if (sim_synchronize(be) != ZS_OK) ZS_WARN("sim device: freeing '%s': %s", zs_mem_tag_name(tag),
                                               zs_last_error());
+    zs__sim_check_forget(c->guard, ptr, bytes);
     if (zs__sim_arena_free(&c->device, ptr) == 0)
         ZS_WARN("sim device: freeing %zu bytes of '%s' at %p: not a block of its memory", bytes,
                 zs_mem_tag_name(tag), ptr);
@@ -173,6 +217,7 @@ static void sim_host_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t byt
     /* Copies still using it finish first (as unregistering on CUDA). */
     if (sim_synchronize(be) != ZS_OK)
         ZS_WARN("sim device: freeing page-locked memory: %s", zs_last_error());
+    zs__sim_check_forget(c->guard, ptr, bytes);
     zs__sim_arena_free(&c->pinned, ptr);
     zs__mem_uncharge(be->mem, tag, bytes);
 }
@@ -235,7 +280,8 @@ static zs_status enqueue_copy(sim_impl *c, void *dst, const void *src, size_t by
         if (wd == WHERE_PINNED) ZS_CHECK(check_registration(c, (void *)(d + done), n));
         if (ws == WHERE_PINNED) ZS_CHECK(check_registration(c, (const void *)(s + done), n));
         const copy_args a = {inner(c, (void *)(d + done)), inner(c, (const void *)(s + done)), n};
-        zs__sim_stream_enqueue(c->stream, "copy", run_copy, &a, sizeof a, kind, n);
+        const range r[2] = {rd((const void *)(s + done), n), wr((void *)(d + done), n)};
+        submit(c, "copy", run_copy, &a, sizeof a, kind, n, r, 2, NULL);
         done += n;
     }
     return ZS_OK;
@@ -250,7 +296,7 @@ static zs_status copy_any(sim_impl *c, void *dst, const void *src, size_t bytes,
     if (!bytes || dst == src) return ZS_OK;
     const where wd = where_of(c, dst, bytes), ws = where_of(c, src, bytes);
     if (wd != WHERE_PAGEABLE && ws != WHERE_PAGEABLE) return enqueue_copy(c, dst, src, bytes, wd, ws);
-    ZS_CHECK(wait_any(c, zs__sim_stream_last(c->stream), "copying pageable host memory", counted));
+    ZS_CHECK(wait_all(c, "copying pageable host memory", counted));
     memmove(inner(c, dst), inner(c, src), bytes);
     return ZS_OK;
 }
@@ -284,8 +330,8 @@ static zs_status sim_upload(zs__backend *be, void *dst, const void *host, size_t
                         "upload of %zu bytes", bytes);
     memcpy(staged, host, bytes);
     const upload_args a = {inner(c, dst), staged, bytes};
-    zs__sim_stream_enqueue(c->stream, "upload", run_upload, &a, sizeof a, ZS__SIM_HOST_COPY,
-                           bytes);
+    const range r = wr(dst, bytes);
+    submit(c, "upload", run_upload, &a, sizeof a, ZS__SIM_HOST_COPY, bytes, &r, 1, NULL);
     return ZS_OK;
 }
 
@@ -295,10 +341,11 @@ static zs_status sim_download(zs__backend *be, void *host, const void *src, size
     sim_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     const copy_args a = {host, inner(c, src), bytes};
-    const uint64_t seq =
-        zs__sim_stream_enqueue(c->stream, "download", run_copy, &a, sizeof a, ZS__SIM_HOST_COPY,
-                               bytes);
-    return wait_seq(c, seq, "downloading");
+    const range r = rd(src, bytes);
+    char fence;
+    const uint64_t seq = submit(c, "download", run_copy, &a, sizeof a, ZS__SIM_HOST_COPY, bytes,
+                                &r, 1, &fence);
+    return wait_op(c, seq, &fence, "downloading");
 }
 
 /* ---------------------------------------------------------------- kernels */
@@ -318,7 +365,8 @@ static zs_status sim_zero(zs__backend *be, void *ptr, size_t bytes) {
     sim_impl *c = impl_of(be);
     if (!bytes) return ZS_OK;
     const zero_args a = {inner(c, ptr), bytes};
-    zs__sim_stream_enqueue(c->stream, "zero", run_zero, &a, sizeof a, ZS__SIM_KERNEL, bytes);
+    const range r = wr(ptr, bytes);
+    submit(c, "zero", run_zero, &a, sizeof a, ZS__SIM_KERNEL, bytes, &r, 1, NULL);
     return ZS_OK;
 }
 
@@ -346,7 +394,8 @@ static zs_status sim_init_fill(zs__backend *be, void *dst, zs_dtype dtype, int64
                         "supported in this version", zs_dtype_name(dtype));
     if (count <= 0) return ZS_OK;
     const fill_args f = {inner(c, dst), dtype, first, count, kind, a, b, key};
-    zs__sim_stream_enqueue(c->stream, "init_fill", run_fill, &f, sizeof f, ZS__SIM_KERNEL, 0);
+    const range r = wr(dst, (size_t)count * sizeof(float));
+    submit(c, "init_fill", run_fill, &f, sizeof f, ZS__SIM_KERNEL, 0, &r, 1, NULL);
     return ZS_OK;
 }
 
@@ -375,8 +424,10 @@ static zs_status enqueue_convert(zs__backend *be, void *dst, zs_dtype dst_dtype,
                         (long long)count, zs_dtype_name(src_dtype), zs_dtype_name(dst_dtype));
     if (count == 0) return ZS_OK;
     const convert_args a = {inner(c, dst), dst_dtype, inner(c, src), src_dtype, count, accumulate};
-    zs__sim_stream_enqueue(c->stream, accumulate ? "accumulate" : "convert", run_convert, &a,
-                           sizeof a, ZS__SIM_KERNEL, 0);
+    const range r[2] = {rd(src, (size_t)count * zs_dtype_size(src_dtype)),
+                        wr(dst, (size_t)count * zs_dtype_size(dst_dtype))};
+    submit(c, accumulate ? "accumulate" : "convert", run_convert, &a, sizeof a, ZS__SIM_KERNEL, 0,
+           r, 2, NULL);
     return ZS_OK;
 }
 
@@ -414,7 +465,10 @@ static zs_status sim_quantize(zs__backend *be, void *q, float *scales, const voi
     if (count == 0) return ZS_OK;
     const quant_args a = {inner(c, q), inner(c, scales), inner(c, src), src_dtype, count, block,
                           bits, 0, 0};
-    zs__sim_stream_enqueue(c->stream, "quantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0);
+    const range r[3] = {rd(src, (size_t)count * zs_dtype_size(src_dtype)),
+                        wr(q, (size_t)zs_k_quant_value_bytes(count, bits)),
+                        wr(scales, (size_t)zs_k_quant_blocks(count, block) * sizeof(float))};
+    submit(c, "quantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0, r, 3, NULL);
     return ZS_OK;
 }
 
@@ -426,7 +480,10 @@ static zs_status sim_dequantize(zs__backend *be, void *dst, zs_dtype dst_dtype, 
     if (count == 0) return ZS_OK;
     const quant_args a = {inner(c, q), inner(c, scales), inner(c, dst), dst_dtype, count, block,
                           bits, accumulate, 1};
-    zs__sim_stream_enqueue(c->stream, "dequantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0);
+    const range r[3] = {rd(q, (size_t)zs_k_quant_value_bytes(count, bits)),
+                        rd(scales, (size_t)zs_k_quant_blocks(count, block) * sizeof(float)),
+                        wr(dst, (size_t)count * zs_dtype_size(dst_dtype))};
+    submit(c, "dequantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0, r, 3, NULL);
     return ZS_OK;
 }
 
@@ -448,8 +505,15 @@ static zs_status sim_optimizer_update(zs__backend *be, const zs__update_args *u)
     a.u.grad = inner(c, u->grad);
     a.u.m = u->m ? inner(c, u->m) : NULL;
     a.u.v = u->v ? inner(c, u->v) : NULL;
-    zs__sim_stream_enqueue(c->stream, "optimizer_update", run_update, &a, sizeof a,
-                           ZS__SIM_KERNEL, 0);
+    const size_t n = (size_t)u->count;
+    range r[5];
+    int k = 0;
+    r[k++] = rd(u->grad, n * zs_dtype_size(u->grad_dtype));
+    r[k++] = wr(u->master, n * sizeof(float));
+    if (u->param) r[k++] = wr(u->param, n * zs_dtype_size(u->param_dtype));
+    if (u->m) r[k++] = wr(u->m, n * sizeof(float));
+    if (u->v) r[k++] = wr(u->v, n * sizeof(float));
+    submit(c, "optimizer_update", run_update, &a, sizeof a, ZS__SIM_KERNEL, 0, r, k, NULL);
     return ZS_OK;
 }
 
@@ -475,11 +539,21 @@ static zs_status sim_sum_squares_many(zs__backend *be, int n, const void *const 
     const void **mapped = zs__calloc((size_t)n, sizeof *mapped);
     if (!mapped)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "sim device: out of host memory for %d sums", n);
-    for (int i = 0; i < n; i++) mapped[i] = inner(c, ptrs[i]);
+    range *r = zs__calloc((size_t)n, sizeof *r);
+    if (!r) {
+        free(mapped);
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "sim device: out of host memory for %d sums", n);
+    }
+    for (int i = 0; i < n; i++) {
+        mapped[i] = inner(c, ptrs[i]);
+        r[i] = rd(ptrs[i], (size_t)counts[i] * zs_dtype_size(dtypes[i]));
+    }
     const sums_args a = {n, mapped, dtypes, counts, out};
-    const uint64_t seq = zs__sim_stream_enqueue(c->stream, "sum_squares", run_sums, &a, sizeof a,
-                                                ZS__SIM_KERNEL, 0);
-    const zs_status st = wait_seq(c, seq, "summing squares");
+    char fence;
+    const uint64_t seq = submit(c, "sum_squares", run_sums, &a, sizeof a, ZS__SIM_KERNEL, 0, r, n,
+                                &fence);
+    const zs_status st = wait_op(c, seq, &fence, "summing squares");
+    free(r);
     free(mapped);
     return st;
 }
@@ -503,19 +577,27 @@ static zs_status sim_fence_create(zs__backend *be, void **out) {
 }
 
 static void sim_fence_destroy(zs__backend *be, void *fence) {
-    (void)be;
+    zs__sim_check_fence_forget(impl_of(be)->guard, fence);
     free(fence);
 }
 
 static zs_status sim_fence_record(zs__backend *be, void *fence) {
-    ((sim_fence *)fence)->seq = zs__sim_stream_last(impl_of(be)->stream);
+    sim_impl *c = impl_of(be);
+    pthread_mutex_lock(&c->enqueue_lock);
+    ((sim_fence *)fence)->seq = zs__sim_stream_last(c->stream);
+    zs__sim_check_fence_record(c->guard, fence);
+    pthread_mutex_unlock(&c->enqueue_lock);
     return ZS_OK;
 }
 
-/* A fence the device has passed costs no counted wait (as on CUDA). */
+/* A fence the device has passed costs no counted wait (as on CUDA); the
+ * check counts the wait either way: its verdict never depends on how far
+ * the device has got. */
 static zs_status sim_fence_wait(zs__backend *be, void *fence) {
     sim_impl *c = impl_of(be);
-    return wait_seq(c, ((sim_fence *)fence)->seq, "waiting for a copy out of host memory");
+    ZS_CHECK(wait_seq(c, ((sim_fence *)fence)->seq, "waiting for a copy out of host memory"));
+    zs__sim_check_fence_wait(c->guard, fence);
+    return ZS_OK;
 }
 
 /* ---------------------------------------------------------------- the rest */
@@ -539,6 +621,19 @@ static void sim_set_health_check(zs__backend *be, zs__health_fn fn, void *ctx) {
     c->health_ctx = ctx;
 }
 
+static zs_status sim_host_access(zs__backend *be, const void *ptr, size_t bytes, int write,
+                                 const char *what) {
+    return zs__sim_check_host_use(impl_of(be)->guard, ptr, bytes, write, what);
+}
+
+static void sim_order_release(zs__backend *be, const void *key) {
+    zs__sim_check_release(impl_of(be)->guard, key);
+}
+
+static void sim_order_acquire(zs__backend *be, const void *key) {
+    zs__sim_check_acquire(impl_of(be)->guard, key);
+}
+
 static uint64_t sim_blocking_waits(const zs__backend *be) {
     return atomic_load(&impl_of(be)->waits);
 }
@@ -546,8 +641,10 @@ static uint64_t sim_blocking_waits(const zs__backend *be) {
 static void release(zs__backend *be, sim_impl *c) {
     if (c) {
         zs__sim_stream_destroy(c->stream); /* runs what is queued first */
+        zs__sim_check_destroy(c->guard);
         zs__sim_arena_destroy(&c->device);
         zs__sim_arena_destroy(&c->pinned);
+        pthread_mutex_destroy(&c->enqueue_lock);
         free(c);
     }
     free(be);
@@ -585,6 +682,9 @@ static const zs__backend_ops sim_ops = {
     .device_identity = sim_device_identity,
     .set_health_check = sim_set_health_check,
     .blocking_waits = sim_blocking_waits,
+    .host_access = sim_host_access,
+    .order_release = sim_order_release,
+    .order_acquire = sim_order_acquire,
     .destroy = sim_destroy,
 };
 
@@ -637,6 +737,11 @@ zs_status zs__sim_backend_create(const zs__settings *settings, zs__mem *mem, zs_
     if (s == ZS_OK) s = zs__sim_arena_create(&c->device, "device memory", memory, 0);
     if (s == ZS_OK)
         s = zs__sim_arena_create(&c->pinned, "page-locked host memory", SIM_PINNED_SPACE, 1);
+    pthread_mutex_init(&c->enqueue_lock, NULL);
+    /* The stream-order check: on, unless ZS_STREAM_CHECK=0. */
+    const char *check = zs__env_text(ZS_ENV_STREAM_CHECK);
+    const int checking = !(check && strcmp(check, "0") == 0);
+    if (s == ZS_OK) s = zs__sim_check_create(&c->device, &c->pinned, checking, &c->guard);
     if (s == ZS_OK) s = zs__sim_stream_create(&timing, &c->stream);
     if (s != ZS_OK) {
         release(be, c);
@@ -662,11 +767,12 @@ void *zs__sim_backend_inner(const zs__backend *be, const void *p) {
 }
 
 zs_status zs__sim_backend_launch(zs__backend *be, const char *name, zs__sim_op_fn fn,
-                                 const void *args, size_t args_bytes) {
+                                 const void *args, size_t args_bytes,
+                                 const zs__stream_check_range *ranges, int nranges) {
     if (args_bytes > ZS__SIM_OP_ARGS)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "sim device: kernel \"%s\": %zu bytes of "
                         "arguments, at most %d", name, args_bytes, ZS__SIM_OP_ARGS);
-    zs__sim_stream_enqueue(impl_of(be)->stream, name, fn, args, args_bytes, ZS__SIM_KERNEL, 0);
+    submit(impl_of(be), name, fn, args, args_bytes, ZS__SIM_KERNEL, 0, ranges, nranges, NULL);
     return ZS_OK;
 }
 
@@ -689,6 +795,10 @@ zs_status zs__sim_backend_program_free(zs__backend *be, void *ptr) {
     sim_impl *c = impl_of(be);
     if (!ptr) return ZS_OK;
     ZS_CHECK(sim_synchronize(be));
+    void *start = NULL;
+    size_t size = 0;
+    if (zs__sim_arena_block_of(&c->device, ptr, &start, &size) && start == ptr)
+        zs__sim_check_forget(c->guard, ptr, size);
     if (zs__sim_arena_free(&c->device, ptr) == 0)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_sim_free: %p is not device memory from "
                         "zs_sim_malloc", ptr);
@@ -696,8 +806,7 @@ zs_status zs__sim_backend_program_free(zs__backend *be, void *ptr) {
 }
 
 zs_status zs__sim_backend_program_synchronize(zs__backend *be) {
-    sim_impl *c = impl_of(be);
-    return wait_any(c, zs__sim_stream_last(c->stream), "the program's synchronize", 0);
+    return wait_all(impl_of(be), "the program's synchronize", 0);
 }
 
 zs_status zs__sim_backend_program_copy(zs__backend *be, void *dst, const void *src, size_t bytes) {

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim_stream.h"
+#include "backend/stream_check.h"
 
 /* Small enough for tests, large enough that the host runs ahead of the
  * device (an enqueue costs the host a microsecond): a launch of 20 us,
@@ -24,9 +25,11 @@ int zs__sim_backend_is(const zs__backend *be);
  * host memory unchanged), for kernels. */
 void *zs__sim_backend_inner(const zs__backend *be, const void *p);
 /* Enqueues a kernel: fn(args copy) on the device's thread, in stream order,
- * after the latency of a launch. */
+ * after the latency of a launch; ranges[0..nranges) (outer addresses) are
+ * what it reads and writes, for the stream-order check. */
 zs_status zs__sim_backend_launch(zs__backend *be, const char *name, zs__sim_op_fn fn,
-                                 const void *args, size_t args_bytes);
+                                 const void *args, size_t args_bytes,
+                                 const zs__stream_check_range *ranges, int nranges);
 /* 1 when p..p+bytes is the device's memory. */
 int zs__sim_backend_owns(const zs__backend *be, const void *p, size_t bytes);
 /* The program's own device memory (zeroshard_sim.h): zeroed, not charged to

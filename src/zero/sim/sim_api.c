@@ -8,6 +8,7 @@
 #include "zero/ctx.h"
 
 #define ZS_SIM_KERNEL_ARGS 192
+#define ZS_SIM_KERNEL_ACCESSES 16
 
 struct zs_sim_kernel {
     const zs__backend *be;
@@ -44,20 +45,33 @@ static zs_status run_kernel(void *p) {
 
 zs_status zs_sim_launch(zs_ctx *zs, const char *name, zs_sim_kernel_fn fn, const void *args,
                         size_t args_bytes) {
+    return zs_sim_launch_access(zs, name, fn, args, args_bytes, NULL, 0);
+}
+
+zs_status zs_sim_launch_access(zs_ctx *zs, const char *name, zs_sim_kernel_fn fn,
+                               const void *args, size_t args_bytes, const zs_sim_access *accesses,
+                               int count) {
     zs__backend *be = NULL;
     ZS_CHECK(sim_of(zs, "zs_sim_launch", &be));
-    if (!fn || (args_bytes && !args) || args_bytes > ZS_SIM_KERNEL_ARGS)
+    if (!fn || (args_bytes && !args) || args_bytes > ZS_SIM_KERNEL_ARGS || count < 0 ||
+        count > ZS_SIM_KERNEL_ACCESSES || (count && !accesses))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_sim_launch(\"%s\"): %s", name ? name : "",
-                        !fn ? "no kernel function" : args_bytes > ZS_SIM_KERNEL_ARGS
-                                                         ? "more than 192 bytes of arguments"
-                                                         : "args is NULL");
+                        !fn ? "no kernel function"
+                        : args_bytes > ZS_SIM_KERNEL_ARGS ? "more than 192 bytes of arguments"
+                        : count < 0 || count > ZS_SIM_KERNEL_ACCESSES
+                            ? "between 0 and 16 declared accesses"
+                            : "a NULL pointer for arguments or accesses");
     launch_args a;
     memset(&a, 0, sizeof a);
     a.fn = fn;
     a.be = be;
     a.name = name ? name : "kernel";
     if (args_bytes) memcpy(a.args, args, args_bytes);
-    return zs__sim_backend_launch(be, a.name, run_kernel, &a, sizeof a);
+    zs__stream_check_range ranges[ZS_SIM_KERNEL_ACCESSES];
+    for (int i = 0; i < count; i++)
+        ranges[i] = (zs__stream_check_range){(uintptr_t)accesses[i].ptr, accesses[i].bytes,
+                                             accesses[i].write ? 1 : 0};
+    return zs__sim_backend_launch(be, a.name, run_kernel, &a, sizeof a, ranges, count);
 }
 
 zs_status zs_sim_malloc(zs_ctx *zs, size_t bytes, void **out) {
