@@ -73,13 +73,22 @@ zs_status zs_sim_malloc(zs_ctx *zs, size_t bytes, void **out);
  * no-op. */
 zs_status zs_sim_free(zs_ctx *zs, void *ptr);
 
+/* `bytes` of zero-filled page-locked host memory for the program
+ * (cudaMallocHost): copies between it and device memory are asynchronous,
+ * so a program can fill one buffer while the device copies another. The
+ * stream-order check guards it as it guards the runtime's: host code that
+ * touches it while a queued copy still owns it is a reported race. */
+zs_status zs_sim_host_alloc(zs_ctx *zs, size_t bytes, void **out);
+/* Frees it after the work that may use it finished; NULL is a no-op. */
+zs_status zs_sim_host_free(zs_ctx *zs, void *ptr);
+
 /* Copies in stream order; either side device or host memory. Returns once
  * the copy finished (cudaMemcpy). */
 zs_status zs_sim_memcpy(zs_ctx *zs, void *dst, const void *src, size_t bytes);
 /* The same without waiting where CUDA would not (cudaMemcpyAsync): between
- * device memory and the runtime's page-locked host memory; a copy from or
- * to ordinary host memory completes before the call returns, as CUDA
- * documents for pageable memory. */
+ * device memory and page-locked host memory (zs_sim_host_alloc's); a copy
+ * from or to ordinary host memory completes before the call returns, as
+ * CUDA documents for pageable memory. */
 zs_status zs_sim_memcpy_async(zs_ctx *zs, void *dst, const void *src, size_t bytes);
 
 /* Waits for everything enqueued so far (cudaStreamSynchronize), and

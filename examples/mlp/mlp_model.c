@@ -152,15 +152,7 @@ double mlp_layer_init_std(const mlp_shape *shape, int layer) {
 
 /* --------------------------------------------------------------- workspace */
 
-int mlp_workspace_init(mlp_workspace *ws, const mlp_shape *shape, int max_batch) {
-    ex_blas_init(); /* OpenMP's threads drive the BLAS (cpu_blas.h) */
-    if (ws == NULL) {
-        return -1;
-    }
-    memset(ws, 0, sizeof(*ws));
-    if (shape == NULL || max_batch < 1) {
-        return -1;
-    }
+size_t mlp_workspace_bytes(const mlp_shape *shape, int max_batch) {
     const size_t B = (size_t)max_batch;
     const size_t max_dim = (size_t)mlp_max_dim(shape);
     size_t floats = 2 * B * max_dim;
@@ -169,10 +161,16 @@ int mlp_workspace_init(mlp_workspace *ws, const mlp_shape *shape, int max_batch)
     }
     // Floats first, then the int labels: both are 4-byte aligned, so one
     // block carved by offsets serves both without padding.
-    float *memory = malloc(floats * sizeof(float) + B * sizeof(int));
-    if (memory == NULL) {
-        return -1;
-    }
+    return floats * sizeof(float) + B * sizeof(int);
+}
+
+void mlp_workspace_carve(mlp_workspace *ws, const mlp_shape *shape, int max_batch,
+                         void *memory) {
+    const size_t B = (size_t)max_batch;
+    const size_t max_dim = (size_t)mlp_max_dim(shape);
+    memset(ws, 0, sizeof(*ws));
+    // Only address arithmetic: the memory may be a device's, which this
+    // thread cannot touch.
     float *cursor = memory;
     for (int l = 0; l <= shape->num_layers; l++) {
         ws->acts[l] = cursor; // [B][dims[l]]
@@ -184,6 +182,22 @@ int mlp_workspace_init(mlp_workspace *ws, const mlp_shape *shape, int max_batch)
     cursor += B * max_dim;
     ws->labels = (int *)(void *)cursor; // [B]
     ws->max_batch = max_batch;
+}
+
+int mlp_workspace_init(mlp_workspace *ws, const mlp_shape *shape, int max_batch) {
+    ex_blas_init(); /* OpenMP's threads drive the BLAS (cpu_blas.h) */
+    if (ws == NULL) {
+        return -1;
+    }
+    memset(ws, 0, sizeof(*ws));
+    if (shape == NULL || max_batch < 1) {
+        return -1;
+    }
+    void *memory = malloc(mlp_workspace_bytes(shape, max_batch));
+    if (memory == NULL) {
+        return -1;
+    }
+    mlp_workspace_carve(ws, shape, max_batch, memory);
     ws->memory_ = memory;
     return 0;
 }

@@ -141,6 +141,16 @@ int mlp_workspace_init(mlp_workspace *ws, const mlp_shape *shape, int max_batch)
 /* Frees and zeroes; a zeroed workspace is a no-op. */
 void mlp_workspace_free(mlp_workspace *ws);
 
+/* mlp_workspace_init's layout in memory the caller provides, for a
+ * workspace in memory that this thread may not touch (a device's: the
+ * pointers are then device addresses, and nothing here dereferences them).
+ * mlp_workspace_bytes is its size (max_batch >= 1); memory must be 4-byte
+ * aligned at least. memory_ stays NULL: the caller frees the memory, and
+ * mlp_workspace_free of such a workspace only zeroes it. */
+size_t mlp_workspace_bytes(const mlp_shape *shape, int max_batch);
+void mlp_workspace_carve(mlp_workspace *ws, const mlp_shape *shape, int max_batch,
+                         void *memory);
+
 /* ------------------------------------------------------------------ layers */
 
 /*

@@ -17,11 +17,14 @@
  * zs_stop_requested's code (76 after the checkpoint is committed) at the
  * next optimizer step, skipping the evaluation.
  *
- * The same loop runs on both backends (the configuration's `backend`): on
- * "cpu" the model's math is mlp_model.h on host memory; on "cuda" it is
- * mlp_cuda.h on the device buffers zeroshard returns, ordered on the
- * runtime's compute stream, with each batch generated on the host and
- * uploaded, and the loss brought back to the host only on the steps that log.
+ * The same loop runs on every backend (the configuration's `backend`)
+ * through one table of model ops per backend (mlp_device.h): on "cpu" the
+ * model's math is mlp_model.h on host memory; on "cuda" it is mlp_cuda.h on
+ * the device buffers zeroshard returns, and on "sim" (the simulated device)
+ * it is the CPU's math run as kernels on the sim device's memory, its bits
+ * the cpu backend's (mlp_sim.c). On both devices the work is ordered on the
+ * runtime's compute stream, each batch is generated on the host and
+ * uploaded, and the loss comes back to the host only on the steps that log.
  * See docs/GPU.md.
  *
  * App keys (the `app` group of the configuration; defaults in brackets):
@@ -46,9 +49,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <mpi.h>
-
-#include "mlp_cuda.h"
+#include "mlp_device.h"
 #include "mlp_model.h"
 #include "numerics.h"
 #include "test_stop.h"
@@ -92,19 +93,33 @@ static void report_status(zs_status status) {
         }                                                                          \
     } while (0)
 
-/* A failure that only this rank sees (a NULL from a non-collective accessor,
- * memory for the trainer's own buffers) would leave the other ranks blocked
- * in their next collective, so it takes the whole job down instead. */
-static void abort_job(const char *what) {
-    fprintf(stderr, "mlp_train: %s\n", what);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+/* The model on the context's backend: its ops and their state. */
+typedef struct device_model {
+    const mlp_device_ops *ops;
+    void *state;
+} device_model;
+
+/* The table for a backend; NULL for one this program does not know. */
+static const mlp_device_ops *device_ops_for(const char *backend) {
+    static const mlp_device_ops *const tables[] = {&mlp_cpu_device, &mlp_cuda_device,
+                                                   &mlp_sim_device};
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        if (strcmp(tables[i]->backend, backend) == 0) {
+            return tables[i];
+        }
+    }
+    return NULL;
 }
 
+/* A failure that only this rank sees (a NULL from a non-collective accessor,
+ * memory for the model's buffers) would leave the other ranks blocked in
+ * their next collective, so it takes the whole job down instead
+ * (mlp_abort_job). */
 static void *param_data_or_abort(const zs_param *p) {
     void *data = zs_param_data(p);
     if (data == NULL) {
         fprintf(stderr, "mlp_train: %s: zs_param_data: %s\n", zs_param_name(p), zs_last_error());
-        abort_job("no parameter data; aborting the job");
+        mlp_abort_job("no parameter data");
     }
     return data;
 }
@@ -113,66 +128,9 @@ static void *param_grad_or_abort(zs_param *p) {
     void *grad = zs_param_grad(p);
     if (grad == NULL) {
         fprintf(stderr, "mlp_train: %s: zs_param_grad: %s\n", zs_param_name(p), zs_last_error());
-        abort_job("no gradient buffer; aborting the job");
+        mlp_abort_job("no gradient buffer");
     }
     return grad;
-}
-
-/* The model code computes in fp32. With fp16 or bf16 parameters (precision.dtype)
- * the trainer reads each layer through an fp32 copy and computes its gradient
- * contribution in fp32, then adds it into the runtime's low-precision gradient
- * (zs_convert does both conversions, with SIMD). In fp32 the runtime's buffers
- * are used directly and none of this is allocated. */
-typedef struct precision_bridge {
-    int active;
-    float *weight, *bias;   /* fp32 views of the fetched layer: [out][in], [out] */
-    float *dweight, *dbias; /* fp32 gradient contributions: [out][in], [out] */
-    float *scratch;         /* [largest weight] for widening a gradient before adding */
-} precision_bridge;
-
-static int bridge_init(precision_bridge *br, zs_dtype dtype, int64_t max_weight, int64_t max_bias) {
-    memset(br, 0, sizeof *br);
-    if (dtype == ZS_DTYPE_FP32) return 0;
-    br->active = 1;
-    br->weight = malloc(sizeof(float) * (size_t)max_weight);
-    br->dweight = malloc(sizeof(float) * (size_t)max_weight);
-    br->scratch = malloc(sizeof(float) * (size_t)max_weight);
-    br->bias = malloc(sizeof(float) * (size_t)max_bias);
-    br->dbias = malloc(sizeof(float) * (size_t)max_bias);
-    return br->weight && br->dweight && br->scratch && br->bias && br->dbias ? 0 : -1;
-}
-
-static void bridge_free(precision_bridge *br) {
-    free(br->weight);
-    free(br->bias);
-    free(br->dweight);
-    free(br->dbias);
-    free(br->scratch);
-}
-
-/* The parameter as fp32: the runtime's buffer itself, or a converted copy. */
-static const float *param_view(const zs_param *p, float *copy) {
-    const void *data = param_data_or_abort(p);
-    if (zs_param_dtype(p) == ZS_DTYPE_FP32) return data;
-    zs_status st = zs_convert(copy, ZS_DTYPE_FP32, data, zs_param_dtype(p), zs_param_numel(p));
-    if (st != ZS_OK) {
-        report_status(st);
-        abort_job("converting a parameter to fp32");
-    }
-    return copy;
-}
-
-/* grad += contribution, for a low-precision gradient buffer. */
-static void add_contribution(zs_param *p, void *grad, const float *contribution, float *scratch) {
-    const zs_dtype dt = zs_param_dtype(p);
-    const int64_t n = zs_param_numel(p);
-    zs_status st = zs_convert(scratch, ZS_DTYPE_FP32, grad, dt, n);
-    for (int64_t i = 0; st == ZS_OK && i < n; i++) scratch[i] += contribution[i];
-    if (st == ZS_OK) st = zs_convert(grad, dt, scratch, ZS_DTYPE_FP32, n);
-    if (st != ZS_OK) {
-        report_status(st);
-        abort_job("adding a gradient contribution");
-    }
 }
 
 static double now_seconds(void) {
@@ -240,45 +198,20 @@ static zs_status read_app_settings(zs_config *cfg, app_settings *app) {
     return ZS_OK;
 }
 
-/* Generates samples first .. first + count - 1 as the input batch: into the
- * workspace on the CPU, or into pinned staging and on to the device. */
-static void load_batch(const mlp_dataset *ds, uint64_t first, int count, mlp_workspace *ws,
-                       mlp_cuda *gpu) {
-    if (gpu == NULL) {
-        mlp_dataset_batch(ds, first, count, ws->acts[0], ws->labels);
-        return;
-    }
-    float *x = NULL;
-    int *labels = NULL;
-    mlp_cuda_stage(gpu, &x, &labels);
-    mlp_dataset_batch(ds, first, count, x, labels);
-    mlp_cuda_upload(gpu, count);
-}
-
-/* Forward through every layer on the input batch, fetching one unit at a
- * time; logits end in ws->acts[L] (CPU) or the device's last activation
- * (gpu != NULL, the "cuda" backend). Collective (stage 3 gathers each unit). */
+/* Forward through every layer on the loaded batch, fetching one unit at a
+ * time; the logits end where the model's loss op reads them. Collective
+ * (stage 3 gathers each unit). */
 static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
-                             int batch, mlp_workspace *ws, precision_bridge *br, mlp_cuda *gpu) {
+                             int batch, const device_model *model) {
     zs_status st;
     for (int l = 0; l < shape->num_layers; l++) {
         if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
-        if (gpu != NULL) {
-            // Device pointers in the compute dtype; the kernels widen them.
-            mlp_cuda_layer_forward(gpu, l, batch, zs_param_dtype(layers[l].weight),
-                                   param_data_or_abort(layers[l].weight),
-                                   param_data_or_abort(layers[l].bias));
-            if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
-                return st;
-            }
-            continue;
-        }
-        const float *W = param_view(layers[l].weight, br->weight); // [dims[l + 1]][dims[l]]
-        const float *b = param_view(layers[l].bias, br->bias);     // [dims[l + 1]]
-        mlp_layer_forward(batch, shape->dims[l], shape->dims[l + 1],
-                          mlp_layer_activation(shape, l), ws->acts[l], W, b, ws->acts[l + 1]);
+        // The backend's pointers in the compute dtype; the model widens them.
+        model->ops->layer_forward(model->state, l, batch, zs_param_dtype(layers[l].weight),
+                                  param_data_or_abort(layers[l].weight),
+                                  param_data_or_abort(layers[l].bias));
         if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
@@ -286,56 +219,22 @@ static zs_status forward_all(zs_ctx *zs, const mlp_shape *shape, const layer_han
     return ZS_OK;
 }
 
-/* Backward in reverse layer order from dlogits in ws->grad[0] (or on the
- * device, gpu != NULL), adding into the runtime's gradient buffers and
- * declaring each unit done as soon as its gradient is complete, so that its
- * reduction can overlap the layers below. */
+/* Backward in reverse layer order from the gradient the loss op left,
+ * adding into the runtime's gradient buffers and declaring each unit done as
+ * soon as its gradient is complete, so that its reduction can overlap the
+ * layers below. On a device the adds are ordered on the runtime's compute
+ * stream, which zs_grads_ready orders the reduction after. */
 static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_handles *layers,
-                              int batch, mlp_workspace *ws, precision_bridge *br, mlp_cuda *gpu) {
+                              int batch, const device_model *model) {
     zs_status st;
-    const int L = shape->num_layers;
-    for (int l = L - 1; l >= 0; l--) {
+    for (int l = shape->num_layers - 1; l >= 0; l--) {
         if ((st = zs_fetch(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
-        if (gpu != NULL) {
-            // The kernels add into the runtime's device gradients on its
-            // compute stream, which zs_grads_ready orders its reduction after.
-            mlp_cuda_layer_backward(gpu, l, batch, zs_param_dtype(layers[l].weight),
-                                    param_data_or_abort(layers[l].weight),
-                                    param_grad_or_abort(layers[l].weight),
-                                    param_grad_or_abort(layers[l].bias));
-            if ((st = zs_grads_ready(zs, layers[l].unit)) != ZS_OK) {
-                return st;
-            }
-            if ((st = zs_release(zs, layers[l].unit)) != ZS_OK) {
-                return st;
-            }
-            continue;
-        }
-        const float *W = param_view(layers[l].weight, br->weight); // [dims[l + 1]][dims[l]]
-        void *grad_w = param_grad_or_abort(layers[l].weight);      // [dims[l + 1]][dims[l]]
-        void *grad_b = param_grad_or_abort(layers[l].bias);        // [dims[l + 1]]
-        // Backward adds into dW and db: the runtime's fp32 buffers, or fp32
-        // contributions that are added into fp16/bf16 buffers below.
-        float *dW = grad_w, *db = grad_b;
-        if (br->active) {
-            dW = br->dweight;
-            db = br->dbias;
-            memset(dW, 0, sizeof(float) * (size_t)zs_param_numel(layers[l].weight));
-            memset(db, 0, sizeof(float) * (size_t)zs_param_numel(layers[l].bias));
-        }
-        // Ping-pong: layer l's output gradient is in one buffer and its input
-        // gradient goes to the other, which layer l - 1 reads next.
-        float *dy = ws->grad[(L - 1 - l) % 2];                // [batch][dims[l + 1]]
-        float *dx = l > 0 ? ws->grad[(L - l) % 2] : NULL;    // [batch][dims[l]]
-        mlp_layer_backward(batch, shape->dims[l], shape->dims[l + 1],
-                           mlp_layer_activation(shape, l), ws->acts[l], ws->acts[l + 1], W, dy,
-                           dW, db, dx);
-        if (br->active) {
-            add_contribution(layers[l].weight, grad_w, dW, br->scratch);
-            add_contribution(layers[l].bias, grad_b, db, br->scratch);
-        }
+        model->ops->layer_backward(model->state, l, batch, zs_param_dtype(layers[l].weight),
+                                   param_data_or_abort(layers[l].weight),
+                                   param_grad_or_abort(layers[l].weight),
+                                   param_grad_or_abort(layers[l].bias));
         if ((st = zs_grads_ready(zs, layers[l].unit)) != ZS_OK) {
             return st;
         }
@@ -349,11 +248,12 @@ static zs_status backward_all(zs_ctx *zs, const mlp_shape *shape, const layer_ha
 /* Mean loss and accuracy over eval_samples held-out samples, starting right
  * after the last training sample. Each rank evaluates a contiguous share in
  * chunks of the local batch; every rank runs the same number of chunks (some
- * possibly empty) because in stage 3 each fetch is a collective. */
+ * possibly empty) because in stage 3 each fetch is a collective. The model
+ * sums over every chunk; the sums come back to the host once, at the end. */
 static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *shape,
                           const layer_handles *layers, const mlp_dataset *ds, int local_batch,
-                          mlp_workspace *ws, precision_bridge *br, mlp_cuda *gpu,
-                          uint64_t first_heldout, double *loss_out, double *accuracy_out) {
+                          const device_model *model, uint64_t first_heldout, double *loss_out,
+                          double *accuracy_out) {
     const int rank = zs_rank(zs);
     const int world = zs_world_size(zs);
     const int64_t E = app->eval_samples;
@@ -361,22 +261,19 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
     const int64_t end = E * (rank + 1) / world;
     const int64_t most_per_rank = (E + world - 1) / world;
     const int64_t chunks = (most_per_rank + local_batch - 1) / local_batch;
-    const int L = shape->num_layers;
     double sums[2] = {0.0, 0.0}; // loss summed over samples, correct predictions
     ex_test_stop("mlp_train", "validation", rank);
-    if (gpu != NULL) {
-        mlp_cuda_metrics_reset(gpu);
-    }
+    model->ops->metrics_reset(model->state);
     for (int64_t c = 0; c < chunks; c++) {
         int64_t lo = begin + c * local_batch;
         int64_t n = end - lo;
         n = n < 0 ? 0 : (n > local_batch ? local_batch : n);
-        load_batch(ds, first_heldout + (uint64_t)lo, (int)n, ws, gpu);
+        model->ops->load_batch(model->state, ds, first_heldout + (uint64_t)lo, (int)n);
         // An evaluation pass: its fetch order is kept apart from training's,
         // so stage 3 gathers ahead in both.
         zs_status st = zs_eval_begin(zs);
         if (st == ZS_OK) {
-            st = forward_all(zs, shape, layers, (int)n, ws, br, gpu);
+            st = forward_all(zs, shape, layers, (int)n, model);
         }
         if (st == ZS_OK) {
             st = zs_eval_end(zs);
@@ -384,20 +281,9 @@ static zs_status evaluate(zs_ctx *zs, const app_settings *app, const mlp_shape *
         if (st != ZS_OK) {
             return st;
         }
-        if (gpu != NULL) {
-            // The device sums over every chunk; one copy back after the loop.
-            mlp_cuda_loss(gpu, (int)n, 1.0f, 0);
-            continue;
-        }
-        int correct = 0;
-        double mean = mlp_softmax_xent((int)n, shape->dims[L], ws->acts[L], ws->labels, 1.0f,
-                                       NULL, &correct);
-        sums[0] += mean * (double)n;
-        sums[1] += (double)correct;
+        model->ops->loss(model->state, (int)n, 1.0f, 0);
     }
-    if (gpu != NULL) {
-        mlp_cuda_metrics_read(gpu, &sums[0], &sums[1]);
-    }
+    model->ops->metrics_read(model->state, &sums[0], &sums[1]);
     zs_status st = zs_all_reduce_host(zs, sums, 2, ZS_HOST_TYPE_DOUBLE, ZS_REDUCE_OP_SUM,
                                       "held-out loss");
     if (st != ZS_OK) {
@@ -448,9 +334,7 @@ int main(int argc, char **argv) {
     // From here on the ranks act together.
     int exit_code = 1;
     zs_ctx *zs = NULL;
-    mlp_workspace ws = {0};
-    precision_bridge bridge = {0};
-    mlp_cuda *gpu = NULL; // the model on the device, on the "cuda" backend only
+    device_model model = {NULL, NULL}; // the model's buffers and math on the backend
     layer_handles layers[MLP_MAX_LAYERS];
     TRY(zs_create(cfg, &zs));
     const int rank = zs_rank(zs);
@@ -485,26 +369,17 @@ int main(int argc, char **argv) {
         TRY(zs_unit_end(zs));
     }
     TRY(zs_build(zs));
-    int64_t max_weight = 0, max_bias = 0;
-    for (int l = 0; l < L; l++) {
-        if (zs_param_numel(layers[l].weight) > max_weight) max_weight = zs_param_numel(layers[l].weight);
-        if (zs_param_numel(layers[l].bias) > max_bias) max_bias = zs_param_numel(layers[l].bias);
+    // Every rank has the same backend and build, so a model that cannot be
+    // made here (a build without CUDA) stops every rank at the same point.
+    model.ops = device_ops_for(zs_backend_name(zs));
+    if (model.ops == NULL) {
+        fprintf(stderr, "mlp_train: backend \"%s\" has no model here (cpu, cuda and sim do)\n",
+                zs_backend_name(zs));
+        goto done;
     }
-    if (strcmp(zs_backend_name(zs), "cuda") == 0) {
-        // The device holds activations and scratch; the host workspace and
-        // the fp32 bridge are not needed. Every rank has the same backend and
-        // build, so a NULL (a build without CUDA) stops every rank here.
-        gpu = mlp_cuda_create(zs, &shape, local_batch);
-        if (gpu == NULL) {
-            goto done;
-        }
-    } else {
-        if (bridge_init(&bridge, zs_param_dtype(layers[0].weight), max_weight, max_bias) != 0) {
-            abort_job("out of memory for the fp32 views of the parameters");
-        }
-        if (mlp_workspace_init(&ws, &shape, local_batch) != 0) {
-            abort_job("out of memory for the activations");
-        }
+    model.state = model.ops->create(zs, &shape, local_batch, zs_param_dtype(layers[0].weight));
+    if (model.state == NULL) {
+        goto done;
     }
 
     if (rank == 0) {
@@ -546,30 +421,22 @@ int main(int argc, char **argv) {
     for (int64_t step = position[0]; step < app.steps; step++) {
         // One optimizer step: micro-steps until the runtime's accumulation
         // boundary (one micro-step when gradient_accumulation_steps = 1).
-        double loss_sum = 0.0, correct_sum = 0.0;
         int micro = 0, boundary = 0;
         zs_step_info info;
         const int log_this_step =
             (step + 1) % app.log_every == 0 || step == 0 || step + 1 == app.steps;
-        if (gpu != NULL) {
-            // The device sums the loss over this step's micro-steps.
-            mlp_cuda_metrics_reset(gpu);
-        }
+        // The model sums the loss over this step's micro-steps.
+        model.ops->metrics_reset(model.state);
         do {
-            load_batch(&ds, mlp_batch_first_index(micro_batches, app.global_batch, rank, world),
-                       local_batch, &ws, gpu);
-            TRY(forward_all(zs, &shape, layers, local_batch, &ws, &bridge, gpu));
+            model.ops->load_batch(model.state, &ds,
+                                  mlp_batch_first_index(micro_batches, app.global_batch, rank,
+                                                        world),
+                                  local_batch);
+            TRY(forward_all(zs, &shape, layers, local_batch, &model));
             // The loss value stays unscaled for the log; only its gradient carries
             // the loss scale, as if the loss had been multiplied before backward.
-            if (gpu != NULL) {
-                mlp_cuda_loss(gpu, local_batch, zs_loss_scale(zs), 1);
-            } else {
-                int correct = 0;
-                loss_sum += mlp_softmax_xent(local_batch, shape.dims[L], ws.acts[L], ws.labels,
-                                             zs_loss_scale(zs), ws.grad[0], &correct);
-                correct_sum += correct;
-            }
-            TRY(backward_all(zs, &shape, layers, local_batch, &ws, &bridge, gpu));
+            model.ops->loss(model.state, local_batch, zs_loss_scale(zs), 1);
+            TRY(backward_all(zs, &shape, layers, local_batch, &model));
             boundary = zs_is_accumulation_boundary(zs);
             if (boundary) {
                 // What a checkpoint taken by this step (checkpoint.every) resumes from.
@@ -602,16 +469,12 @@ int main(int argc, char **argv) {
         window_steps++;
 
         if (log_this_step) {
-            if (gpu != NULL) {
-                // The one device-to-host copy of the step: the loss summed over
-                // samples, which the CPU path has as per-micro-step means.
-                double device_loss = 0.0;
-                mlp_cuda_metrics_read(gpu, &device_loss, &correct_sum);
-                loss_sum = device_loss / (double)local_batch;
-            }
-            // Equal local batches: the global mean loss is the mean of the
-            // ranks' means; summing loss * batch keeps that true in general.
-            double sums[2] = {loss_sum / micro * (double)local_batch, correct_sum / micro};
+            // On a device, the one device-to-host copy of the step.
+            double loss_sum = 0.0, correct_sum = 0.0;
+            model.ops->metrics_read(model.state, &loss_sum, &correct_sum);
+            // The loss summed over this rank's samples, per micro-step: the
+            // ranks' sums add up to the global batch's, whatever their sizes.
+            double sums[2] = {loss_sum / micro, correct_sum / micro};
             TRY(zs_all_reduce_host(zs, sums, 2, ZS_HOST_TYPE_DOUBLE, ZS_REDUCE_OP_SUM,
                                    "training loss"));
             double elapsed = now_seconds() - window_start;
@@ -629,7 +492,7 @@ int main(int argc, char **argv) {
     }
 
     double eval_loss = 0.0, eval_accuracy = 0.0;
-    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &ws, &bridge, gpu,
+    TRY(evaluate(zs, &app, &shape, layers, &ds, local_batch, &model,
                  (uint64_t)micro_batches * (uint64_t)app.global_batch, &eval_loss, &eval_accuracy));
     printf("\n");
     TRY(zs_report_print(zs, stdout));
@@ -650,10 +513,10 @@ int main(int argc, char **argv) {
     exit_code = reached ? 0 : 1;
 
 done:
-    // Before zs_destroy: the device state uses the context's stream.
-    mlp_cuda_destroy(gpu);
-    mlp_workspace_free(&ws);
-    bridge_free(&bridge);
+    // Before zs_destroy: a device's state uses the context's stream.
+    if (model.ops != NULL) {
+        model.ops->destroy(model.state);
+    }
     zs_destroy(zs);
     zs_config_destroy(cfg);
     return exit_code;

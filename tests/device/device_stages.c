@@ -68,6 +68,11 @@ void device_stages_gradient(int param, const float *p, float *g, int64_t n) {
     }
 }
 
+/* For one run: more settings of the zero group, and the steps to train to
+ * (a run that resumes from a checkpoint starts at its step). */
+static const char *g_zero_extra = "";
+static int g_steps = STEPS;
+
 static int write_config(const char *backend, int stage, const char *extra, char *path,
                         size_t capacity) {
     char dir[] = "/tmp/zs_device_stages_XXXXXX";
@@ -78,11 +83,11 @@ static int write_config(const char *backend, int stage, const char *extra, char 
     fprintf(f,
             "seed = 11;\n"
             "backend = \"%s\";\n"
-            "zero: { stage = %d; max_live_units = 2; align = 16; };\n"
+            "zero: { stage = %d; max_live_units = 2; align = 16; %s };\n"
             "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; beta1 = 0.9;\n"
             "             beta2 = 0.99; eps = 1e-8; };\n"
             "precision: { dtype = \"fp32\"; };\n%s\n",
-            backend, stage, extra ? extra : "");
+            backend, stage, g_zero_extra, extra ? extra : "");
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -156,7 +161,7 @@ static int train(MPI_Comm comm, const char *backend, int stage, const char *extr
     const int count_gather_waits = on_device(zs) && ranks == 1 && extra &&
                                    strstr(extra, "params = \"nvme\"") != NULL;
 
-    for (int step = 0; step < STEPS; step++) {
+    for (int step = (int)zs_step_count(zs); step < g_steps; step++) {
         const uint64_t pass_before = g_ops->waits(zs);
         /* Forward does nothing here; backward runs in reverse unit order. */
         for (int u = UNITS - 1; u >= 0; u--) {
@@ -276,6 +281,126 @@ static void compare_relative(const run *got, const run *want, int stage) {
     }
 }
 
+typedef struct feature {
+    const char *name;
+    int first_stage, last_stage, min_world;
+    const char *zero; /* more of the zero group */
+    const char *extra;
+} feature;
+
+static void features(const device_ops *ops, int world) {
+    static const feature table[] = {
+        {"buckets", 2, 3, 1, "", "comm: { bucket_bytes = 4096; };"},
+        {"prefetch", 3, 3, 1, "prefetch_bytes = 65536;", NULL},
+        {"hybrid sharding", 1, 3, 2, "shard_group = \"node\";", "comm: { ranks_per_node = 1; };"},
+        {"ZeRO++ (qwZ, hpZ, qgZ int8)", 3, 3, 2, "secondary_partition = \"node\";",
+         "comm: { ranks_per_node = 1; quantize_weights = \"int8\"; quantize_grads = \"int8\"; "
+         "quant_block = 64; };"},
+        {"qgZ int4", 1, 2, 2, "",
+         "comm: { ranks_per_node = 1; quantize_grads = \"int4\"; quant_block = 48; };"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        const feature *f = &table[i];
+        if (world < f->min_world) continue;
+        for (int stage = f->first_stage; stage <= f->last_stage; stage++) {
+            run dev, cpu;
+            memset(&dev, 0, sizeof dev);
+            memset(&cpu, 0, sizeof cpu);
+            g_zero_extra = f->zero;
+            ZT_REQUIRE(train(MPI_COMM_WORLD, ops->backend, stage, f->extra, &dev) == 0);
+            ZT_REQUIRE(train(MPI_COMM_WORLD, "cpu", stage, f->extra, &cpu) == 0);
+            g_zero_extra = "";
+            compare_bitwise(&dev, &cpu, stage, f->name);
+            free_run(&dev);
+            free_run(&cpu);
+        }
+    }
+}
+
+/* A checkpoint saved from device memory after step 2 and loaded into a new
+ * context (device memory again) continues to the uninterrupted run's bits. */
+static void checkpoints(const device_ops *ops, const run *uninterrupted) {
+    char dir[256] = "";
+    if (zt_rank == 0) snprintf(dir, sizeof dir, "/tmp/zs_device_ckpt_XXXXXX");
+    if (zt_rank == 0 && !mkdtemp(dir)) dir[0] = '\0';
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    ZT_REQUIRE(dir[0]);
+    char extra[512];
+    snprintf(extra, sizeof extra, "checkpoint: { dir = \"%s\"; every = 2; resume = \"auto\"; };",
+             dir);
+    for (int stage = 0; stage < 4; stage++) {
+        char sub[300];
+        snprintf(sub, sizeof sub, "%s/s%d", dir, stage);
+        snprintf(extra, sizeof extra,
+                 "checkpoint: { dir = \"%s\"; every = 2; resume = \"auto\"; };", sub);
+        run first, resumed;
+        memset(&first, 0, sizeof first);
+        memset(&resumed, 0, sizeof resumed);
+        g_steps = 2;
+        ZT_REQUIRE(train(MPI_COMM_WORLD, ops->backend, stage, extra, &first) == 0);
+        g_steps = STEPS;
+        ZT_REQUIRE(train(MPI_COMM_WORLD, ops->backend, stage, extra, &resumed) == 0);
+        compare_bitwise(&resumed, &uninterrupted[stage], stage,
+                        "saved after step 2 from device memory, loaded into it, resumed");
+        free_run(&first);
+        free_run(&resumed);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (zt_rank == 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+/* The sim device's memory from too small to enough (ZS_SIM_MEMORY_BYTES,
+ * in steps of 4 KiB, with device_memory_bytes unset so that no plan check
+ * refuses first): each allocation on the way fails in turn, on every rank
+ * alike, as out of memory naming the device, without a crash or a hang,
+ * until the model fits. Stage 3 with host staging's buffers; not on CUDA,
+ * whose memory is the GPU's. */
+static void out_of_memory_walk(const device_ops *ops) {
+    if (strcmp(ops->backend, "sim") != 0) return;
+    int failures = 0, fitted = 0;
+    for (int kib = 4; kib <= 256 && !fitted; kib += 4) {
+        char bytes[32];
+        snprintf(bytes, sizeof bytes, "%d", kib * 1024);
+        setenv("ZS_SIM_MEMORY_BYTES", bytes, 1);
+        char path[256];
+        ZT_REQUIRE(write_config(ops->backend, 3, NULL, path, sizeof path) == 0);
+        zs_config *cfg = NULL;
+        zs_status st = zs_config_load(path, &cfg);
+        remove_config(path);
+        ZT_OK(st);
+        zs_ctx *zs = NULL;
+        st = zs_create_with_comm(cfg, MPI_COMM_WORLD, &zs);
+        zs_config_destroy(cfg);
+        zs_param *p = NULL;
+        for (int u = 0; u < UNITS && st == ZS_OK; u++) {
+            char name[32];
+            snprintf(name, sizeof name, "unit%d", u);
+            st = zs_unit_begin(zs, name, NULL);
+            snprintf(name, sizeof name, "unit%d.weight", u);
+            if (st == ZS_OK) st = zs_param_create(zs, name, 2, shapes[u], ZS_INIT_NORMAL_STD(0.3), 0, &p);
+            if (st == ZS_OK) st = zs_unit_end(zs);
+        }
+        if (st == ZS_OK) st = zs_build(zs);
+        if (st == ZS_OK) {
+            fitted = 1;
+        } else {
+            failures++;
+            ZT_CHECK_MSG(st == ZS_ERR_OUT_OF_MEMORY && strstr(zs_last_error(), "out of memory"),
+                         "sim memory %d KiB: %s: %s", kib, zs_status_name(st), zs_last_error());
+        }
+        zs_destroy(zs);
+    }
+    unsetenv("ZS_SIM_MEMORY_BYTES");
+    if (zt_rank == 0)
+        printf("out-of-memory walk: %d refusals before the model fitted in %d KiB\n", failures,
+               4 * (failures + 1));
+    ZT_CHECK_MSG(fitted && failures > 0, "the walk: %d refusals, fitted %d", failures, fitted);
+}
+
 int device_stages_main(int argc, char **argv, const device_ops *ops) {
     g_ops = ops;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0}); /* the comm engine's thread */
@@ -342,6 +467,14 @@ int device_stages_main(int argc, char **argv, const device_ops *ops) {
             compare_bitwise(&offloaded, &runs[stage], stage, offloads[k]);
             free_run(&offloaded);
         }
+    /* The runtime's other device paths against the CPU backend with the
+     * same settings, bit for bit (its kernels are the CPU's on sim; on CUDA
+     * the staged ring adds in the CPU's order): buckets, stage-3 prefetch,
+     * hybrid sharding and ZeRO++ (one rank per simulated node, so both run
+     * at every world size). */
+    features(ops, world);
+    checkpoints(ops, runs);
+    out_of_memory_walk(ops);
     /* Parameters on NVMe with the device held back for 300 ms before two
      * gathers back to back (in fp32 the copy reads the staging's halves
      * themselves; the rounded halves of bf16/fp16 alternate the same way). */

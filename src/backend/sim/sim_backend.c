@@ -812,3 +812,30 @@ zs_status zs__sim_backend_program_synchronize(zs__backend *be) {
 zs_status zs__sim_backend_program_copy(zs__backend *be, void *dst, const void *src, size_t bytes) {
     return copy_any(impl_of(be), dst, src, bytes, 0);
 }
+
+zs_status zs__sim_backend_program_host_alloc(zs__backend *be, size_t bytes, void **out) {
+    sim_impl *c = impl_of(be);
+    *out = NULL;
+    if (bytes == 0) return ZS_OK;
+    const size_t rounded = (bytes + ZS__PIN_PAGE - 1) / ZS__PIN_PAGE * ZS__PIN_PAGE;
+    const size_t align = zs__pin_chunk_count(rounded, c->pin_chunk) > 1 ? c->pin_chunk
+                                                                         : ZS__PIN_PAGE;
+    if (zs__sim_arena_alloc(&c->pinned, bytes, align, out) != 0)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_sim_host_alloc: cannot page-lock %zu bytes "
+                        "(%zu held already)", bytes, c->pinned.used);
+    return ZS_OK;
+}
+
+zs_status zs__sim_backend_program_host_free(zs__backend *be, void *ptr) {
+    sim_impl *c = impl_of(be);
+    if (!ptr) return ZS_OK;
+    ZS_CHECK(sim_synchronize(be));
+    void *start = NULL;
+    size_t size = 0;
+    if (!zs__sim_arena_block_of(&c->pinned, ptr, &start, &size) || start != ptr)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_sim_host_free: %p is not memory from "
+                        "zs_sim_host_alloc", ptr);
+    zs__sim_check_forget(c->guard, ptr, size);
+    zs__sim_arena_free(&c->pinned, ptr);
+    return ZS_OK;
+}

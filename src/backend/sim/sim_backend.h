@@ -36,6 +36,9 @@ int zs__sim_backend_owns(const zs__backend *be, const void *p, size_t bytes);
  * the accountant; free waits for the stream first. */
 zs_status zs__sim_backend_program_alloc(zs__backend *be, size_t bytes, void **out);
 zs_status zs__sim_backend_program_free(zs__backend *be, void *ptr);
+/* The program's page-locked host memory (not charged to the accountant). */
+zs_status zs__sim_backend_program_host_alloc(zs__backend *be, size_t bytes, void **out);
+zs_status zs__sim_backend_program_host_free(zs__backend *be, void *ptr);
 /* The program's copy (the backend's copy, its waits for pageable memory
  * not counted among the runtime's) and its wait for everything enqueued
  * (not counted either). */

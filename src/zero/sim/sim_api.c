@@ -87,6 +87,19 @@ zs_status zs_sim_free(zs_ctx *zs, void *ptr) {
     return zs__sim_backend_program_free(be, ptr);
 }
 
+zs_status zs_sim_host_alloc(zs_ctx *zs, size_t bytes, void **out) {
+    zs__backend *be = NULL;
+    *out = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_host_alloc", &be));
+    return zs__sim_backend_program_host_alloc(be, bytes, out);
+}
+
+zs_status zs_sim_host_free(zs_ctx *zs, void *ptr) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_host_free", &be));
+    return zs__sim_backend_program_host_free(be, ptr);
+}
+
 zs_status zs_sim_memcpy_async(zs_ctx *zs, void *dst, const void *src, size_t bytes) {
     zs__backend *be = NULL;
     ZS_CHECK(sim_of(zs, "zs_sim_memcpy_async", &be));
