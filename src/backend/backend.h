@@ -242,6 +242,19 @@ zs_status zs__cpu_backend_create_guarded(zs__mem *mem, zs__backend *device, zs__
  * the CPU's kernels, on any Linux machine. */
 zs_status zs__sim_backend_create(const zs__settings *settings, zs__mem *mem, zs__backend **out);
 
+/* `inner` wrapped in the stream-order check (checked.c: ZS_STREAM_CHECK=1
+ * on CUDA); the wrapper owns inner from here on. options as
+ * zs__stream_check_create's. */
+struct zs__stream_check_options;
+struct zs__stream_check;
+zs_status zs__backend_checked_create(zs__backend *inner,
+                                     const struct zs__stream_check_options *options,
+                                     zs__backend **out);
+/* The backend a checked wrapper wraps, or be itself. */
+zs__backend *zs__backend_unwrapped(zs__backend *be);
+/* A checked wrapper's check, or NULL. */
+struct zs__stream_check *zs__backend_checked_check(zs__backend *be);
+
 /* What a backend of this kind is, before one exists (the memory plan and
  * zs-estimate choose paths from the settings alone): 1 when the host may
  * touch its memory (cpu), when a device collectives library may run on it

@@ -115,14 +115,15 @@ typedef enum zs__stream_check_mode {
  * call (its text valid during the call). */
 typedef void (*zs__stream_check_race_fn)(void *arg, const char *report);
 
-typedef struct zs__stream_check_options {
+typedef struct zs__stream_check_options zs__stream_check_options;
+struct zs__stream_check_options {
     zs__stream_check_mode mode;
     zs__stream_check_race_fn on_race; /* ABORT only; NULL: abort() */
     void *on_race_arg;
     /* 1: capture return addresses at every enqueue and host access (a few
      * microseconds each) for the reports; 0: the site strings alone. */
     int backtraces;
-} zs__stream_check_options;
+};
 
 /* One byte range an op reads or writes: [addr, addr + bytes), device or host
  * memory alike. An empty range is ignored; one that wraps around the address

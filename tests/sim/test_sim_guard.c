@@ -15,6 +15,9 @@
  *     runtime declares MPI's and the host optimizer's accesses): reported;
  *   - host code dereferencing a device address: SIGSEGV, with a message
  *     that names the sim device;
+ *   - the checked wrapper (ZS_STREAM_CHECK=1 on CUDA: metadata only),
+ *     here around the CPU backend: two threads enqueue dependent ops with
+ *     nothing between them: reported; with release/acquire: not;
  *   - a copy across the chunk boundaries of a page-locked allocation of
  *     several chunks (ZS_CUDA_PIN_CHUNK_BYTES = 4096 here) is cut by the
  *     rule shared with the CUDA backend (backend/pinned_chunks.h): the
@@ -30,6 +33,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/stream_check.h"
 #include "core/config.h"
 #include "core/memory.h"
 #include "test_util.h"
@@ -167,6 +171,54 @@ static void crossing(void) {
     _exit(0);
 }
 
+typedef struct wrapped {
+    zs__backend *be;
+    float *x, *y;
+    int annotate;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int first_done;
+    zs_status second;
+} wrapped;
+
+static void *wrapped_a(void *p) {
+    wrapped *w = p;
+    (void)w->be->ops->copy(w->be, w->x, w->y + 64, 64 * sizeof(float)); /* writes x */
+    if (w->annotate) zs__backend_order_release(w->be, w);
+    pthread_mutex_lock(&w->lock);
+    w->first_done = 1;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* The checked wrapper in RETURN mode: the second thread's dependent copy
+ * fails with the report, or succeeds when annotated. */
+static void checked_wrapper(int annotate, zs_status *second, char *report, size_t cap) {
+    zs__mem mem;
+    memset(&mem, 0, sizeof mem);
+    zs__backend *cpu = NULL, *be = NULL;
+    ZT_OK(zs__cpu_backend_create(&mem, &cpu));
+    const zs__stream_check_options opt = {ZS__STREAM_CHECK_RETURN, NULL, NULL, 0};
+    ZT_OK(zs__backend_checked_create(cpu, &opt, &be));
+    float *x = NULL, *y = NULL;
+    ZT_OK(be->ops->alloc(be, ZS_MEM_SCRATCH, 128 * sizeof(float), (void **)&x));
+    ZT_OK(be->ops->alloc(be, ZS_MEM_SCRATCH, 128 * sizeof(float), (void **)&y));
+    wrapped w = {be, x, y, annotate, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, ZS_OK};
+    pthread_t a;
+    pthread_create(&a, NULL, wrapped_a, &w);
+    pthread_mutex_lock(&w.lock);
+    while (!w.first_done) pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    if (annotate) zs__backend_order_acquire(be, &w);
+    *second = be->ops->copy(be, y, x, 64 * sizeof(float)); /* reads x */
+    snprintf(report, cap, "%s", *second == ZS_OK ? "" : zs_last_error());
+    pthread_join(a, NULL);
+    be->ops->free(be, ZS_MEM_SCRATCH, x, 128 * sizeof(float));
+    be->ops->free(be, ZS_MEM_SCRATCH, y, 128 * sizeof(float));
+    zs__backend_destroy(be);
+}
+
 /* ------------------------------------------------------------- the harness */
 
 /* Runs case fn(arg) in a child with stderr in a pipe; the exit status and
@@ -250,6 +302,15 @@ int main(void) {
     ZT_CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV && strstr(text, "sim device") &&
                      strstr(text, "device memory"),
                  "a host dereference of a device address: status %#x, said: %s", st, text);
+
+    zs_status second = ZS_OK;
+    checked_wrapper(0, &second, text, sizeof text);
+    ZT_CHECK_MSG(second == ZS_ERR_STATE && strstr(text, "stream-order check"),
+                 "the checked wrapper, two threads with nothing between: %s, said: %s",
+                 zs_status_name(second), text);
+    checked_wrapper(1, &second, text, sizeof text);
+    ZT_CHECK_MSG(second == ZS_OK, "the checked wrapper, with release/acquire: %s, said: %s",
+                 zs_status_name(second), text);
 
     setenv("ZS_CUDA_PIN_CHUNK_BYTES", "4096", 1);
     st = run_case(c0, 0, text, sizeof text);

@@ -33,6 +33,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ops.h"
+#include "backend/op_access.h"
 #include "backend/pinned_chunks.h"
 #include "backend/sim/sim_arena.h"
 #include "backend/sim/sim_backend.h"
@@ -73,11 +74,11 @@ typedef struct sim_impl {
 
 static sim_impl *impl_of(const zs__backend *be) { return be->impl; }
 
+/* Declared accesses (op_access.h) are outer addresses, as the program sees
+ * them. */
 typedef zs__stream_check_range range;
-
-/* A declared access (outer addresses, as the program sees them). */
-static range rd(const void *p, size_t bytes) { return (range){(uintptr_t)p, bytes, 0}; }
-static range wr(const void *p, size_t bytes) { return (range){(uintptr_t)p, bytes, 1}; }
+#define rd zs__access_read
+#define wr zs__access_write
 
 /* Every enqueue: the op into the queue and, in the same order, into the
  * stream-order check with the bytes it reads and writes; with `fence`, a
@@ -194,14 +195,18 @@ static void sim_free(zs__backend *be, zs_mem_tag tag, void *ptr, size_t bytes) {
 /* Page-locked host memory: a block of the host arena, at a multiple of the
  * chunk size when it spans several chunks, so that the registrations'
  * boundaries are multiples of the chunk (pinned_chunks.h). */
+static int place_pinned(sim_impl *c, size_t bytes, void **out) {
+    const size_t rounded = (bytes + ZS__PIN_PAGE - 1) / ZS__PIN_PAGE * ZS__PIN_PAGE;
+    const size_t align = zs__pin_chunk_count(rounded, c->pin_chunk) > 1 ? c->pin_chunk
+                                                                         : ZS__PIN_PAGE;
+    return zs__sim_arena_alloc(&c->pinned, bytes, align, out);
+}
+
 static zs_status sim_host_alloc(zs__backend *be, zs_mem_tag tag, size_t bytes, void **out) {
     sim_impl *c = impl_of(be);
     *out = NULL;
     if (bytes == 0) return ZS_OK;
-    const size_t rounded = (bytes + ZS__PIN_PAGE - 1) / ZS__PIN_PAGE * ZS__PIN_PAGE;
-    const size_t align = zs__pin_chunk_count(rounded, c->pin_chunk) > 1 ? c->pin_chunk
-                                                                         : ZS__PIN_PAGE;
-    if (zs__sim_arena_alloc(&c->pinned, bytes, align, out) != 0)
+    if (place_pinned(c, bytes, out) != 0)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "sim device: cannot page-lock %zu bytes of host "
                         "memory for '%s' (%zu held already); free host memory, or %s",
                         bytes, zs_mem_tag_name(tag), c->pinned.used,
@@ -280,8 +285,9 @@ static zs_status enqueue_copy(sim_impl *c, void *dst, const void *src, size_t by
         if (wd == WHERE_PINNED) ZS_CHECK(check_registration(c, (void *)(d + done), n));
         if (ws == WHERE_PINNED) ZS_CHECK(check_registration(c, (const void *)(s + done), n));
         const copy_args a = {inner(c, (void *)(d + done)), inner(c, (const void *)(s + done)), n};
-        const range r[2] = {rd((const void *)(s + done), n), wr((void *)(d + done), n)};
-        submit(c, "copy", run_copy, &a, sizeof a, kind, n, r, 2, NULL);
+        range r[2];
+        const int k = zs__access_copy(r, (void *)(d + done), (const void *)(s + done), n);
+        submit(c, "copy", run_copy, &a, sizeof a, kind, n, r, k, NULL);
         done += n;
     }
     return ZS_OK;
@@ -424,10 +430,10 @@ static zs_status enqueue_convert(zs__backend *be, void *dst, zs_dtype dst_dtype,
                         (long long)count, zs_dtype_name(src_dtype), zs_dtype_name(dst_dtype));
     if (count == 0) return ZS_OK;
     const convert_args a = {inner(c, dst), dst_dtype, inner(c, src), src_dtype, count, accumulate};
-    const range r[2] = {rd(src, (size_t)count * zs_dtype_size(src_dtype)),
-                        wr(dst, (size_t)count * zs_dtype_size(dst_dtype))};
+    range r[2];
+    const int k = zs__access_convert(r, dst, dst_dtype, src, src_dtype, count);
     submit(c, accumulate ? "accumulate" : "convert", run_convert, &a, sizeof a, ZS__SIM_KERNEL, 0,
-           r, 2, NULL);
+           r, k, NULL);
     return ZS_OK;
 }
 
@@ -465,10 +471,9 @@ static zs_status sim_quantize(zs__backend *be, void *q, float *scales, const voi
     if (count == 0) return ZS_OK;
     const quant_args a = {inner(c, q), inner(c, scales), inner(c, src), src_dtype, count, block,
                           bits, 0, 0};
-    const range r[3] = {rd(src, (size_t)count * zs_dtype_size(src_dtype)),
-                        wr(q, (size_t)zs_k_quant_value_bytes(count, bits)),
-                        wr(scales, (size_t)zs_k_quant_blocks(count, block) * sizeof(float))};
-    submit(c, "quantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0, r, 3, NULL);
+    range r[3];
+    const int k = zs__access_quantize(r, q, scales, src, src_dtype, count, block, bits);
+    submit(c, "quantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0, r, k, NULL);
     return ZS_OK;
 }
 
@@ -480,10 +485,9 @@ static zs_status sim_dequantize(zs__backend *be, void *dst, zs_dtype dst_dtype, 
     if (count == 0) return ZS_OK;
     const quant_args a = {inner(c, q), inner(c, scales), inner(c, dst), dst_dtype, count, block,
                           bits, accumulate, 1};
-    const range r[3] = {rd(q, (size_t)zs_k_quant_value_bytes(count, bits)),
-                        rd(scales, (size_t)zs_k_quant_blocks(count, block) * sizeof(float)),
-                        wr(dst, (size_t)count * zs_dtype_size(dst_dtype))};
-    submit(c, "dequantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0, r, 3, NULL);
+    range r[3];
+    const int k = zs__access_dequantize(r, dst, dst_dtype, q, scales, count, block, bits);
+    submit(c, "dequantize", run_quant, &a, sizeof a, ZS__SIM_KERNEL, 0, r, k, NULL);
     return ZS_OK;
 }
 
@@ -505,14 +509,8 @@ static zs_status sim_optimizer_update(zs__backend *be, const zs__update_args *u)
     a.u.grad = inner(c, u->grad);
     a.u.m = u->m ? inner(c, u->m) : NULL;
     a.u.v = u->v ? inner(c, u->v) : NULL;
-    const size_t n = (size_t)u->count;
-    range r[5];
-    int k = 0;
-    r[k++] = rd(u->grad, n * zs_dtype_size(u->grad_dtype));
-    r[k++] = wr(u->master, n * sizeof(float));
-    if (u->param) r[k++] = wr(u->param, n * zs_dtype_size(u->param_dtype));
-    if (u->m) r[k++] = wr(u->m, n * sizeof(float));
-    if (u->v) r[k++] = wr(u->v, n * sizeof(float));
+    range r[ZS__ACCESS_MAX];
+    const int k = zs__access_update(r, u);
     submit(c, "optimizer_update", run_update, &a, sizeof a, ZS__SIM_KERNEL, 0, r, k, NULL);
     return ZS_OK;
 }
@@ -817,10 +815,7 @@ zs_status zs__sim_backend_program_host_alloc(zs__backend *be, size_t bytes, void
     sim_impl *c = impl_of(be);
     *out = NULL;
     if (bytes == 0) return ZS_OK;
-    const size_t rounded = (bytes + ZS__PIN_PAGE - 1) / ZS__PIN_PAGE * ZS__PIN_PAGE;
-    const size_t align = zs__pin_chunk_count(rounded, c->pin_chunk) > 1 ? c->pin_chunk
-                                                                         : ZS__PIN_PAGE;
-    if (zs__sim_arena_alloc(&c->pinned, bytes, align, out) != 0)
+    if (place_pinned(c, bytes, out) != 0)
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_sim_host_alloc: cannot page-lock %zu bytes "
                         "(%zu held already)", bytes, c->pinned.used);
     return ZS_OK;

@@ -28,9 +28,9 @@ cudaStream_t zs_cuda_stream(const zs_ctx *zs) {
 
 int zs_cuda_device(const zs_ctx *zs) {
     if (!is_cuda(zs)) return -1;
-    return zs__cuda_backend_device(zs->backend);
+    return zs__cuda_backend_device(zs__backend_unwrapped(zs->backend));
 }
 
 uint64_t zs__cuda_blocking_waits(const zs_ctx *zs) {
-    return is_cuda(zs) ? zs__cuda_backend_waits(zs->backend) : 0;
+    return is_cuda(zs) ? zs__cuda_backend_waits(zs__backend_unwrapped(zs->backend)) : 0;
 }
