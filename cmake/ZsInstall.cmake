@@ -20,8 +20,9 @@ install(EXPORT zeroshardStaticTargets NAMESPACE zeroshard:: DESTINATION ${ZS_CMA
 
 # zeroshard.h needs no MPI header; zeroshard_mpi.h includes mpi.h and
 # zeroshard_cuda.h cuda_runtime_api.h (installed only by CUDA builds, whose
-# library defines its functions).
-set(ZS_PUBLIC_HEADERS include/zeroshard.h include/zeroshard_mpi.h)
+# library defines its functions); zeroshard_sim.h (the simulated device) is
+# in every build.
+set(ZS_PUBLIC_HEADERS include/zeroshard.h include/zeroshard_mpi.h include/zeroshard_sim.h)
 if(ZS_HAVE_CUDA)
   list(APPEND ZS_PUBLIC_HEADERS include/zeroshard_cuda.h)
 endif()

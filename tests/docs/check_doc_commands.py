@@ -44,7 +44,7 @@ RUN = [
     (r"^zs-run --help$", None),
     (r"^(build/tools/)?zs-ckpt --help$", None),
     (r"^build/tools/zs-ckpt (info|verify|export --dtype \w+) ckpt", MLP_CKPT),
-    (r"^mpirun -np \d+ build/examples/mlp/mlp_train configs/mlp_zero\d\.cfg( [\w.]+=\S+)*$", None),
+    (r"^mpirun -np \d+ build/examples/mlp/mlp_train configs/mlp_zero\d\.cfg( '?[\w.]+=\S+)*$", None),
     (r"^python3 bench/estimate/llama_memory\.py build/tools/zs-estimate", None),
     (r"^scripts/netns-hosts\.sh check", None),
     (r"^sh tests/estimate/run_6p7b_plan\.sh ", None),

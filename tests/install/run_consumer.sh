@@ -33,7 +33,7 @@ step "cmake --install $build_dir --prefix $prefix"
 
 libdir=$prefix/lib
 for f in lib/libzeroshard.so.0.2.0 lib/libzeroshard.so.0.2 lib/libzeroshard.so lib/libzeroshard.a \
-         include/zeroshard.h include/zeroshard_mpi.h bin/zs-ckpt bin/zs-estimate bin/zs-run \
+         include/zeroshard.h include/zeroshard_mpi.h include/zeroshard_sim.h bin/zs-ckpt bin/zs-estimate bin/zs-run \
          share/zeroshard/python/zs_run/cli.py share/zeroshard/python/zs_run/decide.py \
          lib/cmake/zeroshard/zeroshardConfig.cmake lib/cmake/zeroshard/zeroshardConfigVersion.cmake \
          lib/cmake/zeroshard/zeroshardTargets.cmake lib/cmake/zeroshard/zeroshardStaticTargets.cmake \

@@ -186,6 +186,13 @@ static __thread int t_reprotect_level;
 #define CAN_STEP 0
 #endif
 
+/* The handler allocates (the check keeps a record of each access) and takes
+ * locks, which is not async-signal-safe in general. It is here because the
+ * signal is synchronous: only an instruction of the program's own thread that
+ * touches a guarded pinned page raises it, and those pages come from the sim
+ * arena, never from malloc's heap, the checker's tables or the loader; so the
+ * interrupted code never holds the allocator's lock, the checker's or the
+ * guard's. `make test-tsan` runs with report_signal_unsafe=0 for this reason. */
 static void on_segv(int sig, siginfo_t *si, void *uc) {
     zs__sim_check *ck = g_guard;
     const uintptr_t a = (uintptr_t)si->si_addr;
