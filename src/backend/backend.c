@@ -1,35 +1,13 @@
+/* What every backend shares above its ops table: the kinds' properties,
+ * the calls that an ops table may leave out (host access, order edges,
+ * fences), typed buffers. The lowest floor of backend/: the backends and
+ * the checked wrapper call it; the choice of a backend (backend_select.c)
+ * stands above them all. */
 #include "backend/backend.h"
 
 #include <string.h>
 
-#include "backend/stream_check.h"
-#include "core/env.h"
 #include "core/error.h"
-
-zs_status zs__backend_create(const zs__settings *settings, zs__mem *mem, int local_rank,
-                             zs__backend **out) {
-    switch (settings->backend) {
-    case ZS_BACKEND_CPU:
-        return zs__cpu_backend_create(mem, out);
-    case ZS_BACKEND_CUDA: {
-        ZS_CHECK(zs__cuda_backend_create(settings, mem, local_rank, out));
-        /* ZS_STREAM_CHECK=1: the stream-order check around it (metadata). */
-        const char *check = zs__env_text(ZS_ENV_STREAM_CHECK);
-        if (!check || strcmp(check, "1") != 0) return ZS_OK;
-        const zs__stream_check_options opt = {ZS__STREAM_CHECK_ABORT, NULL, NULL, 1};
-        zs__backend *inner = *out;
-        zs_status st = zs__backend_checked_create(inner, &opt, out);
-        if (st != ZS_OK) {
-            zs__backend_destroy(inner);
-            *out = NULL;
-        }
-        return st;
-    }
-    case ZS_BACKEND_SIM:
-        return zs__sim_backend_create(settings, mem, out);
-    }
-    return zs__fail(ZS_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)settings->backend);
-}
 
 int zs__backend_kind_host_accessible(zs__backend_kind kind) { return kind == ZS_BACKEND_CPU; }
 

@@ -17,7 +17,10 @@
  * The sizes measured are the units' chunks in the compute dtype (zs_build
  * passes them). Stage 0's all-reduces in fp32 (reduce_dtype) and bucketed
  * reductions move other sizes; they get the choice of the nearest measured
- * size below or above, which is an extrapolation, not a measurement. */
+ * size below or above, which is an extrapolation, not a measurement.
+ *
+ * Floor (src/floors.txt): calls the front (comm.c) below it.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -132,4 +132,9 @@ zs_status zs__comm_all_gather_as(zs__comm *comm, void *buf, size_t count, zs_dty
 zs_status zs__comm_new(const zs__comm_ops *ops, void *state, int rank, int size,
                        const zs__settings *settings, zs__mem *mem, zs__comm **out);
 
+/* The first failed communicator of `comm`'s family (its world and the
+ * world's groups), `comm` itself first; NULL when none failed
+ * (communicator.c; the front refuses calls on it). */
+const zs__comm *zs__comm_family_failure(const zs__comm *comm);
+
 #endif

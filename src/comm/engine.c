@@ -1,4 +1,8 @@
-/* The comm engine: a FIFO of ops and the thread that runs them (engine.h). */
+/* The comm engine: a FIFO of ops and the thread that runs them (engine.h).
+ *
+ * Floor (src/floors.txt): owns the engine's queue and thread; calls nothing
+ * of comm/ (an op's run function is its owner's).
+ */
 #define _POSIX_C_SOURCE 200809L
 
 #include "comm/engine.h"

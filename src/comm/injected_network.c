@@ -1,4 +1,8 @@
-/* The injected network of the benchmarks (injected_network.h). */
+/* The injected network of the benchmarks (injected_network.h).
+ *
+ * Floor (src/floors.txt): owns the simulated network's state; calls the
+ * communicator's counters below it.
+ */
 #include "comm/injected_network.h"
 
 #include <errno.h>

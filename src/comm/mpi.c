@@ -16,7 +16,12 @@
  * So an element is rounded once per hop, in the order above, and the result
  * is as repeatable as in fp32. MPI has no half-precision types or sums, so
  * the MPI implementation reduces 2-byte integers (MPI_UINT16_T) with a
- * user-defined, commutative MPI_Op per dtype that calls the same function. */
+ * user-defined, commutative MPI_Op per dtype that calls the same function.
+ *
+ * Floor (src/floors.txt): the MPI implementation: calls the communicator
+ * object, the waits, the host collectives, the staging and the sums below
+ * it; the front reaches it through the ops table.
+ */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,3 +1,6 @@
+/* Floor (src/floors.txt): owns nothing; calls the communicator's counters
+ * (communicator.c) and the waits (wait.c) below it.
+ */
 #include "comm/mpi_host.h"
 
 #include <stdio.h>

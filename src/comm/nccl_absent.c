@@ -1,5 +1,8 @@
 /* The NCCL communicator's entry point in builds without CUDA (CMake compiles
- * this file only then); see src/comm/nccl/ for the real one. */
+ * this file only then); see src/comm/nccl/ for the real one.
+ *
+ * Floor (src/floors.txt): calls nothing of comm/.
+ */
 #include "comm/comm.h"
 #include "core/error.h"
 

@@ -2,7 +2,10 @@
  * This loop runs over every byte of every gradient, so each dtype gets the
  * shape its conversions allow the compiler to vectorize; the element-wise
  * result is the same bits whether a loop is vectorized or not. Portable C
- * only: a SIMD conversion module would tie the collectives to one machine. */
+ * only: a SIMD conversion module would tie the collectives to one machine.
+ *
+ * Floor (src/floors.txt): a leaf: calls nothing of comm/.
+ */
 #include "comm/reduce.h"
 
 #include <pthread.h>

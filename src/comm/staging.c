@@ -1,4 +1,8 @@
-/* Host staging of collectives on backend memory (staging.h). */
+/* Host staging of collectives on backend memory (staging.h).
+ *
+ * Floor (src/floors.txt): owns its staging buffer; calls the host
+ * collectives below it.
+ */
 #include "comm/staging.h"
 
 #include <string.h>

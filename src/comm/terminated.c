@@ -9,7 +9,10 @@
  * peer would stall). A rank that dies of SIGTERM is what mpirun handles
  * every day: it reports "exited on signal 15" and takes the rest down. The
  * exit report carries the cause and ZS_TERMINATED_EXIT_CODE for the
- * launcher; the shell sees 143 (128 + SIGTERM). */
+ * launcher; the shell sees 143 (128 + SIGTERM).
+ *
+ * Floor (src/floors.txt): calls nothing of comm/; the waits call it.
+ */
 #include "comm/terminated.h"
 
 #include <inttypes.h>

@@ -1,4 +1,8 @@
-/* Topology: which ranks share a node (topology.h). */
+/* Topology: which ranks share a node (topology.h).
+ *
+ * Floor (src/floors.txt): owns the topology; calls the front (comm.c) and
+ * the communicator below it.
+ */
 #include "comm/topology.h"
 
 #include <inttypes.h>

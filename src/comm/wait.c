@@ -1,4 +1,7 @@
-/* Waits with deadlines, timeout reports and comm.on_timeout (see wait.h). */
+/* Waits with deadlines, timeout reports and comm.on_timeout (see wait.h).
+ *
+ * Floor (src/floors.txt): owns nothing; calls terminated.c below it.
+ */
 #include "comm/wait.h"
 
 #include <errno.h>

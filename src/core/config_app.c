@@ -1,7 +1,11 @@
 /* The `app` group: keys that belong to the training program. The runtime does
  * not know them, so the program declares each one as it reads it (type,
  * default, range) and zs_config_app_finish then rejects whatever was present
- * but never read, which catches typos in app keys just like runtime keys. */
+ * but never read, which catches typos in app keys just like runtime keys.
+ *
+ * Floor (src/floors.txt): calls the validators' typed readers, the schema,
+ * the suggestions and the setting helpers, never the loader.
+ */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,12 @@
 /* Validation of a parsed libconfig tree into zs__settings, driven by the
  * schema table: every setting outside `app` must be a known key of the right
  * type and range, required keys must be present, and a few rules that involve
- * two keys must hold. The first problem is reported as "file:line: ...". */
+ * two keys must hold. The first problem is reported as "file:line: ...".
+ *
+ * Floor (src/floors.txt): below the loader (config.c), which calls it; calls
+ * the schema, the suggestions and the setting helpers (config_setting.c),
+ * never the loader.
+ */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>

@@ -44,7 +44,11 @@
  * holds across the family and the watchdog watches the last collective any
  * of them enqueued; the health check polls every one; a failure aborts every
  * one. Their host-side collectives run on the world's MPI duplicate (world
- * ranks, a tag space of their own: mpi_host.h). */
+ * ranks, a tag space of their own: mpi_host.h).
+ *
+ * Floor (src/floors.txt): the NCCL implementation: calls the communicator
+ * object, the waits, the host collectives and termination below it.
+ */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <inttypes.h>
