@@ -8,7 +8,11 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/fence.h"
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
+#include "zero/job.h"
+#include "zero/metrics.h"
+#include "zero/model.h"
+#include "zero/step.h"
 
 zs_status zs_build(zs_ctx *zs) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_build: context is NULL");
@@ -34,13 +38,13 @@ static zs_status checkpoint_policy(zs_ctx *zs, const zs_step_info *step) {
     if (!step->boundary) return ZS_OK;
     const int64_t every = zs->settings.checkpoint.every;
     const int periodic = !step->skipped && every > 0 && step->step % every == 0;
-    const int stop = zs->job.stop_due;
+    const int stop = zs__job_stop_due(zs);
     const int has_dir = zs->settings.checkpoint.dir[0] != '\0';
     zs_status st = ZS_OK;
-    if (periodic || zs->job.save_due || (stop && has_dir)) {
+    if (periodic || zs__job_save_due(zs) || (stop && has_dir)) {
         const uint64_t saved_from = zs__clock_ns();
         st = zs_save(zs, NULL);
-        zs->metrics.checkpoint_ns += zs__clock_ns() - saved_from;
+        zs->times.checkpoint_ns += zs__clock_ns() - saved_from;
     }
     if (stop) zs__job_stopped(zs, has_dir, st);
     return st;

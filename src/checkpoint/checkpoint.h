@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "checkpoint/manifest.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 /* Names inside a checkpoint root. */
 #define ZS_CKPT_LATEST "latest"
@@ -30,7 +30,7 @@ zs_status zs__checkpoint_resume(zs_ctx *zs);
  * exp_avg and exp_avg_sq (Adam/AdamW) or momentum (SGD with momentum). */
 int zs__checkpoint_states(const zs_ctx *zs, zs__ckpt_state *states);
 
-/* The optimizer-state array (zero/ctx.h) that holds a checkpointed state;
+/* The optimizer-state array (offload/store.h) that holds a checkpointed state;
  * zs__state_read/write and zs__state_ptr reach it wherever it lives. */
 zs__state_array zs__checkpoint_state_array(zs__ckpt_state state);
 

@@ -7,7 +7,9 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/ground.h"
+#include "zero/job.h"
 
 /* A generation file holds a decimal number and a newline: a few bytes. */
 #define GENERATION_FILE_MAX 64
@@ -45,12 +47,12 @@ zs_status zs__checkpoint_fence_at(int rootfd, const char *root, int64_t generati
 
 zs_status zs__checkpoint_fence(zs_ctx *zs, const char *what) {
     const char *root = zs->settings.checkpoint.dir;
-    if (zs->job.generation <= 0 || root[0] == '\0') return ZS_OK;
+    if (zs__job_generation(zs) <= 0 || root[0] == '\0') return ZS_OK;
     zs_status local = ZS_OK;
     if (zs->rank == 0 && zs__fs_is_dir(root)) {
         int rootfd = -1;
         local = zs__fs_open_root(root, 0, &rootfd);
-        if (local == ZS_OK) local = zs__checkpoint_fence_at(rootfd, root, zs->job.generation, what);
+        if (local == ZS_OK) local = zs__checkpoint_fence_at(rootfd, root, zs__job_generation(zs), what);
         if (rootfd >= 0) close(rootfd);
     }
     return zs__share_outcome(zs, local, 0, "job generation fence");

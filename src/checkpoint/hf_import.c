@@ -18,7 +18,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/ground.h"
+#include "zero/state_layout.h"
 
 /* Tensors a file may hold beyond the parameters it is expected to hold
  * (buffers a checkpoint carries, such as one rotary_emb.inv_freq per layer

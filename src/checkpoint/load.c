@@ -13,13 +13,18 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "checkpoint/select.h"
 #include "checkpoint/verify.h"
-#include "checkpoint/safetensors.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "zero/agree.h"
+#include "zero/job.h"
+#include "zero/plan.h"
+#include "zero/state_io.h"
+#include "zero/update.h"
 
 /* ------------------------------------------------------------ one step dir */
 

@@ -44,6 +44,11 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "zero/agree.h"
+#include "zero/job.h"
+#include "zero/plan.h"
+#include "zero/state_io.h"
+#include "zero/update.h"
 
 #define PATH_CAPACITY 4096
 #define MESSAGE_CAPACITY 1024
@@ -468,7 +473,7 @@ static zs_status commit(zs_ctx *zs, save_run *run, const char *root, const zs__m
     /* The generation fence, as late as possible: a launcher that started a
      * newer job while this one was writing has written its generation by
      * now, and nothing visible has changed yet (checkpoint/fence.h). */
-    ZS_CHECK(zs__checkpoint_fence_at(run->rootfd, root, zs->job.generation,
+    ZS_CHECK(zs__checkpoint_fence_at(run->rootfd, root, zs__job_generation(zs),
                                      "nothing committed"));
 
     /* Saving a step that was saved before replaces it: the old directory is

@@ -1,7 +1,11 @@
 /* zs_backend_convert / zs_backend_accumulate: the runtime's element kernels
- * offered to programs, on the context's backend memory. */
+ * offered to programs, on the context's backend memory.
+ *
+ * Floor (src/floors.txt): Public, over the ground's backend; calls nothing
+ * of zero/.
+ */
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 static zs_status check(const zs_ctx *zs, const void *dst, const void *src, zs_dtype dst_dtype,
                        zs_dtype src_dtype, int64_t count, const char *call) {

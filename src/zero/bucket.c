@@ -16,27 +16,49 @@
  * A bucket closes when it holds bucket_bytes or more, before a unit that is
  * not smaller than bucket_bytes, before any wait on one of its units, and
  * at zs_step. Its members are all < bucket_bytes, so it is < 2 x
- * bucket_bytes: the staging buffer's size. */
+ * bucket_bytes: the staging buffer's size.
+ *
+ * Floor (src/floors.txt): Owns struct zs__buckets; calls the unit's
+ * collectives (unit_ops.h) below it.
+ */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/bucket.h"
+#include "zero/ground.h"
+#include "zero/unit_ops.h"
+
+/* The room's state (zs_ctx.buckets), from zs_build to zs_destroy: units
+ * whose reduction waits for the bucket to fill, in zs_grads_ready order,
+ * and the buffer the bucket is packed into ([2 x bucket_bytes], tag comm;
+ * only where buckets apply). */
+typedef struct zs__buckets {
+    zs_unit **members;           /* [unit_count]: buckets of this micro-step, one after another */
+    int used, open_first;        /* the open bucket is members [open_first, used) */
+    int64_t open_bytes;
+    int open_all_reduce, open_to_shard;
+    struct zs__bucket_op *ops;   /* [unit_count]: one per flushed bucket, reused per micro-step */
+    int ops_used;
+    zs__buf staging;
+} zs__buckets;
 
 typedef struct zs__bucket_op {
     zs__engine_op op;
     zs_ctx *zs;
-    int first, count;        /* members in zs->buckets.members */
+    int first, count;        /* members in zs->buckets->members */
     int all_reduce, to_shard;
     char label[200];
 } zs__bucket_op;
 
 /* The memory plan sizes the staging only where buckets apply. */
-static int enabled(const zs_ctx *zs) { return zs->buckets.staging.ptr != NULL; }
+static int enabled(const zs_ctx *zs) { return zs->buckets->staging.ptr != NULL; }
 
 zs_status zs__bucket_create(zs_ctx *zs, int64_t staging_numel) {
-    zs__buckets *b = &zs->buckets;
+    zs__buckets *b = zs__calloc(1, sizeof *b);
+    if (!b) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
+    zs->buckets = b;
     const size_t n = (size_t)(zs->unit_count ? zs->unit_count : 1);
     b->members = zs__calloc(n, sizeof *b->members);
     b->ops = zs__calloc(n, sizeof *b->ops);
@@ -46,16 +68,18 @@ zs_status zs__bucket_create(zs_ctx *zs, int64_t staging_numel) {
 }
 
 void zs__bucket_destroy(zs_ctx *zs) {
-    zs__buckets *b = &zs->buckets;
+    zs__buckets *b = zs->buckets;
+    if (!b) return;
     zs__buf_free(&b->staging);
     free(b->members);
     free(b->ops);
-    memset(b, 0, sizeof *b);
+    free(b);
+    zs->buckets = NULL;
 }
 
 void zs__bucket_step_end(zs_ctx *zs) {
-    zs->buckets.used = zs->buckets.open_first = 0;
-    zs->buckets.ops_used = 0;
+    zs->buckets->used = zs->buckets->open_first = 0;
+    zs->buckets->ops_used = 0;
 }
 
 /* On the comm thread: pack, reduce, unpack. */
@@ -66,10 +90,10 @@ static zs_status run_bucket(zs__engine_op *op) {
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     /* The shard group's chunks (the world's, but for hybrid sharding). */
     const int world = zs->shard_size;
-    zs_unit **units = zs->buckets.members + b->first;
+    zs_unit **units = zs->buckets->members + b->first;
     size_t S = 0; /* elements of one rank's chunk of the bucket */
     for (int i = 0; i < b->count; i++) S += (size_t)zs->plan->units[units[i]->index].shard_numel;
-    char *staging = zs->buckets.staging.ptr;
+    char *staging = zs->buckets->staging.ptr;
     /* Chunk r of the bucket = chunk r of every member, in order. */
     for (int r = 0; r < world; r++) {
         size_t at = (size_t)r * S;
@@ -113,7 +137,7 @@ static zs_status run_bucket(zs__engine_op *op) {
 }
 
 void zs__bucket_flush(zs_ctx *zs) {
-    zs__buckets *open = &zs->buckets;
+    zs__buckets *open = zs->buckets;
     const int count = open->used - open->open_first;
     if (count == 0) return;
     zs_unit **units = open->members + open->open_first;
@@ -152,7 +176,7 @@ void zs__bucket_add(zs_ctx *zs, zs_unit *unit, void *full, int all_reduce, int t
         zs__unit_reduce_submit(zs, unit, full, all_reduce, to_shard);
         return;
     }
-    zs__buckets *open = &zs->buckets;
+    zs__buckets *open = zs->buckets;
     unit->grad.full = full;
     unit->grad.state = ZS__GRAD_QUEUED;
     open->members[open->used++] = unit;

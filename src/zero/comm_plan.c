@@ -1,5 +1,9 @@
 /* Bytes per step by link (comm_plan.h): the collectives a steady step runs,
- * each counted as comm.c counts it and split as the transport sends it. */
+ * each counted as comm.c counts it and split as the transport sends it.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls the memory plan and the
+ * partition plan below it.
+ */
 #include "zero/comm_plan.h"
 
 #include <stdlib.h>
@@ -9,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "zero/memory_plan.h"
+#include "zero/plan.h"
 #include "zero/quant_record.h"
 
 /* The topology as the formula needs it, derived from node_of[] alone. */

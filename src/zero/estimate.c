@@ -1,9 +1,14 @@
-/* zs_estimate_memory: the memory plan of a layout, without building it. */
+/* zs_estimate_memory: the memory plan of a layout, without building it.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls the memory plan and the
+ * partition plan below it.
+ */
 #include <string.h>
 
 #include "core/error.h"
 #include "core/memory.h"
 #include "zero/memory_plan.h"
+#include "zero/plan.h"
 
 zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_count,
                              const int *params_per_unit, const int64_t *param_numel,

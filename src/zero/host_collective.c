@@ -10,13 +10,17 @@
  * The all-reduce gathers every rank's values and combines them here, in
  * rank order: every rank gets the same bits, integers are exact (a double
  * all-reduce would round an int64 above 2^53), and the collective itself
- * stays the one byte exchange every communicator already has. */
+ * stays the one byte exchange every communicator already has.
+ *
+ * Floor (src/floors.txt): Public, over the ground's communicator; calls
+ * nothing of zero/.
+ */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 /* The longest `what`: comm.check_collectives compares labels of 63 bytes. */
 #define HOST_WHAT_MAX 63

@@ -1,13 +1,23 @@
 /* zs_params_import: initial values from the program (pretrained weights),
  * written where this rank keeps master weights (the store's tier), then
  * rounded into the parameters and gathered where the stage keeps full
- * parameters. */
+ * parameters.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls the state's moves
+ * (state_io.h), the layout, the stage-1/2 gathers and the optimizer pass,
+ * all below it.
+ */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/full_params.h"
+#include "zero/ground.h"
+#include "zero/state_io.h"
+#include "zero/state_layout.h"
+#include "zero/update.h"
 
 /* fp32 values per call of the source: bounded host memory whatever the model. */
 #define ZS_IMPORT_CHUNK (1 << 20)

@@ -1,4 +1,10 @@
-/* The context as one process of an unattended job (see job.h). */
+/* The context as one process of an unattended job (see job.h).
+ *
+ * Floor (src/floors.txt): Owns zs__job (the ground holds it by value,
+ * job.h); calls only the agreement helpers (agree.h) below it. The rooms
+ * above read it through zs__job_stop_due, zs__job_save_due and
+ * zs__job_generation.
+ */
 #include "zero/job.h"
 
 #include <signal.h>
@@ -14,7 +20,8 @@
 #include "core/launcher_death.h"
 #include "core/log.h"
 #include "core/number.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/ground.h"
 
 /* What every rank tells the others at zs_create: where it runs, and which
  * launch it belongs to. Plain bytes, the same layout on every rank. */
@@ -227,3 +234,7 @@ void zs__job_failed(zs_ctx *zs, const char *op, zs_status status) {
 int zs_stop_requested(const zs_ctx *zs) { return zs ? zs->job.stop : 0; }
 
 int64_t zs_last_committed_step(const zs_ctx *zs) { return zs ? zs->job.last_committed : -1; }
+
+int zs__job_stop_due(const zs_ctx *zs) { return zs->job.stop_due; }
+int zs__job_save_due(const zs_ctx *zs) { return zs->job.save_due; }
+int64_t zs__job_generation(const zs_ctx *zs) { return zs->job.generation; }

@@ -72,4 +72,12 @@ void zs__job_stopped(zs_ctx *zs, int saving, zs_status saved);
  * (written by the comm layer) is not overwritten. */
 void zs__job_failed(zs_ctx *zs, const char *op, zs_status status);
 
+/* What the rooms above read of the job (src/api.c's checkpoint policy,
+ * src/checkpoint's fence): the agreed decisions of the last accumulation
+ * boundary (a stop after a save; a save because checkpoint.every_seconds
+ * ran out) and the job's generation (0 or less: none). */
+int zs__job_stop_due(const zs_ctx *zs);
+int zs__job_save_due(const zs_ctx *zs);
+int64_t zs__job_generation(const zs_ctx *zs);
+
 #endif

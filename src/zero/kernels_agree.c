@@ -1,7 +1,11 @@
 /* zs_agree_kernels and zs_cpu_kernels: do the ranks compute with the same
  * kernels? Bitwise reproducibility across hosts needs it (DESIGN §10:
  * numerics that travel), and a host whose BLAS picked another core type is
- * otherwise found only as results that differ in the last bit. */
+ * otherwise found only as results that differ in the last bit.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls only the agreement helpers
+ * (agree.h).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +14,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/ground.h"
+#include "zero/kernels_agree.h"
 
 /* Bytes of a kernel's name compared across ranks (with the NUL). */
 #define ZS_KERNEL_NAME 64

@@ -1,4 +1,8 @@
-/* The live-memory budget: best-fit carving of one buffer (see live.h). */
+/* The live-memory budget: best-fit carving of one buffer (see live.h).
+ *
+ * Floor (src/floors.txt): A leaf of zero/: no context. The carves room
+ * (carves.c) owns the one live budget of a context.
+ */
 #include "zero/live.h"
 
 #include <stdio.h>

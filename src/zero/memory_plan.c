@@ -1,4 +1,8 @@
-/* Buffer sizes of zs_build, decided once (memory_plan.h). */
+/* Buffer sizes of zs_build, decided once (memory_plan.h).
+ *
+ * Floor (src/floors.txt): Owns nothing (a plan is a value); calls only
+ * live.c's arithmetic.
+ */
 #include "zero/memory_plan.h"
 
 #include <stdio.h>

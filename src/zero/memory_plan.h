@@ -36,7 +36,7 @@ typedef struct zs__memory_plan {
                                      two halves in fp32 (where the copy reads it) */
     int64_t gather_rounded_numel; /* ... and of its rounding into the compute dtype (not fp32):
                                      two halves */
-    /* The optimizer offloaded (ctx.h): host copies of the owned gradient
+    /* The optimizer offloaded (ground.h): host copies of the owned gradient
      * (stages 0-1, compute dtype, tag host_state), the landing of a reduced
      * chunk before the host adds it into the shard (stages 2-3 with
      * accumulation, landing_dtype, tag offload_staging) and the new

@@ -1,21 +1,51 @@
 /* log.metrics_file: a line of JSON per optimizer step (metrics.h), written
  * with json-c (the library that writes checkpoint manifests), so a training
  * curve can be read and plotted (scripts/plot_metrics.py) without parsing
- * logs. */
+ * logs.
+ *
+ * Floor (src/floors.txt): Owns struct zs__metrics (the file, the scalars);
+ * reads the ground's step times and calls the optimizer pass's report
+ * (update.h) below it.
+ */
 #include "zero/metrics.h"
 
 #include <json-c/json.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/file_pattern.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
+#include "zero/update.h"
+
+#define ZS_METRICS_SCALARS 32
+
+/* The room's state (zs_ctx.metrics), from zs_create to zs_destroy, on
+ * every rank (only rank 0 writes the file). The step's times are the
+ * ground's (zs__step_times): the rooms that wait add to them. */
+typedef struct zs__metrics {
+    FILE *file;                  /* rank 0 with log.metrics_file; NULL otherwise */
+    char path[1024];
+    uint64_t step_start_ns;      /* when the previous optimizer step returned */
+    zs_comm_stats comm_before;   /* counters when the step began */
+    int scalar_count;
+    char scalar_names[ZS_METRICS_SCALARS][64];
+    double scalar_values[ZS_METRICS_SCALARS];
+    /* The finished step's line (a json_object) and its scalars object, not
+     * written yet; NULL before the first step. */
+    void *pending, *pending_scalars;
+    int pending_scalar_count;
+} zs__metrics;
 
 zs_status zs__metrics_open(zs_ctx *zs) {
-    zs__metrics *m = &zs->metrics;
-    memset(m, 0, sizeof *m);
+    zs__metrics *m = zs__calloc(1, sizeof *m);
+    if (!m)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_create: out of host memory for the metrics "
+                        "(%zu bytes)", sizeof *m);
+    zs->metrics = m;
     m->step_start_ns = zs__clock_ns();
     if (zs->rank != 0 || zs->settings.log.metrics_file[0] == '\0') return ZS_OK;
     zs__file_pattern_expand(zs->settings.log.metrics_file, zs->rank, m->path, sizeof m->path);
@@ -29,7 +59,7 @@ zs_status zs__metrics_open(zs_ctx *zs) {
 
 /* Writes the pending line, if any, and lets it go. */
 static void write_pending(zs_ctx *zs) {
-    zs__metrics *m = &zs->metrics;
+    zs__metrics *m = zs->metrics;
     json_object *line = m->pending;
     m->pending = m->pending_scalars = NULL;
     m->pending_scalar_count = 0;
@@ -47,17 +77,19 @@ static void write_pending(zs_ctx *zs) {
 }
 
 void zs__metrics_close(zs_ctx *zs) {
+    if (!zs->metrics) return;
     write_pending(zs);
-    if (zs->metrics.file) fclose(zs->metrics.file);
-    zs->metrics.file = NULL;
+    if (zs->metrics->file) fclose(zs->metrics->file);
+    free(zs->metrics);
+    zs->metrics = NULL;
 }
 
 zs_status zs_log_scalar(zs_ctx *zs, const char *name, double value) {
     if (!zs || !name || !*name || strlen(name) > 63)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_log_scalar: a context and a name of 1..63 "
                         "bytes are required");
-    zs__metrics *m = &zs->metrics;
-    if (!m->file) return ZS_OK;
+    zs__metrics *m = zs->metrics;
+    if (!m || !m->file) return ZS_OK;
     for (int i = 0; i < m->scalar_count; i++)
         if (strcmp(m->scalar_names[i], name) == 0) {
             m->scalar_values[i] = value;
@@ -75,8 +107,8 @@ zs_status zs_log_scalar_previous(zs_ctx *zs, const char *name, double value) {
     if (!zs || !name || !*name || strlen(name) > 63)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_log_scalar_previous: a context and a name "
                         "of 1..63 bytes are required");
-    zs__metrics *m = &zs->metrics;
-    if (!m->file) return ZS_OK;
+    zs__metrics *m = zs->metrics;
+    if (!m || !m->file) return ZS_OK;
     if (!m->pending)
         return zs__fail(ZS_ERR_STATE, "zs_log_scalar_previous('%s'): no optimizer step has "
                         "finished yet", name);
@@ -94,7 +126,7 @@ zs_status zs_log_scalar_previous(zs_ctx *zs, const char *name, double value) {
 static json_object *ms(uint64_t ns) { return json_object_new_double((double)ns * 1e-6); }
 
 zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
-    zs__metrics *m = &zs->metrics;
+    zs__metrics *m = zs->metrics;
     const uint64_t now = zs__clock_ns();
     const uint64_t total = now - m->step_start_ns;
     if (m->file) {
@@ -111,12 +143,13 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
         json_object_object_add(line, "loss_scale", json_object_new_double(info->loss_scale));
         json_object_object_add(line, "skipped", json_object_new_boolean(info->skipped));
         json_object_object_add(line, "skipped_total", json_object_new_int64(info->skipped_total));
-        const uint64_t known = m->comm_ns + m->optimizer_ns + m->checkpoint_ns;
+        const zs__step_times *t = &zs->times;
+        const uint64_t known = t->comm_ns + t->optimizer_ns + t->checkpoint_ns;
         json_object_object_add(time, "step", ms(total));
         json_object_object_add(time, "compute", ms(total > known ? total - known : 0));
-        json_object_object_add(time, "exposed_comm", ms(m->comm_ns));
-        json_object_object_add(time, "optimizer", ms(m->optimizer_ns));
-        json_object_object_add(time, "checkpoint", ms(m->checkpoint_ns));
+        json_object_object_add(time, "exposed_comm", ms(t->comm_ns));
+        json_object_object_add(time, "optimizer", ms(t->optimizer_ns));
+        json_object_object_add(time, "checkpoint", ms(t->checkpoint_ns));
         json_object_object_add(line, "time_ms", time);
         if (zs->store.tier != ZS_TIER_DEVICE) {
             /* The offloaded optimizer: its last whole pass on the host, the
@@ -127,7 +160,7 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
             zs__update_report(zs, &pass_ms, &copied);
             json_object *off = json_object_new_object();
             json_object_object_add(off, "host_update_ms", json_object_new_double(pass_ms));
-            json_object_object_add(off, "waited_ms", ms(m->offload_wait_ns));
+            json_object_object_add(off, "waited_ms", ms(t->offload_wait_ns));
             json_object_object_add(off, "copied_bytes", json_object_new_int64((int64_t)copied));
             json_object_object_add(line, "offload", off);
         }
@@ -163,7 +196,7 @@ zs_status zs__metrics_step(zs_ctx *zs, const zs_step_info *info) {
         m->pending_scalars = scalars;
         m->pending_scalar_count = m->scalar_count;
     }
-    m->comm_ns = m->optimizer_ns = m->checkpoint_ns = m->offload_wait_ns = 0;
+    memset(&zs->times, 0, sizeof zs->times);
     m->scalar_count = 0;
     zs__comm_stats_total(zs->comm, &m->comm_before);
     m->step_start_ns = zs__clock_ns();

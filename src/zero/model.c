@@ -1,5 +1,10 @@
 /* Describing the model (units and parameters) and building it: the partition
- * plan, the model-state buffers of the stage, and initial values. */
+ * plan, the model-state buffers of the stage, and initial values.
+ *
+ * Floor (src/floors.txt): Owns the model's description and, at zs_build,
+ * creates the ground's state buffers and the rooms that live from the build
+ * on (residency, ZeRO++, the optimizer pass), calling them below it.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +14,19 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/init.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/carves.h"
+#include "zero/ground.h"
 #include "zero/memory_plan.h"
+#include "zero/model.h"
+#include "zero/nvme_tier.h"
+#include "zero/plan.h"
+#include "zero/residency.h"
+#include "zero/state_layout.h"
+#include "zero/step.h"
+#include "zero/unit_ops.h"
+#include "zero/update.h"
+#include "zero/zeropp.h"
 
 static zs_status check_name(const char *what, const char *name) {
     if (!name || !*name)
@@ -228,20 +244,6 @@ static zs_status init_master(zs_ctx *zs, int param, int64_t first, int64_t count
     return st;
 }
 
-/* A buffer of the memory plan: device tags in the backend's memory; host
- * tags (offload) in host memory the host backend computes on, page-locked
- * by the device backend when offload.pin_memory says so and the device
- * copies by DMA. */
-static zs_status plan_buf(zs_ctx *zs, zs__buf *buf, zs_mem_tag tag, zs_dtype dtype,
-                          int64_t count) {
-    if (count <= 0) return ZS_OK;
-    if (zs__mem_tag_on_device(tag) || zs->host_backend == zs->backend)
-        return zs__buf_alloc(zs->backend, buf, tag, dtype, count);
-    if (zs->settings.offload.pin_memory && !zs->backend->ops->host_accessible)
-        return zs__buf_alloc_pinned(zs->backend, zs->host_backend, buf, tag, dtype, count);
-    return zs__buf_alloc(zs->host_backend, buf, tag, dtype, count);
-}
-
 static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     const zs__plan *plan = zs->plan;
     const int stage = zs->settings.zero.stage;
@@ -298,22 +300,19 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     zs->host_backend = be;
     if (offloaded) ZS_CHECK(zs__cpu_backend_create_guarded(&zs->mem, be, &zs->host_backend));
 
-    if (stage < 3) ZS_CHECK(plan_buf(zs, &zs->params_full, mp.params_tag, dt, mp.params_numel));
-    else if (mp.params_on_nvme) {
-        ZS_CHECK(plan_buf(zs, &zs->gather_staging, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
-                          mp.gather_staging_numel));
-        ZS_CHECK(plan_buf(zs, &zs->gather_rounded, ZS_MEM_OFFLOAD_STAGING, dt,
-                          mp.gather_rounded_numel));
-        zs->gather_half_numel = mp.gather_half_numel;
-        for (int h = 0; h < 2; h++) ZS_CHECK(zs__fence_create(be, &zs->gather_fence[h]));
-    } else ZS_CHECK(plan_buf(zs, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
+    /* Stage 3 with offload.params = "nvme" keeps no parameter shard: a
+     * gather reads the master (the unit's collectives' staging, below). */
+    if (stage < 3) ZS_CHECK(zs__plan_buf(zs, &zs->params_full, mp.params_tag, dt, mp.params_numel));
+    else if (!mp.params_on_nvme)
+        ZS_CHECK(zs__plan_buf(zs, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
     zs->params_on_nvme = mp.params_on_nvme;
-    if (stage < 2) ZS_CHECK(plan_buf(zs, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
-    else ZS_CHECK(plan_buf(zs, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
-    ZS_CHECK(plan_buf(zs, &zs->grads_host, ZS_MEM_HOST_STATE, dt, mp.grads_host_numel));
-    ZS_CHECK(plan_buf(zs, &zs->grads_landing, ZS_MEM_OFFLOAD_STAGING, mp.landing_dtype,
+    ZS_CHECK(zs__unit_ops_create(zs, &mp));
+    if (stage < 2) ZS_CHECK(zs__plan_buf(zs, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
+    else ZS_CHECK(zs__plan_buf(zs, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
+    ZS_CHECK(zs__plan_buf(zs, &zs->grads_host, ZS_MEM_HOST_STATE, dt, mp.grads_host_numel));
+    ZS_CHECK(zs__plan_buf(zs, &zs->grads_landing, ZS_MEM_OFFLOAD_STAGING, mp.landing_dtype,
                       mp.grads_landing_numel));
-    ZS_CHECK(plan_buf(zs, &zs->params_host, ZS_MEM_OFFLOAD_STAGING, dt, mp.params_host_numel));
+    ZS_CHECK(zs__plan_buf(zs, &zs->params_host, ZS_MEM_OFFLOAD_STAGING, dt, mp.params_host_numel));
     const zs__store_spec spec = {
         .tier = mp.nvme ? ZS_TIER_NVME
                 : zs->settings.offload.optimizer == ZS_OFFLOAD_HOST ? ZS_TIER_HOST
@@ -332,11 +331,8 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
     };
     ZS_CHECK(zs__store_create(&zs->store, &spec));
     if (mp.nvme) zs__nvme_tier_named(zs);
-    ZS_CHECK(zs__live_create(&zs->live, be, mp.live_budget, mp.live_blocks));
-    ZS_CHECK(zs__residency_create(zs, mp.bucket_staging_numel));
-    if (mp.reduce_staging_numel > 0)
-        ZS_CHECK(zs__buf_alloc(be, &zs->reduce_staging, ZS_MEM_COMM, ZS_DTYPE_FP32,
-                               mp.reduce_staging_numel));
+    ZS_CHECK(zs__residency_create(zs, be, mp.live_budget, mp.live_blocks,
+                                  mp.bucket_staging_numel));
     ZS_CHECK(zs__zeropp_create(zs, &mp));
     const double allocated = 1e-9 * (double)(zs__clock_ns() - t0);
 
@@ -411,10 +407,13 @@ static zs_status measure_all_gather(zs_ctx *zs) {
         if (m == 0 || picked[m - 1] != chunk) picked[m++] = chunk;
     }
     free(sizes);
-    void *buf = zs->settings.zero.stage >= 2 ? zs->live.storage.ptr : zs->grads_full.ptr;
+    void *live = NULL;
+    size_t live_bytes = 0;
+    zs__carves_scratch(zs, &live, &live_bytes);
+    void *buf = zs->settings.zero.stage >= 2 ? live : zs->grads_full.ptr;
     /* The largest gather must fit the buffer it is measured in. */
     const size_t room = zs->settings.zero.stage >= 2
-                            ? zs->live.capacity
+                            ? live_bytes
                             : (size_t)zs->grads_full.count * zs_dtype_size(zs->grads_full.dtype);
     ZS_ASSERT(m == 0 || picked[m - 1] <= room / (size_t)zs->world_size);
     ZS_CHECK(zs__comm_all_gather_measure(zs->comm, buf, picked, m));
@@ -426,7 +425,7 @@ static zs_status measure_all_gather(zs_ctx *zs) {
 }
 
 /* zero.shard_group: the world, or this rank's node with the model
- * replicated across the nodes (ctx.h). Every rank holds the same topology,
+ * replicated across the nodes (ground.h). Every rank holds the same topology,
  * so every rank decides alike (and fails alike on unequal nodes). */
 static zs_status shard_group_choose(zs_ctx *zs) {
     zs->shard_comm = zs->comm;
@@ -477,19 +476,14 @@ zs_status zs__build_model(zs_ctx *zs) {
     free(numels);
     if (st != ZS_OK) return zs__fail_context(st, "zs_build");
 
-    zs->unit_sums = zs__calloc((size_t)zs->unit_count, sizeof *zs->unit_sums);
-    const size_t units = (size_t)(zs->unit_count ? zs->unit_count : 1);
-    zs->norm_ptrs = zs__calloc(units, sizeof *zs->norm_ptrs);
-    zs->norm_dtypes = zs__calloc(units, sizeof *zs->norm_dtypes);
-    zs->norm_counts = zs__calloc(units, sizeof *zs->norm_counts);
+    /* Local: a failure is agreed below with the build's. */
+    const zs_status norms = zs__step_create(zs);
     /* The NVMe tier's per-run directory is named once for the job, before
      * anything can fail on one rank only. */
     char runid[64] = "";
     if (zs->settings.offload.optimizer == ZS_OFFLOAD_NVME)
         ZS_CHECK(zs__nvme_runid(zs, runid, sizeof runid));
-    st = zs->unit_sums && zs->norm_ptrs && zs->norm_dtypes && zs->norm_counts
-             ? allocate_and_initialize(zs, runid)
-             : zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    st = norms == ZS_OK ? allocate_and_initialize(zs, runid) : norms;
     if (st != ZS_OK) st = zs__fail_context(st, "zs_build on rank %d", zs->rank);
     /* A disk, a directory or memory that fails on some ranks fails all of
      * them here, with the first failing rank's reason. */

@@ -1,13 +1,18 @@
 /* The zero layer's side of offload.optimizer = "nvme" (offload/nvme_state.h
  * holds the swap-file mechanics, offload/store.h the tier itself): the
- * job's run id, and names of units for the tier's messages. */
+ * job's run id, and names of units for the tier's messages.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls nothing of zero/ (the store is
+ * offload/'s).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "offload/swap.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
+#include "zero/nvme_tier.h"
 
 zs_status zs__nvme_runid(zs_ctx *zs, char *runid, size_t cap) {
     /* One per-run directory for the job: rank 0's host and process id. */

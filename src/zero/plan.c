@@ -1,3 +1,6 @@
+/* The partition plan (plan.h). Floor (src/floors.txt): pure arithmetic, no
+ * context; owns nothing beyond the plan it returns, calls nothing of zero/.
+ */
 #include "zero/plan.h"
 
 #include <stdlib.h>

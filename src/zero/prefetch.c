@@ -3,7 +3,7 @@
  * this one (DeepSpeed ZeRO-3's trace-based prefetch; FSDP2's implicit
  * forward/backward prefetch).
  *
- * The order is what the program did, one order per kind of pass (residency.h:
+ * The order is what the program did, one order per kind of pass (the kinds of pass below:
  * training micro-steps, ended by zs_step, and evaluation passes, between
  * zs_eval_begin and zs_eval_end): every zs_fetch of a pass is recorded (tied
  * weights appear twice, backward in reverse), and each fetch of the next
@@ -28,14 +28,53 @@
  * cancels what was gathered ahead, turns prefetching off until the pass
  * ends, and is reported once per kind of pass by a warning that names the
  * position and both units; results do not change, only overlap. zs_prefetch
- * lets a program state a unit itself. */
+ * lets a program state a unit itself.
+ *
+ * Floor (src/floors.txt): Owns struct zs__prefetch (the fetch orders and the
+ * pass kind); calls the carves (carves.h) below it; residency calls it from
+ * above.
+ */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/carves.h"
+#include "zero/ground.h"
+#include "zero/prefetch.h"
+
+/* The kinds of pass whose fetch orders are recorded apart: training
+ * micro-steps (ended by zs_step) and evaluation passes (zs_eval_begin ..
+ * zs_eval_end), so that validating between steps is another order, not a
+ * departure from the training one. */
+typedef enum zs__pass {
+    ZS__PASS_TRAIN = 0,
+    ZS__PASS_EVAL = 1,
+    ZS__PASS_COUNT
+} zs__pass;
+
+/* One kind of pass's fetch order: every pass is recorded; at its end the
+ * recording becomes the order to follow, unless the pass followed the
+ * current one (which is then confirmed). */
+typedef struct zs__fetch_order {
+    int *order, *recorded;       /* the order followed; this pass's fetches */
+    int len, recorded_len, pos;
+    int capacity;                /* of both arrays, allocated at zs_build (a fetch allocates nothing) */
+    int state;                   /* recording, verifying (gathering ahead), off until the pass ends */
+    int confirmed;               /* a whole pass followed `order` */
+    int anchored;                /* `order` was recorded from a pass's first fetch (not from
+                                    zs_build, where fetches before training also land) */
+    int warned;
+    int lost;                    /* this pass fetched more than `capacity` units: not adopted */
+} zs__fetch_order;
+
+/* The room's state (zs_ctx.prefetch), from zs_build to zs_destroy. */
+struct zs__prefetch {
+    zs__fetch_order orders[ZS__PASS_COUNT];
+    zs__pass pass;               /* the kind of pass fetches belong to now */
+    int64_t bytes_in_flight;     /* gathered ahead and not fetched yet */
+};
 
 enum { ORDER_RECORDING = 0, ORDER_VERIFYING = 1, ORDER_OFF = 2 };
 
@@ -43,7 +82,7 @@ static const char *pass_noun(zs__pass pass) {
     return pass == ZS__PASS_EVAL ? "evaluation pass" : "micro-step";
 }
 
-static zs__fetch_order *current(zs_ctx *zs) { return &zs->prefetch.orders[zs->prefetch.pass]; }
+static zs__fetch_order *current(zs_ctx *zs) { return &zs->prefetch->orders[zs->prefetch->pass]; }
 
 /* Every pass's fetches are recorded into o->recorded; at its end the
  * recording becomes the order to follow unless the pass followed the
@@ -64,10 +103,12 @@ static zs_status drop_prefetched(zs_ctx *zs, zs_unit *unit) {
 
 void zs__prefetch_taken(zs_ctx *zs, zs_unit *unit) {
     unit->prefetched = 0;
-    zs->prefetch.bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
+    zs->prefetch->bytes_in_flight -= (int64_t)zs__unit_bytes(zs, unit);
 }
 
-int zs__prefetch_pending(const zs_ctx *zs) { return zs->prefetch.bytes_in_flight > 0; }
+int zs__prefetch_pending(const zs_ctx *zs) {
+    return zs->prefetch && zs->prefetch->bytes_in_flight > 0;
+}
 
 zs_status zs__prefetch_cancel(zs_ctx *zs) {
     zs_status first = ZS_OK;
@@ -101,7 +142,7 @@ zs_status zs__prefetch_check(zs_ctx *zs, zs_unit *unit) {
      * An order seen once (the first micro-step, which may include fetches
      * made before training) is simply recorded again; one that was followed
      * before is worth a warning. */
-    const char *noun = pass_noun(zs->prefetch.pass);
+    const char *noun = pass_noun(zs->prefetch->pass);
     if (o->confirmed && !o->warned) {
         o->warned = 1;
         ZS_WARN("zs_fetch('%s'): fetch %d of this %s differs from the order the earlier %ss "
@@ -124,14 +165,14 @@ zs_status zs__prefetch_check(zs_ctx *zs, zs_unit *unit) {
 static int try_prefetch(zs_ctx *zs, zs_unit *unit) {
     if (unit->fetched || unit->prefetched || unit->live_params) return 0;
     const int64_t bytes = (int64_t)zs__unit_bytes(zs, unit);
-    if (zs->residency.live_units >= zs->settings.zero.max_live_units) return 0;
-    if (zs->prefetch.bytes_in_flight + bytes > zs->settings.zero.prefetch_bytes) return 0;
-    if (zs__params_gather(zs, unit, 0) != ZS_OK) {
+    if (zs__carves_live_units(zs) >= zs->settings.zero.max_live_units) return 0;
+    if (zs->prefetch->bytes_in_flight + bytes > zs->settings.zero.prefetch_bytes) return 0;
+    if (zs__params_gather(zs, unit) != ZS_OK) {
         zs__clear_error(); /* it does not fit now: the program's fetch will gather it */
         return 0;
     }
     unit->prefetched = 1;
-    zs->prefetch.bytes_in_flight += bytes;
+    zs->prefetch->bytes_in_flight += bytes;
     return 1;
 }
 
@@ -168,7 +209,7 @@ zs_status zs__prefetch_pass_end(zs_ctx *zs) {
         o->recorded = t;
         o->len = o->recorded_len;
         o->confirmed = 0;
-        o->anchored = zs->prefetch.pass != ZS__PASS_TRAIN || o->state != ORDER_RECORDING;
+        o->anchored = zs->prefetch->pass != ZS__PASS_TRAIN || o->state != ORDER_RECORDING;
     }
     o->recorded_len = 0;
     o->state = ORDER_VERIFYING;
@@ -177,11 +218,16 @@ zs_status zs__prefetch_pass_end(zs_ctx *zs) {
 }
 
 zs_status zs__prefetch_create(zs_ctx *zs) {
+    struct zs__prefetch *pf = zs__calloc(1, sizeof *pf);
+    if (!pf)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory for the fetch "
+                        "orders of stage-3 prefetch");
+    zs->prefetch = pf;
     /* Room for generous passes: every unit fetched 16 times (forward,
      * backward, recomputation, tied weights, fetches before training). */
     const int capacity = 16 * zs->unit_count + 1024;
     for (int p = 0; p < ZS__PASS_COUNT; p++) {
-        zs__fetch_order *o = &zs->prefetch.orders[p];
+        zs__fetch_order *o = &pf->orders[p];
         o->order = zs__calloc((size_t)capacity, sizeof *o->order);
         o->recorded = zs__calloc((size_t)capacity, sizeof *o->recorded);
         if (!o->order || !o->recorded)
@@ -193,11 +239,18 @@ zs_status zs__prefetch_create(zs_ctx *zs) {
 }
 
 void zs__prefetch_destroy(zs_ctx *zs) {
+    struct zs__prefetch *pf = zs->prefetch;
+    if (!pf) return;
     for (int p = 0; p < ZS__PASS_COUNT; p++) {
-        free(zs->prefetch.orders[p].order);
-        free(zs->prefetch.orders[p].recorded);
+        free(pf->orders[p].order);
+        free(pf->orders[p].recorded);
     }
-    memset(&zs->prefetch, 0, sizeof zs->prefetch);
+    free(pf);
+    zs->prefetch = NULL;
+}
+
+int zs__prefetch_in_eval(const zs_ctx *zs) {
+    return zs->prefetch && zs->prefetch->pass == ZS__PASS_EVAL;
 }
 
 zs_status zs_prefetch(zs_ctx *zs, zs_unit *unit) {
@@ -217,16 +270,16 @@ zs_status zs_prefetch(zs_ctx *zs, zs_unit *unit) {
 static zs_status switch_pass(zs_ctx *zs, zs__pass to, const char *call) {
     if (!zs) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: context is NULL", call);
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "%s: call zs_build first", call);
-    if (to == ZS__PASS_EVAL && zs->prefetch.pass == ZS__PASS_EVAL)
+    if (to == ZS__PASS_EVAL && zs->prefetch->pass == ZS__PASS_EVAL)
         return zs__fail(ZS_ERR_STATE, "zs_eval_begin: an evaluation pass is open already; call "
                         "zs_eval_end first");
-    if (to == ZS__PASS_TRAIN && zs->prefetch.pass != ZS__PASS_EVAL)
+    if (to == ZS__PASS_TRAIN && zs->prefetch->pass != ZS__PASS_EVAL)
         return zs__fail(ZS_ERR_STATE, "zs_eval_end: no evaluation pass is open; call "
                         "zs_eval_begin first");
     /* A collective that failed in the background is reported by the next call. */
     ZS_CHECK(zs__engine_check(zs->engine));
     zs_status st = to == ZS__PASS_TRAIN ? zs__prefetch_pass_end(zs) : zs__prefetch_cancel(zs);
-    zs->prefetch.pass = to;
+    zs->prefetch->pass = to;
     return st;
 }
 

@@ -15,10 +15,15 @@
  * So every rank computes with the same dequantized values, whatever rank
  * owns a shard, and the blocks depend on the shard alone: not on buckets,
  * staging pieces or the world's ring. The shard itself and the fp32 master
- * weights are never quantized; only the gathered copy is. */
+ * weights are never quantized; only the gathered copy is.
+ *
+ * Floor (src/floors.txt): Reads ZeRO++'s record (zeropp.h); calls nothing of
+ * zero/ above it.
+ */
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 #include "zero/quant_record.h"
+#include "zero/zeropp.h"
 
 zs_status zs__params_all_gather(zs_ctx *zs, int u, void *buf) {
     const zs__plan_unit *pu = &zs->plan->units[u];

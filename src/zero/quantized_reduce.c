@@ -28,10 +28,15 @@
  * A non-finite gradient value makes its block's scale NaN, every value of
  * the block NaN after dequantizing, and the NaN survives the second hop
  * the same way: the owner's squared norm is NaN and the step is skipped
- * on every rank, as for any overflow. */
+ * on every rank, as for any overflow.
+ *
+ * Floor (src/floors.txt): Reads ZeRO++'s record (zeropp.h); calls nothing of
+ * zero/ above it.
+ */
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 #include "zero/quant_record.h"
+#include "zero/zeropp.h"
 
 /* Slice `slice` of `src` (S elements of `dtype` each) quantized into the
  * record at `rec`. */

@@ -1,13 +1,17 @@
-/* zs_report_print: every rank's memory and communication figures, gathered
- * to rank 0 and printed as one table with a column per rank, so a training
- * program can show where its bytes went without writing the table itself. */
+/* The accounting reports: zs_memory_report and zs_comm_report (this rank's
+ * figures), and zs_report_print: every rank's figures, gathered to rank 0
+ * and printed as one table with a column per rank, so a training program can
+ * show where its bytes went without writing the table itself. Reads the
+ * ground's accountant and communicators and the carves' counts (carves.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/carves.h"
+#include "zero/ground.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -15,6 +19,29 @@ typedef struct rank_figures {
     zs_memory_stats memory;
     zs_comm_stats comm;
 } rank_figures;
+
+zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {
+    if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_memory_report: zs and out are required");
+    memset(out, 0, sizeof *out);
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
+        out->current[t] = zs->mem.current[t];
+        out->peak[t] = zs->mem.peak[t];
+    }
+    out->total_current = zs->mem.total_current;
+    out->total_peak = zs->mem.total_peak;
+    size_t budget = 0, carved_peak = 0;
+    zs__carves_report(zs, &out->live_units_current, &out->live_units_peak, &budget,
+                      &carved_peak);
+    out->live_bytes_budget = budget;
+    out->live_bytes_peak = carved_peak;
+    return ZS_OK;
+}
+
+zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out) {
+    if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_comm_report: zs and out are required");
+    zs__comm_stats_total(zs->comm, out); /* the node and cross-node communicators' too */
+    return ZS_OK;
+}
 
 static void print_header(FILE *out, const char *first, int world) {
     fprintf(out, "  %-12s", first);

@@ -1,7 +1,10 @@
-/* Where a unit's full parameters and gradients live during a step, and the
- * collectives that move them: fetch/release (stage-3 all-gather into bytes
- * carved from the live budget, zero/live.h), the gradient accessors, and
- * grads_ready (the per-unit reduction).
+/* Where a unit's full parameters and gradients live during a step, as the
+ * program sees it: fetch/release (stage-3 all-gather into bytes carved from
+ * the live budget), the gradient accessors, and grads_ready (the per-unit
+ * reduction). The upper floor of the residency room: the carves themselves
+ * are carves.c's; this file decides when to make room (held reductions
+ * first, then what was gathered ahead) and calls prefetch, the buckets, the
+ * unit's collectives and the optimizer pass's readiness, all below it.
  *
  * A unit may be fetched several times in one micro-step (tied weights: GPT-2
  * reads its token embedding first and last). Its gradient, once opened,
@@ -10,12 +13,7 @@
  *
  * The same call sequence is valid in every stage; calls that a stage does not
  * need still check the order, so a loop that works in stage 0 also works in
- * stage 3.
- *
- * This file is the one place where a unit's carves of the live budget are
- * taken, counted and given back (zs__params_gather, zs__params_return and
- * the gradient's open_grad and reclaim_oldest), whoever asks: the program's
- * fetch, a gather ahead (prefetch.c), a reduction that completed. */
+ * stage 3. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +21,12 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/bucket.h"
+#include "zero/carves.h"
+#include "zero/ground.h"
+#include "zero/prefetch.h"
+#include "zero/residency.h"
+#include "zero/update.h"
 
 static zs_status check_unit(zs_ctx *zs, zs_unit *unit, const char *call) {
     if (!zs || !unit) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: context and unit are required", call);
@@ -43,56 +46,17 @@ static zs_status budget_refused(zs_status st, const char *call, const zs_unit *u
     return zs__fail(st, "%s('%s'): %s; %s", call, unit->name, why, advice);
 }
 
-/* "'a', 'b'": the units holding gathered parameters (params = 1) or an open
- * gradient (params = 0), for the messages of the count bounds. */
-static void holders(const zs_ctx *zs, int params, char *out, size_t cap) {
-    size_t used = 0;
-    out[0] = '\0';
-    for (int u = 0; u < zs->unit_count && used < cap; u++) {
-        const zs_unit *unit = zs->units[u];
-        if (!(params ? unit->live_params != NULL : unit->grad.carve != NULL)) continue;
-        int n = snprintf(out + used, cap - used, "%s'%s'", used ? ", " : "", unit->name);
-        if (n < 0) break;
-        used += (size_t)n;
-    }
-}
-
-size_t zs__unit_bytes(const zs_ctx *zs, const zs_unit *unit) {
-    return (size_t)zs->plan->units[unit->index].padded_numel * zs_dtype_size(zs->compute_dtype);
-}
-
-zs_status zs__residency_create(zs_ctx *zs, int64_t staging_numel) {
-    const size_t n = (size_t)(zs->unit_count ? zs->unit_count : 1);
-    zs->residency.held = zs__calloc(n, sizeof *zs->residency.held);
-    if (!zs->residency.held)
-        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory for the list of held "
-                        "gradients");
+zs_status zs__residency_create(zs_ctx *zs, zs__backend *be, size_t live_budget,
+                               int live_blocks, int64_t staging_numel) {
+    ZS_CHECK(zs__carves_create(zs, be, live_budget, live_blocks));
     ZS_CHECK(zs__prefetch_create(zs));
     return zs__bucket_create(zs, staging_numel);
 }
 
 void zs__residency_destroy(zs_ctx *zs) {
-    free(zs->residency.held);
-    zs->residency.held = NULL;
     zs__bucket_destroy(zs);
     zs__prefetch_destroy(zs);
-}
-
-zs_status zs__reclaim_oldest(zs_ctx *zs) {
-    zs__residency *r = &zs->residency;
-    ZS_ASSERT(r->held_count > 0);
-    zs_unit *unit = r->held[0];
-    memmove(r->held, r->held + 1, sizeof *r->held * (size_t)(r->held_count - 1));
-    r->held_count--;
-    if (unit->grad.state == ZS__GRAD_QUEUED) zs__bucket_flush(zs);
-    const uint64_t comm_from = zs__clock_ns();
-    zs_status st = zs__engine_wait(zs->engine, unit->grad.reduced_by);
-    zs->metrics.comm_ns += zs__clock_ns() - comm_from;
-    zs__live_give(&zs->live, unit->grad.carve);
-    unit->grad.carve = NULL;
-    unit->grad.state = ZS__GRAD_DONE;
-    r->open_grads--;
-    return st;
+    zs__carves_destroy(zs);
 }
 
 /* Carves the unit's bytes of `kind` from the live budget; when they do not
@@ -100,11 +64,11 @@ zs_status zs__reclaim_oldest(zs_ctx *zs) {
  * tries again until nothing is held, then drops what was gathered ahead. */
 static zs_status take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, void **out) {
     for (;;) {
-        zs_status st = zs__live_take(&zs->live, unit->name, kind, zs__unit_bytes(zs, unit), out);
+        zs_status st = zs__carve_take(zs, unit, kind, out);
         if (st == ZS_OK) return st;
         /* First the oldest finished (or finishing) reductions, then what was
          * gathered ahead: the program's own needs come before prefetching. */
-        if (zs->residency.held_count > 0) {
+        if (zs__carves_held(zs) > 0) {
             ZS_CHECK(zs__reclaim_oldest(zs));
         } else if (zs__prefetch_pending(zs)) {
             ZS_CHECK(zs__prefetch_cancel(zs));
@@ -112,28 +76,6 @@ static zs_status take_reclaiming(zs_ctx *zs, zs_unit *unit, zs__live_kind kind, 
             return st;
         }
     }
-}
-
-zs_status zs__params_gather(zs_ctx *zs, zs_unit *unit, int reclaim) {
-    void *full = NULL;
-    if (reclaim) {
-        ZS_CHECK(take_reclaiming(zs, unit, ZS__LIVE_PARAMS, &full));
-    } else {
-        ZS_CHECK(zs__live_take(&zs->live, unit->name, ZS__LIVE_PARAMS, zs__unit_bytes(zs, unit),
-                               &full));
-    }
-    zs__residency *r = &zs->residency;
-    unit->live_params = full;
-    r->live_units++;
-    if (r->live_units > r->live_units_peak) r->live_units_peak = r->live_units;
-    zs__unit_gather_submit(zs, unit);
-    return ZS_OK;
-}
-
-void zs__params_return(zs_ctx *zs, zs_unit *unit) {
-    zs__live_give(&zs->live, unit->live_params);
-    unit->live_params = NULL;
-    zs->residency.live_units--;
 }
 
 void zs__grads_new_micro_step(zs_ctx *zs) {
@@ -146,14 +88,14 @@ void zs__grads_new_micro_step(zs_ctx *zs) {
 /* Opens the unit's full gradient (stages 2-3): carved from the live budget
  * and zeroed, because backward adds into it. */
 static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
-    zs__residency *r = &zs->residency;
     /* Gradients still held by their reductions count too: return the
      * oldest first (it waits for it) before refusing. */
-    while (r->open_grads >= zs->settings.zero.max_live_units && r->held_count > 0)
+    while (zs__carves_open_grads(zs) >= zs->settings.zero.max_live_units &&
+           zs__carves_held(zs) > 0)
         ZS_CHECK(zs__reclaim_oldest(zs));
-    if (r->open_grads >= zs->settings.zero.max_live_units) {
+    if (zs__carves_open_grads(zs) >= zs->settings.zero.max_live_units) {
         char open[512];
-        holders(zs, 0, open, sizeof open);
+        zs__carves_holders(zs, 0, open, sizeof open);
         return zs__fail(ZS_ERR_STATE,
                         "%s('%s'): zero.max_live_units = %d unit gradients are open already "
                         "(%s); call zs_grads_ready on one of them first or raise "
@@ -167,12 +109,10 @@ static zs_status open_grad(zs_ctx *zs, zs_unit *unit, const char *call) {
                               "first, or raise zero.live_bytes");
     st = zs->backend->ops->zero(zs->backend, grad, zs__unit_bytes(zs, unit));
     if (st != ZS_OK) {
-        zs__live_give(&zs->live, grad);
+        zs__carve_give(zs, grad);
         return st;
     }
-    unit->grad.carve = grad;
-    unit->grad.state = ZS__GRAD_OPEN;
-    r->open_grads++;
+    zs__grad_opened(zs, unit, grad);
     return ZS_OK;
 }
 
@@ -180,12 +120,12 @@ zs_status zs__residency_step_end(zs_ctx *zs) {
     /* A micro-step cannot end inside an evaluation pass: its fetches would
      * be counted as the training order's. */
     zs_status open_pass = ZS_OK;
-    if (zs->prefetch.pass == ZS__PASS_EVAL)
+    if (zs__prefetch_in_eval(zs))
         open_pass = zs__fail(ZS_ERR_STATE, "zs_step: an evaluation pass is open; call "
                              "zs_eval_end before zs_step");
     zs__bucket_flush(zs);
     zs_status st = zs__engine_drain(zs->engine);
-    while (zs->residency.held_count > 0) {
+    while (zs__carves_held(zs) > 0) {
         zs_status reclaimed = zs__reclaim_oldest(zs);
         if (st == ZS_OK) st = reclaimed;
     }
@@ -212,27 +152,29 @@ zs_status zs_fetch(zs_ctx *zs, zs_unit *unit) {
         if (!unit->prefetched) {
             /* Units gathered ahead give way to the program's own fetch. */
             const int max_live = zs->settings.zero.max_live_units;
-            if (zs->residency.live_units >= max_live && zs__prefetch_pending(zs))
+            if (zs__carves_live_units(zs) >= max_live && zs__prefetch_pending(zs))
                 ZS_CHECK(zs__prefetch_cancel(zs));
-            if (zs->residency.live_units >= max_live) {
+            if (zs__carves_live_units(zs) >= max_live) {
                 char fetched[512];
-                holders(zs, 1, fetched, sizeof fetched);
+                zs__carves_holders(zs, 1, fetched, sizeof fetched);
                 return zs__fail(ZS_ERR_STATE,
                                 "zs_fetch('%s'): zero.max_live_units = %d units are fetched "
                                 "already (%s); release one first or raise zero.max_live_units",
                                 unit->name, max_live, fetched);
             }
-            zs_status st = zs__params_gather(zs, unit, 1);
+            void *full = NULL;
+            zs_status st = take_reclaiming(zs, unit, ZS__LIVE_PARAMS, &full);
             if (st != ZS_OK)
                 return budget_refused(st, "zs_fetch", unit, "release a unit or call "
                                       "zs_grads_ready first, or raise zero.live_bytes");
+            zs__params_place(zs, unit, full);
         } else {
             zs__prefetch_taken(zs, unit);
         }
         const uint64_t wait_from = zs__trace_clock(zs->trace);
         const uint64_t comm_from = zs__clock_ns();
         zs_status st = zs__engine_wait(zs->engine, &unit->gather.op);
-        zs->metrics.comm_ns += zs__clock_ns() - comm_from;
+        zs->times.comm_ns += zs__clock_ns() - comm_from;
         if (zs->trace) {
             /* Exposed communication: the program waits for the gather. */
             zs__trace_args args = ZS_TRACE_ARGS_INIT;
@@ -302,7 +244,7 @@ void *zs_param_grad(zs_param *p) {
                  "ready in this micro-step", p->name, unit->name);
         return NULL;
     }
-    if (zs->prefetch.pass == ZS__PASS_EVAL) {
+    if (zs__prefetch_in_eval(zs)) {
         zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): inside an evaluation pass, which has no "
                  "gradients; call zs_eval_end first", p->name);
         return NULL;
@@ -325,7 +267,7 @@ zs_status zs_grads_open(zs_ctx *zs, zs_unit *unit) {
     if (zs__grads_declared(unit))
         return zs__fail(ZS_ERR_STATE, "zs_grads_open('%s'): the unit already declared its "
                         "gradient ready in this micro-step", unit->name);
-    if (zs->prefetch.pass == ZS__PASS_EVAL)
+    if (zs__prefetch_in_eval(zs))
         return zs__fail(ZS_ERR_STATE, "zs_grads_open('%s'): inside an evaluation pass, which "
                         "has no gradients; call zs_eval_end first", unit->name);
     /* Stages 2-3 carve it now, so a refusal (budget, max_live_units) is
@@ -343,7 +285,7 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
     if (zs__grads_declared(unit))
         return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): called twice in one micro-step",
                         unit->name);
-    if (zs->prefetch.pass == ZS__PASS_EVAL)
+    if (zs__prefetch_in_eval(zs))
         return zs__fail(ZS_ERR_STATE, "zs_grads_ready('%s'): inside an evaluation pass, which "
                         "has no gradients; call zs_eval_end first", unit->name);
     const int stage = zs->settings.zero.stage;
@@ -364,7 +306,7 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
         if (unit->grad.state == ZS__GRAD_NONE) ZS_CHECK(open_grad(zs, unit, "zs_grads_ready"));
         /* The carve stays held by the reduction (it still counts among the
          * open gradients) until the runtime waits for it. */
-        zs->residency.held[zs->residency.held_count++] = unit;
+        zs__grad_hold(zs, unit);
         zs__bucket_add(zs, unit, unit->grad.carve, 0, 1);
     }
     zs__trace_leave(zs);

@@ -1,7 +1,12 @@
-/* Learning-rate schedules, evaluated once per step on the host. */
+/* Learning-rate schedules, evaluated once per step on the host.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls nothing of zero/ (a leaf above
+ * the ground).
+ */
 #include <math.h>
 
-#include "zero/ctx.h"
+#include "zero/ground.h"
+#include "zero/schedule.h"
 
 double zs__schedule_lr(const zs__settings *s, int64_t t) {
     const double peak = s->optimizer.lr;

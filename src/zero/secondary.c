@@ -17,10 +17,15 @@
  *
  * The choice is made when the gather is submitted, on the main thread, and
  * the engine runs gathers in that order, so the op that fills a slice runs
- * before any op that reads it, with prefetching too. */
+ * before any op that reads it, with prefetching too.
+ *
+ * Floor (src/floors.txt): Reads and writes ZeRO++'s record (zeropp.h); calls
+ * the quantized gather below it.
+ */
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 #include "zero/quant_record.h"
+#include "zero/zeropp.h"
 
 void zs__params_changed(zs_ctx *zs) { zs->zeropp.version++; }
 

@@ -1,61 +1,23 @@
-/* Where each parameter's optimizer state and compute-dtype copy live (ctx.h),
- * and the moves between them that several entry points share: checkpoints,
- * imports, tests and digests reach the state only through here and the store
- * (offload/store.h), so no tier is a special case for them. */
+/* The moves of the model's state that several entry points share (state_io.h):
+ * checkpoints, imports, tests and digests reach the state only through here
+ * and the store (offload/store.h), so no tier is a special case for them.
+ * Above the optimizer pass (it waits for it first) and the residency room
+ * (a load starts a new micro-step); below checkpoints, import and the step. */
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/full_params.h"
+#include "zero/ground.h"
+#include "zero/residency.h"
+#include "zero/state_io.h"
+#include "zero/state_layout.h"
+#include "zero/update.h"
+#include "zero/zeropp.h"
 
 /* Host floats per round when state passes through host memory. */
 #define ZS_STATE_ROUND ((int64_t)1 << 16)
-
-int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element) {
-    const zs__plan_param *pp = &zs->plan->params[param];
-    const zs__plan_unit *pu = &zs->plan->units[pp->unit];
-    if (zs->settings.zero.stage == 0) return pu->full_offset + pp->offset + element;
-    return pu->shard_offset + pp->offset + element - (int64_t)zs->shard_rank * pu->shard_numel;
-}
-
-void zs__unit_state_range(const zs_ctx *zs, int unit, int64_t *first, int64_t *end) {
-    const zs__plan_unit *pu = &zs->plan->units[unit];
-    if (zs->settings.zero.stage == 0) {
-        *first = pu->full_offset;
-        *end = pu->full_offset + pu->padded_numel;
-    } else {
-        *first = pu->shard_offset;
-        *end = pu->shard_offset + pu->shard_numel;
-    }
-}
-
-void *zs__param_at(const zs_ctx *zs, int param, int64_t element) {
-    const zs__plan_param *pp = &zs->plan->params[param];
-    const zs__plan_unit *pu = &zs->plan->units[pp->unit];
-    if (zs->settings.zero.stage < 3)
-        return zs__buf_at(&zs->params_full, pu->full_offset + pp->offset + element);
-    if (!zs->params_shard.ptr) return NULL; /* offload.params = "nvme": no shard is kept */
-    return zs__buf_at(&zs->params_shard, zs__state_index(zs, param, element));
-}
-
-zs__buf *zs__unit_owned_params(zs_ctx *zs, int u, int64_t *at) {
-    const zs__plan_unit *pu = &zs->plan->units[u];
-    const int stage = zs->settings.zero.stage;
-    if (stage == 3) {
-        *at = pu->shard_offset;
-        return zs->params_shard.ptr ? &zs->params_shard : NULL;
-    }
-    *at = stage == 0 ? pu->full_offset : pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel;
-    return &zs->params_full;
-}
-
-int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end) {
-    if (zs->settings.zero.stage == 0) {
-        *first = 0;
-        *end = zs->params[param]->numel;
-        return 1;
-    }
-    return zs__plan_owned_range(zs->plan, param, zs->shard_rank, first, end);
-}
 
 /* fp32 without a separate master: the parameters are the master. */
 static int params_are_master(const zs_ctx *zs, zs__state_array array) {
@@ -169,19 +131,6 @@ zs_status zs__state_loaded(zs_ctx *zs) {
     return zs__agree_status(zs, zs__reset_gradients(zs, 1), "gradient reset");
 }
 
-zs_status zs__gather_unit_params(zs_ctx *zs, int u) {
-    const int stage = zs->settings.zero.stage;
-    if (stage != 1 && stage != 2) return ZS_OK;
-    const zs__plan_unit *pu = &zs->plan->units[u];
-    return zs__comm_all_gather(zs->shard_comm, zs__buf_at(&zs->params_full, pu->full_offset),
-                               (size_t)pu->shard_numel, zs->compute_dtype, zs->units[u]->name);
-}
-
-zs_status zs__gather_full_params(zs_ctx *zs) {
-    for (int u = 0; u < zs->unit_count; u++) ZS_CHECK(zs__gather_unit_params(zs, u));
-    return ZS_OK;
-}
-
 zs_status zs__reset_gradients(zs_ctx *zs, int host_too) {
     zs__buf *bufs[3] = {zs->settings.zero.stage < 2 ? &zs->grads_full : &zs->grads_shard,
                         &zs->grads_host, &zs->grads_landing};
@@ -192,4 +141,24 @@ zs_status zs__reset_gradients(zs_ctx *zs, int host_too) {
         ZS_CHECK(b->be->ops->zero(b->be, b->ptr, (size_t)b->count * zs_dtype_size(b->dtype)));
     }
     return ZS_OK;
+}
+
+uint64_t zs__state_digest(zs_ctx *zs) {
+    if (zs__update_finish(zs) != ZS_OK) return 0;
+    XXH3_state_t *state = XXH3_createState();
+    if (!state) return 0;
+    XXH3_64bits_reset(state);
+    /* The parameters (host-accessible memory: the CPU backend, for tests),
+     * then the store's arrays. */
+    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]->ptr && bufs[i]->be->ops->host_accessible)
+            XXH3_64bits_update(state, bufs[i]->ptr,
+                               (size_t)bufs[i]->count * zs_dtype_size(bufs[i]->dtype));
+    /* An unreadable state has no digest: make it differ from any. */
+    if (zs__store_digest(&zs->store, state) != ZS_OK) XXH3_64bits_update(state, "unreadable", 10);
+    XXH3_64bits_update(state, &zs->step, sizeof zs->step);
+    uint64_t digest = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    return digest;
 }

@@ -1,14 +1,29 @@
 /* zs_step: end a micro-step; at an accumulation boundary agree that every
  * rank is ready, measure the gradient (norm and overflow in one pass),
  * agree on overflow, clip, update this rank's shard with the fused optimizer
- * pass, and gather parameters where the stage keeps them full. */
+ * pass, and gather parameters where the stage keeps them full.
+ *
+ * Floor (src/floors.txt): Owns nothing; calls the rooms of a step below it:
+ * residency (its end), the optimizer pass, the state's moves, the job's
+ * votes, agreement.
+ */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/ground.h"
+#include "zero/job.h"
+#include "zero/residency.h"
+#include "zero/schedule.h"
+#include "zero/state_io.h"
+#include "zero/step.h"
+#include "zero/step_fault.h"
+#include "zero/update.h"
 
 /* PyTorch's clip_grad_norm_ adds this to the norm before dividing, so a zero
  * gradient never divides by zero; matching it keeps clipped runs comparable. */
@@ -17,6 +32,41 @@
 /* Checks the call order on this rank. A failure is not returned at once: the
  * ranks first agree (one small all-reduce), so that a mistake on one rank
  * fails every rank instead of leaving the others in a collective. */
+/* The room's state (zs_ctx.norms), from zs_build to zs_destroy: what the
+ * one sum_squares_many call of a step reads and writes, allocated once so a
+ * step allocates nothing. */
+typedef struct zs__step_norms {
+    double *unit_sums;           /* [unit_count] squared norms of this rank's owned gradients */
+    const void **ptrs;           /* [unit_count] each unit's owned gradient, */
+    zs_dtype *dtypes;            /* its dtype */
+    int64_t *counts;             /* and its elements */
+} zs__step_norms;
+
+zs_status zs__step_create(zs_ctx *zs) {
+    zs__step_norms *n = zs__calloc(1, sizeof *n);
+    if (!n) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    zs->norms = n;
+    const size_t units = (size_t)(zs->unit_count ? zs->unit_count : 1);
+    n->unit_sums = zs__calloc((size_t)zs->unit_count, sizeof *n->unit_sums);
+    n->ptrs = zs__calloc(units, sizeof *n->ptrs);
+    n->dtypes = zs__calloc(units, sizeof *n->dtypes);
+    n->counts = zs__calloc(units, sizeof *n->counts);
+    if (!n->unit_sums || !n->ptrs || !n->dtypes || !n->counts)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
+    return ZS_OK;
+}
+
+void zs__step_destroy(zs_ctx *zs) {
+    zs__step_norms *n = zs->norms;
+    if (!n) return;
+    free(n->unit_sums);
+    free(n->ptrs);
+    free(n->dtypes);
+    free(n->counts);
+    free(n);
+    zs->norms = NULL;
+}
+
 static zs_status local_readiness(zs_ctx *zs) {
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_step: call zs_build first");
     for (int u = 0; u < zs->unit_count; u++) {
@@ -59,16 +109,16 @@ static const void *owned_grad(const zs_ctx *zs, int u, zs_dtype *dtype) {
  * kernels add in the same order, so the bits are the same). */
 static zs_status unit_norms(zs_ctx *zs, double *unit_sums) {
     for (int u = 0; u < zs->unit_count; u++) {
-        zs->norm_ptrs[u] = owned_grad(zs, u, &zs->norm_dtypes[u]);
-        zs->norm_counts[u] = zs->plan->units[u].shard_numel;
+        zs->norms->ptrs[u] = owned_grad(zs, u, &zs->norms->dtypes[u]);
+        zs->norms->counts[u] = zs->plan->units[u].shard_numel;
     }
     const zs__buf *grads = zs->settings.zero.stage >= 2 ? &zs->grads_shard
                            : zs->grads_host.ptr         ? &zs->grads_host
                                                         : &zs->grads_full;
     zs__backend *be = grads->be;
     if (be != zs->backend) ZS_CHECK(zs->backend->ops->synchronize(zs->backend));
-    return be->ops->sum_squares_many(be, zs->unit_count, zs->norm_ptrs, zs->norm_dtypes,
-                                     zs->norm_counts, unit_sums);
+    return be->ops->sum_squares_many(be, zs->unit_count, zs->norms->ptrs, zs->norms->dtypes,
+                                     zs->norms->counts, unit_sums);
 }
 
 /* After an overflow the ranks learn where it was found: the lowest rank
@@ -144,7 +194,8 @@ zs_status zs__step_run(zs_ctx *zs, zs_step_info *info) {
      * The units' sums come from one backend call, so a device backend
      * blocks the host once per step for all of them; each unit's value is
      * kept to locate an overflow, and they are added in unit order. */
-    double *unit_sums = zs->unit_sums;
+    /* No norms before zs_build: local then says why, and nothing reads them. */
+    double *unit_sums = zs->norms ? zs->norms->unit_sums : NULL;
     double sums[4] = {0.0, 0.0, 0.0, 0.0};
     if (boundary) {
         local = unit_norms(zs, unit_sums);
@@ -156,7 +207,7 @@ zs_status zs__step_run(zs_ctx *zs, zs_step_info *info) {
     sums[1] = local == ZS_OK ? 0.0 : 1.0;
     zs__job_votes(zs, &sums[2], &sums[3]);
     zs_status st = zs__comm_all_reduce_scalars(zs->comm, sums, 4, ZS_REDUCE_SUM, "step agreement");
-    zs->metrics.comm_ns += zs__clock_ns() - comm_from;
+    zs->times.comm_ns += zs__clock_ns() - comm_from;
     if (st != ZS_OK) return st;
     if (sums[1] > 0) {
         /* Every rank reports the lowest failing rank's cause. */
@@ -210,7 +261,7 @@ zs_status zs__step_run(zs_ctx *zs, zs_step_info *info) {
          * on one rank that still runs every collective, and the next
          * zs_step or zs_save reports it on every rank. */
         zs__update_start(zs);
-        zs->metrics.optimizer_ns += zs__clock_ns() - optimizer_from;
+        zs->times.optimizer_ns += zs__clock_ns() - optimizer_from;
         zs__trace_span(zs->trace, ZS_TRACE_COMPUTE, "optimizer step", update_from,
                        zs__trace_clock(zs->trace), NULL);
         zs->step++;

@@ -2,12 +2,76 @@
  * stage-3 gather of its parameters and the reduction of its gradient. Their
  * run functions execute on the communication thread (or inline in
  * synchronous mode); they touch only the buffers their op names and
- * allocate nothing, so the rest of the runtime stays single-threaded. */
+ * allocate nothing, so the rest of the runtime stays single-threaded.
+ *
+ * Floor (src/floors.txt): owns its staging (struct zs__unit_staging,
+ * created at zs_build: the NVMe gather's halves and fences, the fp32
+ * reduction's buffer); calls ZeRO++'s gather and reduce, hpZ and the
+ * optimizer pass's readiness (update.h), all below it.
+ */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
+#include "zero/memory_plan.h"
+#include "zero/unit_ops.h"
+#include "zero/update.h"
+#include "zero/zeropp.h"
+
+/* The room's state (zs_ctx.staging), from zs_build to zs_destroy. */
+typedef struct zs__unit_staging {
+    /* offload.params = "nvme" (stage 3): a gather reads the unit's shard of
+     * master weights into this fp32 staging (the largest unit's shard, tag
+     * offload_staging) and rounds it into place (rounded: [2 x largest unit
+     * shard] compute dtype, host; none in fp32). The copy into place reads
+     * one of two halves of the staging (fp32) or the rounding; gathers
+     * alternate halves (next, touched only by the thread running the
+     * engine's ops), and a half is rewritten only after its fence, recorded
+     * behind the copy that read it, has passed. */
+    zs__buf gather, rounded;
+    int64_t half_numel;
+    void *fence[2];
+    int next;
+    /* precision.reduce_dtype = "fp32" with a lower compute dtype: a unit's
+     * gradient widened into this buffer ([largest unit] fp32, tag comm),
+     * reduced, and rounded back. */
+    zs__buf reduce;
+} zs__unit_staging;
+
+zs_status zs__unit_ops_create(zs_ctx *zs, const zs__memory_plan *mp) {
+    zs__unit_staging *st = zs__calloc(1, sizeof *st);
+    if (!st)
+        return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory for the units' "
+                        "collectives (%zu bytes)", sizeof *st);
+    zs->staging = st;
+    if (mp->params_on_nvme) {
+        ZS_CHECK(zs__plan_buf(zs, &st->gather, ZS_MEM_OFFLOAD_STAGING, ZS_DTYPE_FP32,
+                              mp->gather_staging_numel));
+        ZS_CHECK(zs__plan_buf(zs, &st->rounded, ZS_MEM_OFFLOAD_STAGING, zs->compute_dtype,
+                              mp->gather_rounded_numel));
+        st->half_numel = mp->gather_half_numel;
+        for (int h = 0; h < 2; h++) ZS_CHECK(zs__fence_create(zs->backend, &st->fence[h]));
+    }
+    if (mp->reduce_staging_numel > 0)
+        ZS_CHECK(zs__buf_alloc(zs->backend, &st->reduce, ZS_MEM_COMM, ZS_DTYPE_FP32,
+                               mp->reduce_staging_numel));
+    return ZS_OK;
+}
+
+void zs__unit_ops_destroy(zs_ctx *zs) {
+    zs__unit_staging *st = zs->staging;
+    if (!st) return;
+    zs__buf_free(&st->gather);
+    zs__buf_free(&st->rounded);
+    zs__buf_free(&st->reduce);
+    for (int h = 0; h < 2; h++)
+        if (zs->backend) zs__fence_destroy(zs->backend, st->fence[h]);
+    free(st);
+    zs->staging = NULL;
+}
 
 /* The reduce-scatter of a unit-sized buffer over the shard group, then,
  * where the model is replicated across nodes (zero.shard_group = "node"),
@@ -45,7 +109,7 @@ static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, i
     zs__backend *be = zs->backend;
     const size_t shard = (size_t)pu->shard_numel;
     const int64_t mine = (int64_t)zs->shard_rank * pu->shard_numel;
-    if (zs->zeropp.grad_bits && !all_reduce) {
+    if (zs__zeropp_quantizes_grads(zs) && !all_reduce) {
         /* qgZ (quantized_reduce.c): the owned chunk comes back in fp32, as
          * with reduce_dtype = "fp32", and goes on the same way. */
         float *owned = NULL;
@@ -67,7 +131,7 @@ static zs_status reduce_unit_grad(zs_ctx *zs, const zs_unit *unit, void *full, i
     }
     /* fp32 reduction of a low-precision gradient: widen, reduce, then round
      * back what the stage keeps in the compute dtype. */
-    float *wide = zs->reduce_staging.ptr;
+    float *wide = zs->staging->reduce.ptr;
     ZS_CHECK(be->ops->convert(be, wide, ZS_DTYPE_FP32, full, dt, pu->padded_numel));
     if (all_reduce) {
         ZS_CHECK(zs__comm_all_reduce(zs->comm, wide, shard, ZS_DTYPE_FP32, unit->name));
@@ -155,19 +219,20 @@ static zs_status run_gather(zs__engine_op *op) {
          * the fence recorded behind it: a wait in the rare case that the
          * device lags that far, never one per gather, which would end
          * prefetching (and the one host wait per step). */
-        const int h = zs->gather_next;
-        zs->gather_next ^= 1;
-        const int64_t at = (int64_t)h * zs->gather_half_numel;
-        ZS_CHECK(zs__fence_wait(be, zs->gather_fence[h]));
-        float *master = zs->gather_rounded.ptr ? (float *)zs->gather_staging.ptr
-                                               : (float *)zs__buf_at(&zs->gather_staging, at);
-        void *rounded = zs->gather_rounded.ptr ? zs__buf_at(&zs->gather_rounded, at) : (void *)master;
+        zs__unit_staging *sg = zs->staging;
+        const int h = sg->next;
+        sg->next ^= 1;
+        const int64_t at = (int64_t)h * sg->half_numel;
+        ZS_CHECK(zs__fence_wait(be, sg->fence[h]));
+        float *master = sg->rounded.ptr ? (float *)sg->gather.ptr
+                                        : (float *)zs__buf_at(&sg->gather, at);
+        void *rounded = sg->rounded.ptr ? zs__buf_at(&sg->rounded, at) : (void *)master;
         /* The host writes the half now (for the stream-order check: after
          * the fence, the queued copy that read it is done). */
-        ZS_CHECK(zs__buf_host_access(&zs->gather_staging, zs->gather_rounded.ptr ? 0 : at,
-                                     pu->shard_numel, 1, "NVMe gather staging"));
-        if (zs->gather_rounded.ptr)
-            ZS_CHECK(zs__buf_host_access(&zs->gather_rounded, at, pu->shard_numel, 1,
+        ZS_CHECK(zs__buf_host_access(&sg->gather, sg->rounded.ptr ? 0 : at, pu->shard_numel, 1,
+                                     "NVMe gather staging"));
+        if (sg->rounded.ptr)
+            ZS_CHECK(zs__buf_host_access(&sg->rounded, at, pu->shard_numel, 1,
                                          "NVMe gather staging (rounded)"));
         ZS_CHECK(zs__store_read(&zs->store, ZS_STATE_MASTER, pu->shard_offset, pu->shard_numel,
                                 master));
@@ -175,7 +240,7 @@ static zs_status run_gather(zs__engine_op *op) {
             ZS_CHECK(zs_convert(rounded, zs->compute_dtype, master, ZS_DTYPE_FP32,
                                 pu->shard_numel));
         ZS_CHECK(be->ops->copy(be, mine, rounded, (size_t)pu->shard_numel * elem));
-        ZS_CHECK(zs__fence_record(be, zs->gather_fence[h]));
+        ZS_CHECK(zs__fence_record(be, sg->fence[h]));
     } else {
         ZS_CHECK(be->ops->copy(be, mine, zs__buf_at(&zs->params_shard, pu->shard_offset),
                                (size_t)pu->shard_numel * elem));

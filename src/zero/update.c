@@ -1,4 +1,4 @@
-/* The optimizer pass of zs_step (ctx.h: zs__update_*): every unit's owned
+/* The optimizer pass of zs_step (update.h): every unit's owned
  * state updated with the step's scalars, in forward (unit) order, through
  * the store (offload/store.h), which yields the state in chunks with the
  * backend that computes on them.
@@ -26,7 +26,14 @@
  * forward, which waited for its update, and the worker goes in unit order,
  * so every unit up to it is done; zs_step, checkpoints, import, load and
  * destroy wait for the whole pass (zs__update_finish) before they touch the
- * state. */
+ * state.
+ *
+ * Floor (src/floors.txt): Owns struct zs__update (the pass, its pipeline and
+ * the host optimizer's thread); calls the state layout, the stage-1/2
+ * gathers (full_params.h), hpZ's version (secondary.c) and the step's fault
+ * hook, all below it. The unit's collectives and residency call it
+ * (zs__update_unit_ready) from above.
+ */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
 #include <omp.h>
@@ -40,7 +47,12 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/full_params.h"
+#include "zero/ground.h"
+#include "zero/state_layout.h"
+#include "zero/step_fault.h"
+#include "zero/update.h"
+#include "zero/zeropp.h"
 
 typedef struct zs__update {
     zs_ctx *zs;
@@ -349,7 +361,7 @@ static int wait_done(zs__update *up, int unit) {
     zs__backend_order_acquire(up->zs->backend, &up->done); /* run_pass's release */
     const int failed = up->status != ZS_OK;
     pthread_mutex_unlock(&up->lock);
-    up->zs->metrics.offload_wait_ns += zs__clock_ns() - from;
+    up->zs->times.offload_wait_ns += zs__clock_ns() - from;
     return failed;
 }
 

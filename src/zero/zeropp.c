@@ -1,13 +1,19 @@
 /* ZeRO++'s state in a context (zeropp.h): checked, allocated as the memory
- * plan says, and freed. */
+ * plan says, and freed.
+ *
+ * Floor (src/floors.txt): Owns zs__zeropp, the record ZeRO++'s files share
+ * (quantized_gather.c, quantized_reduce.c, secondary.c); calls only the
+ * memory plan below it.
+ */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 #include "zero/memory_plan.h"
+#include "zero/zeropp.h"
 
 zs_status zs__zeropp_require(zs_ctx *zs) {
     const char *needs = zs__zeropp_needs_equal_nodes(&zs->settings, zs->world_size);
@@ -79,3 +85,5 @@ void zs__zeropp_destroy(zs_ctx *zs) {
     free(z->from_secondary);
     memset(z, 0, sizeof *z);
 }
+
+int zs__zeropp_quantizes_grads(const zs_ctx *zs) { return zs->zeropp.grad_bits != 0; }

@@ -67,6 +67,8 @@ zs_status zs__zeropp_require(zs_ctx *zs);
 zs_status zs__zeropp_create(zs_ctx *zs, const struct zs__memory_plan *mp);
 /* NULL-safe on a context that never built. */
 void zs__zeropp_destroy(zs_ctx *zs);
+/* comm.quantize_grads is on: a unit's gradient reduction is qgZ's. */
+int zs__zeropp_quantizes_grads(const zs_ctx *zs);
 
 /* The parameters may have changed: an applied optimizer step, zs_load, an
  * import, any write of the parameters or their master weights. Every

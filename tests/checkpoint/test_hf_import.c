@@ -42,7 +42,8 @@
 #include <unistd.h>
 
 #include "test_util.h"
-#include "zero/ctx.h" /* zs__state_range: which elements this rank keeps */
+#include "zero/ground.h"
+#include "zero/state_layout.h" /* zs__state_range: which elements this rank keeps */
 #include "zeroshard.h"
 #include "zeroshard_mpi.h"
 

@@ -24,7 +24,7 @@
 #include "checkpoint/select.h"
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 #define SWEEP 48 /* more fsyncs and renames than one save makes on any rank */
 

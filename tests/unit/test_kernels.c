@@ -11,7 +11,8 @@
 #include "kernels/init.h"
 #include "kernels/optimizer.h"
 #include "test_util.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
+#include "zero/schedule.h"
 
 static double rnd(unsigned *state) {
     *state = *state * 1664525u + 1013904223u;

@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h" /* zs__checkpoint_states */
-#include "zero/ctx.h" /* zs__state_digest */
+#include "zero/ground.h"
+#include "zero/state_io.h" /* zs__state_digest */
 #include "zeroshard_mpi.h"
 
 #define HARNESS_ALIGN 16

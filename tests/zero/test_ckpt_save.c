@@ -31,7 +31,7 @@
 
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 #if __has_include("checkpoint/commit_order.h")
 #include "checkpoint/commit_order.h"

@@ -24,7 +24,7 @@
 
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 #define KEEP 2
 #define MAX_DIRS 4096

@@ -22,7 +22,7 @@
 
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h" /* zs->store.nvme, for the test-only descriptor */
+#include "zero/ground.h" /* zs->store.nvme, for the test-only descriptor */
 
 #define STEPS 4
 #define FAULT_STEP 2

@@ -21,7 +21,7 @@
 
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h"
+#include "zero/prefetch.h"
 
 #define TRAIN_STEPS 6
 

@@ -19,7 +19,7 @@
 
 #include "harness.h"
 #include "test_util.h"
-#include "zero/ctx.h" /* zs__state_digest */
+#include "zero/state_io.h" /* zs__state_digest */
 
 /* The bound: the writer's piece (4 MiB), the swap file's chunk cache and
  * I/O buffers already exist, the rest is the manifest and file tables. */

@@ -1,13 +1,17 @@
 /* zeroshard_cuda.h: the compute stream and device of a context on the CUDA
- * backend. Compiled only in CUDA builds (CMake picks the cuda/ folders). */
+ * backend. Compiled only in CUDA builds (CMake picks the cuda/ folders).
+ *
+ * Floor (src/floors.txt): Public, over the ground's backend; calls nothing
+ * of zero/.
+ */
 #include "zeroshard_cuda.h"
 
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
-#include "zero/ctx.h"
 #include "zero/cuda/stream_api.h"
+#include "zero/ground.h"
 
 static int is_cuda(const zs_ctx *zs) {
     return zs && zs->backend && strcmp(zs->backend->ops->name, "cuda") == 0;

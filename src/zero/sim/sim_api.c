@@ -1,11 +1,15 @@
-/* zeroshard_sim.h: a program's side of the simulated device. */
+/* zeroshard_sim.h: a program's side of the simulated device.
+ *
+ * Floor (src/floors.txt): Public, over the ground's backend; calls nothing
+ * of zero/.
+ */
 #include "zeroshard_sim.h"
 
 #include <string.h>
 
 #include "backend/sim/sim_backend.h"
 #include "core/error.h"
-#include "zero/ctx.h"
+#include "zero/ground.h"
 
 #define ZS_SIM_KERNEL_ARGS 192
 #define ZS_SIM_KERNEL_ACCESSES 16

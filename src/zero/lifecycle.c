@@ -1,70 +1,32 @@
-/* Context lifetime: MPI start-up, configuration agreement across ranks,
- * accessors and the accounting reports. */
+/* The top floor of zero/: the context's lifetime. zs_create starts MPI,
+ * agrees on the configuration and builds the rooms that live from creation
+ * on, in order (topology, the job, the backend, the collectives, the comm
+ * engine, the metrics); zs_destroy tears everything down in reverse,
+ * including what zs_build created (residency, ZeRO++, the optimizer pass,
+ * the model's state). It calls every room and is called by none. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "zero/ctx.h"
+#include "zero/agree.h"
+#include "zero/ground.h"
+#include "zero/job.h"
+#include "zero/kernels_agree.h"
+#include "zero/metrics.h"
+#include "zero/plan.h"
+#include "zero/residency.h"
+#include "zero/step.h"
+#include "zero/unit_ops.h"
+#include "zero/update.h"
+#include "zero/zeropp.h"
 #include "zeroshard_mpi.h"
 
 /* Process-wide on purpose: MPI itself is process-wide. When zeroshard had to
  * initialize MPI, the last context destroyed finalizes it. */
 static int g_contexts_owning_mpi;
-
-zs_status zs__agree_u64(zs_ctx *zs, uint64_t value, const char *what, const char *advice) {
-    /* Rank 0's value goes to every rank, which compares its own: no memory
-     * per rank, so nothing here can fail on one rank only. */
-    uint64_t first = value;
-    ZS_CHECK(zs__comm_broadcast(zs->comm, &first, sizeof first, 0, what));
-    const zs_status local =
-        first == value ? ZS_OK
-                       : zs__fail(ZS_ERR_MISMATCH, "ranks disagree on the %s: rank %d has %016llx "
-                                  "but rank 0 has %016llx; %s", what, zs->rank,
-                                  (unsigned long long)value, (unsigned long long)first, advice);
-    return zs__agree_status(zs, local, what);
-}
-
-/* Room for a shared error message (a failing rank's zs_last_error). */
-#define ZS_SHARED_MESSAGE_BYTES 1024
-
-zs_status zs__share_outcome(zs_ctx *zs, zs_status local, int from, const char *what) {
-    char message[ZS_SHARED_MESSAGE_BYTES];
-    int64_t code = local;
-    snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());
-    ZS_CHECK(zs__comm_broadcast(zs->comm, &code, sizeof code, from, what));
-    ZS_CHECK(zs__comm_broadcast(zs->comm, message, sizeof message, from, what));
-    if (code == ZS_OK) return ZS_OK;
-    if (zs->rank == from) return (zs_status)code;
-    return zs__fail((zs_status)code, "%s (reported by rank %d)", message, from);
-}
-
-zs_status zs__calloc_agreed(zs_ctx *zs, size_t count, size_t size, const char *what,
-                            void **out) {
-    void *ptr = zs__calloc(count, size);
-    const zs_status local =
-        ptr ? ZS_OK
-            : zs__fail(ZS_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes of host memory on "
-                       "rank %d", what, count * size, zs->rank);
-    const zs_status agreed = zs__agree_status(zs, local, what);
-    if (agreed != ZS_OK) {
-        free(ptr);
-        ptr = NULL;
-    }
-    *out = ptr;
-    return agreed;
-}
-
-zs_status zs__agree_status(zs_ctx *zs, zs_status local, const char *what) {
-    /* The maximum of -rank over failing ranks is the lowest failing rank. */
-    double key = local == ZS_OK ? -1e300 : -(double)zs->rank;
-    ZS_CHECK(zs__comm_all_reduce_scalars(zs->comm, &key, 1, ZS_REDUCE_MAX, what));
-    if (key <= -1e299) return ZS_OK;
-    return zs__share_outcome(zs, local, (int)(-key), what);
-}
 
 /* This rank's index among the ranks on its host, and their number, learned by exchanging
  * host names through the runtime's communicator (whose waits have
@@ -406,23 +368,17 @@ void zs_destroy(zs_ctx *zs) {
     zs->topology = NULL;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->grads_host, &zs->grads_landing,
-                       &zs->params_host, &zs->reduce_staging,
-                       &zs->gather_staging, &zs->gather_rounded};
+                       &zs->params_host};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         zs__buf_free(bufs[i]);
-    for (int h = 0; h < 2; h++)
-        if (zs->backend) zs__fence_destroy(zs->backend, zs->gather_fence[h]);
+    zs__unit_ops_destroy(zs);
     zs__store_destroy(&zs->store);
-    zs__live_destroy(&zs->live);
     zs__zeropp_destroy(zs);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);
     for (int i = 0; i < zs->unit_count; i++) free(zs->units[i]);
     free(zs->params);
     free(zs->units);
-    free(zs->unit_sums);
-    free(zs->norm_ptrs);
-    free(zs->norm_dtypes);
-    free(zs->norm_counts);
+    zs__step_destroy(zs);
     zs__residency_destroy(zs);
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
@@ -441,56 +397,3 @@ void zs_destroy(zs_ctx *zs) {
     free(zs);
 }
 
-int zs_rank(const zs_ctx *zs) { return zs->rank; }
-const char *zs_backend_name(const zs_ctx *zs) { return zs->backend->ops->name; }
-int zs_world_size(const zs_ctx *zs) { return zs->world_size; }
-int zs_stage(const zs_ctx *zs) { return zs->settings.zero.stage; }
-int64_t zs_step_count(const zs_ctx *zs) { return zs->step; }
-
-float zs_loss_scale(const zs_ctx *zs) { return (float)zs__loss_scaler_scale(&zs->scaler); }
-
-int zs_is_accumulation_boundary(const zs_ctx *zs) {
-    return zs->micro + 1 >= zs->settings.gradient_accumulation_steps;
-}
-
-uint64_t zs__state_digest(zs_ctx *zs) {
-    if (zs__update_finish(zs) != ZS_OK) return 0;
-    XXH3_state_t *state = XXH3_createState();
-    if (!state) return 0;
-    XXH3_64bits_reset(state);
-    /* The parameters (host-accessible memory: the CPU backend, for tests),
-     * then the store's arrays. */
-    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]->ptr && bufs[i]->be->ops->host_accessible)
-            XXH3_64bits_update(state, bufs[i]->ptr,
-                               (size_t)bufs[i]->count * zs_dtype_size(bufs[i]->dtype));
-    /* An unreadable state has no digest: make it differ from any. */
-    if (zs__store_digest(&zs->store, state) != ZS_OK) XXH3_64bits_update(state, "unreadable", 10);
-    XXH3_64bits_update(state, &zs->step, sizeof zs->step);
-    uint64_t digest = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
-    return digest;
-}
-
-zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out) {
-    if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_memory_report: zs and out are required");
-    memset(out, 0, sizeof *out);
-    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++) {
-        out->current[t] = zs->mem.current[t];
-        out->peak[t] = zs->mem.peak[t];
-    }
-    out->total_current = zs->mem.total_current;
-    out->total_peak = zs->mem.total_peak;
-    out->live_units_current = zs->residency.live_units;
-    out->live_units_peak = zs->residency.live_units_peak;
-    out->live_bytes_budget = zs->live.capacity;
-    out->live_bytes_peak = zs->live.carved_peak;
-    return ZS_OK;
-}
-
-zs_status zs_comm_report(const zs_ctx *zs, zs_comm_stats *out) {
-    if (!zs || !out) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_comm_report: zs and out are required");
-    zs__comm_stats_total(zs->comm, out); /* the node and cross-node communicators' too */
-    return ZS_OK;
-}

@@ -1,0 +1,54 @@
+/* Where each parameter's optimizer state and compute-dtype copy live
+ * (state_layout.h): index arithmetic over the plan and the ground's
+ * buffers. Calls only the plan. */
+#include "zero/state_layout.h"
+
+#include "zero/ground.h"
+#include "zero/plan.h"
+
+int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element) {
+    const zs__plan_param *pp = &zs->plan->params[param];
+    const zs__plan_unit *pu = &zs->plan->units[pp->unit];
+    if (zs->settings.zero.stage == 0) return pu->full_offset + pp->offset + element;
+    return pu->shard_offset + pp->offset + element - (int64_t)zs->shard_rank * pu->shard_numel;
+}
+
+void zs__unit_state_range(const zs_ctx *zs, int unit, int64_t *first, int64_t *end) {
+    const zs__plan_unit *pu = &zs->plan->units[unit];
+    if (zs->settings.zero.stage == 0) {
+        *first = pu->full_offset;
+        *end = pu->full_offset + pu->padded_numel;
+    } else {
+        *first = pu->shard_offset;
+        *end = pu->shard_offset + pu->shard_numel;
+    }
+}
+
+void *zs__param_at(const zs_ctx *zs, int param, int64_t element) {
+    const zs__plan_param *pp = &zs->plan->params[param];
+    const zs__plan_unit *pu = &zs->plan->units[pp->unit];
+    if (zs->settings.zero.stage < 3)
+        return zs__buf_at(&zs->params_full, pu->full_offset + pp->offset + element);
+    if (!zs->params_shard.ptr) return NULL; /* offload.params = "nvme": no shard is kept */
+    return zs__buf_at(&zs->params_shard, zs__state_index(zs, param, element));
+}
+
+zs__buf *zs__unit_owned_params(zs_ctx *zs, int u, int64_t *at) {
+    const zs__plan_unit *pu = &zs->plan->units[u];
+    const int stage = zs->settings.zero.stage;
+    if (stage == 3) {
+        *at = pu->shard_offset;
+        return zs->params_shard.ptr ? &zs->params_shard : NULL;
+    }
+    *at = stage == 0 ? pu->full_offset : pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel;
+    return &zs->params_full;
+}
+
+int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end) {
+    if (zs->settings.zero.stage == 0) {
+        *first = 0;
+        *end = zs->params[param]->numel;
+        return 1;
+    }
+    return zs__plan_owned_range(zs->plan, param, zs->shard_rank, first, end);
+}
