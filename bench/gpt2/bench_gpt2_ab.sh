@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Two builds of the GPT-2 trainer side by side on the CPU: is B slower than A?
 #
-#   bash bench/gpt2/bench_gpt2_ab.sh BUILD_A BUILD_B [ROUNDS] [STEPS]
+#   bash bench/gpt2/bench_gpt2_ab.sh BUILD_A BUILD_B [ROUNDS] [STEPS] [MODEL]
+#
+# MODEL is `demo` (the default: configs/gpt2_demo.cfg's model) or `124M`
+# (GPT-2 124M with the demo's runtime settings, T 64, B 1, as in
+# bench_gpt2.sh).
 #
 # On a shared machine the step time of one run drifts by tens of percent
 # from one minute to the next (other tenants), more than the differences
@@ -20,11 +24,25 @@ a=$(cd "${1:?usage: bench_gpt2_ab.sh BUILD_A BUILD_B [ROUNDS] [STEPS]}" && pwd)
 b=$(cd "${2:?usage: bench_gpt2_ab.sh BUILD_A BUILD_B [ROUNDS] [STEPS]}" && pwd)
 rounds=${3:-3}
 steps=${4:-30}
+model=${5:-demo}
+config=$src/configs/gpt2_demo.cfg
+sizes=()
+case $model in
+  demo) ;;
+  124M)
+    # The demo's runtime settings with the preset's sizes (a preset and
+    # explicit sizes in one app group are refused).
+    config=$work/124M.cfg
+    sed -E '/^  (n_layer|n_head|n_embd|vocab|block_size) =/d; s/^app: \{/app: { model = "124M";/' \
+      "$src/configs/gpt2_demo.cfg" > "$config"
+    sizes=(app.seq_len=64 app.batch_size=1) ;;
+  *) echo "bench_gpt2_ab: MODEL is demo or 124M, not '$model'"; exit 2 ;;
+esac
 
 # one CORE BUILD LOG
 one() {
   taskset -c "$1" mpirun --oversubscribe --bind-to none -np 1 -x OMP_NUM_THREADS=1 \
-    -x OPENBLAS_NUM_THREADS=1 "$2/examples/gpt2/gpt2_train" "$src/configs/gpt2_demo.cfg" \
+    -x OPENBLAS_NUM_THREADS=1 "$2/examples/gpt2/gpt2_train" "$config" ${sizes[@]+"${sizes[@]}"} \
     zero.stage=3 app.steps=$steps scheduler.total_steps=$((steps + 1)) \
     scheduler.warmup_steps=1 app.log_every=1 app.val_every=0 app.val_batches=1 \
     app.sample_tokens=0 "app.train_data=$corpus" 'log.level="warn"' > "$3" 2>&1 ||

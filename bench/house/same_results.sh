@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Two builds, the same results to the byte? For a change that must not
+# change behaviour (issue 40 moved zero/, comm/ and core/ into floors).
+#
+#   bash bench/house/same_results.sh BUILD_A BUILD_B
+#
+# Runs, in each build, the MLP example (configs/mlp_zero3.cfg, 2 ranks,
+# stage 3, and configs/mlp_zero2_bf16.cfg, stage 2 bf16 with accumulation;
+# checkpoints at steps 150 and 300)
+# and the GPT-2 demo model (configs/gpt2_demo.cfg, 2 ranks, stage 3, bf16,
+# 20 steps), each ending with a checkpoint. Then compares, A against B:
+# every loss line the program printed (the step time cut off), and every
+# shard file of the last checkpoint (parameters, master weights, optimizer
+# moments, the program's state), byte for byte with cmp. Prints one line per
+# comparison and exits 1 on any difference.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+source "$src/bench/lib/common.sh"
+a=$(cd "${1:?usage: same_results.sh BUILD_A BUILD_B}" && pwd)
+b=$(cd "${2:?usage: same_results.sh BUILD_A BUILD_B}" && pwd)
+mpirun=(mpirun --oversubscribe --bind-to none -np 2)
+
+# losses LOG: the numbers a run printed, without its times.
+losses() {
+  grep -E '^(step |final|held-out|val |validation)' "$1" |
+    sed -E 's/ \| [0-9.]+ (ms|ms\/step|tok\/s|TFLOP\/s)//g' || true
+}
+
+# run NAME BUILD PROGRAM CONFIG [OVERRIDES...]
+run() {
+  local name=$1 build=$2 program=$3 config=$4
+  shift 4
+  "${mpirun[@]}" "$build/examples/$program" "$src/configs/$config" \
+    "checkpoint.dir=$work/$name.ckpt" "$@" > "$work/$name.log" 2>&1 ||
+    { tail -20 "$work/$name.log"; echo "same_results: $name failed"; exit 1; }
+}
+
+differ=0
+# compare NAME: the two builds' runs of NAME.
+compare() {
+  local name=$1
+  if diff <(losses "$work/$name.a.log") <(losses "$work/$name.b.log") > "$work/$name.diff"; then
+    echo "same   $name: $(losses "$work/$name.a.log" | wc -l) loss lines"
+  else
+    echo "DIFFER $name: loss lines (< A, > B):"; head -20 "$work/$name.diff"; differ=1
+  fi
+  local last_a last_b
+  last_a=$(ls -d "$work/$name.a.ckpt"/step_* | tail -1)
+  last_b=$(ls -d "$work/$name.b.ckpt"/step_* | tail -1)
+  [ "$(basename "$last_a")" = "$(basename "$last_b")" ] ||
+    { echo "DIFFER $name: last checkpoints $last_a and $last_b"; differ=1; return; }
+  local n=0 f
+  for f in "$last_a"/*.safetensors; do
+    if cmp -s "$f" "$last_b/$(basename "$f")"; then
+      n=$((n + 1))
+    else
+      echo "DIFFER $name: $(basename "$last_a")/$(basename "$f")"; differ=1
+    fi
+  done
+  echo "same   $name: $n shard files of $(basename "$last_a"), byte for byte"
+}
+
+for side in a b; do
+  build=${!side}
+  run mlp_zero3.$side "$build" mlp/mlp_train mlp_zero3.cfg checkpoint.every=150 app.log_every=1
+  run mlp_zero2_bf16.$side "$build" mlp/mlp_train mlp_zero2_bf16.cfg checkpoint.every=150 \
+    app.log_every=1
+  run gpt2_demo.$side "$build" gpt2/gpt2_train gpt2_demo.cfg zero.stage=3 app.steps=20 \
+    scheduler.total_steps=21 scheduler.warmup_steps=2 app.log_every=1 app.val_every=10 \
+    app.val_batches=2 app.sample_tokens=0 checkpoint.every=10 "app.train_data=$corpus"
+done
+compare mlp_zero3
+compare mlp_zero2_bf16
+compare gpt2_demo
+[ $differ -eq 0 ] && echo "same_results: A and B agree to the byte" || echo "same_results: A and B differ"
+exit $differ
