@@ -80,6 +80,14 @@ alive() { # PID...: every one still runs (a zombie has ended)
             return 1
     done
 }
+children() { # PID: the pids of its child processes (from /proc: no procps needed)
+    local f st fields
+    for f in /proc/[0-9]*/stat; do
+        st=$(cat "$f" 2> /dev/null) || continue
+        read -r -a fields <<< "${st##*) }"   # after the command name, which may hold spaces
+        [ "${fields[1]}" = "$1" ] && echo "${st%% *}"
+    done
+}
 gone() { # PID...: none runs any more, waiting 10 s at most
     local i p left
     for i in $(seq 100); do
@@ -158,6 +166,9 @@ ranks "$work/p2" 2
 b_ranks=$ranks
 touch "$work/t3"   # A's job fails while A is held
 gone $a_ranks || fail "A2's job did not end after its rank failed"
+# and A2's mpirun too (a zombie while A2 is held): otherwise A2, continued,
+# may find its job still running and stop "while its job ran" instead.
+gone $(children "$a") || fail "A2's mpirun did not end after its job failed"
 kill -CONT "$a"
 finish "$a" "launcher A2" 79
 grep -q "superseded: .*after its job failed" "$work/A2.log" || fail "A2 did not say why it stopped"
