@@ -95,6 +95,20 @@ zs_status zs_sim_memcpy_async(zs_ctx *zs, void *dst, const void *src, size_t byt
  * reports a failure of any of it. */
 zs_status zs_sim_synchronize(zs_ctx *zs);
 
+/* Events (cudaEvent_t): a mark in the stream that the host can wait for
+ * without waiting for everything enqueued after it. record marks every op
+ * enqueued so far (again: the mark moves); synchronize returns once those
+ * have finished (at once for an event never recorded), reporting a failure
+ * of the stream, and tells the stream-order check, so that page-locked
+ * memory a copy before the mark used is the host's again. Not counted in
+ * zs_sim_blocking_waits (the program's wait, not zeroshard's). destroy
+ * accepts NULL. */
+typedef struct zs_sim_event zs_sim_event;
+zs_status zs_sim_event_create(zs_ctx *zs, zs_sim_event **out);
+zs_status zs_sim_event_record(zs_ctx *zs, zs_sim_event *event);
+zs_status zs_sim_event_synchronize(zs_ctx *zs, zs_sim_event *event);
+void zs_sim_event_destroy(zs_ctx *zs, zs_sim_event *event);
+
 /* How many times zeroshard has blocked the host on the device so far (not
  * the program's own waits; the CUDA backend counts the same way, and its
  * count is returned on CUDA): what a program checks to see that a step

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two builds, the same results to the byte? For a change that must not
-# change behaviour (issue 40 moved zero/, comm/ and core/ into floors).
+# change behaviour (issue 40 moved zero/, comm/ and core/ into floors; issue
+# 41 put the models' CPU math behind the shared layers of examples/nn).
 #
 #   bash bench/house/same_results.sh BUILD_A BUILD_B
 #
@@ -8,10 +9,13 @@
 # stage 3, and configs/mlp_zero2_bf16.cfg, stage 2 bf16 with accumulation;
 # checkpoints at steps 150 and 300)
 # and the GPT-2 demo model (configs/gpt2_demo.cfg, 2 ranks, stage 3, bf16,
-# 20 steps), each ending with a checkpoint. Then compares, A against B:
+# 20 steps) and the Llama demo model (configs/llama_demo.cfg, the same
+# way), each ending with a checkpoint. Then compares, A against B:
 # every loss line the program printed (the step time cut off), and every
 # shard file of the last checkpoint (parameters, master weights, optimizer
-# moments, the program's state), byte for byte with cmp. Prints one line per
+# moments, the program's state), byte for byte with cmp, and for the two
+# language models the Hugging Face export of that checkpoint (zs-ckpt
+# export --hf: every file of the directory). Prints one line per
 # comparison and exits 1 on any difference.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -60,6 +64,26 @@ compare() {
   echo "same   $name: $n shard files of $(basename "$last_a"), byte for byte"
 }
 
+# compare_export NAME: the Hugging Face exports of the two last checkpoints.
+compare_export() {
+  local name=$1 side n=0 f
+  for side in a b; do
+    local build=${!side} last
+    last=$(ls -d "$work/$name.$side.ckpt"/step_* | tail -1)
+    "$build/tools/zs-ckpt" export --hf "$work/$name.$side.hf" "$last" > "$work/$name.$side.export.log" 2>&1 ||
+      { tail -5 "$work/$name.$side.export.log"; echo "same_results: export of $name.$side failed"; exit 1; }
+  done
+  for f in "$work/$name.a.hf"/*; do
+    if cmp -s "$f" "$work/$name.b.hf/$(basename "$f")"; then
+      n=$((n + 1))
+    else
+      echo "DIFFER $name: Hugging Face export $(basename "$f")"; differ=1
+    fi
+  done
+  [ "$n" -gt 0 ] || { echo "DIFFER $name: empty Hugging Face export"; differ=1; }
+  echo "same   $name: $n files of the Hugging Face export, byte for byte"
+}
+
 for side in a b; do
   build=${!side}
   run mlp_zero3.$side "$build" mlp/mlp_train mlp_zero3.cfg checkpoint.every=150 app.log_every=1
@@ -68,9 +92,15 @@ for side in a b; do
   run gpt2_demo.$side "$build" gpt2/gpt2_train gpt2_demo.cfg zero.stage=3 app.steps=20 \
     scheduler.total_steps=21 scheduler.warmup_steps=2 app.log_every=1 app.val_every=10 \
     app.val_batches=2 app.sample_tokens=0 checkpoint.every=10 "app.train_data=$corpus"
+  run llama_demo.$side "$build" llama/llama_train llama_demo.cfg zero.stage=3 app.steps=20 \
+    scheduler.total_steps=21 scheduler.warmup_steps=2 app.log_every=1 app.val_every=10 \
+    app.val_batches=2 app.sample_tokens=0 checkpoint.every=10
 done
 compare mlp_zero3
 compare mlp_zero2_bf16
 compare gpt2_demo
+compare_export gpt2_demo
+compare llama_demo
+compare_export llama_demo
 [ $differ -eq 0 ] && echo "same_results: A and B agree to the byte" || echo "same_results: A and B differ"
 exit $differ

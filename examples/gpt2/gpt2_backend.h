@@ -1,7 +1,9 @@
 /*
  * gpt2_backend — GPT-2's math (gpt2_model.h) on one device (nn_device.h):
- * the CPU (gpt2_cpu.c: OpenBLAS sgemm and OpenMP loops) or a CUDA device
- * (gpt2_cuda*.cu: cuBLAS and kernels on a caller's stream). The trainer
+ * a device with host layers (gpt2_cpu.c over nn_layers.h: the CPU, or the
+ * simulated device that runs the CPU's layers on zeroshard's sim stream)
+ * or a CUDA device (gpt2_cuda*.cu: cuBLAS and kernels on a caller's
+ * stream). The trainer
  * calls both through this one table of function pointers, with no #ifdef;
  * memory and transfers are the backend's device's (be->dev):
  *
@@ -61,7 +63,7 @@ extern "C" {
 typedef struct gpt2_backend gpt2_backend;
 
 typedef struct gpt2_backend_ops {
-    const char *name; /* "cpu" or "cuda" */
+    const char *name; /* "cpu", "sim" or "cuda" */
 
     /* The message of the last failure ("" if none); valid until the next op. */
     const char *(*last_error)(const gpt2_backend *be);
@@ -149,13 +151,20 @@ struct gpt2_backend {
  * when host memory runs out. */
 gpt2_backend *gpt2_cpu_backend_create(void);
 
+/* The same backend on any device with host layers (dev->layers: the CPU's,
+ * or the simulated device's, nn_sim.h), which it takes over (destroyed
+ * with it, or here on failure). ops->name is the device's ("cpu", "sim");
+ * the bits are the CPU's on both. 0 and *out, or an nn_status with a
+ * message in err. */
+int gpt2_layers_backend_create(nn_device *dev, gpt2_backend **out, char *err, size_t cap);
+
 /* Options of the CUDA backend. */
 typedef struct gpt2_cuda_options {
     nn_dtype dtype; /* fp32 (exact: no TF32), bf16 or fp16 (tensor cores) */
     /* GELU fused into the c_fc GEMM's epilogue: 0 none, 1 the forward, 2 the
      * forward and the backward (cuBLASLt's GELU_AUX_BIAS and DGELU), -1
      * the default: 2 in bf16 and fp16 from compute capability 9.0, 0
-     * before, and 0 in fp32, the exact mode, which keeps gpt2_math.h's
+     * before, and 0 in fp32, the exact mode, which keeps nn_layer_math.h's
      * GELU. This is the default llm.c's usage text names, but llm.c's code
      * still resolves -1 to 0 ("in the future, we might want to set gelu
      * fusion to 2 for SM90+"): nobody has measured it yet. Both settings

@@ -1,24 +1,16 @@
 /*
- * The CPU backend of gpt2_backend.h: the layers GPT-2 shares with the
- * other models (linear layers, column sums, causal attention, the fused
- * classifier) are nn_cpu.h's; GPT-2's own (LayerNorm, GELU, the
- * embedding) are loops over rows (or column tiles) calling gpt2_math.h,
- * spread over OpenMP threads.
+ * The host-math backend of gpt2_backend.h: GPT-2's orchestration over the
+ * layers of its device (nn_layers.h). On the CPU device every layer runs at
+ * once on host pointers; on the simulated device (nn_sim.h) every layer is
+ * a kernel on zeroshard's sim stream that runs the CPU's layer on device
+ * addresses, so both give the same bits. This file touches no tensor: it
+ * checks arguments, carves scratch and calls layers.
  *
- * Determinism: a row's math runs in one thread; every sum over rows (bias,
- * LayerNorm and embedding gradients) is split by columns, each column adding
- * its rows in ascending order within one thread. So no result depends on the
- * number of OpenMP threads or on the schedule. OpenBLAS splits GEMMs over M
- * and N, not over the summed dimension, so its thread count changes no bits
- * either.
- *
- * Speed: the GEMMs are ~all of the FLOPs, so the rest must be few, cheap,
- * vectorizable passes over memory: bias initialization rides in the GEMMs'
- * beta = 1, the GELU backward is fused with c_fc's bias gradient, the
- * attention's four products per head run directly on the strided qkv layout
- * (lda = 3C) with no copies (nn_cpu.h), and exp/tanh are gpt2_math.h's and
- * nn_math.h's branch-free versions that GCC vectorizes (this file and
- * nn_cpu's are built with -O3 for that).
+ * Determinism and speed are the layers' (nn_cpu_layers.c): a row's math in
+ * one thread, every sum over rows split by columns, rows ascending; bias
+ * initialization rides in the GEMMs' beta = 1, the GELU backward is fused
+ * with c_fc's bias gradient, and the attention runs on the strided qkv
+ * layout (lda = 3C) with no copies.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -28,8 +20,7 @@
 #include "cpu_blas.h"
 #include "gpt2_backend.h"
 #include "gpt2_backend_impl.h"
-#include "gpt2_math.h"
-#include "nn_cpu.h"
+#include "nn_layers.h"
 
 typedef struct cpu_impl {
     char err[NN_ERR_CAP];
@@ -76,83 +67,8 @@ static const char *cpu_last_error(const gpt2_backend *be) {
     return ((const cpu_impl *)be->impl)->err;
 }
 
-/* ------------------------------------------------------ loop helpers */
-
-/* Through the GELU and into c_fc's bias in one pass over [rows][N]:
- * d[r][c] *= gelu'(pre[r][c]), then db[c] += sum over r of the new d[r][c]. */
-static void cpu_gelu_backward_colsum(int rows, int N, float *d, const float *pre, float *db) {
-    const int tiles = (N + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
-#pragma omp parallel for schedule(static)
-    for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * NN_CPU_COL_TILE;
-        const int w = N - c0 < NN_CPU_COL_TILE ? N - c0 : NN_CPU_COL_TILE;
-        float acc[NN_CPU_COL_TILE] = {0.0f};
-        for (int r = 0; r < rows; r++) {
-            float *drow = d + (size_t)r * (size_t)N + (size_t)c0;
-            const float *prow = pre + (size_t)r * (size_t)N + (size_t)c0;
-            for (int j = 0; j < w; j++) {
-                const float v = drow[j] * gpt2_gelu_grad(prow[j]);
-                drow[j] = v;
-                acc[j] += v;
-            }
-        }
-        for (int j = 0; j < w; j++) {
-            db[c0 + j] += acc[j];
-        }
-    }
-}
-
-/* A LayerNorm's parameter gradients over rows: dw[c] += sum_r dout * xhat,
- * db[c] += sum_r dout, with xhat recomputed from x, mean and rstd exactly as
- * the forward did. dout, x: [rows][C]; mean, rstd: [rows]. */
-static void cpu_layernorm_param_grads(int rows, int C, const float *dout, const float *x,
-                                      const float *mean, const float *rstd, float *dw,
-                                      float *db) {
-    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
-#pragma omp parallel for schedule(static)
-    for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * NN_CPU_COL_TILE;
-        const int w = C - c0 < NN_CPU_COL_TILE ? C - c0 : NN_CPU_COL_TILE;
-        float acc_w[NN_CPU_COL_TILE] = {0.0f};
-        float acc_b[NN_CPU_COL_TILE] = {0.0f};
-        for (int r = 0; r < rows; r++) {
-            const float *drow = dout + (size_t)r * (size_t)C + (size_t)c0;
-            const float *xrow = x + (size_t)r * (size_t)C + (size_t)c0;
-            const float m = mean[r], s = rstd[r];
-            for (int j = 0; j < w; j++) {
-                acc_w[j] += drow[j] * gpt2_layernorm_xhat(xrow[j], m, s);
-                acc_b[j] += drow[j];
-            }
-        }
-        for (int j = 0; j < w; j++) {
-            dw[c0 + j] += acc_w[j];
-            db[c0 + j] += acc_b[j];
-        }
-    }
-}
-
-static void cpu_layernorm_forward(int rows, int C, const float *x, const float *w,
-                                  const float *b, float *out, float *mean, float *rstd) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const size_t off = (size_t)r * (size_t)C;
-        gpt2_layernorm_forward_row(C, x + off, w, b, out + off, &mean[r], &rstd[r]);
-    }
-}
-
-/* dx = dres + LayerNorm's input gradient, row by row (dres may be NULL or
- * alias dx), plus the parameter gradients into dw, db. */
-static void cpu_layernorm_backward(int rows, int C, const float *dout, const float *x,
-                                   const float *mean, const float *rstd, const float *w,
-                                   const float *dres, float *dx, float *dw, float *db) {
-    cpu_layernorm_param_grads(rows, C, dout, x, mean, rstd, dw, db);
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const size_t off = (size_t)r * (size_t)C;
-        gpt2_layernorm_backward_row(C, dout + off, x + off, w, mean[r], rstd[r],
-                                    dres != NULL ? dres + off : NULL, dx + off);
-    }
-}
+/* Return a layer's failure, with its device's message. */
+#define LAYER(call) NN_LAYER_TRY(be->dev, "gpt2", cpu__err(be), NN_ERR_CAP, call)
 
 /* Where GPT-2's attention finds q, k and v: qkv rows of 3C, heads of C/NH
  * side by side, as many K/V heads as query heads. */
@@ -166,75 +82,45 @@ static nn_attn_layout cpu_attn_layout(const gpt2_dims *d, int B, int T) {
 
 /* ---------------------------------------------------------- the model */
 
+/* The tokens' check, on the device that holds them. */
 static int cpu_check_tokens(gpt2_backend *be, const char *op, const char *what,
                             const int *tokens, long long n, int V) {
-    for (long long r = 0; r < n; r++) {
-        if (tokens[r] < 0 || tokens[r] >= V) {
-            return ex_error(CPU_ERR(be), NN_ERR_ARG,
-                               "gpt2 %s: %s[%lld] = %d is outside [0, vocab = %d)", op, what, r,
-                               tokens[r], V);
-        }
-    }
-    return NN_OK;
+    return be->dev->layers->check_tokens(be->dev, "gpt2", op, what, "vocab", tokens, n, V,
+                                         CPU_ERR(be));
 }
 
 static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                             const gpt2_embed_w *w, const int *tokens, void *x_out) {
-    float *x = x_out;
-    const float *wte = w->wte, *wpe = w->wpe;
+                             const gpt2_embed_w *w, const int *tokens, void *x) {
+    const nn_layer_ops *L = be->dev->layers;
     CPU_TRY(gpt2__check_shape("embed_forward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_embed_w("embed_forward", "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr("embed_forward", "tokens", tokens, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr("embed_forward", "x", x, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
     CPU_TRY(cpu_check_tokens(be, "embed_forward", "tokens", tokens, BT, d->vocab));
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < BT; r++) {
-        const float *te = wte + (size_t)tokens[r] * (size_t)C;
-        const float *pe = wpe + (size_t)(r % T) * (size_t)C;
-        float *xr = x + (size_t)r * (size_t)C;
-        for (int c = 0; c < C; c++) {
-            xr[c] = te[c] + pe[c];
-        }
-    }
+    LAYER(L->embed_forward(be->dev, BT, T, C, w->wte, w->wpe, tokens, x));
     return NN_OK;
 }
 
 static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
-                              gpt2_embed_w *g, const int *tokens, const void *dx_in) {
-    const float *dx = dx_in;
-    float *g_wte = g->wte, *g_wpe = g->wpe;
+                              gpt2_embed_w *g, const int *tokens, const void *dx) {
+    const nn_layer_ops *L = be->dev->layers;
     CPU_TRY(gpt2__check_shape("embed_backward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_embed_w("embed_backward", "g", g, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr("embed_backward", "tokens", tokens, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr("embed_backward", "dx", dx, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
     CPU_TRY(cpu_check_tokens(be, "embed_backward", "tokens", tokens, BT, d->vocab));
-    // Split by columns: a thread owns columns [c0, c0 + w) of every row of
-    // wte and wpe, and adds the rows of dx in ascending order, so a token
-    // that repeats adds its rows in the same order on every run.
-    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
-#pragma omp parallel for schedule(static)
-    for (int tile = 0; tile < tiles; tile++) {
-        const int c0 = tile * NN_CPU_COL_TILE;
-        const int w = C - c0 < NN_CPU_COL_TILE ? C - c0 : NN_CPU_COL_TILE;
-        for (int r = 0; r < BT; r++) {
-            const float *dr = dx + (size_t)r * (size_t)C + (size_t)c0;
-            float *te = g_wte + (size_t)tokens[r] * (size_t)C + (size_t)c0;
-            float *pe = g_wpe + (size_t)(r % T) * (size_t)C + (size_t)c0;
-            for (int j = 0; j < w; j++) {
-                te[j] += dr[j];
-                pe[j] += dr[j];
-            }
-        }
-    }
+    LAYER(L->embed_backward(be->dev, BT, T, C, g->wte, g->wpe, tokens, dx));
     return NN_OK;
 }
 
 static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                              const gpt2_block_w *w, const void *x, gpt2_block_acts *a, void *y,
                              void *scratch) {
-    (void)scratch; /* the CPU's forward keeps everything in acts */
+    (void)scratch; /* the forward keeps everything in acts */
+    const nn_layer_ops *L = be->dev->layers;
+    nn_device *dev = be->dev;
     CPU_TRY(gpt2__check_shape("block_forward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_block_w("block_forward", "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_acts("block_forward", a, CPU_ERR(be)));
@@ -242,29 +128,30 @@ static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     CPU_TRY(gpt2__check_ptr("block_forward", "y", y, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
     // Attention half: res1 = x + c_proj(attn(ln_1(x))).
-    cpu_layernorm_forward(BT, C, x, w->ln1w, w->ln1b, a->ln1, a->ln1_mean, a->ln1_rstd);
-    nn_cpu_linear_forward(BT, C, 3 * C, a->ln1, C, w->qkvw, w->qkvb, NULL, 0, a->qkv, 3 * C);
+    LAYER(L->layernorm_forward(dev, BT, C, x, w->ln1w, w->ln1b, a->ln1, a->ln1_mean,
+                               a->ln1_rstd));
+    LAYER(L->linear_forward(dev, BT, C, 3 * C, a->ln1, C, w->qkvw, w->qkvb, NULL, 0, a->qkv,
+                            3 * C));
     const nn_attn_layout attn = cpu_attn_layout(d, B, T);
-    nn_cpu_attention_forward(&attn, a->qkv, a->att, a->atty);
-    nn_cpu_linear_forward(BT, C, C, a->atty, C, w->attprojw, w->attprojb, x, C, a->res1, C);
+    LAYER(L->attention_forward(dev, &attn, a->qkv, a->att, a->atty));
+    LAYER(L->linear_forward(dev, BT, C, C, a->atty, C, w->attprojw, w->attprojb, x, C, a->res1,
+                            C));
     // MLP half: y = res1 + c_proj(gelu(c_fc(ln_2(res1)))).
-    cpu_layernorm_forward(BT, C, a->res1, w->ln2w, w->ln2b, a->ln2, a->ln2_mean, a->ln2_rstd);
-    nn_cpu_linear_forward(BT, C, 4 * C, a->ln2, C, w->fcw, w->fcb, NULL, 0, a->fch, 4 * C);
-    const long long n = (long long)BT * 4 * C;
-    const float *pre = a->fch;
-    float *post = a->fch_gelu;
-#pragma omp parallel for schedule(static)
-    for (long long k = 0; k < n; k++) {
-        post[k] = gpt2_gelu(pre[k]);
-    }
-    nn_cpu_linear_forward(BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, w->fcprojb, a->res1, C,
-                          y, C);
+    LAYER(L->layernorm_forward(dev, BT, C, a->res1, w->ln2w, w->ln2b, a->ln2, a->ln2_mean,
+                               a->ln2_rstd));
+    LAYER(L->linear_forward(dev, BT, C, 4 * C, a->ln2, C, w->fcw, w->fcb, NULL, 0, a->fch,
+                            4 * C));
+    LAYER(L->gelu_forward(dev, (long long)BT * 4 * C, a->fch, a->fch_gelu));
+    LAYER(L->linear_forward(dev, BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, w->fcprojb,
+                            a->res1, C, y, C));
     return NN_OK;
 }
 
 static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                               const gpt2_block_w *w, gpt2_block_w *g, const void *x,
                               const gpt2_block_acts *a, const void *dy, void *dx, void *scratch) {
+    const nn_layer_ops *L = be->dev->layers;
+    nn_device *dev = be->dev;
     CPU_TRY(gpt2__check_shape("block_backward", d, B, T, CPU_ERR(be)));
     CPU_TRY(gpt2__check_block_w("block_backward", "w", w, CPU_ERR(be)));
     CPU_TRY(gpt2__check_block_w("block_backward", "g", g, CPU_ERR(be)));
@@ -279,24 +166,27 @@ static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
     float *datt = dmid + (size_t)BT * C;         // [NH][T][T]
 
     // MLP half. dy reaches res1 directly (residual) and through the MLP.
-    nn_cpu_colsum_add(BT, C, dy, C, g->fcprojb);
-    nn_cpu_linear_backward(BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, dy, C, g->fcprojw, dbig,
-                           4 * C, 0.0f);
-    cpu_gelu_backward_colsum(BT, 4 * C, dbig, a->fch, g->fcb);
-    nn_cpu_linear_backward(BT, C, 4 * C, a->ln2, C, w->fcw, dbig, 4 * C, g->fcw, dmid, C, 0.0f);
+    LAYER(L->colsum_add(dev, BT, C, dy, C, g->fcprojb));
+    LAYER(L->linear_backward(dev, BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, dy, C,
+                             g->fcprojw, dbig, 4 * C, 0.0f));
+    LAYER(L->gelu_backward_colsum(dev, BT, 4 * C, dbig, a->fch, g->fcb));
+    LAYER(L->linear_backward(dev, BT, C, 4 * C, a->ln2, C, w->fcw, dbig, 4 * C, g->fcw, dmid, C,
+                             0.0f));
     // dx holds d res1 = dy + ln_2's input gradient from here on.
-    cpu_layernorm_backward(BT, C, dmid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w, dy, dx,
-                           g->ln2w, g->ln2b);
+    LAYER(L->layernorm_backward(dev, BT, C, dmid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w, dy,
+                                dx, g->ln2w, g->ln2b));
 
     // Attention half, the same way with d res1.
-    nn_cpu_colsum_add(BT, C, dx, C, g->attprojb);
-    nn_cpu_linear_backward(BT, C, C, a->atty, C, w->attprojw, dx, C, g->attprojw, dmid, C, 0.0f);
+    LAYER(L->colsum_add(dev, BT, C, dx, C, g->attprojb));
+    LAYER(L->linear_backward(dev, BT, C, C, a->atty, C, w->attprojw, dx, C, g->attprojw, dmid, C,
+                             0.0f));
     const nn_attn_layout attn = cpu_attn_layout(d, B, T);
-    nn_cpu_attention_backward(&attn, a->qkv, a->att, dmid, dbig, datt);
-    nn_cpu_colsum_add(BT, 3 * C, dbig, 3 * C, g->qkvb);
-    nn_cpu_linear_backward(BT, C, 3 * C, a->ln1, C, w->qkvw, dbig, 3 * C, g->qkvw, dmid, C, 0.0f);
-    cpu_layernorm_backward(BT, C, dmid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx, g->ln1w,
-                           g->ln1b);
+    LAYER(L->attention_backward(dev, &attn, a->qkv, a->att, dmid, dbig, datt));
+    LAYER(L->colsum_add(dev, BT, 3 * C, dbig, 3 * C, g->qkvb));
+    LAYER(L->linear_backward(dev, BT, C, 3 * C, a->ln1, C, w->qkvw, dbig, 3 * C, g->qkvw, dmid,
+                             C, 0.0f));
+    LAYER(L->layernorm_backward(dev, BT, C, dmid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx,
+                                g->ln1w, g->ln1b));
     return NN_OK;
 }
 
@@ -319,9 +209,11 @@ static int cpu_check_head(gpt2_backend *be, const char *op, const gpt2_dims *d, 
 }
 
 /* The head over chunks of rows; gradients only when g is not NULL. */
-static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2_embed_w *g,
-                         const float *x, const int *targets, float dloss_scale, float *dx,
-                         float *losses, int chunk_rows, float *scratch) {
+static int cpu_head_run(gpt2_backend *be, const gpt2_dims *d, int BT, const gpt2_embed_w *w,
+                        gpt2_embed_w *g, const float *x, const int *targets, float dloss_scale,
+                        float *dx, float *losses, int chunk_rows, float *scratch) {
+    const nn_layer_ops *L = be->dev->layers;
+    nn_device *dev = be->dev;
     const float *wte = w->wte;
     const int C = d->n_embd, V = d->vocab;
     const int R = chunk_rows < BT ? chunk_rows : BT;
@@ -334,17 +226,18 @@ static void cpu_head_run(const gpt2_dims *d, int BT, const gpt2_embed_w *w, gpt2
     for (int r0 = 0; r0 < BT; r0 += R) {
         const int n = BT - r0 < R ? BT - r0 : R;
         const float *xc = x + (size_t)r0 * C;
-        cpu_layernorm_forward(n, C, xc, w->lnfw, w->lnfb, xn, mean, rstd);
+        LAYER(L->layernorm_forward(dev, n, C, xc, w->lnfw, w->lnfb, xn, mean, rstd));
         // logits, losses and (training) g->wte += dlogits^T . xn, dxn =
         // dlogits . wte, through the tied embedding.
-        nn_cpu_classifier_chunk(n, C, V, xn, wte, targets + r0, dloss_scale, losses + r0, logits,
-                                want_grad ? g->wte : NULL, dxn);
+        LAYER(L->classifier_chunk(dev, n, C, V, xn, wte, targets + r0, dloss_scale, losses + r0,
+                                  logits, want_grad ? g->wte : NULL, dxn));
         if (!want_grad) {
             continue;
         }
-        cpu_layernorm_backward(n, C, dxn, xc, mean, rstd, w->lnfw, NULL, dx + (size_t)r0 * C,
-                               g->lnfw, g->lnfb);
+        LAYER(L->layernorm_backward(dev, n, C, dxn, xc, mean, rstd, w->lnfw, NULL,
+                                    dx + (size_t)r0 * C, g->lnfw, g->lnfb));
     }
+    return NN_OK;
 }
 
 static int cpu_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -358,8 +251,8 @@ static int cpu_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B
     CPU_TRY(gpt2__check_ptr(op, "dx", dx, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
     CPU_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
-    cpu_head_run(d, B * T, w, g, x, targets, dloss_scale, dx, losses, chunk_rows, scratch);
-    return NN_OK;
+    return cpu_head_run(be, d, B * T, w, g, x, targets, dloss_scale, dx, losses, chunk_rows,
+                        scratch);
 }
 
 static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -370,13 +263,15 @@ static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     CPU_TRY(gpt2__check_ptr(op, "targets", targets, CPU_ERR(be)));
     CPU_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
     CPU_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
-    cpu_head_run(d, B * T, w, NULL, x, targets, 0.0f, NULL, losses, chunk_rows, scratch);
-    return NN_OK;
+    return cpu_head_run(be, d, B * T, w, NULL, x, targets, 0.0f, NULL, losses, chunk_rows,
+                        scratch);
 }
 
 static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                            const gpt2_embed_w *w, const void *x_in, int row, float *host_logits,
                            void *scratch) {
+    const nn_layer_ops *L = be->dev->layers;
+    nn_device *dev = be->dev;
     const float *x = x_in;
     const char *op = "head_logits";
     CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, 1, scratch));
@@ -386,11 +281,14 @@ static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                            "gpt2 %s: row %d is outside [0, B * T = %lld)", op, row,
                            (long long)B * T);
     }
-    const int C = d->n_embd;
-    float *xn = scratch; // [C], then mean and rstd
-    gpt2_layernorm_forward_row(C, x + (size_t)row * C, w->lnfw, w->lnfb, xn, &xn[C], &xn[C + 1]);
-    // host_logits: [V] = wte . xn
-    nn_cpu_classifier_logits_row(C, d->vocab, xn, w->wte, host_logits);
+    const int C = d->n_embd, V = d->vocab;
+    float *xn = scratch;          // [C], then mean and rstd
+    float *logits = xn + C + 2;   // [V]: the head's scratch holds a chunk's logits
+    LAYER(L->layernorm_forward(dev, 1, C, x + (size_t)row * C, w->lnfw, w->lnfb, xn, &xn[C],
+                               &xn[C + 1]));
+    // logits: [V] = wte . xn, then to the host.
+    LAYER(L->classifier_logits_row(dev, C, V, xn, w->wte, logits));
+    LAYER(dev->ops->download(dev, host_logits, logits, sizeof(float) * (size_t)V));
     return NN_OK;
 }
 
@@ -405,37 +303,54 @@ static void cpu_destroy(gpt2_backend *be) {
     free(be);
 }
 
-static const gpt2_backend_ops cpu_ops = {
-    .name = "cpu",
-    .last_error = cpu_last_error,
-    .block_scratch_bytes = cpu_block_scratch_bytes,
-    .head_scratch_bytes = cpu_head_scratch_bytes,
-    .embed_forward = cpu_embed_forward,
-    .embed_backward = cpu_embed_backward,
-    .block_forward = cpu_block_forward,
-    .block_backward = cpu_block_backward,
-    .head_forward_backward = cpu_head_forward_backward,
-    .head_forward = cpu_head_forward,
-    .head_logits = cpu_head_logits,
-    .destroy = cpu_destroy,
-};
+/* The same ops under the name of the device they run on. */
+#define GPT2_LAYERS_OPS(device_name)                                                          \
+    {                                                                                         \
+        .name = device_name, .last_error = cpu_last_error,                                    \
+        .block_scratch_bytes = cpu_block_scratch_bytes,                                       \
+        .head_scratch_bytes = cpu_head_scratch_bytes, .embed_forward = cpu_embed_forward,     \
+        .embed_backward = cpu_embed_backward, .block_forward = cpu_block_forward,             \
+        .block_backward = cpu_block_backward,                                                 \
+        .head_forward_backward = cpu_head_forward_backward,                                   \
+        .head_forward = cpu_head_forward, .head_logits = cpu_head_logits,                     \
+        .destroy = cpu_destroy,                                                               \
+    }
+static const gpt2_backend_ops cpu_ops = GPT2_LAYERS_OPS("cpu");
+static const gpt2_backend_ops sim_ops = GPT2_LAYERS_OPS("sim");
 
-gpt2_backend *gpt2_cpu_backend_create(void) {
-    gpt2_backend *be = calloc(1, sizeof(*be));
-    cpu_impl *impl = calloc(1, sizeof(*impl));
-    nn_device *dev = nn_cpu_device_create();
-    if (be == NULL || impl == NULL || dev == NULL) {
-        free(be);
-        free(impl);
+int gpt2_layers_backend_create(nn_device *dev, gpt2_backend **out, char *err, size_t cap) {
+    *out = NULL;
+    if (dev == NULL || dev->layers == NULL) {
         if (dev) {
             dev->ops->destroy(dev);
         }
-        return NULL;
+        return ex_error(err, cap, NN_ERR_ARG,
+                        "gpt2: the device has no host layers (nn_layers.h): the CPU and the "
+                        "simulated device have them; CUDA has its own backend");
+    }
+    gpt2_backend *be = calloc(1, sizeof(*be));
+    cpu_impl *impl = calloc(1, sizeof(*impl));
+    if (be == NULL || impl == NULL) {
+        free(be);
+        free(impl);
+        dev->ops->destroy(dev);
+        return ex_error(err, cap, NN_ERR_NOMEM, "gpt2: out of host memory");
     }
     ex_blas_init();
-    be->ops = &cpu_ops;
+    be->ops = strcmp(dev->ops->name, "sim") == 0 ? &sim_ops : &cpu_ops;
     be->dtype = NN_F32;
     be->dev = dev;
     be->impl = impl;
+    *out = be;
+    return NN_OK;
+}
+
+gpt2_backend *gpt2_cpu_backend_create(void) {
+    nn_device *dev = nn_cpu_device_create();
+    gpt2_backend *be = NULL;
+    char err[NN_ERR_CAP];
+    if (dev == NULL || gpt2_layers_backend_create(dev, &be, err, sizeof err) != NN_OK) {
+        return NULL;
+    }
     return be;
 }

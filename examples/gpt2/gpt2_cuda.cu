@@ -275,7 +275,7 @@ extern "C" int gpt2_cuda_backend_create(void *cuda_stream, const gpt2_cuda_optio
     // llm.c's usage text names (its code still picks 0; gpt2_backend.h),
     // not yet measured against the unfused path, which the GPU check does
     // (bench_gpt2_cuda.sh GELU_FUSION="0 2"). fp32, the exact mode, keeps
-    // gpt2_math.h's GELU.
+    // nn_layer_math.h's GELU.
     cx->gelu_fusion = options->gelu_fusion >= 0 ? options->gelu_fusion
                       : options->dtype != NN_F32 && cx->sm_major >= 9 ? 2
                                                                          : 0;

@@ -22,7 +22,7 @@
 
 #include "gpt2_backend.h"
 #include "gpt2_backend_impl.h"
-#include "gpt2_math.h"
+#include "nn_layer_math.h"
 #include "nn_cuda_ctx.cuh"
 
 namespace gpt2cuda {

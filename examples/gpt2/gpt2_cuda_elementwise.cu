@@ -11,7 +11,7 @@ namespace gpt2cuda {
 namespace {
 
 struct gelu_op {
-    __device__ float operator()(float x) const { return gpt2_gelu(x); }
+    __device__ float operator()(float x) const { return nn_gelu(x); }
 };
 
 // The column sum's value at (r, c) of d * gelu'(pre): d is multiplied in
@@ -22,7 +22,7 @@ template <typename T> struct gelu_grad_values {
     int N;
     __device__ void operator()(int r, int c, float *s) const {
         const size_t k = (size_t)r * N + c;
-        const T rounded = from_f32<T>(to_f32(d[k]) * gpt2_gelu_grad(to_f32(pre[k])));
+        const T rounded = from_f32<T>(to_f32(d[k]) * nn_gelu_grad(to_f32(pre[k])));
         d[k] = rounded;
         s[0] += to_f32(rounded);
     }

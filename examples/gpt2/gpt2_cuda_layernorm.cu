@@ -1,6 +1,6 @@
 // LayerNorm on CUDA: a warp per row for the forward and the input gradient
-// (the row's statistics are warp sums in fp32, the elements gpt2_math.h's
-// gpt2_layernorm_out and gpt2_layernorm_dx), and a deterministic column sum
+// (the row's statistics are warp sums in fp32, the elements nn_layer_math.h's
+// nn_layernorm_out and nn_layernorm_dx), and a deterministic column sum
 // for the weight and bias gradients (nn_cuda_rows.cuh's: blocks of
 // kColRows rows in order, then the blocks' partials in finish_column's
 // fixed lanes and tree, one rounding into the gradient).
@@ -31,9 +31,9 @@ __global__ void ln_forward_kernel(int rows, int C, const T *x, const T *w, const
         const float dev = v - m;
         q += dev * dev;
     });
-    const float rs = gpt2_layernorm_rstd(warp_sum(q) / (float)C);
+    const float rs = nn_layernorm_rstd(warp_sum(q) / (float)C);
     map_lane<T, VEC>(xr, out + (size_t)r * C, C, lane, [&](int c, float v) {
-        return gpt2_layernorm_out(v, m, rs, to_f32(w[c]), to_f32(b[c]));
+        return nn_layernorm_out(v, m, rs, to_f32(w[c]), to_f32(b[c]));
     });
     if (lane == 0) {
         mean[r] = m;
@@ -55,12 +55,12 @@ __global__ void ln_backward_kernel(int rows, int C, const T *dout, const T *x, c
     for_lane<T, VEC>(dout + off, C, lane, [&](int c, float d) {
         const float g = d * to_f32(w[c]);
         sg += g;
-        sgx += g * gpt2_layernorm_xhat(to_f32(x[off + c]), m, rs);
+        sgx += g * nn_layernorm_xhat(to_f32(x[off + c]), m, rs);
     });
     const float mean_g = warp_sum(sg) / (float)C, mean_gx = warp_sum(sgx) / (float)C;
     map_lane<T, VEC>(dout + off, dx + off, C, lane, [&](int c, float d) {
         const float g = d * to_f32(w[c]);
-        const float v = gpt2_layernorm_dx(g, gpt2_layernorm_xhat(to_f32(x[off + c]), m, rs),
+        const float v = nn_layernorm_dx(g, nn_layernorm_xhat(to_f32(x[off + c]), m, rs),
                                           mean_g, mean_gx, rs);
         const float base = dres != nullptr ? to_f32(dres[off + c]) : 0.0f;
         return base + v;
@@ -75,7 +75,7 @@ template <typename T> struct ln_param_values {
     __device__ void operator()(int r, int c, float *s) const {
         const size_t k = (size_t)r * C + c;
         const float d = to_f32(dout[k]);
-        s[0] += d * gpt2_layernorm_xhat(to_f32(x[k]), mean[r], rstd[r]);
+        s[0] += d * nn_layernorm_xhat(to_f32(x[k]), mean[r], rstd[r]);
         s[1] += d;
     }
 };

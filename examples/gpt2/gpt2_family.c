@@ -38,6 +38,7 @@
 #include "gpt2_backend.h"
 #include "gpt2_llmc.h"
 #include "ex_cuda_stream.h"
+#include "nn_sim.h"
 
 #define PROGRAM "gpt2_train"
 
@@ -173,6 +174,12 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
             .dtype = dt == ZS_DTYPE_BF16 ? NN_BF16 : dt == ZS_DTYPE_FP16 ? NN_F16 : NN_F32,
             .gelu_fusion = (int)m->gelu_fusion};
         if (gpt2_cuda_backend_create(ex_cuda_stream(zs), &options, &m->be, err, cap) != 0)
+            return -1;
+    } else if (strcmp(zs_backend_name(zs), "sim") == 0) {
+        /* The CPU's layers as kernels on zeroshard's sim stream. */
+        nn_device *dev = NULL;
+        if (nn_sim_device_create(zs, &dev, err, cap) != 0 ||
+            gpt2_layers_backend_create(dev, &m->be, err, cap) != 0)
             return -1;
     } else if (!(m->be = gpt2_cpu_backend_create())) {
         snprintf(err, cap, "the model's CPU backend: out of host memory");

@@ -29,7 +29,7 @@ target_link_libraries(gpt2_model PUBLIC nn_cpu nn_cuda ex_cpu_blas BLAS::BLAS Op
 #   -O3                 turns it on with a cost model that accepts loops of
 #                       unknown length (-O2's does not);
 #   -fno-trapping-math  lets it if-convert the clamps and sign selects of
-#                       nn_expf/gpt2_tanhf (GCC keeps branches when a
+#                       nn_expf/nn_tanhf (GCC keeps branches when a
 #                       comparison might raise an FP exception). Nothing here
 #                       reads FP exception flags, and no value changes: GELU
 #                       and softmax loops went 4x faster, bit for bit equal;
@@ -48,7 +48,7 @@ if(ZS_HAVE_CUDA)
   # above the few ulp contraction moves an element, and the stage and
   # repeat comparisons run the same kernels on both sides). The default
   # stays OFF, following ZS_CUDA_FMAD: with it the element math of
-  # gpt2_math.h gives the CPU's bits on the GPU, so a CPU-vs-CUDA
+  # nn_layer_math.h gives the CPU's bits on the GPU, so a CPU-vs-CUDA
   # difference can only come from the order of sums, which keeps the fp32
   # comparisons easy to read; these kernels are bound by memory traffic,
   # where a fused multiply-add saves instructions, not time. The GPU check

@@ -1,7 +1,7 @@
 /*
  * llama_backend — the Llama family's math (llama_model.h) on one device
  * (nn_device.h): the CPU (llama_cpu.c: BLAS and OpenMP loops over
- * llama_math.h) or a CUDA device (llama_cuda*.cu: cuBLASLt and kernels in
+ * nn_layer_math.h) or a CUDA device (llama_cuda*.cu: cuBLASLt and kernels in
  * the compute dtype). The trainer calls both through this table, with no
  * #ifdef; it allocates activations and moves bytes through the device.
  *

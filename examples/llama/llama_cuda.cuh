@@ -5,13 +5,13 @@
 // embedding, column sums, the profile) is examples/nn's
 // (nn_cuda_ctx.cuh); storage, arithmetic and determinism are as described
 // there: tensors in the device's dtype, fp32 arithmetic in every kernel
-// through llama_math.h's element functions, fixed orders, no atomics.
+// through nn_layer_math.h's element functions, fixed orders, no atomics.
 #ifndef LLAMA_CUDA_CUH
 #define LLAMA_CUDA_CUH
 
 #include "llama_backend.h"
 #include "llama_backend_impl.h"
-#include "llama_math.h"
+#include "nn_layer_math.h"
 #include "nn_cuda_ctx.cuh"
 
 namespace llamacuda {
@@ -45,11 +45,11 @@ enum llama_prof_op {
 
 // ------------------------------------------- llama_cuda_kernels.cu
 
-// out = RMSNorm(x) with weight w (llama_rms_out), rstd: [rows] fp32 (the
+// out = RMSNorm(x) with weight w (nn_rms_out), rstd: [rows] fp32 (the
 // statistics in fp32: a warp per row, the mean square a warp sum).
 int rmsnorm_forward(ctx *cx, int rows, int C, float eps, const void *x, const void *w,
                     void *out, float *rstd);
-// dx = dres + RMSNorm's input gradient (llama_rms_dx; dres may be NULL or
+// dx = dres + RMSNorm's input gradient (nn_rms_dx; dres may be NULL or
 // alias dx; dout may be dx when dres is NULL), and dw += sum over rows of
 // dout * x * rstd by the shared deterministic column sums (first: they read
 // dout).
@@ -60,13 +60,13 @@ int rmsnorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x,
 // angles of position r % T (cos, sin: [>= T][hd / 2] fp32 on the device,
 // llama_rope_table's), or by their transpose (backward: the gradient of
 // the unrotated vector). Each thread rotates one pair (i, i + hd/2) through
-// llama_rope_forward / llama_rope_backward.
+// nn_rope_forward / nn_rope_backward.
 int rope(ctx *cx, bool backward, long long BT, int T, int heads, int hd, int ld, void *qkv,
          const float *cos, const float *sin);
-// h = silu(gate) * up, n elements (llama_swiglu).
+// h = silu(gate) * up, n elements (nn_swiglu).
 int swiglu_forward(ctx *cx, long long n, const void *gate, const void *up, void *h);
 // d: [rows][2F]: holds dh in columns [0, F) on entry; on return d gate
-// there and d up in columns [F, 2F) (llama_swiglu_backward). gate, up:
+// there and d up in columns [F, 2F) (nn_swiglu_backward). gate, up:
 // [rows][F].
 int swiglu_backward(ctx *cx, int rows, int F, const void *gate, const void *up, void *d);
 

@@ -1,5 +1,5 @@
 // The Llama family's own kernels on CUDA, each the CPU's loop (llama_cpu.c)
-// with the same llama_math.h element functions, spread over the device:
+// with the same nn_layer_math.h element functions, spread over the device:
 //   RMSNorm   a warp per row (fp32 statistics: the row's mean square a warp
 //             sum where the CPU adds NN_LANES lanes), 16-byte packs where
 //             the rows allow; the weight's gradient a column sum in the
@@ -24,9 +24,9 @@ __global__ void rms_forward_kernel(int rows, int C, float eps, const T *x, const
     const T *xr = x + (size_t)r * C;
     float s = 0.0f;
     for_lane<T, VEC>(xr, C, lane, [&](int, float v) { s += v * v; });
-    const float rs = llama_rms_rstd(warp_sum(s) / (float)C, eps);
+    const float rs = nn_rms_rstd(warp_sum(s) / (float)C, eps);
     map_lane<T, VEC>(xr, out + (size_t)r * C, C, lane,
-                     [&](int c, float v) { return llama_rms_out(v, rs, to_f32(w[c])); });
+                     [&](int c, float v) { return nn_rms_out(v, rs, to_f32(w[c])); });
     if (lane == 0) rstd[r] = rs;
 }
 
@@ -46,7 +46,7 @@ __global__ void rms_backward_kernel(int rows, int C, const T *dout, const T *x, 
     });
     const float mean_gx = warp_sum(sgx) / (float)C;
     map_lane<T, VEC>(dout + off, dx + off, C, lane, [&](int c, float d) {
-        const float v = llama_rms_dx(d * to_f32(w[c]), to_f32(x[off + c]) * rs, mean_gx, rs);
+        const float v = nn_rms_dx(d * to_f32(w[c]), to_f32(x[off + c]) * rs, mean_gx, rs);
         const float base = dres != nullptr ? to_f32(dres[off + c]) : 0.0f;
         return base + v;
     });
@@ -77,18 +77,18 @@ __global__ void rope_kernel(long long BT, int T, int heads, int hd, int ld, E *q
         const size_t t = (size_t)(r % T) * half + i;
         E *v = qkv + (size_t)r * ld + (size_t)h * hd + i;
         float pair[2] = {to_f32(v[0]), to_f32(v[half])};
-        // The pair as a head of size 2: llama_math.h's rotation of one pair.
+        // The pair as a head of size 2: nn_layer_math.h's rotation of one pair.
         if constexpr (BACKWARD)
-            llama_rope_backward(2, pair, cos + t, sin + t);
+            nn_rope_backward(2, pair, cos + t, sin + t);
         else
-            llama_rope_forward(2, pair, cos + t, sin + t);
+            nn_rope_forward(2, pair, cos + t, sin + t);
         v[0] = from_f32<E>(pair[0]);
         v[half] = from_f32<E>(pair[1]);
     }
 }
 
 struct swiglu_op {
-    __device__ float operator()(float gate, float up) const { return llama_swiglu(gate, up); }
+    __device__ float operator()(float gate, float up) const { return nn_swiglu(gate, up); }
 };
 
 // d: [rows][2F] (dh in, d gate and d up out), gate, up: [rows][F]; with VEC
@@ -108,7 +108,7 @@ __global__ void swiglu_backward_kernel(long long rows, int F, const T *gate, con
 #pragma unroll
             for (int j = 0; j < w; j++) {
                 float a, b;
-                llama_swiglu_backward(to_f32(pg.v[j]), to_f32(pu.v[j]), to_f32(pd.v[j]), &a, &b);
+                nn_swiglu_backward(to_f32(pg.v[j]), to_f32(pu.v[j]), to_f32(pd.v[j]), &a, &b);
                 pd.v[j] = from_f32<T>(a);
                 pe.v[j] = from_f32<T>(b);
             }
@@ -116,7 +116,7 @@ __global__ void swiglu_backward_kernel(long long rows, int F, const T *gate, con
             store_pack(du, pe);
         } else {
             float a, b;
-            llama_swiglu_backward(to_f32(g[0]), to_f32(u[0]), to_f32(dg[0]), &a, &b);
+            nn_swiglu_backward(to_f32(g[0]), to_f32(u[0]), to_f32(dg[0]), &a, &b);
             dg[0] = from_f32<T>(a);
             du[0] = from_f32<T>(b);
         }

@@ -53,6 +53,7 @@
 #include "ex_stream.h"
 #include "ex_units.h"
 #include "llama_backend.h"
+#include "nn_sim.h"
 
 #define PROGRAM "llama_train"
 #define HEAD_CHUNK_ROWS_CPU 128
@@ -283,6 +284,10 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
                                                             : NN_F32;
         if (nn_cuda_device_create(ex_cuda_stream(zs), dt, &m->dev, err, cap) != 0) return -1;
         if (llama_cuda_backend_create(m->dev, d, T, &m->be, err, cap) != 0) return -1;
+    } else if (strcmp(zs_backend_name(zs), "sim") == 0) {
+        /* The CPU's layers as kernels on zeroshard's sim stream. */
+        if (nn_sim_device_create(zs, &m->dev, err, cap) != 0) return -1;
+        if (llama_cpu_backend_create(m->dev, d, T, &m->be, err, cap) != 0) return -1;
     } else {
         if (!(m->dev = nn_cpu_device_create())) {
             snprintf(err, cap, "the model's CPU device: out of host memory");

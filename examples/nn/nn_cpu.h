@@ -119,6 +119,12 @@ void nn_cpu_classifier_chunk(int n, int C, int V, const float *xn, const float *
 /* One row's logits for sampling: logits: [V] = W: [V][C] . xn: [C]. */
 void nn_cpu_classifier_logits_row(int C, int V, const float *xn, const float *W, float *logits);
 
+/* ------------------------------------------------------------- losses */
+
+/* sum of losses[0..n) in double, in index order: the devices' losses_sum
+ * (the CPU's at once, the simulated device's as a kernel). */
+double nn_cpu_losses_total(const float *losses, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "nn_device.h"
+#include "nn_cpu.h"
 #include "nn_impl.h"
+#include "nn_layers.h"
 
 const char *nn_status_name(int status) {
     switch (status) {
@@ -96,12 +98,16 @@ static int cpu_losses_sum(nn_device *dev, const float *losses, int n, double *ho
     int s = check_ptr(dev, "losses_sum", "host_out", host_out);
     if (s == NN_OK && n > 0) s = check_ptr(dev, "losses_sum", "losses", losses);
     if (s != NN_OK) return s;
+    *host_out = nn_cpu_losses_total(losses, n);
+    return NN_OK;
+}
+
+double nn_cpu_losses_total(const float *losses, int n) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
         sum += losses[i];
     }
-    *host_out = sum;
-    return NN_OK;
+    return sum;
 }
 
 static const char *cpu_last_error(const nn_device *dev) {
@@ -145,6 +151,7 @@ nn_device *nn_cpu_device_create(void) {
     }
     dev->ops = &cpu_device_ops;
     dev->dtype = NN_F32;
+    dev->layers = &nn_cpu_layer_ops;
     dev->impl = impl;
     return dev;
 }

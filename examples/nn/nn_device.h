@@ -1,6 +1,8 @@
 /*
  * nn_device — where the examples' models keep their tensors and how bytes
- * move: the CPU (host memory) or a CUDA device (device memory, one stream).
+ * move: the CPU (host memory), a CUDA device (device memory, one stream) or
+ * zeroshard's simulated device (nn_sim.h: device memory the host cannot
+ * touch, zeroshard's sim stream).
  * Every model backend (gpt2_backend.h, llama_backend.h) computes on one
  * device, and the shared trainer (examples/trainer) allocates its
  * activations, token buffers and loss slots through it, so that nothing
@@ -89,9 +91,15 @@ typedef struct nn_device_ops {
     void (*destroy)(nn_device *dev);
 } nn_device_ops;
 
+struct nn_layer_ops; /* nn_layers.h */
+
 struct nn_device {
     const nn_device_ops *ops;
     nn_dtype dtype; /* what the models on it store tensors in, fixed at creation */
+    /* The layers that compute on this device's memory (nn_layers.h): the
+     * CPU's, or the simulated device's; NULL on CUDA, whose model backends
+     * keep their own kernels. */
+    const struct nn_layer_ops *layers;
     void *impl;
 };
 

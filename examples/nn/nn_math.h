@@ -3,7 +3,7 @@
  * once and compiled both for the host (C11: the CPU backends) and for CUDA
  * devices (nvcc: the CUDA backends): e^x, reductions over lanes, the causal
  * attention softmax and the softmax cross-entropy. Each model's own math
- * (gpt2_math.h: LayerNorm, GELU; llama_math.h: RMSNorm, RoPE, SwiGLU) builds
+ * (nn_layer_math.h: LayerNorm, GELU; nn_layer_math.h: RMSNorm, RoPE, SwiGLU) builds
  * on it. The CPU runs the row functions below; the GPU's kernels give a row
  * to a warp or a block, whose reductions run as trees over the lanes
  * instead of the lanes of NN_LANES, and then apply the same element

@@ -18,7 +18,7 @@
  * (skipped) without a usable CUDA device.
  *
  * fp32 tolerances. Both backends run the same element math bit for bit
- * (gpt2_math.h and nn_math.h, with GPT2_CUDA_FMAD and NN_CUDA_FMAD off, their
+ * (nn_layer_math.h and nn_math.h, with GPT2_CUDA_FMAD and NN_CUDA_FMAD off, their
  * default; no TF32; with them on, nvcc's contractions move an element by a
  * few ulp, far inside the bounds below); they differ in the order of sums:
  * cuBLAS's GEMM reductions and the GPU's tree/column-block sums against

@@ -1,7 +1,7 @@
 /*
  * The Llama family's CPU backend (llama_backend.h), without zeroshard:
  *   - each new operation's backward against finite differences of its
- *     forward, element by element: RMSNorm, RoPE, SwiGLU (llama_math.h,
+ *     forward, element by element: RMSNorm, RoPE, SwiGLU (nn_layer_math.h,
  *     the functions both backends run);
  *   - every parameter tensor's gradient through the whole model (embed ->
  *     blocks -> head) against finite differences of the loss, for grouped-
@@ -22,7 +22,7 @@
 
 #include "gpt2_check.h"
 #include "llama_backend.h"
-#include "llama_math.h"
+#include "nn_layer_math.h"
 #include "llama_test_model.h"
 
 static int verbose = 0;
@@ -71,7 +71,7 @@ typedef struct rms_ctx {
 static double rms_f(void *p, const float *v) {
     rms_ctx *c = p;
     float out[OP_C], rstd;
-    llama_rmsnorm_forward_row(OP_C, c->wrt_w ? c->x : v, c->wrt_w ? v : c->w, c->eps, out, &rstd);
+    nn_rmsnorm_forward_row(OP_C, c->wrt_w ? c->x : v, c->wrt_w ? v : c->w, c->eps, out, &rstd);
     return project(out, c->proj, OP_C);
 }
 
@@ -84,7 +84,7 @@ static double rope_f(void *p, const float *v) {
     rope_ctx *c = p;
     float y[16];
     memcpy(y, v, sizeof(float) * (size_t)c->hd);
-    llama_rope_forward(c->hd, y, c->cos_t, c->sin_t);
+    nn_rope_forward(c->hd, y, c->cos_t, c->sin_t);
     return project(y, c->proj, c->hd);
 }
 
@@ -94,7 +94,7 @@ typedef struct swiglu_ctx {
 
 static double swiglu_f(void *p, const float *v) {
     const swiglu_ctx *c = p;
-    return (double)llama_swiglu(v[0], v[1]) * c->proj;
+    return (double)nn_swiglu(v[0], v[1]) * c->proj;
 }
 
 static void check_close(const char *what, int k, double an, double fd, double scale) {
@@ -115,8 +115,8 @@ static void test_ops(void) {
         rc.proj[i] = (float)llama_tm_normal(&rng);
     }
     float out[OP_C], rstd, dx[OP_C];
-    llama_rmsnorm_forward_row(OP_C, rc.x, rc.w, rc.eps, out, &rstd);
-    llama_rmsnorm_backward_row(OP_C, rc.proj, rc.x, rc.w, rstd, NULL, dx);
+    nn_rmsnorm_forward_row(OP_C, rc.x, rc.w, rc.eps, out, &rstd);
+    nn_rmsnorm_backward_row(OP_C, rc.proj, rc.x, rc.w, rstd, NULL, dx);
     double scale = 0.0;
     for (int k = 0; k < OP_C; k++) scale = fmax(scale, fabs(dx[k]));
     float x[OP_C];
@@ -132,7 +132,7 @@ static void test_ops(void) {
     // dres joins: dx = dres + the gradient.
     float dres[OP_C], dx2[OP_C];
     for (int k = 0; k < OP_C; k++) dres[k] = (float)k;
-    llama_rmsnorm_backward_row(OP_C, rc.proj, rc.x, rc.w, rstd, dres, dx2);
+    nn_rmsnorm_backward_row(OP_C, rc.proj, rc.x, rc.w, rstd, dres, dx2);
     for (int k = 0; k < OP_C; k++) CHECK(dx2[k] == dres[k] + dx[k]);
 
     // RoPE at a position far along (angles of many turns), hd 16.
@@ -153,19 +153,19 @@ static void test_ops(void) {
         pc.proj[i] = (float)llama_tm_normal(&rng);
     }
     memcpy(g, pc.proj, sizeof g);
-    llama_rope_backward(16, g, pc.cos_t, pc.sin_t);
+    nn_rope_backward(16, g, pc.cos_t, pc.sin_t);
     for (int k = 0; k < 16; k++) check_close("rope", k, g[k], op_fd(rope_f, &pc, v, k), 1.0);
     // A rotation keeps the norm; backward after forward is the identity.
     float r[16];
     memcpy(r, v, sizeof r);
-    llama_rope_forward(16, r, pc.cos_t, pc.sin_t);
+    nn_rope_forward(16, r, pc.cos_t, pc.sin_t);
     double n0 = 0.0, n1 = 0.0;
     for (int i = 0; i < 16; i++) {
         n0 += (double)v[i] * v[i];
         n1 += (double)r[i] * r[i];
     }
     CHECK_MSG(fabs(n0 - n1) < 1e-5 * n0, "rope changed the norm: %.9g vs %.9g", n0, n1);
-    llama_rope_backward(16, r, pc.cos_t, pc.sin_t);
+    nn_rope_backward(16, r, pc.cos_t, pc.sin_t);
     for (int i = 0; i < 16; i++) CHECK(fabs(r[i] - v[i]) < 1e-5);
 
     // SwiGLU over gates from saturated negative to saturated positive.
@@ -173,12 +173,12 @@ static void test_ops(void) {
     for (int i = 0; i < 21; i++) {
         float gu[2] = {(float)(-10.0 + i), (float)(0.7 - 0.1 * i)};
         float dg, du;
-        llama_swiglu_backward(gu[0], gu[1], sc.proj, &dg, &du);
+        nn_swiglu_backward(gu[0], gu[1], sc.proj, &dg, &du);
         check_close("swiglu dgate", i, dg, op_fd(swiglu_f, &sc, gu, 0), 1.0);
         check_close("swiglu dup", i, du, op_fd(swiglu_f, &sc, gu, 1), 1.0);
     }
     // Saturated: e^x clamps instead of overflowing, so no NaN from inf / inf.
-    CHECK(fabs(llama_swiglu(-200.0f, 1.0f)) < 1e-30 && llama_swiglu(200.0f, 1.0f) == 200.0f);
+    CHECK(fabs(nn_swiglu(-200.0f, 1.0f)) < 1e-30 && nn_swiglu(200.0f, 1.0f) == 200.0f);
 }
 
 /* ------------------------------------------------- whole-model finite differences */

@@ -18,7 +18,7 @@
  * 77 (skipped) without a usable CUDA device.
  *
  * fp32 tolerances, as tests/gpt2/test_gpt2_cuda.c's: both backends run
- * llama_math.h's and nn_math.h's element functions bit for bit (nvcc with
+ * nn_layer_math.h's and nn_math.h's element functions bit for bit (nvcc with
  * --fmad=false, NN_CUDA_FMAD's default; no TF32) and differ in the order of
  * sums (cuBLAS's reductions, the warp and column-block trees against
  * OpenBLAS's and the CPU's lanes), a few ulp each, below ~1e-5 of a

@@ -598,6 +598,15 @@ static zs_status sim_fence_wait(zs__backend *be, void *fence) {
     return ZS_OK;
 }
 
+/* A program's event (zs_sim_event_synchronize): the fence's wait, not
+ * counted among the runtime's. */
+zs_status zs__sim_backend_program_fence_wait(zs__backend *be, void *fence) {
+    sim_impl *c = impl_of(be);
+    ZS_CHECK(wait_any(c, ((sim_fence *)fence)->seq, "the program's event wait", 0));
+    zs__sim_check_fence_wait(c->guard, fence);
+    return ZS_OK;
+}
+
 /* ---------------------------------------------------------------- the rest */
 
 static void *sim_get_stream(zs__backend *be) { return impl_of(be); }

@@ -44,5 +44,8 @@ zs_status zs__sim_backend_program_host_free(zs__backend *be, void *ptr);
  * (not counted either). */
 zs_status zs__sim_backend_program_copy(zs__backend *be, void *dst, const void *src, size_t bytes);
 zs_status zs__sim_backend_program_synchronize(zs__backend *be);
+/* The program's wait for a fence (its events: the backend's fences), not
+ * counted either. */
+zs_status zs__sim_backend_program_fence_wait(zs__backend *be, void *fence);
 
 #endif

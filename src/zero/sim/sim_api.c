@@ -123,6 +123,39 @@ zs_status zs_sim_synchronize(zs_ctx *zs) {
     return zs__sim_backend_program_synchronize(be);
 }
 
+/* An event is the backend's fence: recorded behind every op enqueued so
+ * far, waited for by the host, known to the stream-order check. */
+zs_status zs_sim_event_create(zs_ctx *zs, zs_sim_event **out) {
+    zs__backend *be = NULL;
+    *out = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_event_create", &be));
+    void *fence = NULL;
+    ZS_CHECK(zs__fence_create(be, &fence));
+    *out = fence;
+    return ZS_OK;
+}
+
+zs_status zs_sim_event_record(zs_ctx *zs, zs_sim_event *event) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_event_record", &be));
+    if (!event) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_sim_event_record: event is NULL");
+    return zs__fence_record(be, event);
+}
+
+zs_status zs_sim_event_synchronize(zs_ctx *zs, zs_sim_event *event) {
+    zs__backend *be = NULL;
+    ZS_CHECK(sim_of(zs, "zs_sim_event_synchronize", &be));
+    if (!event)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_sim_event_synchronize: event is NULL");
+    return zs__sim_backend_program_fence_wait(be, event);
+}
+
+void zs_sim_event_destroy(zs_ctx *zs, zs_sim_event *event) {
+    zs__backend *be = NULL;
+    if (!event || sim_of(zs, "zs_sim_event_destroy", &be) != ZS_OK) return;
+    zs__fence_destroy(be, event);
+}
+
 unsigned long long zs_sim_blocking_waits(const zs_ctx *zs) {
     return zs && zs->backend ? (unsigned long long)zs__backend_blocking_waits(zs->backend) : 0;
 }

@@ -1,0 +1,339 @@
+/*
+ * The CPU's nn_layers table (nn_layers.h): the products are nn_cpu.h's,
+ * the rest are loops over rows (or column tiles) calling nn_layer_math.h,
+ * spread over OpenMP threads. The simulated device runs these very
+ * functions on its thread (nn_sim_layers.c), so they are the one host
+ * implementation of every layer.
+ *
+ * Determinism: a row's math runs in one thread; every sum over rows (bias,
+ * norm weight and embedding gradients) is split by columns, each column
+ * adding its rows in ascending order within one thread. No result depends
+ * on the number of OpenMP threads or on the schedule.
+ *
+ * Speed: built with -O3 -fno-trapping-math (examples/nn/CMakeLists.txt):
+ * the element loops are written for the vectorizer, exp/tanh are
+ * nn_math.h's branch-free versions, and the GELU backward is fused with
+ * c_fc's bias gradient.
+ */
+#include <string.h>
+
+#include "nn_impl.h"
+#include "nn_layer_math.h"
+#include "nn_layers.h"
+
+/* The width of column tile `tile` of N columns. */
+static int tile_width(int N, int c0) {
+    return N - c0 < NN_CPU_COL_TILE ? N - c0 : NN_CPU_COL_TILE;
+}
+
+int nn_layer_failed(nn_device *dev, const char *model, int status, char *err, size_t cap) {
+    ex_error(err, cap, status, "%s: %s", model, dev->ops->last_error(dev));
+    return status;
+}
+
+/* ------------------------------------------------------ input, output */
+
+static int cpu_check_tokens(nn_device *dev, const char *model, const char *op, const char *what,
+                            const char *vocab_name, const int *tokens, long long n, int V,
+                            char *err, size_t cap) {
+    (void)dev;
+    for (long long r = 0; r < n; r++) {
+        if (tokens[r] < 0 || tokens[r] >= V) {
+            return ex_error(err, cap, NN_ERR_ARG, "%s %s: %s[%lld] = %d is outside [0, %s = %d)",
+                            model, op, what, r, tokens[r], vocab_name, V);
+        }
+    }
+    return NN_OK;
+}
+
+static int cpu_embed_forward(nn_device *dev, int BT, int T, int C, const float *wte,
+                             const float *wpe, const int *tokens, float *x) {
+    (void)dev;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *te = wte + (size_t)tokens[r] * (size_t)C;
+        float *xr = x + (size_t)r * (size_t)C;
+        if (wpe == NULL) {
+            memcpy(xr, te, sizeof(float) * (size_t)C);
+            continue;
+        }
+        const float *pe = wpe + (size_t)(r % T) * (size_t)C;
+        for (int c = 0; c < C; c++) {
+            xr[c] = te[c] + pe[c];
+        }
+    }
+    return NN_OK;
+}
+
+static int cpu_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte, float *g_wpe,
+                              const int *tokens, const float *dx) {
+    (void)dev;
+    // Split by columns: a thread owns columns [c0, c0 + w) of every row of
+    // wte (and wpe) and adds the rows of dx in ascending order, so a token
+    // that repeats adds its rows in the same order on every run.
+    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
+#pragma omp parallel for schedule(static)
+    for (int tile = 0; tile < tiles; tile++) {
+        const int c0 = tile * NN_CPU_COL_TILE, w = tile_width(C, c0);
+        for (int r = 0; r < BT; r++) {
+            const float *dr = dx + (size_t)r * (size_t)C + (size_t)c0;
+            float *te = g_wte + (size_t)tokens[r] * (size_t)C + (size_t)c0;
+            for (int j = 0; j < w; j++) {
+                te[j] += dr[j];
+            }
+            if (g_wpe != NULL) {
+                float *pe = g_wpe + (size_t)(r % T) * (size_t)C + (size_t)c0;
+                for (int j = 0; j < w; j++) {
+                    pe[j] += dr[j];
+                }
+            }
+        }
+    }
+    return NN_OK;
+}
+
+static int cpu_classifier_chunk(nn_device *dev, int n, int C, int V, const float *xn,
+                                const float *W, const int *targets, float dloss_scale,
+                                float *losses, float *logits, float *gW, float *dxn) {
+    (void)dev;
+    nn_cpu_classifier_chunk(n, C, V, xn, W, targets, dloss_scale, losses, logits, gW, dxn);
+    return NN_OK;
+}
+
+static int cpu_classifier_logits_row(nn_device *dev, int C, int V, const float *xn,
+                                     const float *W, float *logits) {
+    (void)dev;
+    nn_cpu_classifier_logits_row(C, V, xn, W, logits);
+    return NN_OK;
+}
+
+/* -------------------------------------------------- linear, attention */
+
+static int cpu_linear_forward(nn_device *dev, int rows, int in, int out, const float *x, int ldx,
+                              const float *W, const float *b, const float *res, int ldres,
+                              float *y, int ldy) {
+    (void)dev;
+    nn_cpu_linear_forward(rows, in, out, x, ldx, W, b, res, ldres, y, ldy);
+    return NN_OK;
+}
+
+static int cpu_linear_backward(nn_device *dev, int rows, int in, int out, const float *x,
+                               int ldx, const float *W, const float *dy, int lddy, float *dW,
+                               float *dx, int lddx, float dx_beta) {
+    (void)dev;
+    nn_cpu_linear_backward(rows, in, out, x, ldx, W, dy, lddy, dW, dx, lddx, dx_beta);
+    return NN_OK;
+}
+
+static int cpu_colsum_add(nn_device *dev, int rows, int N, const float *a, int lda, float *out) {
+    (void)dev;
+    nn_cpu_colsum_add(rows, N, a, lda, out);
+    return NN_OK;
+}
+
+static int cpu_attention_forward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
+                                 float *att, float *atty) {
+    (void)dev;
+    nn_cpu_attention_forward(s, qkv, att, atty);
+    return NN_OK;
+}
+
+static int cpu_attention_backward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
+                                  const float *att, const float *datty, float *dqkv,
+                                  float *datt) {
+    (void)dev;
+    nn_cpu_attention_backward(s, qkv, att, datty, dqkv, datt);
+    return NN_OK;
+}
+
+static int cpu_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld,
+                    const float *cos_t, const float *sin_t, float *qkv, int backward) {
+    (void)dev;
+    const int half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const size_t t = (size_t)(r % T) * (size_t)half;
+        const float *c = cos_t + t, *sn = sin_t + t;
+        float *row = qkv + (size_t)r * (size_t)ld;
+        for (int h = 0; h < heads; h++) {
+            if (backward) {
+                nn_rope_backward(hd, row + (size_t)h * hd, c, sn);
+            } else {
+                nn_rope_forward(hd, row + (size_t)h * hd, c, sn);
+            }
+        }
+    }
+    return NN_OK;
+}
+
+/* -------------------------------------------------------------- norms */
+
+static int cpu_layernorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
+                                 const float *b, float *out, float *mean, float *rstd) {
+    (void)dev;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const size_t off = (size_t)r * (size_t)C;
+        nn_layernorm_forward_row(C, x + off, w, b, out + off, &mean[r], &rstd[r]);
+    }
+    return NN_OK;
+}
+
+static int cpu_layernorm_backward(nn_device *dev, int rows, int C, const float *dout,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *w, const float *dres, float *dx, float *dw,
+                                  float *db) {
+    (void)dev;
+    // The parameter gradients by columns, xhat recomputed exactly as the
+    // forward computed it.
+    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
+#pragma omp parallel for schedule(static)
+    for (int tile = 0; tile < tiles; tile++) {
+        const int c0 = tile * NN_CPU_COL_TILE, n = tile_width(C, c0);
+        float acc_w[NN_CPU_COL_TILE] = {0.0f};
+        float acc_b[NN_CPU_COL_TILE] = {0.0f};
+        for (int r = 0; r < rows; r++) {
+            const float *drow = dout + (size_t)r * (size_t)C + (size_t)c0;
+            const float *xrow = x + (size_t)r * (size_t)C + (size_t)c0;
+            const float m = mean[r], s = rstd[r];
+            for (int j = 0; j < n; j++) {
+                acc_w[j] += drow[j] * nn_layernorm_xhat(xrow[j], m, s);
+                acc_b[j] += drow[j];
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            dw[c0 + j] += acc_w[j];
+            db[c0 + j] += acc_b[j];
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const size_t off = (size_t)r * (size_t)C;
+        nn_layernorm_backward_row(C, dout + off, x + off, w, mean[r], rstd[r],
+                                  dres != NULL ? dres + off : NULL, dx + off);
+    }
+    return NN_OK;
+}
+
+static int cpu_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
+                               float eps, float *out, float *rstd) {
+    (void)dev;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const size_t off = (size_t)r * (size_t)C;
+        nn_rmsnorm_forward_row(C, x + off, w, eps, out + off, &rstd[r]);
+    }
+    return NN_OK;
+}
+
+static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const float *dout,
+                                const float *x, const float *rstd, const float *w,
+                                const float *dres, float *dx, float *dw) {
+    (void)dev;
+    // dw[c] += sum_r dout * x * rstd (the normalized input, recomputed as
+    // the forward computed it), by columns.
+    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
+#pragma omp parallel for schedule(static)
+    for (int tile = 0; tile < tiles; tile++) {
+        const int c0 = tile * NN_CPU_COL_TILE, n = tile_width(C, c0);
+        float acc[NN_CPU_COL_TILE] = {0.0f};
+        for (int r = 0; r < rows; r++) {
+            const float *drow = dout + (size_t)r * (size_t)C + (size_t)c0;
+            const float *xrow = x + (size_t)r * (size_t)C + (size_t)c0;
+            const float s = rstd[r];
+            for (int j = 0; j < n; j++) {
+                acc[j] += drow[j] * (xrow[j] * s);
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            dw[c0 + j] += acc[j];
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const size_t off = (size_t)r * (size_t)C;
+        nn_rmsnorm_backward_row(C, dout + off, x + off, w, rstd[r],
+                                dres != NULL ? dres + off : NULL, dx + off);
+    }
+    return NN_OK;
+}
+
+/* -------------------------------------------------------- activations */
+
+static int cpu_gelu_forward(nn_device *dev, long long n, const float *pre, float *post) {
+    (void)dev;
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < n; k++) {
+        post[k] = nn_gelu(pre[k]);
+    }
+    return NN_OK;
+}
+
+static int cpu_gelu_backward_colsum(nn_device *dev, int rows, int N, float *d, const float *pre,
+                                    float *db) {
+    (void)dev;
+    const int tiles = (N + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
+#pragma omp parallel for schedule(static)
+    for (int tile = 0; tile < tiles; tile++) {
+        const int c0 = tile * NN_CPU_COL_TILE, w = tile_width(N, c0);
+        float acc[NN_CPU_COL_TILE] = {0.0f};
+        for (int r = 0; r < rows; r++) {
+            float *drow = d + (size_t)r * (size_t)N + (size_t)c0;
+            const float *prow = pre + (size_t)r * (size_t)N + (size_t)c0;
+            for (int j = 0; j < w; j++) {
+                const float v = drow[j] * nn_gelu_grad(prow[j]);
+                drow[j] = v;
+                acc[j] += v;
+            }
+        }
+        for (int j = 0; j < w; j++) {
+            db[c0 + j] += acc[j];
+        }
+    }
+    return NN_OK;
+}
+
+static int cpu_swiglu_forward(nn_device *dev, long long n, const float *gate, const float *up,
+                              float *h) {
+    (void)dev;
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < n; k++) {
+        h[k] = nn_swiglu(gate[k], up[k]);
+    }
+    return NN_OK;
+}
+
+static int cpu_swiglu_backward(nn_device *dev, long long n, const float *gate, const float *up,
+                               float *d, float *dup) {
+    (void)dev;
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < n; k++) {
+        float dg, du;
+        nn_swiglu_backward(gate[k], up[k], d[k], &dg, &du);
+        d[k] = dg;
+        dup[k] = du;
+    }
+    return NN_OK;
+}
+
+const nn_layer_ops nn_cpu_layer_ops = {
+    .check_tokens = cpu_check_tokens,
+    .embed_forward = cpu_embed_forward,
+    .embed_backward = cpu_embed_backward,
+    .classifier_chunk = cpu_classifier_chunk,
+    .classifier_logits_row = cpu_classifier_logits_row,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .colsum_add = cpu_colsum_add,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .rope = cpu_rope,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward_colsum = cpu_gelu_backward_colsum,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+};

@@ -1,0 +1,359 @@
+/*
+ * The simulated device's layers (nn_layers.h): each op copies its
+ * arguments, values only, into a kernel launch on the device's sim stream
+ * (zs_sim_launch), and the kernel, run later by the device's thread, calls
+ * the CPU's op (nn_cpu_layer_ops) on the addresses zs_sim_ptr gives it. So
+ * the orchestration above (gpt2_cpu.c, llama_cpu.c) is the CPU's, the
+ * arithmetic is the CPU's, and only the timing is a device's.
+ */
+#include <stdio.h>
+
+#include "nn_layers.h"
+#include "nn_sim.h"
+#include "zeroshard_sim.h"
+
+#define P(ptr) zs_sim_ptr(k, (ptr))
+
+/* Enqueues kernel `fn` with the struct `a`; NN_OK or the launch's failure. */
+#define LAUNCH(dev, name, fn, a)                                                              \
+    (zs_sim_launch(nn_sim_device_context(dev), name, fn, &(a), sizeof(a)) == ZS_OK            \
+         ? NN_OK                                                                              \
+         : nn_sim_device_failed(dev, name))
+
+static const nn_layer_ops *cpu(void) { return &nn_cpu_layer_ops; }
+
+/* ------------------------------------------------------ input, output */
+
+typedef struct tokens_args {
+    const char *model, *op, *what, *vocab_name; /* string literals */
+    const int *tokens;
+    long long n;
+    int V;
+} tokens_args;
+
+/* A bad token fails the kernel, which the device's next wait reports; the
+ * token's index and value are said here, as the CPU's check says them. */
+static int tokens_kernel(const zs_sim_kernel *k, void *args) {
+    const tokens_args *a = args;
+    char err[256];
+    if (cpu()->check_tokens(NULL, a->model, a->op, a->what, a->vocab_name, P(a->tokens), a->n,
+                            a->V, err, sizeof err) == NN_OK)
+        return 0;
+    fprintf(stderr, "nn sim: %s\n", err);
+    return 1;
+}
+
+static int sim_check_tokens(nn_device *dev, const char *model, const char *op, const char *what,
+                            const char *vocab_name, const int *tokens, long long n, int V,
+                            char *err, size_t cap) {
+    (void)err;
+    (void)cap;
+    const tokens_args a = {model, op, what, vocab_name, tokens, n, V};
+    return LAUNCH(dev, "nn_check_tokens", tokens_kernel, a);
+}
+
+typedef struct embed_args {
+    int BT, T, C;
+    const float *wte, *wpe;
+    const int *tokens;
+    float *x;
+    const float *dx;
+    float *g_wte, *g_wpe;
+} embed_args;
+
+static int embed_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const embed_args *a = args;
+    return cpu()->embed_forward(NULL, a->BT, a->T, a->C, P(a->wte), P(a->wpe), P(a->tokens),
+                                P(a->x));
+}
+
+static int sim_embed_forward(nn_device *dev, int BT, int T, int C, const float *wte,
+                             const float *wpe, const int *tokens, float *x) {
+    const embed_args a = {.BT = BT, .T = T, .C = C, .wte = wte, .wpe = wpe, .tokens = tokens,
+                          .x = x};
+    return LAUNCH(dev, "nn_embed_forward", embed_forward_kernel, a);
+}
+
+static int embed_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const embed_args *a = args;
+    return cpu()->embed_backward(NULL, a->BT, a->T, a->C, P(a->g_wte), P(a->g_wpe),
+                                 P(a->tokens), P(a->dx));
+}
+
+static int sim_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte, float *g_wpe,
+                              const int *tokens, const float *dx) {
+    const embed_args a = {.BT = BT, .T = T, .C = C, .tokens = tokens, .dx = dx, .g_wte = g_wte,
+                          .g_wpe = g_wpe};
+    return LAUNCH(dev, "nn_embed_backward", embed_backward_kernel, a);
+}
+
+typedef struct classifier_args {
+    int n, C, V;
+    float dloss_scale;
+    const float *xn, *W;
+    const int *targets;
+    float *losses, *logits, *gW, *dxn;
+} classifier_args;
+
+static int classifier_kernel(const zs_sim_kernel *k, void *args) {
+    const classifier_args *a = args;
+    return cpu()->classifier_chunk(NULL, a->n, a->C, a->V, P(a->xn), P(a->W), P(a->targets),
+                                   a->dloss_scale, P(a->losses), P(a->logits), P(a->gW),
+                                   P(a->dxn));
+}
+
+static int sim_classifier_chunk(nn_device *dev, int n, int C, int V, const float *xn,
+                                const float *W, const int *targets, float dloss_scale,
+                                float *losses, float *logits, float *gW, float *dxn) {
+    const classifier_args a = {n, C, V, dloss_scale, xn, W, targets, losses, logits, gW, dxn};
+    return LAUNCH(dev, "nn_classifier_chunk", classifier_kernel, a);
+}
+
+static int logits_row_kernel(const zs_sim_kernel *k, void *args) {
+    const classifier_args *a = args;
+    return cpu()->classifier_logits_row(NULL, a->C, a->V, P(a->xn), P(a->W), P(a->logits));
+}
+
+static int sim_classifier_logits_row(nn_device *dev, int C, int V, const float *xn,
+                                     const float *W, float *logits) {
+    const classifier_args a = {.C = C, .V = V, .xn = xn, .W = W, .logits = logits};
+    return LAUNCH(dev, "nn_classifier_logits_row", logits_row_kernel, a);
+}
+
+/* -------------------------------------------------- linear, attention */
+
+typedef struct linear_args {
+    int rows, in, out, ldx, ldres, ldy, lddy, lddx;
+    float dx_beta;
+    const float *x, *W, *b, *res, *dy;
+    float *y, *dW, *dx;
+} linear_args;
+
+static int linear_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const linear_args *a = args;
+    return cpu()->linear_forward(NULL, a->rows, a->in, a->out, P(a->x), a->ldx, P(a->W), P(a->b),
+                                 P(a->res), a->ldres, P(a->y), a->ldy);
+}
+
+static int sim_linear_forward(nn_device *dev, int rows, int in, int out, const float *x, int ldx,
+                              const float *W, const float *b, const float *res, int ldres,
+                              float *y, int ldy) {
+    const linear_args a = {.rows = rows, .in = in, .out = out, .ldx = ldx, .ldres = ldres,
+                           .ldy = ldy, .x = x, .W = W, .b = b, .res = res, .y = y};
+    return LAUNCH(dev, "nn_linear_forward", linear_forward_kernel, a);
+}
+
+static int linear_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const linear_args *a = args;
+    return cpu()->linear_backward(NULL, a->rows, a->in, a->out, P(a->x), a->ldx, P(a->W),
+                                  P(a->dy), a->lddy, P(a->dW), P(a->dx), a->lddx, a->dx_beta);
+}
+
+static int sim_linear_backward(nn_device *dev, int rows, int in, int out, const float *x,
+                               int ldx, const float *W, const float *dy, int lddy, float *dW,
+                               float *dx, int lddx, float dx_beta) {
+    const linear_args a = {.rows = rows, .in = in, .out = out, .ldx = ldx, .lddy = lddy,
+                           .lddx = lddx, .dx_beta = dx_beta, .x = x, .W = W, .dy = dy, .dW = dW,
+                           .dx = dx};
+    return LAUNCH(dev, "nn_linear_backward", linear_backward_kernel, a);
+}
+
+static int colsum_kernel(const zs_sim_kernel *k, void *args) {
+    const linear_args *a = args;
+    return cpu()->colsum_add(NULL, a->rows, a->out, P(a->x), a->ldx, P(a->y));
+}
+
+static int sim_colsum_add(nn_device *dev, int rows, int N, const float *src, int lda, float *out) {
+    const linear_args a = {.rows = rows, .out = N, .ldx = lda, .x = src, .y = out};
+    return LAUNCH(dev, "nn_colsum_add", colsum_kernel, a);
+}
+
+typedef struct attention_args {
+    nn_attn_layout s;
+    const float *qkv, *att, *datty;
+    float *att_out, *atty, *dqkv, *datt;
+} attention_args;
+
+static int attention_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const attention_args *a = args;
+    return cpu()->attention_forward(NULL, &a->s, P(a->qkv), P(a->att_out), P(a->atty));
+}
+
+static int sim_attention_forward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
+                                 float *att, float *atty) {
+    const attention_args a = {.s = *s, .qkv = qkv, .att_out = att, .atty = atty};
+    return LAUNCH(dev, "nn_attention_forward", attention_forward_kernel, a);
+}
+
+static int attention_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const attention_args *a = args;
+    return cpu()->attention_backward(NULL, &a->s, P(a->qkv), P(a->att), P(a->datty), P(a->dqkv),
+                                     P(a->datt));
+}
+
+static int sim_attention_backward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
+                                  const float *att, const float *datty, float *dqkv,
+                                  float *datt) {
+    const attention_args a = {.s = *s, .qkv = qkv, .att = att, .datty = datty, .dqkv = dqkv,
+                              .datt = datt};
+    return LAUNCH(dev, "nn_attention_backward", attention_backward_kernel, a);
+}
+
+typedef struct rope_args {
+    int BT, T, heads, hd, ld, backward;
+    const float *cos_t, *sin_t;
+    float *qkv;
+} rope_args;
+
+static int rope_kernel(const zs_sim_kernel *k, void *args) {
+    const rope_args *a = args;
+    return cpu()->rope(NULL, a->BT, a->T, a->heads, a->hd, a->ld, P(a->cos_t), P(a->sin_t),
+                       P(a->qkv), a->backward);
+}
+
+static int sim_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld, const float *cos_t,
+                    const float *sin_t, float *qkv, int backward) {
+    const rope_args a = {BT, T, heads, hd, ld, backward, cos_t, sin_t, qkv};
+    return LAUNCH(dev, "nn_rope", rope_kernel, a);
+}
+
+/* -------------------------------------------------------------- norms */
+
+typedef struct norm_args {
+    int rows, C;
+    float eps;
+    const float *x, *w, *b, *dout, *dres;
+    float *out, *mean, *rstd; /* the forward's; the backward reads them */
+    float *dx, *dw, *db;
+} norm_args;
+
+static int layernorm_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const norm_args *a = args;
+    return cpu()->layernorm_forward(NULL, a->rows, a->C, P(a->x), P(a->w), P(a->b), P(a->out),
+                                    P(a->mean), P(a->rstd));
+}
+
+static int sim_layernorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
+                                 const float *b, float *out, float *mean, float *rstd) {
+    const norm_args a = {.rows = rows, .C = C, .x = x, .w = w, .b = b, .out = out, .mean = mean,
+                         .rstd = rstd};
+    return LAUNCH(dev, "nn_layernorm_forward", layernorm_forward_kernel, a);
+}
+
+static int layernorm_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const norm_args *a = args;
+    return cpu()->layernorm_backward(NULL, a->rows, a->C, P(a->dout), P(a->x), P(a->mean),
+                                     P(a->rstd), P(a->w), P(a->dres), P(a->dx), P(a->dw),
+                                     P(a->db));
+}
+
+static int sim_layernorm_backward(nn_device *dev, int rows, int C, const float *dout,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *w, const float *dres, float *dx, float *dw,
+                                  float *db) {
+    const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .mean = (float *)mean,
+                         .rstd = (float *)rstd, .w = w, .dres = dres, .dx = dx, .dw = dw,
+                         .db = db};
+    return LAUNCH(dev, "nn_layernorm_backward", layernorm_backward_kernel, a);
+}
+
+static int rmsnorm_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const norm_args *a = args;
+    return cpu()->rmsnorm_forward(NULL, a->rows, a->C, P(a->x), P(a->w), a->eps, P(a->out),
+                                  P(a->rstd));
+}
+
+static int sim_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
+                               float eps, float *out, float *rstd) {
+    const norm_args a = {.rows = rows, .C = C, .eps = eps, .x = x, .w = w, .out = out,
+                         .rstd = rstd};
+    return LAUNCH(dev, "nn_rmsnorm_forward", rmsnorm_forward_kernel, a);
+}
+
+static int rmsnorm_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const norm_args *a = args;
+    return cpu()->rmsnorm_backward(NULL, a->rows, a->C, P(a->dout), P(a->x), P(a->rstd), P(a->w),
+                                   P(a->dres), P(a->dx), P(a->dw));
+}
+
+static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const float *dout,
+                                const float *x, const float *rstd, const float *w,
+                                const float *dres, float *dx, float *dw) {
+    const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .rstd = (float *)rstd,
+                         .w = w, .dres = dres, .dx = dx, .dw = dw};
+    return LAUNCH(dev, "nn_rmsnorm_backward", rmsnorm_backward_kernel, a);
+}
+
+/* -------------------------------------------------------- activations */
+
+typedef struct act_args {
+    long long n;
+    int rows, N;
+    const float *pre, *gate, *up;
+    float *post, *d, *db, *h, *dup;
+} act_args;
+
+static int gelu_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const act_args *a = args;
+    return cpu()->gelu_forward(NULL, a->n, P(a->pre), P(a->post));
+}
+
+static int sim_gelu_forward(nn_device *dev, long long n, const float *pre, float *post) {
+    const act_args a = {.n = n, .pre = pre, .post = post};
+    return LAUNCH(dev, "nn_gelu_forward", gelu_forward_kernel, a);
+}
+
+static int gelu_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const act_args *a = args;
+    return cpu()->gelu_backward_colsum(NULL, a->rows, a->N, P(a->d), P(a->pre), P(a->db));
+}
+
+static int sim_gelu_backward_colsum(nn_device *dev, int rows, int N, float *d, const float *pre,
+                                    float *db) {
+    const act_args a = {.rows = rows, .N = N, .d = d, .pre = pre, .db = db};
+    return LAUNCH(dev, "nn_gelu_backward_colsum", gelu_backward_kernel, a);
+}
+
+static int swiglu_forward_kernel(const zs_sim_kernel *k, void *args) {
+    const act_args *a = args;
+    return cpu()->swiglu_forward(NULL, a->n, P(a->gate), P(a->up), P(a->h));
+}
+
+static int sim_swiglu_forward(nn_device *dev, long long n, const float *gate, const float *up,
+                              float *h) {
+    const act_args a = {.n = n, .gate = gate, .up = up, .h = h};
+    return LAUNCH(dev, "nn_swiglu_forward", swiglu_forward_kernel, a);
+}
+
+static int swiglu_backward_kernel(const zs_sim_kernel *k, void *args) {
+    const act_args *a = args;
+    return cpu()->swiglu_backward(NULL, a->n, P(a->gate), P(a->up), P(a->d), P(a->dup));
+}
+
+static int sim_swiglu_backward(nn_device *dev, long long n, const float *gate, const float *up,
+                               float *d, float *dup) {
+    const act_args a = {.n = n, .gate = gate, .up = up, .d = d, .dup = dup};
+    return LAUNCH(dev, "nn_swiglu_backward", swiglu_backward_kernel, a);
+}
+
+const nn_layer_ops nn_sim_layer_ops = {
+    .check_tokens = sim_check_tokens,
+    .embed_forward = sim_embed_forward,
+    .embed_backward = sim_embed_backward,
+    .classifier_chunk = sim_classifier_chunk,
+    .classifier_logits_row = sim_classifier_logits_row,
+    .linear_forward = sim_linear_forward,
+    .linear_backward = sim_linear_backward,
+    .colsum_add = sim_colsum_add,
+    .attention_forward = sim_attention_forward,
+    .attention_backward = sim_attention_backward,
+    .rope = sim_rope,
+    .layernorm_forward = sim_layernorm_forward,
+    .layernorm_backward = sim_layernorm_backward,
+    .rmsnorm_forward = sim_rmsnorm_forward,
+    .rmsnorm_backward = sim_rmsnorm_backward,
+    .gelu_forward = sim_gelu_forward,
+    .gelu_backward_colsum = sim_gelu_backward_colsum,
+    .swiglu_forward = sim_swiglu_forward,
+    .swiglu_backward = sim_swiglu_backward,
+};
