@@ -9,8 +9,9 @@
 # stage 3, and configs/mlp_zero2_bf16.cfg, stage 2 bf16 with accumulation;
 # checkpoints at steps 150 and 300)
 # and the GPT-2 demo model (configs/gpt2_demo.cfg, 2 ranks, stage 3, bf16,
-# 20 steps) and the Llama demo model (configs/llama_demo.cfg, the same
-# way), each ending with a checkpoint. Then compares, A against B:
+# 20 steps), the Llama demo model (configs/llama_demo.cfg, the same way),
+# and two more Llama-family shapes at 2 ranks, stage 3, bf16, 12 steps: an
+# untied head, and Qwen2's q/k/v biases; each ends with a checkpoint. Then compares, A against B:
 # every loss line the program printed (the step time cut off), and every
 # shard file of the last checkpoint (parameters, master weights, optimizer
 # moments, the program's state), byte for byte with cmp, and for the two
@@ -84,6 +85,32 @@ compare_export() {
   echo "same   $name: $n files of the Hugging Face export, byte for byte"
 }
 
+# Two more Llama-family shapes (tests/llama/run_llama_train.sh's): an untied
+# head, and Qwen2's q/k/v biases with a tied one.
+cat > "$work/untied.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 256, "hidden_size": 40, "intermediate_size": 72,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 10,
+ "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "tie_word_embeddings": false, "torch_dtype": "bfloat16"}
+JSON
+cat > "$work/qwen2.json" <<'JSON'
+{"model_type": "qwen2", "vocab_size": 256, "hidden_size": 40, "intermediate_size": 72,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+ "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 4096}
+JSON
+for shape in untied qwen2; do
+  cat > "$work/$shape.cfg" <<CFG
+zero: { stage = 3; };
+precision: { dtype = "bf16"; };
+optimizer: { type = "adamw"; lr = 3e-3; weight_decay = 0.1; };
+log: { level = "warn"; };
+app: { config = "$work/$shape.json"; seq_len = 32; batch_size = 4; steps = 12;
+       train_data = "$corpus"; val_every = 6; val_batches = 2; sample_tokens = 0;
+       log_every = 1; };
+CFG
+done
+
 for side in a b; do
   build=${!side}
   run mlp_zero3.$side "$build" mlp/mlp_train mlp_zero3.cfg checkpoint.every=150 app.log_every=1
@@ -95,6 +122,12 @@ for side in a b; do
   run llama_demo.$side "$build" llama/llama_train llama_demo.cfg zero.stage=3 app.steps=20 \
     scheduler.total_steps=21 scheduler.warmup_steps=2 app.log_every=1 app.val_every=10 \
     app.val_batches=2 app.sample_tokens=0 checkpoint.every=10
+  for shape in untied qwen2; do
+    "${mpirun[@]}" "$build/examples/llama/llama_train" "$work/$shape.cfg" \
+      "checkpoint.dir=$work/llama_$shape.$side.ckpt" checkpoint.every=6 \
+      > "$work/llama_$shape.$side.log" 2>&1 ||
+      { tail -20 "$work/llama_$shape.$side.log"; echo "same_results: llama_$shape.$side failed"; exit 1; }
+  done
 done
 compare mlp_zero3
 compare mlp_zero2_bf16
@@ -102,5 +135,9 @@ compare gpt2_demo
 compare_export gpt2_demo
 compare llama_demo
 compare_export llama_demo
+for shape in untied qwen2; do
+  compare llama_$shape
+  compare_export llama_$shape
+done
 [ $differ -eq 0 ] && echo "same_results: A and B agree to the byte" || echo "same_results: A and B differ"
 exit $differ

@@ -31,13 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ex_cuda_stream.h"
+#include "ex_decoder.h"
 #include "ex_model.h"
 #include "ex_trainer.h"
 #include "ex_stream.h"
 #include "ex_units.h"
 #include "gpt2_backend.h"
 #include "gpt2_llmc.h"
-#include "ex_cuda_stream.h"
 #include "nn_sim.h"
 
 #define PROGRAM "gpt2_train"
@@ -54,17 +55,8 @@ struct ex_model {
     ex_units units;
     gpt2_backend *be; /* its device (be->dev) is the trainer's */
     ex_stream ws; /* the micro-step's workspace on the backend's device */
+    ex_decoder dec; /* the micro-step, over the adapter below */
 };
-
-/* --------------------------------------------------------- failures */
-
-static void check_model(const ex_model *m, int rc, const char *what) {
-    if (rc != 0) ex_abort_job(PROGRAM, what, m->be->ops->last_error(m->be));
-}
-
-static void units_or_abort(int rc, const char *what, const char *err) {
-    if (rc != 0) ex_abort_job(PROGRAM, what, err);
-}
 
 /* ---------------------------------------------------------- settings */
 
@@ -164,6 +156,8 @@ static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
 
 /* ------------------------------------------------------- workspace */
 
+static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
+
 static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
                  size_t cap) {
     const gpt2_dims *d = &m->dims;
@@ -205,14 +199,14 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
             fprintf(stderr, PROGRAM ": app.tokenizer: %s (printing token ids)\n", tok_err);
         m->tokenizer = NULL;
     }
+    /* The head is tied: unit 0 again, whose backward adds into wte and wpe. */
+    m->dec = (ex_decoder){.program = PROGRAM, .ops = &decoder_ops, .model = m,
+                          .units = &m->units, .ws = &m->ws, .n_layer = d->n_layer,
+                          .head_unit = 0, .embed_grads = 0x3u, .recompute = m->recompute};
     return 0;
 }
 
 static nn_device *device(ex_model *m) { return m->be->dev; }
-
-static void *residual(const ex_model *m, int l, int B, int T) {
-    return ex_stream_residual(&m->ws, l, B, T);
-}
 
 static gpt2_block_acts block_acts(const ex_model *m, int l, int B, int T) {
     gpt2_block_acts a;
@@ -220,139 +214,107 @@ static gpt2_block_acts block_acts(const ex_model *m, int l, int B, int T) {
     return a;
 }
 
-/* ------------------------------------------------------ the unit views */
+/* ------------------------------------------- the decoder's ops (ex_decoder.h) */
 
-static void embed_view(void *const *p, gpt2_embed_w *w) {
-    *w = (gpt2_embed_w){.wte = p[0], .wpe = p[1], .lnfw = p[2], .lnfb = p[3]};
+/* Unit 0 (wte, wpe, ln_f's weight and bias) and a block's twelve tensors,
+ * in registration order, as the backend's structs. */
+static gpt2_embed_w embed_view(void *const *p) {
+    return (gpt2_embed_w){.wte = p[0], .wpe = p[1], .lnfw = p[2], .lnfb = p[3]};
 }
 
-static void block_view(void *const *p, gpt2_block_w *w) {
-    *w = (gpt2_block_w){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+static gpt2_block_w block_view(void *const *p) {
+    return (gpt2_block_w){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
 }
 
-static void embed_params(ex_model *m, gpt2_embed_w *w, const char *what) {
-    void *p[GPT2_EMBED_PARAMS];
-    char err[1024];
-    units_or_abort(ex_units_params(&m->units, 0, p, err, sizeof err), what, err);
-    embed_view(p, w);
+static int op_embed_forward(void *model, int B, int T, void *const *p, const int *tokens,
+                            void *x) {
+    ex_model *m = model;
+    const gpt2_embed_w w = embed_view(p);
+    return m->be->ops->embed_forward(m->be, &m->dims, B, T, &w, tokens, x);
 }
 
-/* ------------------------------------------------------ forward/backward */
-
-/* Forward of the embedding and every block on the uploaded tokens, (B, T):
- * res[L] holds the last block's output. Collective (stage 3 gathers). */
-static zs_status forward_blocks(ex_model *m, zs_ctx *zs, const int *tokens, int B, int T) {
-    const gpt2_dims *d = &m->dims;
-    char err[1024];
-    zs_status st = zs_fetch(zs, m->units.unit[0]);
-    if (st != ZS_OK) return st;
-    gpt2_embed_w ew;
-    embed_params(m, &ew, "embedding");
-    check_model(m, m->be->ops->embed_forward(m->be, d, B, T, &ew, tokens, residual(m, 0, B, T)),
-                "embedding forward");
-    if ((st = zs_release(zs, m->units.unit[0])) != ZS_OK) return st;
-    for (int l = 0; l < d->n_layer; l++) {
-        if ((st = zs_fetch(zs, m->units.unit[1 + l])) != ZS_OK) return st;
-        void *p[GPT2_BLOCK_PARAMS];
-        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
-        gpt2_block_w w;
-        block_view(p, &w);
-        gpt2_block_acts a = block_acts(m, l, B, T);
-        check_model(m, m->be->ops->block_forward(m->be, d, B, T, &w, residual(m, l, B, T), &a,
-                                                 residual(m, l + 1, B, T), m->ws.block_scratch),
-                    "block forward");
-        if ((st = zs_release(zs, m->units.unit[1 + l])) != ZS_OK) return st;
-    }
-    return ZS_OK;
+static int op_embed_backward(void *model, int B, int T, void *const *g, const int *tokens,
+                             const void *dx) {
+    ex_model *m = model;
+    gpt2_embed_w w = embed_view(g);
+    return m->be->ops->embed_backward(m->be, &m->dims, B, T, &w, tokens, dx);
 }
+
+static int op_block_forward(void *model, int l, int B, int T, void *const *p, const void *x,
+                            void *y) {
+    ex_model *m = model;
+    const gpt2_block_w w = block_view(p);
+    gpt2_block_acts a = block_acts(m, l, B, T);
+    return m->be->ops->block_forward(m->be, &m->dims, B, T, &w, x, &a, y, m->ws.block_scratch);
+}
+
+static int op_block_backward(void *model, int l, int B, int T, void *const *p, void *const *g,
+                             const void *x, const void *dy, void *dx) {
+    ex_model *m = model;
+    const gpt2_block_w w = block_view(p);
+    gpt2_block_w bg = block_view(g);
+    const gpt2_block_acts a = block_acts(m, l, B, T);
+    return m->be->ops->block_backward(m->be, &m->dims, B, T, &w, &bg, x, &a, dy, dx,
+                                      m->ws.block_scratch);
+}
+
+/* The head is tied: unit 0's tensors. */
+static int op_head_forward_backward(void *model, int B, int T, void *const *p, void *const *g,
+                                    const void *x, const int *targets, float dloss, void *dx,
+                                    float *losses) {
+    ex_model *m = model;
+    const gpt2_embed_w w = embed_view(p);
+    gpt2_embed_w eg = embed_view(g);
+    return m->be->ops->head_forward_backward(m->be, &m->dims, B, T, &w, &eg, x, targets, dloss,
+                                             dx, losses, (int)m->head_chunk_rows,
+                                             m->ws.head_scratch);
+}
+
+static int op_head_forward(void *model, int B, int T, void *const *p, const void *x,
+                           const int *targets, float *losses) {
+    ex_model *m = model;
+    const gpt2_embed_w w = embed_view(p);
+    return m->be->ops->head_forward(m->be, &m->dims, B, T, &w, x, targets, losses,
+                                    (int)m->head_chunk_rows, m->ws.head_scratch);
+}
+
+static int op_head_logits(void *model, int B, int T, void *const *p, const void *x, int row,
+                          float *host_logits) {
+    ex_model *m = model;
+    const gpt2_embed_w w = embed_view(p);
+    return m->be->ops->head_logits(m->be, &m->dims, B, T, &w, x, row, host_logits,
+                                   m->ws.head_scratch);
+}
+
+static const char *op_last_error(void *model) {
+    const ex_model *m = model;
+    return m->be->ops->last_error(m->be);
+}
+
+static const ex_decoder_ops decoder_ops = {
+    .embed_forward = op_embed_forward,
+    .embed_backward = op_embed_backward,
+    .block_forward = op_block_forward,
+    .block_backward = op_block_backward,
+    .head_forward_backward = op_head_forward_backward,
+    .head_forward = op_head_forward,
+    .head_logits = op_head_logits,
+    .last_error = op_last_error,
+};
 
 static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
                                   int B, int T, float dloss, float *losses) {
-    const gpt2_dims *d = &m->dims;
-    char err[1024];
-    zs_status st = forward_blocks(m, zs, tokens, B, T);
-    if (st != ZS_OK) return st;
-
-    /* The head: fetched a second time; the gradient of wte opens here and
-     * stays open until the embedding's backward adds its part. */
-    if ((st = zs_fetch(zs, m->units.unit[0])) != ZS_OK) return st;
-    gpt2_embed_w ew, eg;
-    embed_params(m, &ew, "head");
-    void *g[GPT2_EMBED_PARAMS];
-    units_or_abort(ex_units_grads(&m->units, 0, g, err, sizeof err), "head", err);
-    embed_view(g, &eg);
-    void *dy = m->ws.dres[0], *dx = m->ws.dres[1];
-    check_model(m, m->be->ops->head_forward_backward(m->be, d, B, T, &ew, &eg,
-                                                     residual(m, d->n_layer, B, T), targets, dloss,
-                                                     dy, losses, (int)m->head_chunk_rows,
-                                                     m->ws.head_scratch),
-                "head");
-    units_or_abort(ex_units_commit(&m->units, 0, EX_UNITS_ALL, err, sizeof err), "head", err);
-    if ((st = zs_release(zs, m->units.unit[0])) != ZS_OK) return st;
-
-    for (int l = d->n_layer - 1; l >= 0; l--) {
-        zs_unit *unit = m->units.unit[1 + l];
-        if ((st = zs_fetch(zs, unit)) != ZS_OK) return st;
-        void *p[GPT2_BLOCK_PARAMS], *q[GPT2_BLOCK_PARAMS];
-        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
-        gpt2_block_w w, bg;
-        block_view(p, &w);
-        gpt2_block_acts a = block_acts(m, l, B, T);
-        if (m->recompute)
-            /* The block's output is already in res[l + 1]; recomputing writes
-             * the same bits there and rebuilds the activations. */
-            check_model(m, m->be->ops->block_forward(m->be, d, B, T, &w, residual(m, l, B, T), &a,
-                                                     residual(m, l + 1, B, T), m->ws.block_scratch),
-                        "recomputing a block");
-        units_or_abort(ex_units_grads(&m->units, 1 + l, q, err, sizeof err), "block", err);
-        block_view(q, &bg);
-        check_model(m, m->be->ops->block_backward(m->be, d, B, T, &w, &bg, residual(m, l, B, T),
-                                                  &a, dy, dx, m->ws.block_scratch),
-                    "block backward");
-        units_or_abort(ex_units_commit(&m->units, 1 + l, EX_UNITS_ALL, err, sizeof err), "block",
-                       err);
-        if ((st = zs_grads_ready(zs, unit)) != ZS_OK) return st;
-        if ((st = zs_release(zs, unit)) != ZS_OK) return st;
-        void *t = dy;
-        dy = dx;
-        dx = t;
-    }
-    /* The embedding's backward needs no parameters: it adds into the open
-     * gradient of the released unit (wte and wpe only; ln_f is untouched),
-     * which is then reduced once. */
-    units_or_abort(ex_units_grads_again(&m->units, 0, 0x3u, g, err, sizeof err), "embedding", err);
-    embed_view(g, &eg);
-    check_model(m, m->be->ops->embed_backward(m->be, d, B, T, &eg, tokens, dy), "embedding backward");
-    units_or_abort(ex_units_commit(&m->units, 0, 0x3u, err, sizeof err), "embedding", err);
-    return zs_grads_ready(zs, m->units.unit[0]);
+    return ex_decoder_train_micro_step(&m->dec, zs, tokens, targets, B, T, dloss, losses);
 }
 
 static zs_status eval_losses(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
                              int B, int T, float *losses) {
-    zs_status st = forward_blocks(m, zs, tokens, B, T);
-    if (st == ZS_OK) st = zs_fetch(zs, m->units.unit[0]);
-    if (st != ZS_OK) return st;
-    gpt2_embed_w ew;
-    embed_params(m, &ew, "head");
-    check_model(m, m->be->ops->head_forward(m->be, &m->dims, B, T, &ew,
-                                            residual(m, m->dims.n_layer, B, T), targets, losses,
-                                            (int)m->head_chunk_rows, m->ws.head_scratch),
-                "validation head");
-    return zs_release(zs, m->units.unit[0]);
+    return ex_decoder_eval_losses(&m->dec, zs, tokens, targets, B, T, losses);
 }
 
 static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
                              float *host_logits) {
-    zs_status st = forward_blocks(m, zs, tokens, 1, T);
-    if (st == ZS_OK) st = zs_fetch(zs, m->units.unit[0]);
-    if (st != ZS_OK) return st;
-    gpt2_embed_w ew;
-    embed_params(m, &ew, "sampling");
-    check_model(m, m->be->ops->head_logits(m->be, &m->dims, 1, T, &ew,
-                                           residual(m, m->dims.n_layer, 1, T), T - 1, host_logits,
-                                           m->ws.head_scratch),
-                "sampling logits");
-    return zs_release(zs, m->units.unit[0]);
+    return ex_decoder_last_logits(&m->dec, zs, tokens, T, host_logits);
 }
 
 /* -------------------------------------------------------------- import */

@@ -47,6 +47,7 @@
 #include <sys/stat.h>
 
 #include "ex_cuda_stream.h"
+#include "ex_decoder.h"
 #include "ex_error.h"
 #include "ex_model.h"
 #include "ex_trainer.h"
@@ -77,17 +78,8 @@ struct ex_model {
     nn_device *dev;
     llama_backend *be;
     ex_stream ws; /* the micro-step's workspace on the device */
+    ex_decoder dec; /* the micro-step, over the adapter below */
 };
-
-/* --------------------------------------------------------- failures */
-
-static void check_model(const ex_model *m, int rc, const char *what) {
-    if (rc != 0) ex_abort_job(PROGRAM, what, m->be->ops->last_error(m->be));
-}
-
-static void units_or_abort(int rc, const char *what, const char *err) {
-    if (rc != 0) ex_abort_job(PROGRAM, what, err);
-}
 
 /* ---------------------------------------------------------- settings */
 
@@ -274,6 +266,8 @@ static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
 
 /* ------------------------------------------------------- workspace */
 
+static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
+
 static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
                  size_t cap) {
     const llama_dims *d = &m->dims;
@@ -304,14 +298,16 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
                         m->be->ops->head_scratch_bytes(m->be, B, T, (int)m->head_chunk_rows),
                         &facts->activation_bytes, err, cap) != 0)
         return -1;
+    /* Tied, the head is unit 0 again; the embedding's backward adds into
+     * embed_tokens alone. */
+    m->dec = (ex_decoder){.program = PROGRAM, .ops = &decoder_ops, .model = m,
+                          .units = &m->units, .ws = &m->ws, .n_layer = d->n_layer,
+                          .head_unit = d->tied ? 0 : llama_head_unit(d), .embed_grads = 0x1u,
+                          .recompute = m->recompute};
     return 0;
 }
 
 static nn_device *device(ex_model *m) { return m->dev; }
-
-static void *residual(const ex_model *m, int l, int B, int T) {
-    return ex_stream_residual(&m->ws, l, B, T);
-}
 
 static llama_block_acts block_acts(const ex_model *m, int l, int B, int T) {
     llama_block_acts a;
@@ -338,148 +334,105 @@ static void block_view(const llama_dims *d, void *const *p, llama_block_w *w) {
         .wdown = slot[LLAMA_P_WDOWN], .bdown = slot[LLAMA_P_BDOWN]};
 }
 
-/* The head's unit (unit 0 when tied) and its weights in p: tied unit 0
- * holds (embed_tokens, norm), the untied head unit (norm, lm_head). */
-static int head_unit(const ex_model *m) {
-    return m->dims.tied ? 0 : llama_head_unit(&m->dims);
-}
-
+/* The head's weights in p, its unit's tensors (ex_decoder.head_unit): tied,
+ * unit 0 holds (embed_tokens, norm); untied, the head unit (norm, lm_head). */
 static void head_view(const ex_model *m, void *const *p, llama_head_w *w) {
     *w = m->dims.tied ? (llama_head_w){.norm = p[1], .wout = p[0]}
                       : (llama_head_w){.norm = p[0], .wout = p[1]};
 }
 
-/* ------------------------------------------------------ forward/backward */
+/* ------------------------------------------- the decoder's ops (ex_decoder.h) */
 
-static zs_status forward_blocks(ex_model *m, zs_ctx *zs, const int *tokens, int B, int T) {
-    const llama_dims *d = &m->dims;
-    char err[1024];
-    void *p[EX_UNIT_MAX_PARAMS];
-    zs_status st = zs_fetch(zs, m->units.unit[0]);
-    if (st != ZS_OK) return st;
-    units_or_abort(ex_units_params(&m->units, 0, p, err, sizeof err), "embedding", err);
-    const llama_embed_w ew = {.wte = p[0]};
-    check_model(m, m->be->ops->embed_forward(m->be, B, T, &ew, tokens, residual(m, 0, B, T)),
-                "embedding forward");
-    if ((st = zs_release(zs, m->units.unit[0])) != ZS_OK) return st;
-    for (int l = 0; l < d->n_layer; l++) {
-        if ((st = zs_fetch(zs, m->units.unit[1 + l])) != ZS_OK) return st;
-        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
-        llama_block_w w;
-        block_view(d, p, &w);
-        llama_block_acts a = block_acts(m, l, B, T);
-        check_model(m, m->be->ops->block_forward(m->be, B, T, &w, residual(m, l, B, T), &a,
-                                                 residual(m, l + 1, B, T), m->ws.block_scratch),
-                    "block forward");
-        if ((st = zs_release(zs, m->units.unit[1 + l])) != ZS_OK) return st;
-    }
-    return ZS_OK;
+static int op_embed_forward(void *model, int B, int T, void *const *p, const int *tokens,
+                            void *x) {
+    ex_model *m = model;
+    const llama_embed_w w = {.wte = p[0]};
+    return m->be->ops->embed_forward(m->be, B, T, &w, tokens, x);
 }
 
-static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
-                                  int B, int T, float dloss, float *losses) {
-    const llama_dims *d = &m->dims;
-    char err[1024];
-    void *p[EX_UNIT_MAX_PARAMS], *g[EX_UNIT_MAX_PARAMS];
-    zs_status st = forward_blocks(m, zs, tokens, B, T);
-    if (st != ZS_OK) return st;
+static int op_embed_backward(void *model, int B, int T, void *const *g, const int *tokens,
+                             const void *dx) {
+    ex_model *m = model;
+    llama_embed_w w = {.wte = g[0]};
+    return m->be->ops->embed_backward(m->be, B, T, &w, tokens, dx);
+}
 
-    /* The head. Tied, it is unit 0 fetched a second time, whose gradient
-     * stays open until the embedding's backward adds its part. */
-    const int hu = head_unit(m);
-    zs_unit *head = m->units.unit[hu];
-    if ((st = zs_fetch(zs, head)) != ZS_OK) return st;
-    units_or_abort(ex_units_params(&m->units, hu, p, err, sizeof err), "head", err);
-    units_or_abort(ex_units_grads(&m->units, hu, g, err, sizeof err), "head", err);
+static int op_block_forward(void *model, int l, int B, int T, void *const *p, const void *x,
+                            void *y) {
+    ex_model *m = model;
+    llama_block_w w;
+    block_view(&m->dims, p, &w);
+    llama_block_acts a = block_acts(m, l, B, T);
+    return m->be->ops->block_forward(m->be, B, T, &w, x, &a, y, m->ws.block_scratch);
+}
+
+static int op_block_backward(void *model, int l, int B, int T, void *const *p, void *const *g,
+                             const void *x, const void *dy, void *dx) {
+    ex_model *m = model;
+    llama_block_w w, bg;
+    block_view(&m->dims, p, &w);
+    block_view(&m->dims, g, &bg);
+    const llama_block_acts a = block_acts(m, l, B, T);
+    return m->be->ops->block_backward(m->be, B, T, &w, &bg, x, &a, dy, dx, m->ws.block_scratch);
+}
+
+static int op_head_forward_backward(void *model, int B, int T, void *const *p, void *const *g,
+                                    const void *x, const int *targets, float dloss, void *dx,
+                                    float *losses) {
+    ex_model *m = model;
     llama_head_w hw, hg;
     head_view(m, p, &hw);
     head_view(m, g, &hg);
-    void *dy = m->ws.dres[0], *dx = m->ws.dres[1];
-    check_model(m, m->be->ops->head_forward_backward(m->be, B, T, &hw, &hg,
-                                                     residual(m, d->n_layer, B, T), targets, dloss,
-                                                     dy, losses, (int)m->head_chunk_rows,
-                                                     m->ws.head_scratch),
-                "head");
-    units_or_abort(ex_units_commit(&m->units, hu, EX_UNITS_ALL, err, sizeof err), "head", err);
-    if (!d->tied && (st = zs_grads_ready(zs, head)) != ZS_OK) return st;
-    if ((st = zs_release(zs, head)) != ZS_OK) return st;
-
-    for (int l = d->n_layer - 1; l >= 0; l--) {
-        zs_unit *unit = m->units.unit[1 + l];
-        if ((st = zs_fetch(zs, unit)) != ZS_OK) return st;
-        units_or_abort(ex_units_params(&m->units, 1 + l, p, err, sizeof err), "block", err);
-        llama_block_w w, bg;
-        block_view(d, p, &w);
-        llama_block_acts a = block_acts(m, l, B, T);
-        if (m->recompute)
-            check_model(m, m->be->ops->block_forward(m->be, B, T, &w, residual(m, l, B, T), &a,
-                                                     residual(m, l + 1, B, T), m->ws.block_scratch),
-                        "recomputing a block");
-        units_or_abort(ex_units_grads(&m->units, 1 + l, g, err, sizeof err), "block", err);
-        block_view(d, g, &bg);
-        check_model(m, m->be->ops->block_backward(m->be, B, T, &w, &bg, residual(m, l, B, T), &a,
-                                                  dy, dx, m->ws.block_scratch),
-                    "block backward");
-        units_or_abort(ex_units_commit(&m->units, 1 + l, EX_UNITS_ALL, err, sizeof err), "block",
-                       err);
-        if ((st = zs_grads_ready(zs, unit)) != ZS_OK) return st;
-        if ((st = zs_release(zs, unit)) != ZS_OK) return st;
-        void *t = dy;
-        dy = dx;
-        dx = t;
-    }
-    /* The embedding's backward needs no parameters: tied, it adds into the
-     * gradient the head left open (embed_tokens only); untied, into one
-     * opened now without gathering the table. */
-    zs_unit *embed = m->units.unit[0];
-    if (d->tied) {
-        units_or_abort(ex_units_grads_again(&m->units, 0, 0x1u, g, err, sizeof err), "embedding",
-                       err);
-    } else {
-        if ((st = zs_grads_open(zs, embed)) != ZS_OK) return st;
-        units_or_abort(ex_units_grads(&m->units, 0, g, err, sizeof err), "embedding", err);
-    }
-    llama_embed_w eg = {.wte = g[0]};
-    check_model(m, m->be->ops->embed_backward(m->be, B, T, &eg, tokens, dy), "embedding backward");
-    units_or_abort(ex_units_commit(&m->units, 0, 0x1u, err, sizeof err), "embedding", err);
-    return zs_grads_ready(zs, embed);
+    return m->be->ops->head_forward_backward(m->be, B, T, &hw, &hg, x, targets, dloss, dx,
+                                             losses, (int)m->head_chunk_rows, m->ws.head_scratch);
 }
 
-/* The forward through the head's fetch; the caller runs the head op and
- * releases. */
-static zs_status forward_to_head(ex_model *m, zs_ctx *zs, const int *tokens, int B, int T,
-                                 llama_head_w *hw) {
-    zs_status st = forward_blocks(m, zs, tokens, B, T);
-    if (st == ZS_OK) st = zs_fetch(zs, m->units.unit[head_unit(m)]);
-    if (st != ZS_OK) return st;
-    void *p[EX_UNIT_MAX_PARAMS];
-    char err[1024];
-    units_or_abort(ex_units_params(&m->units, head_unit(m), p, err, sizeof err), "head", err);
-    head_view(m, p, hw);
-    return ZS_OK;
+static int op_head_forward(void *model, int B, int T, void *const *p, const void *x,
+                           const int *targets, float *losses) {
+    ex_model *m = model;
+    llama_head_w hw;
+    head_view(m, p, &hw);
+    return m->be->ops->head_forward(m->be, B, T, &hw, x, targets, losses,
+                                    (int)m->head_chunk_rows, m->ws.head_scratch);
+}
+
+static int op_head_logits(void *model, int B, int T, void *const *p, const void *x, int row,
+                          float *host_logits) {
+    ex_model *m = model;
+    llama_head_w hw;
+    head_view(m, p, &hw);
+    return m->be->ops->head_logits(m->be, B, T, &hw, x, row, host_logits, m->ws.head_scratch);
+}
+
+static const char *op_last_error(void *model) {
+    const ex_model *m = model;
+    return m->be->ops->last_error(m->be);
+}
+
+static const ex_decoder_ops decoder_ops = {
+    .embed_forward = op_embed_forward,
+    .embed_backward = op_embed_backward,
+    .block_forward = op_block_forward,
+    .block_backward = op_block_backward,
+    .head_forward_backward = op_head_forward_backward,
+    .head_forward = op_head_forward,
+    .head_logits = op_head_logits,
+    .last_error = op_last_error,
+};
+
+static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
+                                  int B, int T, float dloss, float *losses) {
+    return ex_decoder_train_micro_step(&m->dec, zs, tokens, targets, B, T, dloss, losses);
 }
 
 static zs_status eval_losses(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
                              int B, int T, float *losses) {
-    llama_head_w hw;
-    zs_status st = forward_to_head(m, zs, tokens, B, T, &hw);
-    if (st != ZS_OK) return st;
-    check_model(m, m->be->ops->head_forward(m->be, B, T, &hw, residual(m, m->dims.n_layer, B, T),
-                                            targets, losses, (int)m->head_chunk_rows,
-                                            m->ws.head_scratch),
-                "validation head");
-    return zs_release(zs, m->units.unit[head_unit(m)]);
+    return ex_decoder_eval_losses(&m->dec, zs, tokens, targets, B, T, losses);
 }
 
 static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
                              float *host_logits) {
-    llama_head_w hw;
-    zs_status st = forward_to_head(m, zs, tokens, 1, T, &hw);
-    if (st != ZS_OK) return st;
-    check_model(m, m->be->ops->head_logits(m->be, 1, T, &hw, residual(m, m->dims.n_layer, 1, T),
-                                           T - 1, host_logits, m->ws.head_scratch),
-                "sampling logits");
-    return zs_release(zs, m->units.unit[head_unit(m)]);
+    return ex_decoder_last_logits(&m->dec, zs, tokens, T, host_logits);
 }
 
 /* -------------------------------------------------- checkpoints in and out */
