@@ -86,19 +86,9 @@ compare_export() {
 }
 
 # Two more Llama-family shapes (tests/llama/run_llama_train.sh's): an untied
-# head, and Qwen2's q/k/v biases with a tied one.
-cat > "$work/untied.json" <<'JSON'
-{"model_type": "llama", "vocab_size": 256, "hidden_size": 40, "intermediate_size": 72,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 10,
- "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "tie_word_embeddings": false, "torch_dtype": "bfloat16"}
-JSON
-cat > "$work/qwen2.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 256, "hidden_size": 40, "intermediate_size": 72,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
- "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
- "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 4096}
-JSON
+# head, and Qwen2's q/k/v biases with a tied one (tests/llama/shapes).
+cp "$src/tests/llama/shapes/untied.json" "$work/untied.json"
+cp "$src/tests/llama/shapes/qwen2_tied.json" "$work/qwen2.json"
 for shape in untied qwen2; do
   cat > "$work/$shape.cfg" <<CFG
 zero: { stage = 3; };

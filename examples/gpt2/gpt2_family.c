@@ -27,6 +27,7 @@
  *                         and backward, -1 the device's default (gpt2_backend.h)
  *   tokenizer [""]        llm.c tokenizer file to decode samples when vocab > 256
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@
 #define PROGRAM "gpt2_train"
 
 struct ex_model {
+    ex_decoder dec; /* first: the micro-step (ex_decoder.h), over the adapter below */
     gpt2_dims dims;
     const char *preset;
     const char *init_from;
@@ -55,8 +57,8 @@ struct ex_model {
     ex_units units;
     gpt2_backend *be; /* its device (be->dev) is the trainer's */
     ex_stream ws; /* the micro-step's workspace on the backend's device */
-    ex_decoder dec; /* the micro-step, over the adapter below */
 };
+_Static_assert(offsetof(struct ex_model, dec) == 0, "ex_decoder.h: the decoder comes first");
 
 /* ---------------------------------------------------------- settings */
 
@@ -302,20 +304,6 @@ static const ex_decoder_ops decoder_ops = {
     .last_error = op_last_error,
 };
 
-static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
-                                  int B, int T, float dloss, float *losses) {
-    return ex_decoder_train_micro_step(&m->dec, zs, tokens, targets, B, T, dloss, losses);
-}
-
-static zs_status eval_losses(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
-                             int B, int T, float *losses) {
-    return ex_decoder_eval_losses(&m->dec, zs, tokens, targets, B, T, losses);
-}
-
-static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
-                             float *host_logits) {
-    return ex_decoder_last_logits(&m->dec, zs, tokens, T, host_logits);
-}
 
 /* -------------------------------------------------------------- import */
 
@@ -368,9 +356,9 @@ const ex_model_ops gpt2_model_ops = {
     .device = device,
     .import = import,
     .flops_per_token = flops_per_token,
-    .train_micro_step = train_micro_step,
-    .eval_losses = eval_losses,
-    .last_logits = last_logits,
+    .train_micro_step = ex_decoder_model_train_micro_step,
+    .eval_losses = ex_decoder_model_eval_losses,
+    .last_logits = ex_decoder_model_last_logits,
     .print_token = print_token,
     .start_token = start_token,
     .destroy = destroy,

@@ -41,6 +41,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* stat, strdup */
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,7 @@
 #define IGNORE_MAX 16
 
 struct ex_model {
+    ex_decoder dec; /* first: the micro-step (ex_decoder.h), over the adapter below */
     llama_dims dims;
     const char *preset, *config_path, *init_from, *init_ignore;
     /* app.init_ignore split at its commas: IGNORE_MAX patterns of at most
@@ -78,8 +80,8 @@ struct ex_model {
     nn_device *dev;
     llama_backend *be;
     ex_stream ws; /* the micro-step's workspace on the device */
-    ex_decoder dec; /* the micro-step, over the adapter below */
 };
+_Static_assert(offsetof(struct ex_model, dec) == 0, "ex_decoder.h: the decoder comes first");
 
 /* ---------------------------------------------------------- settings */
 
@@ -420,20 +422,6 @@ static const ex_decoder_ops decoder_ops = {
     .last_error = op_last_error,
 };
 
-static zs_status train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
-                                  int B, int T, float dloss, float *losses) {
-    return ex_decoder_train_micro_step(&m->dec, zs, tokens, targets, B, T, dloss, losses);
-}
-
-static zs_status eval_losses(ex_model *m, zs_ctx *zs, const int *tokens, const int *targets,
-                             int B, int T, float *losses) {
-    return ex_decoder_eval_losses(&m->dec, zs, tokens, targets, B, T, losses);
-}
-
-static zs_status last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
-                             float *host_logits) {
-    return ex_decoder_last_logits(&m->dec, zs, tokens, T, host_logits);
-}
 
 /* -------------------------------------------------- checkpoints in and out */
 
@@ -504,9 +492,9 @@ const ex_model_ops llama_model_ops = {
     .import = import,
     .save_state = save_state,
     .flops_per_token = flops_per_token,
-    .train_micro_step = train_micro_step,
-    .eval_losses = eval_losses,
-    .last_logits = last_logits,
+    .train_micro_step = ex_decoder_model_train_micro_step,
+    .eval_losses = ex_decoder_model_eval_losses,
+    .last_logits = ex_decoder_model_last_logits,
     .print_token = print_token,
     .start_token = start_token,
     .destroy = destroy,

@@ -142,3 +142,22 @@ zs_status ex_decoder_last_logits(const ex_decoder *dec, zs_ctx *zs, const int *t
              "sampling logits");
     return zs_release(zs, dec->units->unit[dec->head_unit]);
 }
+
+/* The family's struct begins with its decoder (ex_decoder.h). */
+static const ex_decoder *decoder_of(const ex_model *m) { return (const ex_decoder *)(const void *)m; }
+
+zs_status ex_decoder_model_train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens,
+                                            const int *targets, int B, int T, float dloss,
+                                            float *losses) {
+    return ex_decoder_train_micro_step(decoder_of(m), zs, tokens, targets, B, T, dloss, losses);
+}
+
+zs_status ex_decoder_model_eval_losses(ex_model *m, zs_ctx *zs, const int *tokens,
+                                       const int *targets, int B, int T, float *losses) {
+    return ex_decoder_eval_losses(decoder_of(m), zs, tokens, targets, B, T, losses);
+}
+
+zs_status ex_decoder_model_last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
+                                       float *host_logits) {
+    return ex_decoder_last_logits(decoder_of(m), zs, tokens, T, host_logits);
+}

@@ -76,6 +76,18 @@ zs_status ex_decoder_eval_losses(const ex_decoder *dec, zs_ctx *zs, const int *t
 zs_status ex_decoder_last_logits(const ex_decoder *dec, zs_ctx *zs, const int *tokens, int T,
                                  float *host_logits);
 
+/* The same as ex_model.h's ops, for a family whose struct ex_model begins
+ * with its ex_decoder (its first member): the family's table points at
+ * these and writes no micro-step of its own. */
+typedef struct ex_model ex_model;
+zs_status ex_decoder_model_train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens,
+                                            const int *targets, int B, int T, float dloss,
+                                            float *losses);
+zs_status ex_decoder_model_eval_losses(ex_model *m, zs_ctx *zs, const int *tokens,
+                                       const int *targets, int B, int T, float *losses);
+zs_status ex_decoder_model_last_logits(ex_model *m, zs_ctx *zs, const int *tokens, int T,
+                                       float *host_logits);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,18 +28,8 @@ run() {
 }
 
 # Two models: untied Llama, and a tied Qwen2 (q/k/v biases, no o_proj bias).
-cat > "$work/untied.json" <<'JSON'
-{"model_type": "llama", "vocab_size": 256, "hidden_size": 40, "intermediate_size": 72,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 10,
- "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "tie_word_embeddings": false, "torch_dtype": "bfloat16"}
-JSON
-cat > "$work/tied.json" <<'JSON'
-{"model_type": "qwen2", "vocab_size": 256, "hidden_size": 40, "intermediate_size": 72,
- "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
- "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
- "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 4096}
-JSON
+cp "$SRC/tests/llama/shapes/untied.json" "$work/untied.json"
+cp "$SRC/tests/llama/shapes/qwen2_tied.json" "$work/tied.json"
 config() { # FILE STAGE DTYPE MODEL
   cat > "$1" <<CFG
 zero: { stage = $2; align = 16; };
