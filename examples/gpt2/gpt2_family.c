@@ -124,34 +124,10 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     return ZS_OK;
 }
 
-static zs_init initializer(const gpt2_param_spec *spec) {
-    switch (spec->init) {
-    case GPT2_INIT_NORMAL: return ZS_INIT_NORMAL_STD(spec->init_std);
-    case GPT2_INIT_ONES: return ZS_INIT_CONSTANT_VALUE(1.0);
-    case GPT2_INIT_ZEROS: break;
-    }
-    return ZS_INIT_ZEROS_VALUE;
-}
-
 static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
-    const gpt2_dims *d = &m->dims;
-    const int units = gpt2_num_units(d);
-    zs_status st = ex_units_init(&m->units, zs, units,
-                                 GPT2_EMBED_PARAMS + d->n_layer * GPT2_BLOCK_PARAMS);
-    for (int unit = 0; st == ZS_OK && unit < units; unit++) {
-        char name[GPT2_NAME_MAX];
-        gpt2_unit_name(d, unit, name, sizeof name);
-        st = ex_units_begin(&m->units, name);
-        for (int i = 0; st == ZS_OK && i < gpt2_unit_num_params(d, unit); i++) {
-            gpt2_param_spec spec;
-            gpt2_param_spec_get(d, unit, i, &spec);
-            st = ex_units_add(&m->units, spec.name, spec.ndim, spec.shape, initializer(&spec),
-                              spec.no_decay ? ZS_PARAM_NO_DECAY : 0u);
-        }
-        if (st == ZS_OK) st = ex_units_end(&m->units);
-    }
-    facts->params = gpt2_num_params(d);
-    facts->units = units;
+    const zs_status st =
+        ex_units_describe(&m->units, zs, &gpt2_param_table, &m->dims, &facts->units);
+    facts->params = gpt2_num_params(&m->dims);
     facts->dtype = st == ZS_OK ? zs_param_dtype(m->units.param[0]) : ZS_DTYPE_FP32;
     return st;
 }

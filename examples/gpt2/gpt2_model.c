@@ -191,6 +191,18 @@ int gpt2_param_spec_get(const gpt2_dims *d, int unit, int index, gpt2_param_spec
     return 0;
 }
 
+static int table_num_units(const void *d) { return gpt2_num_units(d); }
+static int table_unit_num_params(const void *d, int unit) { return gpt2_unit_num_params(d, unit); }
+static int table_unit_name(const void *d, int unit, char *buf, size_t cap) {
+    return gpt2_unit_name(d, unit, buf, cap);
+}
+static int table_param_spec(const void *d, int unit, int index, nn_param_spec *out) {
+    return gpt2_param_spec_get(d, unit, index, out);
+}
+
+const nn_param_table gpt2_param_table = {table_num_units, table_unit_num_params, table_unit_name,
+                                         table_param_spec};
+
 int64_t gpt2_unit_numel(const gpt2_dims *d, int unit) {
     const int count = gpt2_unit_num_params(d, unit);
     if (count < 0) {

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "nn_dtype.h"
+#include "nn_param.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,22 +70,16 @@ int gpt2_head_size(const gpt2_dims *d);
 /* Longest name: "transformer.h.<int>.attn.c_attn.weight" and the like. */
 #define GPT2_NAME_MAX 64
 
-typedef enum gpt2_init {
-    GPT2_INIT_NORMAL = 0, /* normal(0, init_std) */
-    GPT2_INIT_ZEROS = 1,  /* biases */
-    GPT2_INIT_ONES = 2    /* LayerNorm weights */
-} gpt2_init;
+/* GPT-2's initializations: nn_param.h's. */
+typedef nn_init gpt2_init;
+#define GPT2_INIT_NORMAL NN_INIT_NORMAL /* normal(0, init_std) */
+#define GPT2_INIT_ZEROS NN_INIT_ZEROS   /* biases */
+#define GPT2_INIT_ONES NN_INIT_ONES     /* LayerNorm weights */
 
-typedef struct gpt2_param_spec {
-    char name[GPT2_NAME_MAX]; /* nanoGPT's state_dict name */
-    int ndim;                 /* 1 or 2 */
-    int64_t shape[2];         /* shape[1] = 1 when ndim == 1 */
-    int64_t numel;
-    int64_t offset;           /* elements from the start of its unit (table order, no gaps) */
-    gpt2_init init;
-    double init_std;          /* for GPT2_INIT_NORMAL, else 0 */
-    int no_decay;             /* 1 for every 1-D tensor (biases, LayerNorm), 0 for matrices */
-} gpt2_param_spec;
+/* A tensor of the table (nn_param.h): nanoGPT's state_dict name, its
+ * shape, its offset in its unit, its initialization; no_decay for every
+ * 1-D tensor (biases, LayerNorm). */
+typedef nn_param_spec gpt2_param_spec;
 
 /* 1 + n_layer. */
 int gpt2_num_units(const gpt2_dims *d);
@@ -112,6 +107,8 @@ int gpt2_param_spec_get(const gpt2_dims *d, int unit, int index, gpt2_param_spec
 int64_t gpt2_unit_numel(const gpt2_dims *d, int unit);
 /* Elements of all units: every parameter, wpe included, wte counted once. */
 int64_t gpt2_num_params(const gpt2_dims *d);
+/* The functions above as the shared table (nn_param.h), over a gpt2_dims. */
+extern const nn_param_table gpt2_param_table;
 
 /*
  * Training FLOPs per token at sequence length T, nanoGPT's estimate (after

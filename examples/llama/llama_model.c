@@ -171,7 +171,8 @@ static void spec_fill(llama_param_spec *out, const char *name, int64_t rows, int
     out->no_decay = out->ndim == 1;
 }
 
-int llama_param_spec_get(const llama_dims *d, int unit, int index, llama_param_spec *out) {
+/* Tensor `index` of `unit` without its offset (llama_param_spec_get adds it). */
+static int spec_at(const llama_dims *d, int unit, int index, llama_param_spec *out) {
     const int count = llama_unit_num_params(d, unit);
     if (count < 0 || index < 0 || index >= count || out == NULL) return -1;
     const int64_t C = d->n_embd, V = d->vocab, F = d->n_ff;
@@ -217,6 +218,31 @@ int llama_param_spec_get(const llama_dims *d, int unit, int index, llama_param_s
               rows[slot].init, std);
     return 0;
 }
+
+int llama_param_spec_get(const llama_dims *d, int unit, int index, llama_param_spec *out) {
+    if (spec_at(d, unit, index, out) != 0) return -1;
+    // The tensors before it in its unit, in registration order, no gaps.
+    int64_t offset = 0;
+    for (int k = 0; k < index; k++) {
+        llama_param_spec before;
+        spec_at(d, unit, k, &before);
+        offset += before.numel;
+    }
+    out->offset = offset;
+    return 0;
+}
+
+static int table_num_units(const void *d) { return llama_num_units(d); }
+static int table_unit_num_params(const void *d, int unit) { return llama_unit_num_params(d, unit); }
+static int table_unit_name(const void *d, int unit, char *buf, size_t cap) {
+    return llama_unit_name(d, unit, buf, cap);
+}
+static int table_param_spec(const void *d, int unit, int index, nn_param_spec *out) {
+    return llama_param_spec_get(d, unit, index, out);
+}
+
+const nn_param_table llama_param_table = {table_num_units, table_unit_num_params, table_unit_name,
+                                          table_param_spec};
 
 int64_t llama_unit_numel(const llama_dims *d, int unit) {
     const int count = llama_unit_num_params(d, unit);

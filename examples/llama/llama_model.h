@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "nn_dtype.h"
+#include "nn_param.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,21 +148,16 @@ typedef enum llama_block_param {
 /* Longest name: "model.layers.<int>.self_attn.q_proj.weight" and the like. */
 #define LLAMA_NAME_MAX 64
 
-typedef enum llama_init {
-    LLAMA_INIT_NORMAL = 0, /* normal(0, initializer_range): matrices, embeddings */
-    LLAMA_INIT_ZEROS = 1,  /* biases */
-    LLAMA_INIT_ONES = 2    /* RMSNorm weights */
-} llama_init;
+/* The family's initializations: nn_param.h's. */
+typedef nn_init llama_init;
+#define LLAMA_INIT_NORMAL NN_INIT_NORMAL /* normal(0, initializer_range): matrices, embeddings */
+#define LLAMA_INIT_ZEROS NN_INIT_ZEROS   /* biases */
+#define LLAMA_INIT_ONES NN_INIT_ONES     /* RMSNorm weights */
 
-typedef struct llama_param_spec {
-    char name[LLAMA_NAME_MAX]; /* Hugging Face's state_dict name */
-    int ndim;                  /* 1 or 2 */
-    int64_t shape[2];          /* shape[1] = 1 when ndim == 1 */
-    int64_t numel;
-    llama_init init;
-    double init_std;           /* for LLAMA_INIT_NORMAL, else 0 */
-    int no_decay;              /* 1 for every 1-D tensor (biases, norms), 0 for matrices */
-} llama_param_spec;
+/* A tensor of the table (nn_param.h): Hugging Face's state_dict name, its
+ * shape, its offset in its unit, its initialization; no_decay for every
+ * 1-D tensor (biases, norms). */
+typedef nn_param_spec llama_param_spec;
 
 /* 1 + n_layer, and one more for the untied head. */
 int llama_num_units(const llama_dims *d);
@@ -181,6 +177,8 @@ int llama_unit_name(const llama_dims *d, int unit, char *buf, size_t cap);
  * LlamaPreTrainedModel: matrices and the embedding normal(0,
  * initializer_range), biases 0, norms 1. Returns 0, or -1 when out of range. */
 int llama_param_spec_get(const llama_dims *d, int unit, int index, llama_param_spec *out);
+/* The functions above as the shared table (nn_param.h), over a llama_dims. */
+extern const nn_param_table llama_param_table;
 /* For a block unit: the llama_block_param slot of registration index
  * `index`, and the registration index of a slot (-1 when the slot is
  * absent in these dims). */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "nn_device.h"
+#include "nn_param.h"
 #include "zeroshard.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,11 @@ zs_status ex_units_begin(ex_units *u, const char *name);
 zs_status ex_units_add(ex_units *u, const char *name, int ndim, const int64_t *shape, zs_init init,
                        unsigned flags);
 zs_status ex_units_end(ex_units *u);
+/* All of it from a family's parameter table (nn_param.h) over its dims:
+ * every unit in order, every tensor with its initialization and, for 1-D
+ * tensors, ZS_PARAM_NO_DECAY. *units (may be NULL) gets the unit count. */
+zs_status ex_units_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
+                            const void *dims, int *units);
 
 /* After zs_build: decides whether the device works on zeroshard's buffers
  * directly and otherwise allocates the fp32 views on it. 0, or -1 with a
