@@ -62,9 +62,9 @@ int main(int argc, char **argv) {
     if (params == NULL || logits == NULL || tokens == NULL || targets == NULL) {
         return 1;
     }
-    gpt2_tm_init_params(&d, params, 77, 5.0, 0.2);
-    gpt2_tm_random_tokens(BT, d.vocab, tokens, 78);
-    gpt2_tm_random_tokens(BT, d.vocab, targets, 79);
+    mt_init_params(&gpt2_param_table, &d, params, 77, 5.0, 0.2);
+    mt_random_tokens(BT, d.vocab, tokens, 78);
+    mt_random_tokens(BT, d.vocab, targets, 79);
     double loss = 0.0;
     if (gpt2_tm_set_params(&m, params) != 0 || gpt2_tm_set_data(&m, tokens, targets) != 0 ||
         gpt2_tm_loss(&m, &loss) != 0) {
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
             gpt2_param_spec s;
             gpt2_param_spec_get(&d, u, i, &s);
             fprintf(f, "%s %d %lld %lld %lld %lld\n", s.name, s.ndim, (long long)s.shape[0],
-                    (long long)s.shape[1], (long long)(gpt2_tm_unit_offset(&d, u) + s.offset),
+                    (long long)s.shape[1], (long long)(mt_unit_offset(&gpt2_param_table, &d, u) + s.offset),
                     (long long)s.numel);
         }
     }

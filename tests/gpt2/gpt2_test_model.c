@@ -18,10 +18,6 @@
         }                                                                                     \
     } while (0)
 
-int64_t gpt2_tm_unit_offset(const gpt2_dims *d, int unit) {
-    return unit == 0 ? 0 : gpt2_unit_numel(d, 0) + (int64_t)(unit - 1) * gpt2_unit_numel(d, 1);
-}
-
 static int tm_alloc(gpt2_tm *m, size_t bytes, void **out) {
     TM_TRY(m->be->dev->ops->alloc(m->be->dev, bytes, out));
     return NN_OK;
@@ -71,7 +67,7 @@ int gpt2_tm_init(gpt2_tm *m, gpt2_backend *be, const gpt2_dims *d, int B, int T,
     gpt2_embed_w_carve(d, be->dtype, m->params, &m->w0);
     gpt2_embed_w_carve(d, be->dtype, m->grads, &m->g0);
     for (int l = 0; l < L; l++) {
-        const size_t at = (size_t)gpt2_tm_unit_offset(d, 1 + l) * e;
+        const size_t at = (size_t)mt_unit_offset(&gpt2_param_table, d, 1 + l) * e;
         gpt2_block_w_carve(d, be->dtype, (unsigned char *)m->params + at, &m->w[l]);
         gpt2_block_w_carve(d, be->dtype, (unsigned char *)m->grads + at, &m->g[l]);
         gpt2_block_acts_carve(d, B, T, be->dtype, m->acts_mem + (size_t)l * m->acts_bytes,
@@ -203,60 +199,6 @@ int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_los
     return tm_mean_loss(m, mean_loss);
 }
 
-/* ---------------------------------------------------------- test inputs */
-
-static uint64_t tm_mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-double gpt2_tm_uniform(uint64_t *state) {
-    *state += UINT64_C(0x9e3779b97f4a7c15);
-    return (double)(tm_mix(*state) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-double gpt2_tm_normal(uint64_t *state) {
-    // Box-Muller; 1 - u keeps the logarithm's argument in (0, 1].
-    const double u1 = 1.0 - gpt2_tm_uniform(state);
-    const double u2 = gpt2_tm_uniform(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-void gpt2_tm_init_params(const gpt2_dims *d, float *host_params, uint64_t seed, double gain,
-                         double jitter) {
-    uint64_t state = tm_mix(seed);
-    for (int u = 0; u < gpt2_num_units(d); u++) {
-        float *base = host_params + gpt2_tm_unit_offset(d, u);
-        for (int i = 0; i < gpt2_unit_num_params(d, u); i++) {
-            gpt2_param_spec s;
-            gpt2_param_spec_get(d, u, i, &s);
-            float *p = base + s.offset;
-            for (int64_t k = 0; k < s.numel; k++) {
-                const double z = gpt2_tm_normal(&state);
-                switch (s.init) {
-                case GPT2_INIT_NORMAL:
-                    p[k] = (float)(gain * s.init_std * z);
-                    break;
-                case GPT2_INIT_ZEROS:
-                    p[k] = (float)(jitter * z);
-                    break;
-                case GPT2_INIT_ONES:
-                    p[k] = (float)(1.0 + jitter * z);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed) {
-    uint64_t state = tm_mix(seed ^ UINT64_C(0x746f6b656e73)); /* "tokens" */
-    for (int i = 0; i < n; i++) {
-        out[i] = (int)(gpt2_tm_uniform(&state) * vocab);
-    }
-}
-
 int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
                      int threads, gpt2_tm_result *out) {
     memset(out, 0, sizeof *out);
@@ -278,9 +220,9 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     if (!params || !tokens || !targets || !out->grads || !out->resid || !out->acts || !out->losses)
         s = NN_ERR_NOMEM;
     if (s == 0) {
-        gpt2_tm_init_params(d, params, 5, 3.0, 0.1);
-        gpt2_tm_random_tokens(BT, d->vocab, tokens, 6);
-        gpt2_tm_random_tokens(BT, d->vocab, targets, 7);
+        mt_init_params(&gpt2_param_table, d, params, 5, 3.0, 0.1);
+        mt_random_tokens(BT, d->vocab, tokens, 6);
+        mt_random_tokens(BT, d->vocab, targets, 7);
         s = gpt2_tm_set_params(&m, params);
     }
     if (s == 0) s = gpt2_tm_set_data(&m, tokens, targets);
@@ -305,12 +247,6 @@ void gpt2_tm_result_free(gpt2_tm_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-long long gpt2_tm_first_diff(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return (long long)i;
-    return -1;
-}
-
 int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, char *what,
                            size_t cap) {
     if (memcmp(&a->loss, &b->loss, sizeof(double)) != 0) {
@@ -326,7 +262,7 @@ int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, cha
                    {"activations", a->acts, b->acts, a->n_acts},
                    {"losses", a->losses, b->losses, a->n_losses}};
     for (int i = 0; i < 4; i++) {
-        const long long k = gpt2_tm_first_diff(arrays[i].x, arrays[i].y, arrays[i].n);
+        const long long k = mt_first_diff(arrays[i].x, arrays[i].y, arrays[i].n);
         if (k >= 0) {
             snprintf(what, cap, "%s [%lld]: %.9g vs %.9g", arrays[i].name, k,
                      (double)arrays[i].x[k], (double)arrays[i].y[k]);

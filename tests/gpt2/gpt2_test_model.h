@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "gpt2_backend.h"
+#include "model_tm.h"
 
 typedef struct gpt2_tm {
     gpt2_backend *be; /* not owned */
@@ -50,9 +51,6 @@ void *gpt2_tm_resid(const gpt2_tm *m, int l);
 int gpt2_tm_read(gpt2_tm *m, const void *src, size_t n, float *host);
 int gpt2_tm_write(gpt2_tm *m, void *dst, const float *host, size_t n);
 
-/* Offset of unit u in the flat arrays. */
-int64_t gpt2_tm_unit_offset(const gpt2_dims *d, int unit);
-
 /* Host fp32 -> backend (params converted to the backend's dtype). */
 int gpt2_tm_set_params(gpt2_tm *m, const float *host_params);
 int gpt2_tm_set_data(gpt2_tm *m, const int *host_tokens, const int *host_targets);
@@ -65,18 +63,11 @@ int gpt2_tm_loss(gpt2_tm *m, double *mean_loss);
  * loss); without, that gradient is added to what grads held. */
 int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_loss);
 
-/* Test inputs from a counter-based generator (splitmix64), the same on every
- * machine. */
-double gpt2_tm_uniform(uint64_t *state);
-double gpt2_tm_normal(uint64_t *state);
-/* host_params: [gpt2_num_params]. GPT-2's initialization scaled by
- * `gain` on every normal tensor, plus `jitter` * N(0, 1) on the LayerNorm
- * weights (around 1) and every bias (around 0): gain 1, jitter 0 is GPT-2's
- * init; the gradient check uses larger values so that attention is not
- * uniform, GELU not linear, and every bias and gain matters. */
-void gpt2_tm_init_params(const gpt2_dims *d, float *host_params, uint64_t seed, double gain,
-                         double jitter);
-void gpt2_tm_random_tokens(int n, int vocab, int *out, uint64_t seed);
+/* The flat arrays follow GPT-2's table (mt_unit_offset(&gpt2_param_table,
+ * ...)); test inputs come from model_tm.h (mt_init_params with gain 1,
+ * jitter 0 is GPT-2's init; the gradient check uses larger values so that
+ * attention is not uniform, GELU not linear, and every bias and gain
+ * matters). */
 
 /* Everything one training step produces, on the host in fp32: the mean
  * loss, every gradient, the residual stream, the losses, and the block
@@ -93,8 +84,6 @@ typedef struct gpt2_tm_result {
 int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
                      int threads, gpt2_tm_result *out);
 void gpt2_tm_result_free(gpt2_tm_result *r);
-/* Index of the first float whose bits differ, or -1. */
-long long gpt2_tm_first_diff(const float *a, const float *b, size_t n);
 /* 0 when the two are bit for bit equal; else 1 with the first difference
  * described in `what`. */
 int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, char *what,

@@ -4,7 +4,7 @@
 set(GPT2_TEST_DIR ${PROJECT_SOURCE_DIR}/tests/gpt2)
 add_library(gpt2_test_model STATIC ${GPT2_TEST_DIR}/gpt2_test_model.c)
 target_include_directories(gpt2_test_model PUBLIC ${GPT2_TEST_DIR})
-target_link_libraries(gpt2_test_model PUBLIC gpt2_model zeroshard)
+target_link_libraries(gpt2_test_model PUBLIC gpt2_model model_tm zeroshard)
 
 # Gradients against finite differences, thread-count independence,
 # recomputation, head consistency, argument errors (CPU backend).

@@ -64,7 +64,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpt2_backend.h"
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "gpt2_test_model.h"
 #include "zeroshard.h"
 
@@ -157,7 +157,7 @@ static void make_inputs(const gpt2_dims *d, int BT, double gain, int bf16, input
     in->tokens = malloc(sizeof(int) * BT);
     in->targets = malloc(sizeof(int) * BT);
     REQUIRE(in->params && in->tokens && in->targets);
-    gpt2_tm_init_params(d, in->params, 31, gain, 0.2);
+    mt_init_params(&gpt2_param_table, d, in->params, 31, gain, 0.2);
     if (bf16) {
         uint16_t *b = malloc(sizeof(uint16_t) * (size_t)np);
         REQUIRE(b != NULL);
@@ -165,8 +165,8 @@ static void make_inputs(const gpt2_dims *d, int BT, double gain, int bf16, input
         REQUIRE(zs_convert(in->params, ZS_DTYPE_FP32, b, ZS_DTYPE_BF16, np) == ZS_OK);
         free(b);
     }
-    gpt2_tm_random_tokens(BT, d->vocab, in->tokens, 32);
-    gpt2_tm_random_tokens(BT, d->vocab, in->targets, 33);
+    mt_random_tokens(BT, d->vocab, in->tokens, 32);
+    mt_random_tokens(BT, d->vocab, in->targets, 33);
     in->tokens[1] = in->tokens[BT - 1] = in->tokens[BT / 2]; // a repeated token
 }
 
@@ -207,7 +207,7 @@ static void test_fp32(gpt2_backend *cpu, gpt2_backend *gpu, const gpt2_dims *d, 
         compare(what, g.resid + (size_t)l * slice, c.resid + (size_t)l * slice, slice, TOL_REL);
     }
     for (int u = 0; u < gpt2_num_units(d); u++) {
-        const int64_t base = gpt2_tm_unit_offset(d, u);
+        const int64_t base = mt_unit_offset(&gpt2_param_table, d, u);
         for (int i = 0; i < gpt2_unit_num_params(d, u); i++) {
             gpt2_param_spec s;
             REQUIRE(gpt2_param_spec_get(d, u, i, &s) == 0);
@@ -243,7 +243,7 @@ static double bf16_margin(const gpt2_dims *d, int BT, const host_step *g, const 
     double grad = 0.0;
     const char *grad_at = "";
     for (int u = 0; u < gpt2_num_units(d); u++) {
-        const int64_t base = gpt2_tm_unit_offset(d, u);
+        const int64_t base = mt_unit_offset(&gpt2_param_table, d, u);
         for (int i = 0; i < gpt2_unit_num_params(d, u); i++) {
             gpt2_param_spec s;
             REQUIRE(gpt2_param_spec_get(d, u, i, &s) == 0);
@@ -448,10 +448,10 @@ static void test_embed_backward_runs(gpt2_backend *cpu, gpt2_backend *gpu) {
     float *dx = malloc(sizeof(float) * (size_t)BT * C);
     float *out[3];
     REQUIRE(tokens && dx);
-    gpt2_tm_random_tokens(BT, d.vocab, tokens, 51);
+    mt_random_tokens(BT, d.vocab, tokens, 51);
     for (int r = 0; r < 1200; r++) tokens[(r * 7) % BT] = 3; // 1200 rows of token 3, spread
     uint64_t state = 52;
-    for (size_t i = 0; i < (size_t)BT * C; i++) dx[i] = (float)gpt2_tm_normal(&state);
+    for (size_t i = 0; i < (size_t)BT * C; i++) dx[i] = (float)mt_normal(&state);
     gpt2_backend *bes[3] = {cpu, gpu, gpu};
     for (int k = 0; k < 3; k++) {
         gpt2_backend *be = bes[k];
@@ -571,8 +571,8 @@ static void test_head_consistency(gpt2_backend *gpu) {
     int tokens[32];
     float a[32], b[32];
     REQUIRE(params != NULL);
-    gpt2_tm_init_params(&d, params, 41, 5.0, 0.1);
-    gpt2_tm_random_tokens(BT, d.vocab, tokens, 42);
+    mt_init_params(&gpt2_param_table, &d, params, 41, 5.0, 0.1);
+    mt_random_tokens(BT, d.vocab, tokens, 42);
     REQUIRE(gpt2_tm_set_params(&m, params) == 0);
     REQUIRE(gpt2_tm_set_data(&m, tokens, tokens) == 0);
     double loss;
@@ -654,5 +654,5 @@ int main(void) {
     gpu->ops->destroy(gpu);
     gpu16->ops->destroy(gpu16);
     cpu->ops->destroy(cpu);
-    return gpt2_check_finish("test_gpt2_cuda");
+    return model_check_finish("test_gpt2_cuda");
 }

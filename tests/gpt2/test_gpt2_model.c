@@ -17,7 +17,7 @@
 #include <omp.h>
 
 #include "gpt2_backend.h"
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "gpt2_test_model.h"
 
 static int verbose = 0;
@@ -171,54 +171,10 @@ static void test_table(void) {
 
 /* ------------------------------------------------------ gradient check */
 
-/*
- * Finite differences of the mean loss, computed in float by the same
- * backend: the five-point stencil
- *     g ~ (8 (L(p+h) - L(p-h)) - (L(p+2h) - L(p-2h))) / 12h
- * whose truncation error is O(h^4), so h can be large, which divides float's
- * rounding noise in L (about 1e-7 relative, i.e. ~5e-7 on a loss near 4) by
- * a large 12h. With h = 1e-2 (parameters here are 0.05 to 1), noise and
- * truncation put about 1e-4 of absolute error on a derivative; the measured
- * worst case over all tensors is in the comments of the tolerances below.
- *
- * An element passes when |backward - fd| <= FD_RTOL |fd| + FD_ATOL_FRAC *
- * max |backward| over its tensor (+ FD_ATOL_MIN for tensors whose gradient is
- * all tiny). Every tensor's three largest-gradient elements are checked (a
- * wrong scale or a dropped term shows there first), plus random ones. A 10%
- * error in one tensor is 10x FD_RTOL on its largest elements, so it fails;
- * the sampled errors measured on correct code stay below a fifth of the
- * bound.
- */
-#define FD_STEP 1e-2
-#define FD_RTOL 1e-2
-#define FD_ATOL_FRAC 2e-3
-#define FD_ATOL_MIN 1e-5
-#define FD_TOP 3
-#define FD_RANDOM 5
-
-static double fd_loss(gpt2_tm *m, float *params, int64_t k, double delta, double *h_eff) {
-    const float saved = params[k];
-    params[k] = (float)((double)saved + delta);
-    *h_eff = (double)params[k] - (double)saved;
-    double loss = 0.0;
-    REQUIRE(gpt2_tm_set_params(m, params) == 0);
-    REQUIRE(gpt2_tm_loss(m, &loss) == 0);
-    params[k] = saved;
-    return loss;
-}
-
-static double fd_gradient(gpt2_tm *m, float *params, int64_t k) {
-    // The stencil needs p +- h and p +- 2h exactly; float rounding of p + h
-    // makes them slightly uneven, so each is measured (h_eff) and the
-    // stencil is applied with their mean, which is exact to O(h * 2^-24).
-    double h1p, h1m, h2p, h2m;
-    const double lp1 = fd_loss(m, params, k, FD_STEP, &h1p);
-    const double lm1 = fd_loss(m, params, k, -FD_STEP, &h1m);
-    const double lp2 = fd_loss(m, params, k, 2 * FD_STEP, &h2p);
-    const double lm2 = fd_loss(m, params, k, -2 * FD_STEP, &h2m);
-    const double h = (h1p - h1m + (h2p - h2m) / 2.0) / 4.0;
-    return (8.0 * (lp1 - lm1) - (lp2 - lm2)) / (12.0 * h);
-}
+/* The whole model against finite differences of its loss (model_tm.h's
+ * check: the five-point stencil, the bound and the elements it samples). */
+static int fd_set_params(void *m, const float *params) { return gpt2_tm_set_params(m, params); }
+static int fd_loss(void *m, double *loss) { return gpt2_tm_loss(m, loss); }
 
 static void test_gradient_check(gpt2_backend *be) {
     gpt2_tm m;
@@ -230,10 +186,10 @@ static void test_gradient_check(gpt2_backend *be) {
     REQUIRE(params && grads && tokens && targets);
     // Weights 10x GPT-2's init and biases and gains off their init, so that
     // attention is far from uniform, GELU far from linear and every term of
-    // every gradient is sizeable (see gpt2_tm_init_params).
-    gpt2_tm_init_params(&tiny, params, 1, 10.0, 0.2);
-    gpt2_tm_random_tokens(BT, tiny.vocab, tokens, 2);
-    gpt2_tm_random_tokens(BT, tiny.vocab, targets, 3);
+    // every gradient is sizeable (mt_init_params).
+    mt_init_params(&gpt2_param_table, &tiny, params, 1, 10.0, 0.2);
+    mt_random_tokens(BT, tiny.vocab, tokens, 2);
+    mt_random_tokens(BT, tiny.vocab, targets, 3);
     // Repeat a token so that a row of wte collects several embedding rows.
     tokens[5] = tokens[9] = tokens[20] = 7;
     REQUIRE(gpt2_tm_set_params(&m, params) == 0);
@@ -243,59 +199,11 @@ static void test_gradient_check(gpt2_backend *be) {
     REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, grads) == 0);
     CHECK_MSG(isfinite(loss) && loss > 1.0 && loss < 20.0, "loss %g", loss);
 
-    uint64_t rng = 99;
+    const mt_fd_model fm = {&m, fd_set_params, fd_loss};
     double worst_ratio = 0.0;
-    for (int u = 0; u < gpt2_num_units(&tiny); u++) {
-        for (int i = 0; i < gpt2_unit_num_params(&tiny, u); i++) {
-            gpt2_param_spec s;
-            REQUIRE(gpt2_param_spec_get(&tiny, u, i, &s) == 0);
-            const int64_t base = gpt2_tm_unit_offset(&tiny, u) + s.offset;
-            double maxabs = 0.0;
-            int64_t top[FD_TOP];
-            for (int j = 0; j < FD_TOP; j++) {
-                top[j] = -1;
-            }
-            for (int64_t k = 0; k < s.numel; k++) {
-                const double a = fabs(grads[base + k]);
-                maxabs = a > maxabs ? a : maxabs;
-                for (int j = 0; j < FD_TOP; j++) {
-                    if (top[j] < 0 || a > fabs(grads[base + top[j]])) {
-                        for (int q = FD_TOP - 1; q > j; q--) {
-                            top[q] = top[q - 1];
-                        }
-                        top[j] = k;
-                        break;
-                    }
-                }
-            }
-            CHECK_MSG(maxabs > 1e-4, "%s: largest gradient %g; the check would be vacuous",
-                      s.name, maxabs);
-            const double atol = FD_ATOL_FRAC * maxabs + FD_ATOL_MIN;
-            double tensor_worst = 0.0;
-            for (int j = 0; j < FD_TOP + FD_RANDOM; j++) {
-                const int64_t k =
-                    j < FD_TOP ? top[j] : (int64_t)(gpt2_tm_uniform(&rng) * (double)s.numel);
-                const double fd = fd_gradient(&m, params, base + k);
-                const double an = grads[base + k];
-                const double bound = FD_RTOL * fabs(fd) + atol;
-                const double err = fabs(an - fd);
-                tensor_worst = err / bound > tensor_worst ? err / bound : tensor_worst;
-                CHECK_MSG(err <= bound,
-                          "%s[%lld]: backward %.7g, finite difference %.7g (|diff| %.3g > "
-                          "bound %.3g)",
-                          s.name, (long long)k, an, fd, err, bound);
-                if (verbose) {
-                    printf("  %-32s [%5lld] backward %+.6e fd %+.6e  err/bound %.3f\n", s.name,
-                           (long long)k, an, fd, err / bound);
-                }
-            }
-            if (verbose) {
-                printf("%-34s max|g| %.3e  worst err/bound %.3f\n", s.name, maxabs,
-                       tensor_worst);
-            }
-            worst_ratio = tensor_worst > worst_ratio ? tensor_worst : worst_ratio;
-        }
-    }
+    const int failures = mt_gradient_check(&fm, &gpt2_param_table, &tiny, params, grads, "gpt2",
+                                           verbose, &worst_ratio);
+    CHECK_MSG(failures == 0, "%d elements or tensors failed the gradient check", failures);
     printf("gradient check: loss %.6f, worst |diff| / bound over all tensors %.3f\n", loss,
            worst_ratio);
     free(params);
@@ -332,8 +240,8 @@ static void test_recompute(gpt2_backend *be) {
     float *params = malloc(sizeof(float) * (size_t)m.n_params);
     int *tokens = malloc(sizeof(int) * BT);
     REQUIRE(params && tokens);
-    gpt2_tm_init_params(&tiny, params, 11, 3.0, 0.1);
-    gpt2_tm_random_tokens(BT, tiny.vocab, tokens, 12);
+    mt_init_params(&gpt2_param_table, &tiny, params, 11, 3.0, 0.1);
+    mt_random_tokens(BT, tiny.vocab, tokens, 12);
     REQUIRE(gpt2_tm_set_params(&m, params) == 0);
     REQUIRE(gpt2_tm_set_data(&m, tokens, tokens) == 0);
     double loss;
@@ -371,12 +279,12 @@ static void test_recompute(gpt2_backend *be) {
                  {a->ln2_rstd, BT}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         const size_t off = (size_t)((const unsigned char *)parts[i].at - acts) / sizeof(float);
-        long long k = gpt2_tm_first_diff(acts1 + off, acts2 + off, parts[i].n);
+        long long k = mt_first_diff(acts1 + off, acts2 + off, parts[i].n);
         CHECK_MSG(k < 0, "recomputed activation %zu [%lld]: %.9g, first time %.9g", i, k,
                   k < 0 ? 0.0 : acts2[off + k], k < 0 ? 0.0 : acts1[off + k]);
     }
     long long k;
-    k = gpt2_tm_first_diff(y1, y2, ny);
+    k = mt_first_diff(y1, y2, ny);
     CHECK_MSG(k < 0, "recomputed output [%lld]: %.9g, first time %.9g", k, k < 0 ? 0.0 : y2[k],
               k < 0 ? 0.0 : y1[k]);
     free(acts1);
@@ -403,9 +311,9 @@ static void test_head_and_accumulate(gpt2_backend *be) {
     int *tokens = malloc(sizeof(int) * BT), *targets = malloc(sizeof(int) * BT);
     float *logits = malloc(sizeof(float) * tiny.vocab);
     REQUIRE(params && g1 && g2 && lf && lfb && tokens && targets && logits);
-    gpt2_tm_init_params(&tiny, params, 21, 3.0, 0.1);
-    gpt2_tm_random_tokens(BT, tiny.vocab, tokens, 22);
-    gpt2_tm_random_tokens(BT, tiny.vocab, targets, 23);
+    mt_init_params(&gpt2_param_table, &tiny, params, 21, 3.0, 0.1);
+    mt_random_tokens(BT, tiny.vocab, tokens, 22);
+    mt_random_tokens(BT, tiny.vocab, targets, 23);
     REQUIRE(gpt2_tm_set_params(&m, params) == 0);
     REQUIRE(gpt2_tm_set_data(&m, tokens, targets) == 0);
 
@@ -415,7 +323,7 @@ static void test_head_and_accumulate(gpt2_backend *be) {
     REQUIRE(gpt2_tm_step(&m, 1.0f / BT, 1, &loss_train) == 0);
     REQUIRE(be->dev->ops->download(be->dev, lfb, m.losses, sizeof(float) * BT) == 0);
     REQUIRE(gpt2_tm_read(&m, m.grads, (size_t)m.n_params, g1) == 0);
-    long long k = gpt2_tm_first_diff(lf, lfb, BT);
+    long long k = mt_first_diff(lf, lfb, BT);
     CHECK_MSG(k < 0, "position %lld: head_forward loss %.9g, head_forward_backward %.9g", k,
               k < 0 ? 0.0 : lf[k], k < 0 ? 0.0 : lfb[k]);
 
@@ -531,5 +439,5 @@ int main(void) {
     test_head_and_accumulate(be);
     test_errors(be);
     be->ops->destroy(be);
-    return gpt2_check_finish("test_gpt2_model");
+    return model_check_finish("test_gpt2_model");
 }

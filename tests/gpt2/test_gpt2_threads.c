@@ -22,12 +22,12 @@
 
 #include "cpu_blas.h"
 #include "gpt2_backend.h"
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "gpt2_test_model.h"
 
 typedef int (*get_threads_fn)(void);
 
-static float value(uint64_t *state) { return (float)(gpt2_tm_uniform(state) - 0.5); }
+static float value(uint64_t *state) { return (float)(mt_uniform(state) - 0.5); }
 
 /* C = op(A) op(B) + C0 with ex_sgemm on `threads` threads. */
 static void product(int ta, int tb, int M, int N, int K, const float *A, const float *B,
@@ -108,5 +108,5 @@ int main(void) {
               "GPT-2 step, 1 vs 3 threads: %s", diff);
     for (int t = 0; t < 3; t++) gpt2_tm_result_free(&r[t]);
     be->ops->destroy(be);
-    return gpt2_check_finish("test_gpt2_threads");
+    return model_check_finish("test_gpt2_threads");
 }

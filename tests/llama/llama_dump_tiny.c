@@ -70,9 +70,9 @@ static void dump(const char *root, const char *name, const llama_dims *d, uint64
     if (params == NULL || logits == NULL) die("out of memory");
     // Weights 5x the init and norms and biases off theirs: attention far
     // from uniform, SiLU far from linear, every bias felt.
-    llama_tm_init_params(d, params, seed, 5.0, 0.2);
-    llama_tm_random_tokens(BT, d->vocab, tokens, seed + 1);
-    llama_tm_random_tokens(BT, d->vocab, targets, seed + 2);
+    mt_init_params(&llama_param_table, d, params, seed, 5.0, 0.2);
+    mt_random_tokens(BT, d->vocab, tokens, seed + 1);
+    mt_random_tokens(BT, d->vocab, targets, seed + 2);
     tokens[3] = tokens[10] = 11; // a repeated token: two rows into one wte row
     double loss = 0.0;
     if (llama_tm_set_params(&m, params) != 0 || llama_tm_set_data(&m, tokens, targets) != 0 ||
@@ -91,7 +91,7 @@ static void dump(const char *root, const char *name, const llama_dims *d, uint64
             llama_param_spec s;
             llama_param_spec_get(d, u, i, &s);
             fprintf(f, "%s %d %lld %lld %lld %lld\n", s.name, s.ndim, (long long)s.shape[0],
-                    (long long)s.shape[1], (long long)llama_tm_param_offset(d, u, i),
+                    (long long)s.shape[1], (long long)mt_param_offset(&llama_param_table, d, u, i),
                     (long long)s.numel);
         }
     }

@@ -25,22 +25,6 @@
         }                                                                                     \
     } while (0)
 
-int64_t llama_tm_unit_offset(const llama_dims *d, int unit) {
-    int64_t off = 0;
-    for (int u = 0; u < unit; u++) off += llama_unit_numel(d, u);
-    return off;
-}
-
-int64_t llama_tm_param_offset(const llama_dims *d, int unit, int index) {
-    int64_t off = llama_tm_unit_offset(d, unit);
-    for (int i = 0; i < index; i++) {
-        llama_param_spec s;
-        llama_param_spec_get(d, unit, i, &s);
-        off += s.numel;
-    }
-    return off;
-}
-
 int llama_tm_init(llama_tm *m, llama_backend *be, int B, int T, int chunk_rows) {
     memset(m, 0, sizeof(*m));
     m->be = be;
@@ -83,11 +67,11 @@ int llama_tm_init(llama_tm *m, llama_backend *be, int B, int T, int chunk_rows) 
     llama_embed_w_carve(d, NN_F32, m->params, &m->w0);
     llama_embed_w_carve(d, NN_F32, m->grads, &m->g0);
     const int head = d->tied ? 0 : llama_head_unit(d);
-    const int64_t hoff = llama_tm_unit_offset(d, head);
+    const int64_t hoff = mt_unit_offset(&llama_param_table, d, head);
     llama_head_w_carve(d, NN_F32, m->params + hoff, &m->wh);
     llama_head_w_carve(d, NN_F32, m->grads + hoff, &m->gh);
     for (int l = 0; l < L; l++) {
-        const int64_t at = llama_tm_unit_offset(d, 1 + l);
+        const int64_t at = mt_unit_offset(&llama_param_table, d, 1 + l);
         llama_block_w_carve(d, NN_F32, m->params + at, &m->w[l]);
         llama_block_w_carve(d, NN_F32, m->grads + at, &m->g[l]);
         llama_block_acts_carve(d, B, T, NN_F32, m->acts_mem + (size_t)l * m->acts_bytes,
@@ -179,51 +163,4 @@ int llama_tm_logits(llama_tm *m, int row, float *host_logits) {
     TM_TRY(m->be->ops->head_logits(m->be, m->B, m->T, &m->wh, llama_tm_resid(m, m->d.n_layer),
                                    row, host_logits, m->hscratch));
     return NN_OK;
-}
-
-/* ---------------------------------------------------------- test inputs */
-
-static uint64_t tm_mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-double llama_tm_uniform(uint64_t *state) {
-    *state += UINT64_C(0x9e3779b97f4a7c15);
-    return (double)(tm_mix(*state) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-double llama_tm_normal(uint64_t *state) {
-    // Box-Muller; 1 - u keeps the logarithm's argument in (0, 1].
-    const double u1 = 1.0 - llama_tm_uniform(state);
-    const double u2 = llama_tm_uniform(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-void llama_tm_init_params(const llama_dims *d, float *host_params, uint64_t seed, double gain,
-                          double jitter) {
-    uint64_t state = tm_mix(seed);
-    int64_t off = 0;
-    for (int u = 0; u < llama_num_units(d); u++) {
-        for (int i = 0; i < llama_unit_num_params(d, u); i++) {
-            llama_param_spec s;
-            llama_param_spec_get(d, u, i, &s);
-            float *p = host_params + off;
-            for (int64_t k = 0; k < s.numel; k++) {
-                const double z = llama_tm_normal(&state);
-                switch (s.init) {
-                case LLAMA_INIT_NORMAL: p[k] = (float)(gain * s.init_std * z); break;
-                case LLAMA_INIT_ZEROS: p[k] = (float)(jitter * z); break;
-                case LLAMA_INIT_ONES: p[k] = (float)(1.0 + jitter * z); break;
-                }
-            }
-            off += s.numel;
-        }
-    }
-}
-
-void llama_tm_random_tokens(int n, int vocab, int *out, uint64_t seed) {
-    uint64_t state = tm_mix(seed ^ UINT64_C(0x746f6b656e73)); /* "tokens" */
-    for (int i = 0; i < n; i++) out[i] = (int)(llama_tm_uniform(&state) * vocab);
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "llama_backend.h"
+#include "model_tm.h"
 
 typedef struct llama_tm {
     llama_backend *be; /* not owned */
@@ -40,10 +41,9 @@ typedef struct llama_tm {
 int llama_tm_init(llama_tm *m, llama_backend *be, int B, int T, int chunk_rows);
 void llama_tm_free(llama_tm *m);
 
-/* Offset (elements) of unit u in the flat arrays; of tensor `index` of unit
- * u with llama_tm_param_offset. */
-int64_t llama_tm_unit_offset(const llama_dims *d, int unit);
-int64_t llama_tm_param_offset(const llama_dims *d, int unit, int index);
+/* The flat arrays follow the family's table (mt_unit_offset and
+ * mt_param_offset of model_tm.h over &llama_param_table); test inputs come
+ * from model_tm.h too. */
 /* The residual stream entering block l (l = L: the head's input). */
 float *llama_tm_resid(const llama_tm *m, int l);
 
@@ -58,16 +58,5 @@ int llama_tm_loss(llama_tm *m, double *mean_loss);
 int llama_tm_step(llama_tm *m, float dloss_scale, int zero_grads, double *mean_loss);
 /* The logits of row `row` of the head's input into host [V]. */
 int llama_tm_logits(llama_tm *m, int row, float *host_logits);
-
-/* Test inputs from a counter-based generator (splitmix64), the same on
- * every machine. */
-double llama_tm_uniform(uint64_t *state);
-double llama_tm_normal(uint64_t *state);
-/* host_params: [llama_num_params]: the initialization of the table with
- * every normal tensor scaled by `gain`, plus `jitter` * N(0, 1) on the
- * norms' weights (around 1) and every bias (around 0). */
-void llama_tm_init_params(const llama_dims *d, float *host_params, uint64_t seed, double gain,
-                          double jitter);
-void llama_tm_random_tokens(int n, int vocab, int *out, uint64_t seed);
 
 #endif /* LLAMA_TEST_MODEL_H */

@@ -3,9 +3,8 @@
 # They link the library alone (no zeroshard), as a trainer's math does.
 set(LLAMA_TEST_DIR ${PROJECT_SOURCE_DIR}/tests/llama)
 add_library(llama_test_model STATIC ${LLAMA_TEST_DIR}/llama_test_model.c)
-# gpt2_check.h: the model tests' assertions (tests/gpt2).
-target_include_directories(llama_test_model PUBLIC ${LLAMA_TEST_DIR} ${PROJECT_SOURCE_DIR}/tests/gpt2)
-target_link_libraries(llama_test_model PUBLIC llama_model)
+target_include_directories(llama_test_model PUBLIC ${LLAMA_TEST_DIR})
+target_link_libraries(llama_test_model PUBLIC llama_model model_tm)
 
 # The parameter table, presets, config.json in and out, the RoPE table.
 add_executable(test_llama_model ${LLAMA_TEST_DIR}/test_llama_model.c)

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "llama_backend.h"
 #include "nn_layer_math.h"
 #include "llama_test_model.h"
@@ -110,9 +110,9 @@ static void test_ops(void) {
     rms_ctx rc;
     rc.eps = 1e-5f;
     for (int i = 0; i < OP_C; i++) {
-        rc.x[i] = (float)(2.0 * llama_tm_normal(&rng) + 0.5);
-        rc.w[i] = (float)(1.0 + 0.3 * llama_tm_normal(&rng));
-        rc.proj[i] = (float)llama_tm_normal(&rng);
+        rc.x[i] = (float)(2.0 * mt_normal(&rng) + 0.5);
+        rc.w[i] = (float)(1.0 + 0.3 * mt_normal(&rng));
+        rc.proj[i] = (float)mt_normal(&rng);
     }
     float out[OP_C], rstd, dx[OP_C];
     nn_rmsnorm_forward_row(OP_C, rc.x, rc.w, rc.eps, out, &rstd);
@@ -149,8 +149,8 @@ static void test_ops(void) {
     free(st);
     float v[16], g[16];
     for (int i = 0; i < 16; i++) {
-        v[i] = (float)llama_tm_normal(&rng);
-        pc.proj[i] = (float)llama_tm_normal(&rng);
+        v[i] = (float)mt_normal(&rng);
+        pc.proj[i] = (float)mt_normal(&rng);
     }
     memcpy(g, pc.proj, sizeof g);
     nn_rope_backward(16, g, pc.cos_t, pc.sin_t);
@@ -183,37 +183,10 @@ static void test_ops(void) {
 
 /* ------------------------------------------------- whole-model finite differences */
 
-/* As test_gpt2_model's (whose comment derives the numbers): the five-point
- * stencil with h = 1e-2 on the mean loss; an element passes when |backward
- * - fd| <= FD_RTOL |fd| + FD_ATOL_FRAC max|backward over its tensor|. Every
- * tensor's three largest-gradient elements and five random ones. */
-#define FD_STEP 1e-2
-#define FD_RTOL 1e-2
-#define FD_ATOL_FRAC 2e-3
-#define FD_ATOL_MIN 1e-5
-#define FD_TOP 3
-#define FD_RANDOM 5
-
-static double fd_loss(llama_tm *m, float *params, int64_t k, double delta, double *h_eff) {
-    const float saved = params[k];
-    params[k] = (float)((double)saved + delta);
-    *h_eff = (double)params[k] - (double)saved;
-    double loss = 0.0;
-    REQUIRE(llama_tm_set_params(m, params) == 0);
-    REQUIRE(llama_tm_loss(m, &loss) == 0);
-    params[k] = saved;
-    return loss;
-}
-
-static double fd_gradient(llama_tm *m, float *params, int64_t k) {
-    double h1p, h1m, h2p, h2m;
-    const double lp1 = fd_loss(m, params, k, FD_STEP, &h1p);
-    const double lm1 = fd_loss(m, params, k, -FD_STEP, &h1m);
-    const double lp2 = fd_loss(m, params, k, 2 * FD_STEP, &h2p);
-    const double lm2 = fd_loss(m, params, k, -2 * FD_STEP, &h2m);
-    const double h = (h1p - h1m + (h2p - h2m) / 2.0) / 4.0;
-    return (8.0 * (lp1 - lm1) - (lp2 - lm2)) / (12.0 * h);
-}
+/* The whole model against finite differences of its loss (model_tm.h's
+ * check, which GPT-2's test uses too). */
+static int fd_set_params(void *m, const float *params) { return llama_tm_set_params(m, params); }
+static int fd_loss(void *m, double *loss) { return llama_tm_loss(m, loss); }
 
 /* The gradient check's shape: grouped-query (2 query heads per K/V head),
  * head size 10, nothing a multiple of the 8 lanes or of another size. */
@@ -240,9 +213,9 @@ static void test_gradient_check(nn_device *dev, int tied, int bias) {
     REQUIRE(params && grads && tokens && targets);
     // Weights 10x the init, norms and biases off theirs, so that attention
     // is far from uniform and every term of every gradient is sizeable.
-    llama_tm_init_params(&d, params, 1, 10.0, 0.2);
-    llama_tm_random_tokens(BT, d.vocab, tokens, 2);
-    llama_tm_random_tokens(BT, d.vocab, targets, 3);
+    mt_init_params(&llama_param_table, &d, params, 1, 10.0, 0.2);
+    mt_random_tokens(BT, d.vocab, tokens, 2);
+    mt_random_tokens(BT, d.vocab, targets, 3);
     tokens[5] = tokens[9] = tokens[20] = 7; // a wte row collecting several rows
     REQUIRE(llama_tm_set_params(&m, params) == 0);
     REQUIRE(llama_tm_set_data(&m, tokens, targets) == 0);
@@ -251,50 +224,14 @@ static void test_gradient_check(nn_device *dev, int tied, int bias) {
     REQUIRE(dev->ops->download(dev, grads, m.grads, sizeof(float) * (size_t)m.n_params) == 0);
     CHECK_MSG(isfinite(loss) && loss > 1.0 && loss < 20.0, "loss %g", loss);
 
-    uint64_t rng = 99;
+    const mt_fd_model fm = {&m, fd_set_params, fd_loss};
+    char label[64];
+    snprintf(label, sizeof label, "%s%s", tied ? "tied" : "untied", bias ? "+biases" : "");
     double worst_ratio = 0.0;
-    for (int u = 0; u < llama_num_units(&d); u++) {
-        for (int i = 0; i < llama_unit_num_params(&d, u); i++) {
-            llama_param_spec s;
-            REQUIRE(llama_param_spec_get(&d, u, i, &s) == 0);
-            const int64_t base = llama_tm_param_offset(&d, u, i);
-            double maxabs = 0.0;
-            int64_t top[FD_TOP] = {-1, -1, -1};
-            for (int64_t k = 0; k < s.numel; k++) {
-                const double a = fabs(grads[base + k]);
-                maxabs = a > maxabs ? a : maxabs;
-                for (int j = 0; j < FD_TOP; j++) {
-                    if (top[j] < 0 || a > fabs(grads[base + top[j]])) {
-                        for (int q = FD_TOP - 1; q > j; q--) top[q] = top[q - 1];
-                        top[j] = k;
-                        break;
-                    }
-                }
-            }
-            CHECK_MSG(maxabs > 1e-4, "%s: largest gradient %g; the check would be vacuous",
-                      s.name, maxabs);
-            const double atol = FD_ATOL_FRAC * maxabs + FD_ATOL_MIN;
-            double tensor_worst = 0.0;
-            for (int j = 0; j < FD_TOP + FD_RANDOM; j++) {
-                const int64_t k =
-                    j < FD_TOP ? top[j] : (int64_t)(llama_tm_uniform(&rng) * (double)s.numel);
-                const double fd = fd_gradient(&m, params, base + k);
-                const double an = grads[base + k];
-                const double bound = FD_RTOL * fabs(fd) + atol;
-                const double e = fabs(an - fd);
-                tensor_worst = e / bound > tensor_worst ? e / bound : tensor_worst;
-                CHECK_MSG(e <= bound,
-                          "%s%s: %s[%lld]: backward %.7g, finite difference %.7g (|diff| %.3g > "
-                          "bound %.3g)",
-                          tied ? "tied" : "untied", bias ? "+biases" : "", s.name, (long long)k,
-                          an, fd, e, bound);
-                if (verbose)
-                    printf("  %-44s [%5lld] backward %+.6e fd %+.6e  err/bound %.3f\n", s.name,
-                           (long long)k, an, fd, e / bound);
-            }
-            worst_ratio = tensor_worst > worst_ratio ? tensor_worst : worst_ratio;
-        }
-    }
+    const int failures =
+        mt_gradient_check(&fm, &llama_param_table, &d, params, grads, label, verbose, &worst_ratio);
+    CHECK_MSG(failures == 0, "%s: %d elements or tensors failed the gradient check", label,
+              failures);
     printf("gradient check (%s%s, %d tensors): loss %.6f, worst |diff| / bound %.3f\n",
            tied ? "tied" : "untied", bias ? ", every bias" : "",
            llama_unit_num_params(&d, 0) + d.n_layer * llama_unit_num_params(&d, 1) +
@@ -337,9 +274,9 @@ static void run_step(nn_device *dev, const llama_dims *d, int B, int T, int chun
     out->acts = malloc(sizeof(float) * out->n_acts);
     out->losses = malloc(sizeof(float) * out->n_losses);
     REQUIRE(params && tokens && targets && out->grads && out->resid && out->acts && out->losses);
-    llama_tm_init_params(d, params, 5, 3.0, 0.1);
-    llama_tm_random_tokens(BT, d->vocab, tokens, 6);
-    llama_tm_random_tokens(BT, d->vocab, targets, 7);
+    mt_init_params(&llama_param_table, d, params, 5, 3.0, 0.1);
+    mt_random_tokens(BT, d->vocab, tokens, 6);
+    mt_random_tokens(BT, d->vocab, targets, 7);
     REQUIRE(llama_tm_set_params(&m, params) == 0);
     REQUIRE(llama_tm_set_data(&m, tokens, targets) == 0);
     REQUIRE(llama_tm_step(&m, 1.0f / BT, 1, &out->loss) == 0);
@@ -411,8 +348,8 @@ static void test_recompute(nn_device *dev) {
     float *params = malloc(sizeof(float) * (size_t)m.n_params);
     int *tokens = malloc(sizeof(int) * BT);
     REQUIRE(params && tokens);
-    llama_tm_init_params(&d, params, 11, 3.0, 0.1);
-    llama_tm_random_tokens(BT, d.vocab, tokens, 12);
+    mt_init_params(&llama_param_table, &d, params, 11, 3.0, 0.1);
+    mt_random_tokens(BT, d.vocab, tokens, 12);
     REQUIRE(llama_tm_set_params(&m, params) == 0);
     REQUIRE(llama_tm_set_data(&m, tokens, tokens) == 0);
     double loss;
@@ -476,9 +413,9 @@ static void test_head_and_accumulate(nn_device *dev) {
     float lf[32], lfb[32], logits[53];
     int tokens[32], targets[32];
     REQUIRE(params && g1);
-    llama_tm_init_params(&d, params, 21, 3.0, 0.1);
-    llama_tm_random_tokens(BT, d.vocab, tokens, 22);
-    llama_tm_random_tokens(BT, d.vocab, targets, 23);
+    mt_init_params(&llama_param_table, &d, params, 21, 3.0, 0.1);
+    mt_random_tokens(BT, d.vocab, tokens, 22);
+    mt_random_tokens(BT, d.vocab, targets, 23);
     REQUIRE(llama_tm_set_params(&m, params) == 0 && llama_tm_set_data(&m, tokens, targets) == 0);
     double loss_eval, loss_train, loss_again, loss32;
     REQUIRE(llama_tm_loss(&m, &loss_eval) == 0);
@@ -586,5 +523,5 @@ int main(void) {
     test_head_and_accumulate(dev);
     test_errors(dev);
     dev->ops->destroy(dev);
-    return gpt2_check_finish("test_llama_backend");
+    return model_check_finish("test_llama_backend");
 }

@@ -63,7 +63,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "llama_backend.h"
 #include "llama_test_model.h"
 #include "nn_cuda.h"
@@ -162,11 +162,11 @@ static void model_init(model *m, llama_backend *be, int B, int T, int chunk) {
     DEV_OK(m, dev->ops->alloc(dev, sizeof(int) * BT, (void **)&m->targets));
     llama_embed_w_carve(d, t, m->params, &m->w0);
     llama_embed_w_carve(d, t, m->grads, &m->g0);
-    const int64_t head = llama_tm_unit_offset(d, d->tied ? 0 : llama_head_unit(d));
+    const int64_t head = mt_unit_offset(&llama_param_table, d, d->tied ? 0 : llama_head_unit(d));
     llama_head_w_carve(d, t, at(m->params, m->elem, (size_t)head), &m->wh);
     llama_head_w_carve(d, t, at(m->grads, m->elem, (size_t)head), &m->gh);
     for (int l = 0; l < L; l++) {
-        const size_t off = (size_t)llama_tm_unit_offset(d, 1 + l);
+        const size_t off = (size_t)mt_unit_offset(&llama_param_table, d, 1 + l);
         llama_block_w_carve(d, t, at(m->params, m->elem, off), &m->w[l]);
         llama_block_w_carve(d, t, at(m->grads, m->elem, off), &m->g[l]);
         llama_block_acts_carve(d, B, T, t, m->acts_mem + (size_t)l * m->acts_bytes, &m->acts[l]);
@@ -279,7 +279,7 @@ static void make_inputs(const llama_dims *d, int BT, double gain, int bf16, uint
     in->tokens = malloc(sizeof(int) * BT);
     in->targets = malloc(sizeof(int) * BT);
     REQUIRE(in->params && in->tokens && in->targets);
-    llama_tm_init_params(d, in->params, seed, gain, 0.2);
+    mt_init_params(&llama_param_table, d, in->params, seed, gain, 0.2);
     if (bf16) {
         uint16_t *b = malloc(sizeof(uint16_t) * (size_t)np);
         REQUIRE(b != NULL);
@@ -287,8 +287,8 @@ static void make_inputs(const llama_dims *d, int BT, double gain, int bf16, uint
         REQUIRE(zs_convert(in->params, ZS_DTYPE_FP32, b, ZS_DTYPE_BF16, np) == ZS_OK);
         free(b);
     }
-    llama_tm_random_tokens(BT, d->vocab, in->tokens, seed + 1);
-    llama_tm_random_tokens(BT, d->vocab, in->targets, seed + 2);
+    mt_random_tokens(BT, d->vocab, in->tokens, seed + 1);
+    mt_random_tokens(BT, d->vocab, in->targets, seed + 2);
     in->tokens[1] = in->tokens[BT - 1] = in->tokens[BT / 2]; // a repeated token
 }
 
@@ -341,7 +341,7 @@ static void each_tensor(const llama_dims *d, tensor_fn f, void *ctx) {
         for (int i = 0; i < llama_unit_num_params(d, u); i++) {
             llama_param_spec s;
             REQUIRE(llama_param_spec_get(d, u, i, &s) == 0);
-            f(ctx, &s, llama_tm_param_offset(d, u, i));
+            f(ctx, &s, mt_param_offset(&llama_param_table, d, u, i));
         }
 }
 
@@ -678,5 +678,5 @@ int main(void) {
     gpu->ops->destroy(gpu);
     gpu16->ops->destroy(gpu16);
     cpu->ops->destroy(cpu);
-    return gpt2_check_finish("test_llama_cuda");
+    return model_check_finish("test_llama_cuda");
 }

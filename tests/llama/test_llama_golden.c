@@ -17,7 +17,7 @@
 
 #include <json-c/json.h>
 
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "llama_backend.h"
 #include "llama_test_model.h"
 
@@ -97,7 +97,7 @@ static void check_model(const char *root, const char *name) {
         for (int i = 0; i < llama_unit_num_params(&d, u); i++) {
             llama_param_spec s;
             llama_param_spec_get(&d, u, i, &s);
-            const int64_t ours = llama_tm_param_offset(&d, u, i);
+            const int64_t ours = mt_param_offset(&llama_param_table, &d, u, i);
             int hit = 0;
             for (size_t k = 0; k < count; k++) {
                 json_object *t = json_object_array_get_idx(tensors, k), *shape = NULL;
@@ -188,5 +188,5 @@ int main(int argc, char **argv) {
     }
     fclose(f);
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) check_model(argv[1], models[i]);
-    return gpt2_check_finish("test_llama_golden");
+    return model_check_finish("test_llama_golden");
 }

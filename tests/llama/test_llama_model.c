@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2_check.h"
+#include "model_check.h"
 #include "llama_model.h"
 
 /* ------------------------------------------------------------ the table */
@@ -606,5 +606,5 @@ int main(void) {
     test_config_bad();
     test_config_round_trip();
     test_rope();
-    return gpt2_check_finish("test_llama_model");
+    return model_check_finish("test_llama_model");
 }

@@ -1,20 +1,20 @@
-/* Assertions for the GPT-2 model tests, which link no zeroshard (the model
- * library does not): each failure prints file:line, the expression and both
- * sides, and makes the test exit nonzero through gpt2_check_finish. */
-#ifndef GPT2_CHECK_H
-#define GPT2_CHECK_H
+/* Assertions for the model tests of every family, which link no zeroshard
+ * (the model libraries do not): each failure prints file:line, the expression and both
+ * sides, and makes the test exit nonzero through model_check_finish. */
+#ifndef MODEL_CHECK_H
+#define MODEL_CHECK_H
 
 #include <stdio.h>
 #include <stdlib.h>
 
-static int gpt2_check_failures = 0;
-static int gpt2_check_count = 0;
+static int model_check_failures = 0;
+static int model_check_count = 0;
 
 #define CHECK_MSG(cond, ...)                                                                \
     do {                                                                                    \
-        gpt2_check_count++;                                                                 \
+        model_check_count++;                                                                 \
         if (!(cond)) {                                                                      \
-            gpt2_check_failures++;                                                          \
+            model_check_failures++;                                                          \
             fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);        \
             fprintf(stderr, __VA_ARGS__);                                                   \
             fputc('\n', stderr);                                                            \
@@ -32,14 +32,14 @@ static int gpt2_check_count = 0;
         }                                                                                   \
     } while (0)
 
-static int gpt2_check_finish(const char *name) {
-    if (gpt2_check_failures > 0) {
-        fprintf(stderr, "%s: FAILED %d of %d checks\n", name, gpt2_check_failures,
-                gpt2_check_count);
+static int model_check_finish(const char *name) {
+    if (model_check_failures > 0) {
+        fprintf(stderr, "%s: FAILED %d of %d checks\n", name, model_check_failures,
+                model_check_count);
         return 1;
     }
-    printf("%s: all %d checks passed\n", name, gpt2_check_count);
+    printf("%s: all %d checks passed\n", name, model_check_count);
     return 0;
 }
 
-#endif /* GPT2_CHECK_H */
+#endif /* MODEL_CHECK_H */
