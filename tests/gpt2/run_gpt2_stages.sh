@@ -10,27 +10,14 @@ MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
 source "$(dirname "$0")/e2e_common.sh"
 
 for dtype in fp32 bf16; do
-  for stage in 0 1 2 3; do
-    tiny_config "$work/s$stage.cfg" "$stage" "$dtype"
-    run 2 "$work/$dtype.s$stage.log" "$work/s$stage.cfg" app.steps=3 app.batch_size=2 \
-        "checkpoint.dir=$work/ckpt.$dtype.s$stage" checkpoint.every=3 \
-        "app.loss_log=$work/$dtype.s$stage.loss"
-    export_ckpt "$work/ckpt.$dtype.s$stage" "$work/$dtype.s$stage.safetensors"
-    [ "$(wc -l < "$work/$dtype.s$stage.loss")" -eq 3 ] || fail "$dtype stage $stage: expected 3 loss lines"
-  done
-  for stage in 1 2 3; do
-    cmp -s "$work/$dtype.s0.loss" "$work/$dtype.s$stage.loss" ||
-      { paste "$work/$dtype.s0.loss" "$work/$dtype.s$stage.loss"; fail "$dtype: stage $stage losses differ from stage 0"; }
-    cmp -s "$work/$dtype.s0.safetensors" "$work/$dtype.s$stage.safetensors" ||
-      fail "$dtype: stage $stage parameters are not bit-identical to stage 0"
-  done
+  check_stages "$dtype" 2 "$dtype" "$TINY_DIMS"
   echo "$dtype: stages 0-3 bit-identical at np 2 (losses, norms, parameters)"
 done
 
 # The comm engine's variants change timing, not results: collectives on the
 # calling thread, no prefetch, and every unit's gradient in one bucket.
 for variant in "comm.overlap=false" "zero.prefetch_bytes=0" "comm.bucket_bytes=1048576"; do
-  run 2 "$work/variant.log" "$work/s3.cfg" app.steps=3 app.batch_size=2 "$variant" \
+  run 2 "$work/variant.log" "$work/bf16.s3.cfg" app.steps=3 app.batch_size=2 "$variant" \
       "checkpoint.dir=$work/ckpt.variant.$variant" checkpoint.every=3 "app.loss_log=$work/variant.loss"
   export_ckpt "$work/ckpt.variant.$variant" "$work/variant.safetensors"
   cmp -s "$work/bf16.s3.loss" "$work/variant.loss" && cmp -s "$work/bf16.s3.safetensors" "$work/variant.safetensors" ||
