@@ -7,14 +7,7 @@
 set -euo pipefail
 test_exe=$1 writer=$2
 
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "SKIP: python3 is not installed"
-  exit 77
-fi
-if ! reason=$(python3 -c "import numpy" 2>&1); then
-  echo "SKIP: python3 cannot import numpy (${reason##*$'\n'}); install it with: python3 -m pip install numpy"
-  exit 77
-fi
+source "$(dirname "$0")/../models/needs_numpy.sh"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2_llmc_python.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -43,7 +43,7 @@ endif()
 add_executable(gpt2_dump_tiny ${GPT2_TEST_DIR}/gpt2_dump_tiny.c)
 target_link_libraries(gpt2_dump_tiny PRIVATE gpt2_test_model)
 add_test(NAME test_gpt2_numpy_forward
-         COMMAND ${GPT2_TEST_DIR}/run_numpy_forward.sh $<TARGET_FILE:gpt2_dump_tiny>
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/models/run_numpy_check.sh $<TARGET_FILE:gpt2_dump_tiny>
                  ${GPT2_TEST_DIR}/gpt2_numpy_forward.py)
 set_tests_properties(test_gpt2_numpy_forward PROPERTIES LABELS unit TIMEOUT 60
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")

@@ -28,8 +28,8 @@ set_tests_properties(test_llama_backend PROPERTIES LABELS unit TIMEOUT 120
 add_executable(llama_dump_tiny ${LLAMA_TEST_DIR}/llama_dump_tiny.c)
 target_link_libraries(llama_dump_tiny PRIVATE llama_test_model)
 add_test(NAME test_llama_numpy_ref
-         COMMAND ${LLAMA_TEST_DIR}/run_numpy_ref.sh $<TARGET_FILE:llama_dump_tiny>
-                 ${LLAMA_TEST_DIR}/llama_numpy_ref.py)
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/models/run_numpy_check.sh $<TARGET_FILE:llama_dump_tiny>
+                 ${LLAMA_TEST_DIR}/llama_numpy_ref.py each)
 set_tests_properties(test_llama_numpy_ref PROPERTIES LABELS unit TIMEOUT 60
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
 
