@@ -86,6 +86,11 @@ typedef struct nn_device_ops {
      * double), readable after host_wait(dev, host_out). */
     int (*losses_sum)(nn_device *dev, const float *losses, int n, double *host_out);
     const char *(*last_error)(const nn_device *dev);
+    /* How many times the device's ops have blocked the host on its stream
+     * so far (upload, download, synchronize: the waits a step must not
+     * make), or NULL where the device does not count them (the CPU's ops
+     * never wait; CUDA's are counted by the runtime's profile). */
+    unsigned long long (*blocking_waits)(const nn_device *dev);
     /* Frees the device (not memory from alloc: free that first). NULL is a
      * no-op. CUDA: waits for the stream, which stays the caller's. */
     void (*destroy)(nn_device *dev);

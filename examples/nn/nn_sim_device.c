@@ -26,6 +26,7 @@ typedef struct sim_device {
     char err[NN_ERR_CAP];
     host_buffer *host; /* the live host_alloc buffers */
     int nhost, cap_host;
+    unsigned long long waits; /* upload, download and synchronize calls: each blocks */
 } sim_device;
 
 static sim_device *impl_of(const nn_device *dev) { return (sim_device *)dev->impl; }
@@ -81,6 +82,7 @@ static int sim_zero(nn_device *dev, void *ptr, size_t bytes) {
 }
 
 static int sim_copy_wait(nn_device *dev, void *dst, const void *src, size_t bytes) {
+    impl_of(dev)->waits++;
     if (bytes > 0) SIM_TRY(dev, "copy", zs_sim_memcpy(impl_of(dev)->zs, dst, src, bytes));
     return NN_OK;
 }
@@ -91,6 +93,7 @@ static int sim_copy_async(nn_device *dev, void *dst, const void *src, size_t byt
 }
 
 static int sim_synchronize(nn_device *dev) {
+    impl_of(dev)->waits++;
     SIM_TRY(dev, "synchronize", zs_sim_synchronize(impl_of(dev)->zs));
     return NN_OK;
 }
@@ -186,6 +189,8 @@ static int sim_losses_sum(nn_device *dev, const float *losses, int n, double *ho
 
 static const char *sim_last_error(const nn_device *dev) { return impl_of(dev)->err; }
 
+static unsigned long long sim_blocking_waits(const nn_device *dev) { return impl_of(dev)->waits; }
+
 static void sim_destroy(nn_device *dev) {
     if (dev == NULL) return;
     sim_device *d = impl_of(dev);
@@ -210,6 +215,7 @@ static const nn_device_ops sim_device_ops = {
     .host_wait = sim_host_wait,
     .losses_sum = sim_losses_sum,
     .last_error = sim_last_error,
+    .blocking_waits = sim_blocking_waits,
     .destroy = sim_destroy,
 };
 

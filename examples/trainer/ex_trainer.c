@@ -18,6 +18,7 @@
 #include "numerics.h"
 #include "test_stop.h"
 #include "zeroshard.h"
+#include "zeroshard_sim.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -62,6 +63,12 @@ typedef struct workspace {
 } workspace;
 
 typedef struct trainer {
+    /* The runtime's host waits (zs_sim_blocking_waits: sim and CUDA) and the
+     * model device's (nn_device blocking_waits) inside micro-steps, and the
+     * micro-steps run: a micro-step waits only where a collective stages
+     * through the host. */
+    unsigned long long micro_waits, micro_device_waits;
+    long long micro_steps;
     const ex_model_ops *ops;
     ex_model *model;
     ex_model_facts facts;
@@ -343,8 +350,15 @@ static void upload_tokens(trainer *tr, int k, int n) {
 /* One micro-step: this rank's batch up, the model's forward, head and
  * backward; enqueues the sum of this rank's B*T losses into
  * host_loss_sums[slot], read after a wait. Collective. */
+/* The model device's blocking waits so far (0 where it does not count). */
+static unsigned long long device_waits_of(const trainer *tr) {
+    return tr->dev->ops->blocking_waits ? tr->dev->ops->blocking_waits(tr->dev) : 0;
+}
+
 static zs_status micro_step(trainer *tr, int slot) {
     const int B = tr->app.B, T = tr->app.T, BT = B * T;
+    const unsigned long long waits = zs_sim_blocking_waits(tr->zs);
+    const unsigned long long device_waits = device_waits_of(tr);
     char data_err[EX_ERR_CAP];
     const int set = next_token_set(tr);
     if (ex_train_batch(tr->train, T, (uint64_t)tr->app.data_seed, tr->pos, tr->rank, B,
@@ -362,6 +376,9 @@ static zs_status micro_step(trainer *tr, int slot) {
     check_device(tr, tr->dev->ops->losses_sum(tr->dev, tr->ws.losses, BT,
                                               &tr->ws.host_loss_sums[slot]),
                  "summing the losses");
+    tr->micro_waits += zs_sim_blocking_waits(tr->zs) - waits;
+    tr->micro_device_waits += device_waits_of(tr) - device_waits;
+    tr->micro_steps++;
     return ZS_OK;
 }
 
@@ -799,6 +816,13 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
                                       ? " (below the unigram baseline)"
                                       : " (NOT below the unigram baseline)")
                                : "");
+    /* On a device: the tokens went up and the losses came back without the
+     * runtime blocking the host; only a collective staged through host
+     * memory waits inside a micro-step (docs/GPU.md). */
+    if (tr.rank == 0 && strcmp(zs_backend_name(tr.zs), "cpu") != 0 && tr.micro_steps > 0)
+        printf("host waits in micro-steps: %llu in %lld (rank 0), %llu of them the model "
+               "device's\n",
+               tr.micro_waits + tr.micro_device_waits, tr.micro_steps, tr.micro_device_waits);
     /* The last validation goes in the last step's line of log.metrics_file,
      * like those of the loop (when this process ran a step). */
     if (!isnan(val_loss) && zs_step_count(tr.zs) > first_step)

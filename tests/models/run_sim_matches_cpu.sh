@@ -8,7 +8,9 @@
 # device's stream-order check is on (its
 # default), so a model kernel that raced the runtime, or host code that
 # touched a pinned buffer a queued copy still owned, ends the run with a
-# report, and the case fails.
+# report, and the case fails. No micro-step may make the model's device
+# block the host, nor, at np 1, the runtime (the trainer prints both counts
+# on a device).
 # Usage: run_sim_matches_cpu.sh MPIRUN ZS_CKPT TRAINER CONFIG [OVERRIDES...]
 set -u
 mpirun=$1 zsckpt=$2 trainer=$3 config=$4
@@ -76,8 +78,25 @@ compare() {
             { fail "$name: the Hugging Face export's $(basename "$f") differs"; return; }
         m=$((m + 1))
     done
+    # The trainer's step on a device: tokens up and losses back without the
+    # runtime blocking the host inside a micro-step; at np 2 the collectives
+    # stage through host memory, and those waits are the only ones.
+    local waits
+    waits=$(sed -n 's/^host waits in micro-steps: \([0-9]*\) in .*/\1/p' "$work/$name.sim.log")
+    local device_waits
+    device_waits=$(sed -n 's/^host waits in micro-steps: .*, \([0-9]*\) of them the model.*/\1/p' \
+        "$work/$name.sim.log")
+    [ -n "$waits" ] || { fail "$name: the sim run printed no host-wait count"; return; }
+    if [ "$device_waits" != 0 ]; then
+        fail "$name: the model's device blocked the host $device_waits times in micro-steps"
+        return
+    fi
+    if [ "$np" -eq 1 ] && [ "$waits" -ne 0 ]; then
+        fail "$name: $waits host waits inside micro-steps at np 1 (expected none)"
+        return
+    fi
     echo "$name: cpu and sim agree ($(numbers "$work/$name.cpu.log" | wc -l) log lines, the" \
-         "sample, $n shard files, $m export files)"
+         "sample, $n shard files, $m export files; $waits host waits in micro-steps)"
     passed=$((passed + 1))
 }
 
