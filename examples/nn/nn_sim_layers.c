@@ -14,9 +14,30 @@
 
 #define P(ptr) zs_sim_ptr(k, (ptr))
 
-/* Enqueues kernel `fn` with the struct `a`; NN_OK or the launch's failure. */
-#define LAUNCH(dev, name, fn, a)                                                              \
-    (zs_sim_launch(nn_sim_device_context(dev), name, fn, &(a), sizeof(a)) == ZS_OK            \
+/* What a kernel reads and writes, declared at its launch so that the
+ * stream-order check sees the model's kernels against the runtime's copies,
+ * gathers and reductions and against host code. */
+typedef struct accesses {
+    zs_sim_access a[16];
+    int n;
+} accesses;
+
+/* [p, p + floats) read (write 0) or written; NULL or empty adds nothing. */
+static void acc(accesses *l, const void *p, size_t floats, int write) {
+    if (p == NULL || floats == 0 || l->n == 16) return;
+    l->a[l->n++] = (zs_sim_access){p, floats * sizeof(float), write};
+}
+
+/* The floats a strided [rows][width] matrix spans (row stride ld). */
+static size_t span(long long rows, long long ld, long long width) {
+    return rows > 0 && width > 0 ? (size_t)((rows - 1) * ld + width) : 0;
+}
+
+/* Enqueues kernel `fn` with the struct `a` and the accesses `l`; NN_OK or
+ * the launch's failure. */
+#define LAUNCH(dev, name, fn, a, l)                                                           \
+    (zs_sim_launch_access(nn_sim_device_context(dev), name, fn, &(a), sizeof(a), (l).a,       \
+                          (l).n) == ZS_OK                                                     \
          ? NN_OK                                                                              \
          : nn_sim_device_failed(dev, name))
 
@@ -49,7 +70,9 @@ static int sim_check_tokens(nn_device *dev, const char *model, const char *op, c
     (void)err;
     (void)cap;
     const tokens_args a = {model, op, what, vocab_name, tokens, n, V};
-    return LAUNCH(dev, "nn_check_tokens", tokens_kernel, a);
+    accesses l = {0};
+    acc(&l, tokens, (size_t)n, 0);
+    return LAUNCH(dev, "nn_check_tokens", tokens_kernel, a, l);
 }
 
 typedef struct embed_args {
@@ -71,7 +94,11 @@ static int sim_embed_forward(nn_device *dev, int BT, int T, int C, const float *
                              const float *wpe, const int *tokens, float *x) {
     const embed_args a = {.BT = BT, .T = T, .C = C, .wte = wte, .wpe = wpe, .tokens = tokens,
                           .x = x};
-    return LAUNCH(dev, "nn_embed_forward", embed_forward_kernel, a);
+    accesses l = {0};
+    acc(&l, tokens, (size_t)BT, 0);
+    acc(&l, wpe, span(BT < T ? BT : T, C, C), 0);
+    acc(&l, x, (size_t)BT * C, 1);
+    return LAUNCH(dev, "nn_embed_forward", embed_forward_kernel, a, l);
 }
 
 static int embed_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -84,7 +111,11 @@ static int sim_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte
                               const int *tokens, const float *dx) {
     const embed_args a = {.BT = BT, .T = T, .C = C, .tokens = tokens, .dx = dx, .g_wte = g_wte,
                           .g_wpe = g_wpe};
-    return LAUNCH(dev, "nn_embed_backward", embed_backward_kernel, a);
+    accesses l = {0};
+    acc(&l, tokens, (size_t)BT, 0);
+    acc(&l, dx, (size_t)BT * C, 0);
+    acc(&l, g_wpe, span(BT < T ? BT : T, C, C), 1);
+    return LAUNCH(dev, "nn_embed_backward", embed_backward_kernel, a, l);
 }
 
 typedef struct classifier_args {
@@ -106,7 +137,15 @@ static int sim_classifier_chunk(nn_device *dev, int n, int C, int V, const float
                                 const float *W, const int *targets, float dloss_scale,
                                 float *losses, float *logits, float *gW, float *dxn) {
     const classifier_args a = {n, C, V, dloss_scale, xn, W, targets, losses, logits, gW, dxn};
-    return LAUNCH(dev, "nn_classifier_chunk", classifier_kernel, a);
+    accesses l = {0};
+    acc(&l, xn, (size_t)n * C, 0);
+    acc(&l, W, (size_t)V * C, 0);
+    acc(&l, targets, (size_t)n, 0);
+    acc(&l, losses, (size_t)n, 1);
+    acc(&l, logits, (size_t)n * V, 1);
+    acc(&l, gW, (size_t)V * C, 1);
+    acc(&l, gW ? dxn : NULL, (size_t)n * C, 1);
+    return LAUNCH(dev, "nn_classifier_chunk", classifier_kernel, a, l);
 }
 
 static int logits_row_kernel(const zs_sim_kernel *k, void *args) {
@@ -117,7 +156,11 @@ static int logits_row_kernel(const zs_sim_kernel *k, void *args) {
 static int sim_classifier_logits_row(nn_device *dev, int C, int V, const float *xn,
                                      const float *W, float *logits) {
     const classifier_args a = {.C = C, .V = V, .xn = xn, .W = W, .logits = logits};
-    return LAUNCH(dev, "nn_classifier_logits_row", logits_row_kernel, a);
+    accesses l = {0};
+    acc(&l, xn, (size_t)C, 0);
+    acc(&l, W, (size_t)V * C, 0);
+    acc(&l, logits, (size_t)V, 1);
+    return LAUNCH(dev, "nn_classifier_logits_row", logits_row_kernel, a, l);
 }
 
 /* -------------------------------------------------- linear, attention */
@@ -140,7 +183,13 @@ static int sim_linear_forward(nn_device *dev, int rows, int in, int out, const f
                               float *y, int ldy) {
     const linear_args a = {.rows = rows, .in = in, .out = out, .ldx = ldx, .ldres = ldres,
                            .ldy = ldy, .x = x, .W = W, .b = b, .res = res, .y = y};
-    return LAUNCH(dev, "nn_linear_forward", linear_forward_kernel, a);
+    accesses l = {0};
+    acc(&l, x, span(rows, ldx, in), 0);
+    acc(&l, W, (size_t)out * in, 0);
+    acc(&l, b, (size_t)out, 0);
+    acc(&l, res, span(rows, ldres, out), 0);
+    acc(&l, y, span(rows, ldy, out), 1);
+    return LAUNCH(dev, "nn_linear_forward", linear_forward_kernel, a, l);
 }
 
 static int linear_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -155,7 +204,13 @@ static int sim_linear_backward(nn_device *dev, int rows, int in, int out, const 
     const linear_args a = {.rows = rows, .in = in, .out = out, .ldx = ldx, .lddy = lddy,
                            .lddx = lddx, .dx_beta = dx_beta, .x = x, .W = W, .dy = dy, .dW = dW,
                            .dx = dx};
-    return LAUNCH(dev, "nn_linear_backward", linear_backward_kernel, a);
+    accesses l = {0};
+    acc(&l, x, span(rows, ldx, in), 0);
+    acc(&l, W, (size_t)out * in, 0);
+    acc(&l, dy, span(rows, lddy, out), 0);
+    acc(&l, dW, (size_t)out * in, 1);
+    acc(&l, dx, span(rows, lddx, in), 1);
+    return LAUNCH(dev, "nn_linear_backward", linear_backward_kernel, a, l);
 }
 
 static int colsum_kernel(const zs_sim_kernel *k, void *args) {
@@ -165,7 +220,10 @@ static int colsum_kernel(const zs_sim_kernel *k, void *args) {
 
 static int sim_colsum_add(nn_device *dev, int rows, int N, const float *src, int lda, float *out) {
     const linear_args a = {.rows = rows, .out = N, .ldx = lda, .x = src, .y = out};
-    return LAUNCH(dev, "nn_colsum_add", colsum_kernel, a);
+    accesses l = {0};
+    acc(&l, src, span(rows, lda, N), 0);
+    acc(&l, out, (size_t)N, 1);
+    return LAUNCH(dev, "nn_colsum_add", colsum_kernel, a, l);
 }
 
 typedef struct attention_args {
@@ -182,7 +240,12 @@ static int attention_forward_kernel(const zs_sim_kernel *k, void *args) {
 static int sim_attention_forward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
                                  float *att, float *atty) {
     const attention_args a = {.s = *s, .qkv = qkv, .att_out = att, .atty = atty};
-    return LAUNCH(dev, "nn_attention_forward", attention_forward_kernel, a);
+    const long long BT = (long long)s->B * s->T, TT = (long long)s->T * s->T;
+    accesses l = {0};
+    acc(&l, qkv, span(BT, s->ld, s->ld), 0);
+    acc(&l, att, (size_t)(s->B * s->n_head * TT), 1);
+    acc(&l, atty, span(BT, s->ldy, (long long)s->n_head * s->head_dim), 1);
+    return LAUNCH(dev, "nn_attention_forward", attention_forward_kernel, a, l);
 }
 
 static int attention_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -196,7 +259,14 @@ static int sim_attention_backward(nn_device *dev, const nn_attn_layout *s, const
                                   float *datt) {
     const attention_args a = {.s = *s, .qkv = qkv, .att = att, .datty = datty, .dqkv = dqkv,
                               .datt = datt};
-    return LAUNCH(dev, "nn_attention_backward", attention_backward_kernel, a);
+    const long long BT = (long long)s->B * s->T, TT = (long long)s->T * s->T;
+    accesses l = {0};
+    acc(&l, qkv, span(BT, s->ld, s->ld), 0);
+    acc(&l, att, (size_t)(s->B * s->n_head * TT), 0);
+    acc(&l, datty, span(BT, s->ldy, (long long)s->n_head * s->head_dim), 0);
+    acc(&l, dqkv, span(BT, s->ld, s->ld), 1);
+    acc(&l, datt, (size_t)(s->n_head * TT), 1);
+    return LAUNCH(dev, "nn_attention_backward", attention_backward_kernel, a, l);
 }
 
 typedef struct rope_args {
@@ -214,7 +284,11 @@ static int rope_kernel(const zs_sim_kernel *k, void *args) {
 static int sim_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld, const float *cos_t,
                     const float *sin_t, float *qkv, int backward) {
     const rope_args a = {BT, T, heads, hd, ld, backward, cos_t, sin_t, qkv};
-    return LAUNCH(dev, "nn_rope", rope_kernel, a);
+    accesses l = {0};
+    acc(&l, cos_t, (size_t)(BT < T ? BT : T) * (size_t)(hd / 2), 0);
+    acc(&l, sin_t, (size_t)(BT < T ? BT : T) * (size_t)(hd / 2), 0);
+    acc(&l, qkv, span(BT, ld, (long long)heads * hd), 1);
+    return LAUNCH(dev, "nn_rope", rope_kernel, a, l);
 }
 
 /* -------------------------------------------------------------- norms */
@@ -237,7 +311,14 @@ static int sim_layernorm_forward(nn_device *dev, int rows, int C, const float *x
                                  const float *b, float *out, float *mean, float *rstd) {
     const norm_args a = {.rows = rows, .C = C, .x = x, .w = w, .b = b, .out = out, .mean = mean,
                          .rstd = rstd};
-    return LAUNCH(dev, "nn_layernorm_forward", layernorm_forward_kernel, a);
+    accesses l = {0};
+    acc(&l, x, (size_t)rows * C, 0);
+    acc(&l, w, (size_t)C, 0);
+    acc(&l, b, (size_t)C, 0);
+    acc(&l, out, (size_t)rows * C, 1);
+    acc(&l, mean, (size_t)rows, 1);
+    acc(&l, rstd, (size_t)rows, 1);
+    return LAUNCH(dev, "nn_layernorm_forward", layernorm_forward_kernel, a, l);
 }
 
 static int layernorm_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -254,7 +335,17 @@ static int sim_layernorm_backward(nn_device *dev, int rows, int C, const float *
     const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .mean = (float *)mean,
                          .rstd = (float *)rstd, .w = w, .dres = dres, .dx = dx, .dw = dw,
                          .db = db};
-    return LAUNCH(dev, "nn_layernorm_backward", layernorm_backward_kernel, a);
+    accesses l = {0};
+    acc(&l, dout, (size_t)rows * C, 0);
+    acc(&l, x, (size_t)rows * C, 0);
+    acc(&l, mean, (size_t)rows, 0);
+    acc(&l, rstd, (size_t)rows, 0);
+    acc(&l, w, (size_t)C, 0);
+    acc(&l, dres != dx ? dres : NULL, (size_t)rows * C, 0);
+    acc(&l, dx, (size_t)rows * C, 1);
+    acc(&l, dw, (size_t)C, 1);
+    acc(&l, db, (size_t)C, 1);
+    return LAUNCH(dev, "nn_layernorm_backward", layernorm_backward_kernel, a, l);
 }
 
 static int rmsnorm_forward_kernel(const zs_sim_kernel *k, void *args) {
@@ -267,7 +358,12 @@ static int sim_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, 
                                float eps, float *out, float *rstd) {
     const norm_args a = {.rows = rows, .C = C, .eps = eps, .x = x, .w = w, .out = out,
                          .rstd = rstd};
-    return LAUNCH(dev, "nn_rmsnorm_forward", rmsnorm_forward_kernel, a);
+    accesses l = {0};
+    acc(&l, x, (size_t)rows * C, 0);
+    acc(&l, w, (size_t)C, 0);
+    acc(&l, out, (size_t)rows * C, 1);
+    acc(&l, rstd, (size_t)rows, 1);
+    return LAUNCH(dev, "nn_rmsnorm_forward", rmsnorm_forward_kernel, a, l);
 }
 
 static int rmsnorm_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -281,7 +377,15 @@ static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const float *do
                                 const float *dres, float *dx, float *dw) {
     const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .rstd = (float *)rstd,
                          .w = w, .dres = dres, .dx = dx, .dw = dw};
-    return LAUNCH(dev, "nn_rmsnorm_backward", rmsnorm_backward_kernel, a);
+    accesses l = {0};
+    acc(&l, dout, (size_t)rows * C, 0);
+    acc(&l, x, (size_t)rows * C, 0);
+    acc(&l, rstd, (size_t)rows, 0);
+    acc(&l, w, (size_t)C, 0);
+    acc(&l, dres != dx ? dres : NULL, (size_t)rows * C, 0);
+    acc(&l, dx, (size_t)rows * C, 1);
+    acc(&l, dw, (size_t)C, 1);
+    return LAUNCH(dev, "nn_rmsnorm_backward", rmsnorm_backward_kernel, a, l);
 }
 
 /* -------------------------------------------------------- activations */
@@ -300,7 +404,10 @@ static int gelu_forward_kernel(const zs_sim_kernel *k, void *args) {
 
 static int sim_gelu_forward(nn_device *dev, long long n, const float *pre, float *post) {
     const act_args a = {.n = n, .pre = pre, .post = post};
-    return LAUNCH(dev, "nn_gelu_forward", gelu_forward_kernel, a);
+    accesses l = {0};
+    acc(&l, pre, (size_t)n, 0);
+    acc(&l, post, (size_t)n, 1);
+    return LAUNCH(dev, "nn_gelu_forward", gelu_forward_kernel, a, l);
 }
 
 static int gelu_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -311,7 +418,11 @@ static int gelu_backward_kernel(const zs_sim_kernel *k, void *args) {
 static int sim_gelu_backward_colsum(nn_device *dev, int rows, int N, float *d, const float *pre,
                                     float *db) {
     const act_args a = {.rows = rows, .N = N, .d = d, .pre = pre, .db = db};
-    return LAUNCH(dev, "nn_gelu_backward_colsum", gelu_backward_kernel, a);
+    accesses l = {0};
+    acc(&l, pre, (size_t)rows * N, 0);
+    acc(&l, d, (size_t)rows * N, 1);
+    acc(&l, db, (size_t)N, 1);
+    return LAUNCH(dev, "nn_gelu_backward_colsum", gelu_backward_kernel, a, l);
 }
 
 static int swiglu_forward_kernel(const zs_sim_kernel *k, void *args) {
@@ -322,7 +433,11 @@ static int swiglu_forward_kernel(const zs_sim_kernel *k, void *args) {
 static int sim_swiglu_forward(nn_device *dev, long long n, const float *gate, const float *up,
                               float *h) {
     const act_args a = {.n = n, .gate = gate, .up = up, .h = h};
-    return LAUNCH(dev, "nn_swiglu_forward", swiglu_forward_kernel, a);
+    accesses l = {0};
+    acc(&l, gate, (size_t)n, 0);
+    acc(&l, up, (size_t)n, 0);
+    acc(&l, h, (size_t)n, 1);
+    return LAUNCH(dev, "nn_swiglu_forward", swiglu_forward_kernel, a, l);
 }
 
 static int swiglu_backward_kernel(const zs_sim_kernel *k, void *args) {
@@ -333,7 +448,12 @@ static int swiglu_backward_kernel(const zs_sim_kernel *k, void *args) {
 static int sim_swiglu_backward(nn_device *dev, long long n, const float *gate, const float *up,
                                float *d, float *dup) {
     const act_args a = {.n = n, .gate = gate, .up = up, .d = d, .dup = dup};
-    return LAUNCH(dev, "nn_swiglu_backward", swiglu_backward_kernel, a);
+    accesses l = {0};
+    acc(&l, gate, (size_t)n, 0);
+    acc(&l, up, (size_t)n, 0);
+    acc(&l, d, (size_t)n, 1);
+    acc(&l, dup, (size_t)n, 1);
+    return LAUNCH(dev, "nn_swiglu_backward", swiglu_backward_kernel, a, l);
 }
 
 const nn_layer_ops nn_sim_layer_ops = {
