@@ -30,9 +30,11 @@ common=(app.steps=$steps scheduler.total_steps=$((steps + 1)) scheduler.warmup_s
 failed=0 passed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-# The log with what may differ between runs taken out: the timings.
+# The log with what may differ between runs taken out: the timings. grep -a:
+# a byte-token model's sample may print any byte, and grep would call the
+# log binary.
 numbers() {
-    grep -E '^(step |validation|final)' "$1" |
+    grep -aE '^(step |validation|final)' "$1" |
         sed -E 's/ \| [0-9.]+ (ms|ms\/step|tok\/s|TFLOP\/s)//g'
 }
 sample() { sed -n '/^sample/,/^$/p' "$1"; }
@@ -50,7 +52,7 @@ compare() {
             tail -20 "$work/$name.$b.log"
             return
         fi
-        grep -q "backend $b," "$work/$name.$b.log" || { fail "$name: the run was not on $b"; return; }
+        grep -aq "backend $b," "$work/$name.$b.log" || { fail "$name: the run was not on $b"; return; }
     done
     [ "$(numbers "$work/$name.cpu.log" | wc -l)" -ge $((steps + 1)) ] ||
         { fail "$name: the log has no step lines"; return; }
