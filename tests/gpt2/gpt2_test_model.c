@@ -200,7 +200,7 @@ int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_los
 }
 
 int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
-                     int threads, gpt2_tm_result *out) {
+                     int threads, mt_step_result *out) {
     memset(out, 0, sizeof *out);
     omp_set_num_threads(threads);
     gpt2_tm m;
@@ -209,15 +209,10 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     const int BT = B * T;
     float *params = malloc(sizeof(float) * (size_t)m.n_params);
     int *tokens = malloc(sizeof(int) * (size_t)BT), *targets = malloc(sizeof(int) * (size_t)BT);
-    out->n_grads = (size_t)m.n_params;
-    out->n_resid = (size_t)(d->n_layer + 1) * (size_t)BT * (size_t)d->n_embd;
-    out->n_acts = (size_t)d->n_layer * m.acts_bytes / sizeof(float);
-    out->n_losses = (size_t)BT;
-    out->grads = malloc(sizeof(float) * out->n_grads);
-    out->resid = malloc(sizeof(float) * out->n_resid);
-    out->acts = malloc(sizeof(float) * out->n_acts);
-    out->losses = malloc(sizeof(float) * out->n_losses);
-    if (!params || !tokens || !targets || !out->grads || !out->resid || !out->acts || !out->losses)
+    if (!params || !tokens || !targets ||
+        mt_step_result_alloc(out, (size_t)m.n_params,
+                             (size_t)(d->n_layer + 1) * (size_t)BT * (size_t)d->n_embd,
+                             (size_t)d->n_layer * m.acts_bytes / sizeof(float), (size_t)BT) != 0)
         s = NN_ERR_NOMEM;
     if (s == 0) {
         mt_init_params(&gpt2_param_table, d, params, 5, 3.0, 0.1);
@@ -235,40 +230,6 @@ int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chu
     free(tokens);
     free(targets);
     gpt2_tm_free(&m);
-    if (s != 0) gpt2_tm_result_free(out);
+    if (s != 0) mt_step_result_free(out);
     return s;
-}
-
-void gpt2_tm_result_free(gpt2_tm_result *r) {
-    free(r->grads);
-    free(r->resid);
-    free(r->acts);
-    free(r->losses);
-    memset(r, 0, sizeof *r);
-}
-
-int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, char *what,
-                           size_t cap) {
-    if (memcmp(&a->loss, &b->loss, sizeof(double)) != 0) {
-        snprintf(what, cap, "loss %.17g vs %.17g", a->loss, b->loss);
-        return 1;
-    }
-    const struct {
-        const char *name;
-        const float *x, *y;
-        size_t n;
-    } arrays[4] = {{"gradient", a->grads, b->grads, a->n_grads},
-                   {"residual stream", a->resid, b->resid, a->n_resid},
-                   {"activations", a->acts, b->acts, a->n_acts},
-                   {"losses", a->losses, b->losses, a->n_losses}};
-    for (int i = 0; i < 4; i++) {
-        const long long k = mt_first_diff(arrays[i].x, arrays[i].y, arrays[i].n);
-        if (k >= 0) {
-            snprintf(what, cap, "%s [%lld]: %.9g vs %.9g", arrays[i].name, k,
-                     (double)arrays[i].x[k], (double)arrays[i].y[k]);
-            return 1;
-        }
-    }
-    snprintf(what, cap, "equal");
-    return 0;
 }

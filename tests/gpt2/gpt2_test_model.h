@@ -69,24 +69,9 @@ int gpt2_tm_step(gpt2_tm *m, float dloss_scale, int zero_grads, double *mean_los
  * attention is not uniform, GELU not linear, and every bias and gain
  * matters). */
 
-/* Everything one training step produces, on the host in fp32: the mean
- * loss, every gradient, the residual stream, the losses, and the block
- * activations (their raw bytes, which are fp32 on the CPU backend). */
-typedef struct gpt2_tm_result {
-    double loss;
-    float *grads, *resid, *acts, *losses;
-    size_t n_grads, n_resid, n_acts, n_losses;
-} gpt2_tm_result;
-
 /* One step of a model of dims `d` (parameters from seed 5 with gain 3 and
  * jitter 0.1, tokens and targets from seeds 6 and 7) on `be` with `threads`
  * OpenMP threads; 0 or a nn_status. */
 int gpt2_tm_run_step(gpt2_backend *be, const gpt2_dims *d, int B, int T, int chunk_rows,
-                     int threads, gpt2_tm_result *out);
-void gpt2_tm_result_free(gpt2_tm_result *r);
-/* 0 when the two are bit for bit equal; else 1 with the first difference
- * described in `what`. */
-int gpt2_tm_result_compare(const gpt2_tm_result *a, const gpt2_tm_result *b, char *what,
-                           size_t cap);
-
+                     int threads, mt_step_result *out);
 #endif /* GPT2_TEST_MODEL_H */

@@ -220,15 +220,15 @@ static void test_threads(gpt2_backend *be) {
     // 4C eight; 3 x 40 rows; the head's 48-row chunks end mid-sequence.
     const gpt2_dims d = {.n_layer = 2, .n_head = 4, .n_embd = 128, .vocab = 203,
                          .block_size = 48};
-    gpt2_tm_result one, two;
+    mt_step_result one, two;
     REQUIRE(gpt2_tm_run_step(be, &d, 3, 40, 48, 1, &one) == 0);
     REQUIRE(gpt2_tm_run_step(be, &d, 3, 40, 48, 2, &two) == 0);
     omp_set_num_threads(1);
     char diff[256];
-    CHECK_MSG(gpt2_tm_result_compare(&one, &two, diff, sizeof diff) == 0,
+    CHECK_MSG(mt_step_result_compare(&one, &two, diff, sizeof diff) == 0,
               "1 thread vs 2 threads: %s", diff);
-    gpt2_tm_result_free(&one);
-    gpt2_tm_result_free(&two);
+    mt_step_result_free(&one);
+    mt_step_result_free(&two);
 }
 
 /* block_forward again on the same input (activation recomputation) rewrites

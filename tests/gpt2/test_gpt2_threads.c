@@ -99,14 +99,14 @@ int main(void) {
 
     const gpt2_dims d = {.n_layer = 2, .n_head = 4, .n_embd = 128, .vocab = 203,
                          .block_size = 48};
-    gpt2_tm_result r[3];
+    mt_step_result r[3];
     for (int t = 0; t < 3; t++) REQUIRE(gpt2_tm_run_step(be, &d, 3, 40, 48, t + 1, &r[t]) == 0);
     char diff[256];
-    CHECK_MSG(gpt2_tm_result_compare(&r[0], &r[1], diff, sizeof diff) == 0,
+    CHECK_MSG(mt_step_result_compare(&r[0], &r[1], diff, sizeof diff) == 0,
               "GPT-2 step, 1 vs 2 threads: %s", diff);
-    CHECK_MSG(gpt2_tm_result_compare(&r[0], &r[2], diff, sizeof diff) == 0,
+    CHECK_MSG(mt_step_result_compare(&r[0], &r[2], diff, sizeof diff) == 0,
               "GPT-2 step, 1 vs 3 threads: %s", diff);
-    for (int t = 0; t < 3; t++) gpt2_tm_result_free(&r[t]);
+    for (int t = 0; t < 3; t++) mt_step_result_free(&r[t]);
     be->ops->destroy(be);
     return model_check_finish("test_gpt2_threads");
 }

@@ -247,15 +247,8 @@ static void test_gradient_check(nn_device *dev, int tied, int bias) {
 
 /* ---------------------------------------------------------- determinism */
 
-/* Everything one step leaves, on the host. */
-typedef struct step_out {
-    double loss;
-    float *grads, *resid, *acts, *losses;
-    size_t n_grads, n_resid, n_acts, n_losses;
-} step_out;
-
 static void run_step(nn_device *dev, const llama_dims *d, int B, int T, int chunk, int threads,
-                     step_out *out) {
+                     mt_step_result *out) {
     omp_set_num_threads(threads);
     llama_backend *be = NULL;
     char err[512];
@@ -265,15 +258,10 @@ static void run_step(nn_device *dev, const llama_dims *d, int B, int T, int chun
     const int BT = B * T;
     float *params = malloc(sizeof(float) * (size_t)m.n_params);
     int *tokens = malloc(sizeof(int) * BT), *targets = malloc(sizeof(int) * BT);
-    out->n_grads = (size_t)m.n_params;
-    out->n_resid = (size_t)(d->n_layer + 1) * BT * d->n_embd;
-    out->n_acts = (size_t)d->n_layer * m.acts_bytes / sizeof(float);
-    out->n_losses = (size_t)BT;
-    out->grads = malloc(sizeof(float) * out->n_grads);
-    out->resid = malloc(sizeof(float) * out->n_resid);
-    out->acts = malloc(sizeof(float) * out->n_acts);
-    out->losses = malloc(sizeof(float) * out->n_losses);
-    REQUIRE(params && tokens && targets && out->grads && out->resid && out->acts && out->losses);
+    REQUIRE(params && tokens && targets);
+    REQUIRE(mt_step_result_alloc(out, (size_t)m.n_params, (size_t)(d->n_layer + 1) * BT * d->n_embd,
+                                 (size_t)d->n_layer * m.acts_bytes / sizeof(float),
+                                 (size_t)BT) == 0);
     mt_init_params(&llama_param_table, d, params, 5, 3.0, 0.1);
     mt_random_tokens(BT, d->vocab, tokens, 6);
     mt_random_tokens(BT, d->vocab, targets, 7);
@@ -291,19 +279,6 @@ static void run_step(nn_device *dev, const llama_dims *d, int B, int T, int chun
     be->ops->destroy(be);
 }
 
-static void step_out_free(step_out *s) {
-    free(s->grads);
-    free(s->resid);
-    free(s->acts);
-    free(s->losses);
-}
-
-static long long first_diff(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return (long long)i;
-    return -1;
-}
-
 static void test_threads(nn_device *dev) {
     // Big enough that every OpenMP loop splits: C = 128 is two column
     // tiles, F = 352 six; 3 x 40 rows; the head's 48-row chunks end
@@ -312,27 +287,15 @@ static void test_threads(nn_device *dev) {
                     .n_ff = 352, .vocab = 203, .max_seq = 64, .rms_eps = 1e-6,
                     .rope_theta = 10000.0, .qkv_bias = 1, .o_bias = 1, .mlp_bias = 1,
                     .init_std = 0.02, .model_type = "llama"};
-    step_out one, two;
+    mt_step_result one, two;
     run_step(dev, &d, 3, 40, 48, 1, &one);
     run_step(dev, &d, 3, 40, 48, 2, &two);
     omp_set_num_threads(1);
-    CHECK_MSG(memcmp(&one.loss, &two.loss, sizeof(double)) == 0, "loss %.17g vs %.17g", one.loss,
-              two.loss);
-    const struct {
-        const char *name;
-        const float *a, *b;
-        size_t n;
-    } parts[] = {{"gradients", one.grads, two.grads, one.n_grads},
-                 {"residual stream", one.resid, two.resid, one.n_resid},
-                 {"activations", one.acts, two.acts, one.n_acts},
-                 {"losses", one.losses, two.losses, one.n_losses}};
-    for (int i = 0; i < 4; i++) {
-        const long long k = first_diff(parts[i].a, parts[i].b, parts[i].n);
-        CHECK_MSG(k < 0, "1 thread vs 2: %s [%lld]: %.9g vs %.9g", parts[i].name, k,
-                  k < 0 ? 0.0 : parts[i].a[k], k < 0 ? 0.0 : parts[i].b[k]);
-    }
-    step_out_free(&one);
-    step_out_free(&two);
+    char diff[256];
+    CHECK_MSG(mt_step_result_compare(&one, &two, diff, sizeof diff) == 0,
+              "1 thread vs 2 threads: %s", diff);
+    mt_step_result_free(&one);
+    mt_step_result_free(&two);
 }
 
 /* block_forward again on the same input (activation recomputation) rewrites
@@ -383,10 +346,10 @@ static void test_recompute(nn_device *dev) {
                  {"h", a->h, BT * F}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         const size_t off = (size_t)((const float *)parts[i].at - acts);
-        const long long k = first_diff(acts1 + off, acts + off, parts[i].n);
+        const long long k = mt_first_diff(acts1 + off, acts + off, parts[i].n);
         CHECK_MSG(k < 0, "recomputed %s [%lld] differs", parts[i].name, k);
     }
-    const long long k = first_diff(y1, y, ny);
+    const long long k = mt_first_diff(y1, y, ny);
     CHECK_MSG(k < 0, "recomputed output [%lld] differs", k);
     free(acts1);
     free(y1);
@@ -423,7 +386,7 @@ static void test_head_and_accumulate(nn_device *dev) {
     REQUIRE(llama_tm_step(&m, 1.0f / BT, 1, &loss_train) == 0);
     memcpy(lfb, m.losses, sizeof lfb);
     memcpy(g1, m.grads, sizeof(float) * n);
-    const long long k = first_diff(lf, lfb, BT);
+    const long long k = mt_first_diff(lf, lfb, BT);
     CHECK_MSG(k < 0, "position %lld: head_forward and head_forward_backward differ", k);
 
     const int row = BT - 1;

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ inputs */
@@ -77,6 +78,58 @@ long long mt_first_diff(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return (long long)i;
     return -1;
+}
+
+/* ------------------------------------------------------- step results */
+
+int mt_step_result_alloc(mt_step_result *r, size_t n_grads, size_t n_resid, size_t n_acts,
+                         size_t n_losses) {
+    memset(r, 0, sizeof *r);
+    r->n_grads = n_grads;
+    r->n_resid = n_resid;
+    r->n_acts = n_acts;
+    r->n_losses = n_losses;
+    r->grads = malloc(sizeof(float) * n_grads);
+    r->resid = malloc(sizeof(float) * n_resid);
+    r->acts = malloc(sizeof(float) * n_acts);
+    r->losses = malloc(sizeof(float) * n_losses);
+    if (r->grads && r->resid && r->acts && r->losses) return 0;
+    mt_step_result_free(r);
+    return -1;
+}
+
+void mt_step_result_free(mt_step_result *r) {
+    free(r->grads);
+    free(r->resid);
+    free(r->acts);
+    free(r->losses);
+    memset(r, 0, sizeof *r);
+}
+
+int mt_step_result_compare(const mt_step_result *a, const mt_step_result *b, char *what,
+                           size_t cap) {
+    if (memcmp(&a->loss, &b->loss, sizeof(double)) != 0) {
+        snprintf(what, cap, "loss %.17g vs %.17g", a->loss, b->loss);
+        return 1;
+    }
+    const struct {
+        const char *name;
+        const float *x, *y;
+        size_t n;
+    } arrays[4] = {{"gradient", a->grads, b->grads, a->n_grads},
+                   {"residual stream", a->resid, b->resid, a->n_resid},
+                   {"activations", a->acts, b->acts, a->n_acts},
+                   {"losses", a->losses, b->losses, a->n_losses}};
+    for (int i = 0; i < 4; i++) {
+        const long long k = mt_first_diff(arrays[i].x, arrays[i].y, arrays[i].n);
+        if (k >= 0) {
+            snprintf(what, cap, "%s [%lld]: %.9g vs %.9g", arrays[i].name, k,
+                     (double)arrays[i].x[k], (double)arrays[i].y[k]);
+            return 1;
+        }
+    }
+    snprintf(what, cap, "equal");
+    return 0;
 }
 
 /* ------------------------------------------- finite-difference gradients */

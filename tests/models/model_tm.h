@@ -45,6 +45,24 @@ int64_t mt_num_params(const nn_param_table *t, const void *dims);
 /* The first index where a and b differ bitwise, or -1. */
 long long mt_first_diff(const float *a, const float *b, size_t n);
 
+/* Everything one training step produces, on the host in fp32: the mean
+ * loss, every gradient, the residual stream, the block activations (their
+ * raw bytes, fp32 on the host backends) and the per-position losses. */
+typedef struct mt_step_result {
+    double loss;
+    float *grads, *resid, *acts, *losses;
+    size_t n_grads, n_resid, n_acts, n_losses;
+} mt_step_result;
+
+/* Host arrays of these sizes; 0, or -1 (nothing held) when memory runs out. */
+int mt_step_result_alloc(mt_step_result *r, size_t n_grads, size_t n_resid, size_t n_acts,
+                         size_t n_losses);
+void mt_step_result_free(mt_step_result *r);
+/* 0 when the two are bit for bit equal; else 1 with the first difference
+ * described in `what`. */
+int mt_step_result_compare(const mt_step_result *a, const mt_step_result *b, char *what,
+                           size_t cap);
+
 /* ------------------------------------------- finite-difference gradients */
 
 /*
