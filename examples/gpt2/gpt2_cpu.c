@@ -31,14 +31,6 @@ static char *cpu__err(gpt2_backend *be) {
 }
 
 #define CPU_ERR(be) cpu__err(be), NN_ERR_CAP
-/* Return a check's failure (its message is already in the buffer). */
-#define CPU_TRY(call)                                                                         \
-    do {                                                                                      \
-        int cpu_try_status_ = (call);                                                         \
-        if (cpu_try_status_ != NN_OK) {                                                     \
-            return cpu_try_status_;                                                           \
-        }                                                                                     \
-    } while (0)
 
 /* block_backward's scratch: [BT][4C] (c_fc's gradient, then qkv's),
  * [BT][C], and one sequence's attention-score gradients [NH][T][T];
@@ -92,12 +84,12 @@ static int cpu_check_tokens(gpt2_backend *be, const char *op, const char *what,
 static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                              const gpt2_embed_w *w, const int *tokens, void *x) {
     const nn_layer_ops *L = be->dev->layers;
-    CPU_TRY(gpt2__check_shape("embed_forward", d, B, T, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_embed_w("embed_forward", "w", w, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("embed_forward", "tokens", tokens, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("embed_forward", "x", x, CPU_ERR(be)));
+    NN_TRY(gpt2__check_shape("embed_forward", d, B, T, CPU_ERR(be)));
+    NN_TRY(gpt2__check_embed_w("embed_forward", "w", w, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("embed_forward", "tokens", tokens, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("embed_forward", "x", x, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
-    CPU_TRY(cpu_check_tokens(be, "embed_forward", "tokens", tokens, BT, d->vocab));
+    NN_TRY(cpu_check_tokens(be, "embed_forward", "tokens", tokens, BT, d->vocab));
     LAYER(L->embed_forward(be->dev, BT, T, C, w->wte, w->wpe, tokens, x));
     return NN_OK;
 }
@@ -105,12 +97,12 @@ static int cpu_embed_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
 static int cpu_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                               gpt2_embed_w *g, const int *tokens, const void *dx) {
     const nn_layer_ops *L = be->dev->layers;
-    CPU_TRY(gpt2__check_shape("embed_backward", d, B, T, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_embed_w("embed_backward", "g", g, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("embed_backward", "tokens", tokens, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("embed_backward", "dx", dx, CPU_ERR(be)));
+    NN_TRY(gpt2__check_shape("embed_backward", d, B, T, CPU_ERR(be)));
+    NN_TRY(gpt2__check_embed_w("embed_backward", "g", g, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("embed_backward", "tokens", tokens, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("embed_backward", "dx", dx, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
-    CPU_TRY(cpu_check_tokens(be, "embed_backward", "tokens", tokens, BT, d->vocab));
+    NN_TRY(cpu_check_tokens(be, "embed_backward", "tokens", tokens, BT, d->vocab));
     LAYER(L->embed_backward(be->dev, BT, T, C, g->wte, g->wpe, tokens, dx));
     return NN_OK;
 }
@@ -121,11 +113,11 @@ static int cpu_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     (void)scratch; /* the forward keeps everything in acts */
     const nn_layer_ops *L = be->dev->layers;
     nn_device *dev = be->dev;
-    CPU_TRY(gpt2__check_shape("block_forward", d, B, T, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_block_w("block_forward", "w", w, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_acts("block_forward", a, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("block_forward", "x", x, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("block_forward", "y", y, CPU_ERR(be)));
+    NN_TRY(gpt2__check_shape("block_forward", d, B, T, CPU_ERR(be)));
+    NN_TRY(gpt2__check_block_w("block_forward", "w", w, CPU_ERR(be)));
+    NN_TRY(gpt2__check_acts("block_forward", a, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_forward", "x", x, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_forward", "y", y, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
     // Attention half: res1 = x + c_proj(attn(ln_1(x))).
     LAYER(L->layernorm_forward(dev, BT, C, x, w->ln1w, w->ln1b, a->ln1, a->ln1_mean,
@@ -152,14 +144,14 @@ static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
                               const gpt2_block_acts *a, const void *dy, void *dx, void *scratch) {
     const nn_layer_ops *L = be->dev->layers;
     nn_device *dev = be->dev;
-    CPU_TRY(gpt2__check_shape("block_backward", d, B, T, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_block_w("block_backward", "w", w, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_block_w("block_backward", "g", g, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_acts("block_backward", a, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("block_backward", "x", x, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("block_backward", "dy", dy, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("block_backward", "dx", dx, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr("block_backward", "scratch", scratch, CPU_ERR(be)));
+    NN_TRY(gpt2__check_shape("block_backward", d, B, T, CPU_ERR(be)));
+    NN_TRY(gpt2__check_block_w("block_backward", "w", w, CPU_ERR(be)));
+    NN_TRY(gpt2__check_block_w("block_backward", "g", g, CPU_ERR(be)));
+    NN_TRY(gpt2__check_acts("block_backward", a, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_backward", "x", x, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_backward", "dy", dy, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_backward", "dx", dx, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_backward", "scratch", scratch, CPU_ERR(be)));
     const int BT = B * T, C = d->n_embd;
     float *dbig = scratch;                       // [BT][4C]: d fch, later d qkv ([BT][3C])
     float *dmid = dbig + (size_t)BT * 4 * C;     // [BT][C]: d ln2, d atty, d ln1 in turn
@@ -195,10 +187,10 @@ static int cpu_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, int T
 static int cpu_check_head(gpt2_backend *be, const char *op, const gpt2_dims *d, int B, int T,
                           const gpt2_embed_w *w, const void *x, int chunk_rows,
                           const void *scratch) {
-    CPU_TRY(gpt2__check_shape(op, d, B, T, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_embed_w(op, "w", w, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr(op, "x", x, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
+    NN_TRY(gpt2__check_shape(op, d, B, T, CPU_ERR(be)));
+    NN_TRY(gpt2__check_embed_w(op, "w", w, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "x", x, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
     if (chunk_rows < 1) {
         return ex_error(CPU_ERR(be), NN_ERR_ARG,
                            "gpt2 %s: chunk_rows = %d; need >= 1 (default "
@@ -245,12 +237,12 @@ static int cpu_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, int B
                                      const int *targets, float dloss_scale, void *dx,
                                      float *losses, int chunk_rows, void *scratch) {
     const char *op = "head_forward_backward";
-    CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
-    CPU_TRY(gpt2__check_embed_w(op, "g", g, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr(op, "targets", targets, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr(op, "dx", dx, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
-    CPU_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
+    NN_TRY(cpu_check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
+    NN_TRY(gpt2__check_embed_w(op, "g", g, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "targets", targets, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "dx", dx, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
+    NN_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
     return cpu_head_run(be, d, B * T, w, g, x, targets, dloss_scale, dx, losses, chunk_rows,
                         scratch);
 }
@@ -259,10 +251,10 @@ static int cpu_head_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                             const gpt2_embed_w *w, const void *x, const int *targets,
                             float *losses, int chunk_rows, void *scratch) {
     const char *op = "head_forward";
-    CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
-    CPU_TRY(gpt2__check_ptr(op, "targets", targets, CPU_ERR(be)));
-    CPU_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
-    CPU_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
+    NN_TRY(cpu_check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
+    NN_TRY(gpt2__check_ptr(op, "targets", targets, CPU_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "losses", losses, CPU_ERR(be)));
+    NN_TRY(cpu_check_tokens(be, op, "targets", targets, (long long)B * T, d->vocab));
     return cpu_head_run(be, d, B * T, w, NULL, x, targets, 0.0f, NULL, losses, chunk_rows,
                         scratch);
 }
@@ -274,8 +266,8 @@ static int cpu_head_logits(gpt2_backend *be, const gpt2_dims *d, int B, int T,
     nn_device *dev = be->dev;
     const float *x = x_in;
     const char *op = "head_logits";
-    CPU_TRY(cpu_check_head(be, op, d, B, T, w, x, 1, scratch));
-    CPU_TRY(gpt2__check_ptr(op, "host_logits", host_logits, CPU_ERR(be)));
+    NN_TRY(cpu_check_head(be, op, d, B, T, w, x, 1, scratch));
+    NN_TRY(gpt2__check_ptr(op, "host_logits", host_logits, CPU_ERR(be)));
     if (row < 0 || (long long)row >= (long long)B * T) {
         return ex_error(CPU_ERR(be), NN_ERR_ARG,
                            "gpt2 %s: row %d is outside [0, B * T = %lld)", op, row,

@@ -34,14 +34,6 @@ typedef struct cpu_impl {
 static char *cpu__err(llama_backend *be) { return ((cpu_impl *)be->impl)->err; }
 
 #define CPU_ERR(be) cpu__err(be), NN_ERR_CAP
-/* Return a check's failure (its message is already in the buffer). */
-#define CPU_TRY(call)                                                                         \
-    do {                                                                                      \
-        int cpu_try_status_ = (call);                                                         \
-        if (cpu_try_status_ != NN_OK) {                                                       \
-            return cpu_try_status_;                                                           \
-        }                                                                                     \
-    } while (0)
 
 /* Sizes a block's loops need, from the dims. */
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -114,12 +106,12 @@ static int cpu_check_tokens(llama_backend *be, const char *op, const char *what,
 static int cpu_embed_forward(llama_backend *be, int B, int T, const llama_embed_w *w,
                              const int *tokens, void *x_out) {
     const char *op = "embed_forward";
-    CPU_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
-    CPU_TRY(llama__check_embed_w(op, "w", w, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "tokens", tokens, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "x", x_out, CPU_ERR(be)));
+    NN_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
+    NN_TRY(llama__check_embed_w(op, "w", w, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "tokens", tokens, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "x", x_out, CPU_ERR(be)));
     const int BT = B * T, C = be->dims.n_embd;
-    CPU_TRY(cpu_check_tokens(be, op, "tokens", tokens, BT));
+    NN_TRY(cpu_check_tokens(be, op, "tokens", tokens, BT));
     LAYER(be->dev->layers->embed_forward(be->dev, BT, T, C, w->wte, NULL, tokens, x_out));
     return NN_OK;
 }
@@ -127,12 +119,12 @@ static int cpu_embed_forward(llama_backend *be, int B, int T, const llama_embed_
 static int cpu_embed_backward(llama_backend *be, int B, int T, llama_embed_w *g,
                               const int *tokens, const void *dx) {
     const char *op = "embed_backward";
-    CPU_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
-    CPU_TRY(llama__check_embed_w(op, "g", g, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "tokens", tokens, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "dx", dx, CPU_ERR(be)));
+    NN_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
+    NN_TRY(llama__check_embed_w(op, "g", g, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "tokens", tokens, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "dx", dx, CPU_ERR(be)));
     const int BT = B * T, C = be->dims.n_embd;
-    CPU_TRY(cpu_check_tokens(be, op, "tokens", tokens, BT));
+    NN_TRY(cpu_check_tokens(be, op, "tokens", tokens, BT));
     LAYER(be->dev->layers->embed_backward(be->dev, BT, T, C, g->wte, NULL, tokens, dx));
     return NN_OK;
 }
@@ -146,11 +138,11 @@ static int cpu_block_forward(llama_backend *be, int B, int T, const llama_block_
     (void)scratch; /* the CPU's forward keeps everything in acts */
     const char *op = "block_forward";
     const llama_dims *d = &be->dims;
-    CPU_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
-    CPU_TRY(llama__check_block_w(op, "w", d, w, CPU_ERR(be)));
-    CPU_TRY(llama__check_acts(op, a, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "x", x_in, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "y", y_out, CPU_ERR(be)));
+    NN_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
+    NN_TRY(llama__check_block_w(op, "w", d, w, CPU_ERR(be)));
+    NN_TRY(llama__check_acts(op, a, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "x", x_in, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "y", y_out, CPU_ERR(be)));
     const llama__sizes s = llama__sizes_of(d);
     const int BT = B * T, C = s.C, F = s.F;
     const float eps = (float)d->rms_eps;
@@ -168,7 +160,7 @@ static int cpu_block_forward(llama_backend *be, int B, int T, const llama_block_
     LAYER(L->linear_forward(dev, BT, C, s.KV, a->xn1, C, w->wk, bk, NULL, 0, qkv + s.Q, s.W));
     LAYER(L->linear_forward(dev, BT, C, s.KV, a->xn1, C, w->wv, bv, NULL, 0, qkv + s.Q + s.KV,
                             s.W));
-    CPU_TRY(cpu_rope(be, &s, BT, T, qkv, 0));
+    NN_TRY(cpu_rope(be, &s, BT, T, qkv, 0));
     const nn_attn_layout attn = cpu_attn_layout(&s, B, T);
     LAYER(L->attention_forward(dev, &attn, qkv, a->att, a->atty));
     LAYER(L->linear_forward(dev, BT, s.Q, C, a->atty, s.Q, w->wo, bo, x, C, a->res1, C));
@@ -190,14 +182,14 @@ static int cpu_block_backward(llama_backend *be, int B, int T, const llama_block
     nn_device *dev = be->dev;
     const char *op = "block_backward";
     const llama_dims *d = &be->dims;
-    CPU_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
-    CPU_TRY(llama__check_block_w(op, "w", d, w, CPU_ERR(be)));
-    CPU_TRY(llama__check_block_w(op, "g", d, g, CPU_ERR(be)));
-    CPU_TRY(llama__check_acts(op, a, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "x", x, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "dy", dy_in, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "dx", dx_out, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
+    NN_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
+    NN_TRY(llama__check_block_w(op, "w", d, w, CPU_ERR(be)));
+    NN_TRY(llama__check_block_w(op, "g", d, g, CPU_ERR(be)));
+    NN_TRY(llama__check_acts(op, a, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "x", x, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "dy", dy_in, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "dx", dx_out, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
     const llama__sizes s = llama__sizes_of(d);
     const int BT = B * T, C = s.C, F = s.F;
     const float *dy = dy_in;
@@ -234,7 +226,7 @@ static int cpu_block_backward(llama_backend *be, int B, int T, const llama_block
     float *dqkv = big;
     LAYER(L->attention_backward(dev, &attn, a->qkv, a->att, mid, dqkv, datt));
     // Back through the rotation: the gradients of q and k as projected.
-    CPU_TRY(cpu_rope(be, &s, BT, T, dqkv, 1));
+    NN_TRY(cpu_rope(be, &s, BT, T, dqkv, 1));
     if (d->qkv_bias) {
         LAYER(L->colsum_add(dev, BT, s.Q, dqkv, s.W, g->bq));
         LAYER(L->colsum_add(dev, BT, s.KV, dqkv + s.Q, s.W, g->bk));
@@ -255,13 +247,13 @@ static int cpu_block_backward(llama_backend *be, int B, int T, const llama_block
 static int cpu_check_head(llama_backend *be, const char *op, int B, int T, const llama_head_w *w,
                           const void *x, const int *targets, float *losses, int chunk_rows,
                           const void *scratch) {
-    CPU_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
-    CPU_TRY(llama__check_head_w(op, "w", w, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "x", x, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
-    CPU_TRY(llama__check_chunk(op, chunk_rows, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "targets", targets, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "losses", losses, CPU_ERR(be)));
+    NN_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
+    NN_TRY(llama__check_head_w(op, "w", w, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "x", x, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
+    NN_TRY(llama__check_chunk(op, chunk_rows, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "targets", targets, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "losses", losses, CPU_ERR(be)));
     return cpu_check_tokens(be, op, "targets", targets, (long long)B * T);
 }
 
@@ -298,9 +290,9 @@ static int cpu_head_forward_backward(llama_backend *be, int B, int T, const llam
                                      float dloss_scale, void *dx, float *losses, int chunk_rows,
                                      void *scratch) {
     const char *op = "head_forward_backward";
-    CPU_TRY(cpu_check_head(be, op, B, T, w, x, targets, losses, chunk_rows, scratch));
-    CPU_TRY(llama__check_head_w(op, "g", g, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "dx", dx, CPU_ERR(be)));
+    NN_TRY(cpu_check_head(be, op, B, T, w, x, targets, losses, chunk_rows, scratch));
+    NN_TRY(llama__check_head_w(op, "g", g, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "dx", dx, CPU_ERR(be)));
     return cpu_head_run(be, B * T, w, g, x, targets, dloss_scale, dx, losses, chunk_rows,
                         scratch);
 }
@@ -308,7 +300,7 @@ static int cpu_head_forward_backward(llama_backend *be, int B, int T, const llam
 static int cpu_head_forward(llama_backend *be, int B, int T, const llama_head_w *w,
                             const void *x, const int *targets, float *losses, int chunk_rows,
                             void *scratch) {
-    CPU_TRY(cpu_check_head(be, "head_forward", B, T, w, x, targets, losses, chunk_rows, scratch));
+    NN_TRY(cpu_check_head(be, "head_forward", B, T, w, x, targets, losses, chunk_rows, scratch));
     return cpu_head_run(be, B * T, w, NULL, x, targets, 0.0f, NULL, losses, chunk_rows,
                         scratch);
 }
@@ -316,11 +308,11 @@ static int cpu_head_forward(llama_backend *be, int B, int T, const llama_head_w 
 static int cpu_head_logits(llama_backend *be, int B, int T, const llama_head_w *w,
                            const void *x_in, int row, float *host_logits, void *scratch) {
     const char *op = "head_logits";
-    CPU_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
-    CPU_TRY(llama__check_head_w(op, "w", w, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "x", x_in, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
-    CPU_TRY(llama__check_ptr(op, "host_logits", host_logits, CPU_ERR(be)));
+    NN_TRY(llama__check_shape(op, be, B, T, CPU_ERR(be)));
+    NN_TRY(llama__check_head_w(op, "w", w, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "x", x_in, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "scratch", scratch, CPU_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "host_logits", host_logits, CPU_ERR(be)));
     if (row < 0 || (long long)row >= (long long)B * T) {
         return ex_error(CPU_ERR(be), NN_ERR_ARG, "llama %s: row %d is outside [0, B * T = %lld)",
                          op, row, (long long)B * T);

@@ -18,6 +18,16 @@ extern "C" {
 /* Messages are formatted by examples/common/ex_error.h (ex_error: write
  * the line, return the status), the one formatter of every example. */
 
+/* Returns a check's failure from a backend's op; the check has already
+ * written its message. */
+#define NN_TRY(call)                                                                          \
+    do {                                                                                      \
+        int nn_try_status_ = (call);                                                          \
+        if (nn_try_status_ != NN_OK) {                                                        \
+            return nn_try_status_;                                                            \
+        }                                                                                     \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif

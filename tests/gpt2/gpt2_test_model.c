@@ -8,15 +8,7 @@
 
 #include "zeroshard.h"
 
-#define TM_TRY(call)                                                                          \
-    do {                                                                                      \
-        int tm_status_ = (call);                                                              \
-        if (tm_status_ != NN_OK) {                                                          \
-            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
-                    nn_status_name(tm_status_), m->be->ops->last_error(m->be));            \
-            return tm_status_;                                                                \
-        }                                                                                     \
-    } while (0)
+#define TM_TRY(call) MT_TRY(call, m->be->ops->last_error(m->be))
 
 static int tm_alloc(gpt2_tm *m, size_t bytes, void **out) {
     TM_TRY(m->be->dev->ops->alloc(m->be->dev, bytes, out));

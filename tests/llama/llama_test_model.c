@@ -6,24 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TM_TRY(call)                                                                          \
-    do {                                                                                      \
-        int tm_status_ = (call);                                                              \
-        if (tm_status_ != NN_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
-                    nn_status_name(tm_status_), m->be->ops->last_error(m->be));              \
-            return tm_status_;                                                                \
-        }                                                                                     \
-    } while (0)
-#define DEV_TRY(call)                                                                         \
-    do {                                                                                      \
-        int tm_status_ = (call);                                                              \
-        if (tm_status_ != NN_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
-                    nn_status_name(tm_status_), m->dev->ops->last_error(m->dev));            \
-            return tm_status_;                                                                \
-        }                                                                                     \
-    } while (0)
+#define TM_TRY(call) MT_TRY(call, m->be->ops->last_error(m->be))
+#define DEV_TRY(call) MT_TRY(call, m->dev->ops->last_error(m->dev))
 
 int llama_tm_init(llama_tm *m, llama_backend *be, int B, int T, int chunk_rows) {
     memset(m, 0, sizeof(*m));

@@ -11,12 +11,26 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "nn_device.h"
 #include "nn_param.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Returns a backend op's failure from a test model's function, printing
+ * where, the call, its status and `why` (the backend's last_error). */
+#define MT_TRY(call, why)                                                                     \
+    do {                                                                                      \
+        int mt_status_ = (call);                                                              \
+        if (mt_status_ != 0) {                                                                \
+            fprintf(stderr, "%s:%d: %s failed (%s): %s\n", __FILE__, __LINE__, #call,         \
+                    nn_status_name(mt_status_), (why));                                       \
+            return mt_status_;                                                                \
+        }                                                                                     \
+    } while (0)
 
 /* ------------------------------------------------------------ inputs */
 
