@@ -65,6 +65,8 @@ _Static_assert(offsetof(struct ex_model, dec) == 0, "ex_decoder.h: the decoder c
 /* Reads GPT-2's keys. With a preset (app.model) or an llm.c file
  * (app.init_from) the sizes are not read, so zs_config_app_finish rejects
  * n_layer and friends given beside them instead of silently ignoring them. */
+static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
+
 static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
     ex_model *m = calloc(1, sizeof *m);
     if (!m) return ZS_ERR_OUT_OF_MEMORY;
@@ -121,20 +123,16 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     facts->vocab = d->vocab;
     facts->max_seq = facts->default_seq = d->block_size;
     facts->byte_tokens = d->vocab <= 256;
+    /* The decoder (ex_decoder.h). The head is tied: unit 0 again, whose
+     * backward adds into wte and wpe. */
+    m->dec = (ex_decoder){.program = PROGRAM, .table = &gpt2_param_table, .dims = &m->dims,
+                          .ops = &decoder_ops, .model = m, .units = &m->units, .ws = &m->ws,
+                          .n_layer = d->n_layer, .head_unit = 0, .embed_grads = 0x3u,
+                          .recompute = m->recompute};
     return ZS_OK;
 }
 
-static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
-    const zs_status st =
-        ex_units_describe(&m->units, zs, &gpt2_param_table, &m->dims, &facts->units);
-    facts->params = gpt2_num_params(&m->dims);
-    facts->dtype = st == ZS_OK ? zs_param_dtype(m->units.param[0]) : ZS_DTYPE_FP32;
-    return st;
-}
-
 /* ------------------------------------------------------- workspace */
-
-static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
 
 static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
                  size_t cap) {
@@ -177,10 +175,6 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
             fprintf(stderr, PROGRAM ": app.tokenizer: %s (printing token ids)\n", tok_err);
         m->tokenizer = NULL;
     }
-    /* The head is tied: unit 0 again, whose backward adds into wte and wpe. */
-    m->dec = (ex_decoder){.program = PROGRAM, .ops = &decoder_ops, .model = m,
-                          .units = &m->units, .ws = &m->ws, .n_layer = d->n_layer,
-                          .head_unit = 0, .embed_grads = 0x3u, .recompute = m->recompute};
     return 0;
 }
 
@@ -327,7 +321,7 @@ const ex_model_ops gpt2_model_ops = {
     .program = PROGRAM,
     .family = "gpt2",
     .configure = configure,
-    .describe = describe,
+    .describe = ex_decoder_model_describe,
     .start = start,
     .device = device,
     .import = import,

@@ -200,8 +200,10 @@ static int table_param_spec(const void *d, int unit, int index, nn_param_spec *o
     return gpt2_param_spec_get(d, unit, index, out);
 }
 
+static int64_t table_num_params(const void *d) { return gpt2_num_params(d); }
+
 const nn_param_table gpt2_param_table = {table_num_units, table_unit_num_params, table_unit_name,
-                                         table_param_spec};
+                                         table_param_spec, table_num_params};
 
 int64_t gpt2_unit_numel(const gpt2_dims *d, int unit) {
     const int count = gpt2_unit_num_params(d, unit);

@@ -157,6 +157,8 @@ static int split_patterns(ex_model *m) {
     return 0;
 }
 
+static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
+
 static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
     ex_model *m = calloc(1, sizeof *m);
     if (!m) return ZS_ERR_OUT_OF_MEMORY;
@@ -230,20 +232,16 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     facts->max_seq = d->max_seq < (1 << 20) ? d->max_seq : (1 << 20);
     facts->default_seq = facts->max_seq < 2048 ? facts->max_seq : 2048;
     facts->byte_tokens = d->vocab <= 256;
+    /* The decoder (ex_decoder.h). Tied, the head is unit 0 again; the
+     * embedding's backward adds into embed_tokens alone. */
+    m->dec = (ex_decoder){.program = PROGRAM, .table = &llama_param_table, .dims = &m->dims,
+                          .ops = &decoder_ops, .model = m, .units = &m->units, .ws = &m->ws,
+                          .n_layer = d->n_layer, .head_unit = d->tied ? 0 : llama_head_unit(d),
+                          .embed_grads = 0x1u, .recompute = m->recompute};
     return ZS_OK;
 }
 
-static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
-    const zs_status st =
-        ex_units_describe(&m->units, zs, &llama_param_table, &m->dims, &facts->units);
-    facts->params = llama_num_params(&m->dims);
-    facts->dtype = st == ZS_OK ? zs_param_dtype(m->units.param[0]) : ZS_DTYPE_FP32;
-    return st;
-}
-
 /* ------------------------------------------------------- workspace */
-
-static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
 
 static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
                  size_t cap) {
@@ -275,12 +273,6 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
                         m->be->ops->head_scratch_bytes(m->be, B, T, (int)m->head_chunk_rows),
                         &facts->activation_bytes, err, cap) != 0)
         return -1;
-    /* Tied, the head is unit 0 again; the embedding's backward adds into
-     * embed_tokens alone. */
-    m->dec = (ex_decoder){.program = PROGRAM, .ops = &decoder_ops, .model = m,
-                          .units = &m->units, .ws = &m->ws, .n_layer = d->n_layer,
-                          .head_unit = d->tied ? 0 : llama_head_unit(d), .embed_grads = 0x1u,
-                          .recompute = m->recompute};
     return 0;
 }
 
@@ -461,7 +453,7 @@ const ex_model_ops llama_model_ops = {
     .program = PROGRAM,
     .family = "llama",
     .configure = configure,
-    .describe = describe,
+    .describe = ex_decoder_model_describe,
     .start = start,
     .device = device,
     .import = import,

@@ -241,8 +241,10 @@ static int table_param_spec(const void *d, int unit, int index, nn_param_spec *o
     return llama_param_spec_get(d, unit, index, out);
 }
 
+static int64_t table_num_params(const void *d) { return llama_num_params(d); }
+
 const nn_param_table llama_param_table = {table_num_units, table_unit_num_params, table_unit_name,
-                                          table_param_spec};
+                                          table_param_spec, table_num_params};
 
 int64_t llama_unit_numel(const llama_dims *d, int unit) {
     const int count = llama_unit_num_params(d, unit);

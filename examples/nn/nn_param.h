@@ -47,6 +47,8 @@ typedef struct nn_param_table {
     int (*unit_name)(const void *dims, int unit, char *buf, size_t cap);
     /* Tensor `index` of `unit`; 0, or -1 out of range. */
     int (*param_spec)(const void *dims, int unit, int index, nn_param_spec *out);
+    /* The model's parameters, a tied weight counted once. */
+    int64_t (*num_params)(const void *dims);
 } nn_param_table;
 
 #ifdef __cplusplus

@@ -4,8 +4,6 @@
  */
 #include "ex_decoder.h"
 
-#include "ex_model.h"
-
 /* The family's math failed on this rank: the job ends here. */
 static void check_op(const ex_decoder *dec, int rc, const char *what) {
     if (rc != 0) ex_abort_job(dec->program, what, dec->ops->last_error(dec->model));
@@ -145,6 +143,14 @@ zs_status ex_decoder_last_logits(const ex_decoder *dec, zs_ctx *zs, const int *t
 
 /* The family's struct begins with its decoder (ex_decoder.h). */
 static const ex_decoder *decoder_of(const ex_model *m) { return (const ex_decoder *)(const void *)m; }
+
+zs_status ex_decoder_model_describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
+    const ex_decoder *dec = decoder_of(m);
+    const zs_status st = ex_units_describe(dec->units, zs, dec->table, dec->dims, &facts->units);
+    facts->params = dec->table->num_params(dec->dims);
+    facts->dtype = st == ZS_OK ? zs_param_dtype(dec->units->param[0]) : ZS_DTYPE_FP32;
+    return st;
+}
 
 zs_status ex_decoder_model_train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens,
                                             const int *targets, int B, int T, float dloss,

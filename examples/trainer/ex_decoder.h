@@ -18,8 +18,10 @@
 #ifndef EX_DECODER_H
 #define EX_DECODER_H
 
+#include "ex_model.h"
 #include "ex_stream.h"
 #include "ex_units.h"
+#include "nn_param.h"
 #include "zeroshard.h"
 
 #ifdef __cplusplus
@@ -53,6 +55,8 @@ typedef struct ex_decoder_ops {
 
 typedef struct ex_decoder {
     const char *program; /* names the program in messages */
+    const nn_param_table *table; /* the family's parameters (nn_param.h) over `dims` */
+    const void *dims;
     const ex_decoder_ops *ops;
     void *model; /* the family's, handed to every op */
     ex_units *units;
@@ -77,9 +81,10 @@ zs_status ex_decoder_last_logits(const ex_decoder *dec, zs_ctx *zs, const int *t
                                  float *host_logits);
 
 /* The same as ex_model.h's ops, for a family whose struct ex_model begins
- * with its ex_decoder (its first member): the family's table points at
- * these and writes no micro-step of its own. */
-typedef struct ex_model ex_model;
+ * with its ex_decoder (its first member), filled by its configure: the
+ * family's table points at these and writes no registration or micro-step
+ * of its own. describe registers the table's units (ex_units_describe). */
+zs_status ex_decoder_model_describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts);
 zs_status ex_decoder_model_train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens,
                                             const int *targets, int B, int T, float dloss,
                                             float *losses);
