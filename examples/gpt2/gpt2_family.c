@@ -274,7 +274,6 @@ static const ex_decoder_ops decoder_ops = {
     .last_error = op_last_error,
 };
 
-
 /* -------------------------------------------------------------- import */
 
 static int llmc_source(void *user, const zs_param *p, int64_t first, int64_t count, float *dst,

@@ -389,7 +389,6 @@ static const ex_decoder_ops decoder_ops = {
     .last_error = op_last_error,
 };
 
-
 /* -------------------------------------------------- checkpoints in and out */
 
 static zs_status import(ex_model *m, zs_ctx *zs) {
