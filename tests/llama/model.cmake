@@ -24,14 +24,10 @@ set_tests_properties(test_llama_backend PROPERTIES LABELS unit TIMEOUT 120
 # Loss, logits and every gradient against an independent numpy
 # implementation in float64 (tests/llama/llama_numpy_ref.py), for four tiny
 # variants: tied and untied, no biases, Qwen2's q/k/v biases, every bias,
-# llama3 RoPE scaling. Skipped (77), not failed, without python3 or numpy.
+# llama3 RoPE scaling (the test is the family's row of
+# tests/models/models.cmake: llama_numpy_check).
 add_executable(llama_dump_tiny ${LLAMA_TEST_DIR}/llama_dump_tiny.c)
 target_link_libraries(llama_dump_tiny PRIVATE llama_test_model)
-add_test(NAME test_llama_numpy_ref
-         COMMAND ${PROJECT_SOURCE_DIR}/tests/models/run_numpy_check.sh $<TARGET_FILE:llama_dump_tiny>
-                 ${LLAMA_TEST_DIR}/llama_numpy_ref.py each)
-set_tests_properties(test_llama_numpy_ref PROPERTIES LABELS unit TIMEOUT 60
-                     SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
 
 # Against Hugging Face's own LlamaForCausalLM: the committed fixture
 # tests/llama/golden (made by tests/llama/make_golden.py with PyTorch and

@@ -1,20 +1,38 @@
-# The tests every language model gets, one row per model (issue 41): the
-# program, its demo configuration. Adding a model adds a row.
+# The tests every language model gets, one row per model (issue 41):
+#   model | program | demo config | its dump of tiny-model results | its numpy
+#   reference | `each` when the dump holds one subdirectory per variant
+# Adding a model adds a row:
 #   <model>_sim_matches_cpu   the trainer on the simulated device gives the
 #                             cpu backend's bits at np 1-2, stages 0 and 3:
-#                             logs, samples, checkpoints, Hugging Face exports
+#                             logs, samples, checkpoints, Hugging Face
+#                             exports; no host wait from the model's device
+#   <model>_numpy_check       the model's C results against an independent
+#                             numpy implementation (float64); skipped (77),
+#                             not failed, without python3 or numpy
 set(ZS_MODEL_TESTS
-    "gpt2|gpt2_train|gpt2_demo.cfg"
-    "llama|llama_train|llama_demo.cfg")
+    "gpt2|gpt2_train|gpt2_demo.cfg|gpt2_dump_tiny|tests/gpt2/gpt2_numpy_forward.py|"
+    "llama|llama_train|llama_demo.cfg|llama_dump_tiny|tests/llama/llama_numpy_ref.py|each")
 foreach(row IN LISTS ZS_MODEL_TESTS)
   string(REPLACE "|" ";" fields "${row}")
   list(GET fields 0 model)
   list(GET fields 1 program)
   list(GET fields 2 config)
+  list(GET fields 3 dump)
+  list(GET fields 4 numpy_ref)
+  list(LENGTH fields nfields)
+  set(each "")
+  if(nfields GREATER 5)
+    list(GET fields 5 each)
+  endif()
   add_test(NAME ${model}_sim_matches_cpu
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/models/run_sim_matches_cpu.sh
                    ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-ckpt> $<TARGET_FILE:${program}>
                    ${PROJECT_SOURCE_DIR}/configs/${config})
   set_tests_properties(${model}_sim_matches_cpu PROPERTIES LABELS "mpi;sim" TIMEOUT 240
                        ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+  add_test(NAME ${model}_numpy_check
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/models/run_numpy_check.sh
+                   $<TARGET_FILE:${dump}> ${PROJECT_SOURCE_DIR}/${numpy_ref} ${each})
+  set_tests_properties(${model}_numpy_check PROPERTIES LABELS unit TIMEOUT 60
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
 endforeach()
