@@ -62,10 +62,10 @@ TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_prec
 # program's and the comm engine's, and the models' layers on its thread
 # (GPT-2 and Llama on sim: 72 s and 44 s under TSan here). One OpenMP
 # thread, because libgomp is not instrumented and TSan cannot see its
-# barriers (the sim kernels' large
-# elementwise loops would report them); report_signal_unsafe=0, because the
-# stream-order check's page-fault handler allocates by design (sim_check.c
-# says why that is safe for a synchronous fault).
+# barriers (the sim kernels' large elementwise loops would report them);
+# report_signal_unsafe=0, because the stream-order check's page-fault
+# handler allocates by design (sim_check.c says why that is safe for a
+# synchronous fault).
 TSAN_SIM_TESTS = test_stream_check|test_sim_stages|test_sim_guard|test_sim_kernels|mlp_sim_matches_cpu|gpt2_sim_matches_cpu|llama_sim_matches_cpu
 
 test-tsan: deps
