@@ -362,11 +362,15 @@ static int upload_rope_table(nn_device *dev, const llama_dims *dims, int max_T, 
                              char *err, size_t cap) {
     const size_t bytes = sizeof(float) * (size_t)max_T * (size_t)(dims->head_dim / 2);
     float *cos_t = malloc(bytes), *sin_t = malloc(bytes);
-    int st = cos_t && sin_t ? NN_OK : NN_ERR_NOMEM;
-    if (st == NN_OK) {
-        llama_rope_table(dims, max_T, cos_t, sin_t);
-        st = dev->ops->alloc(dev, bytes, (void **)&impl->rope_cos);
+    if (cos_t == NULL || sin_t == NULL) {
+        free(cos_t);
+        free(sin_t);
+        return ex_error(err, cap, NN_ERR_NOMEM,
+                        "llama backend: out of host memory for the RoPE table of %d positions",
+                        max_T);
     }
+    llama_rope_table(dims, max_T, cos_t, sin_t);
+    int st = dev->ops->alloc(dev, bytes, (void **)&impl->rope_cos);
     if (st == NN_OK) st = dev->ops->alloc(dev, bytes, (void **)&impl->rope_sin);
     if (st == NN_OK) st = dev->ops->upload(dev, impl->rope_cos, cos_t, bytes);
     if (st == NN_OK) st = dev->ops->upload(dev, impl->rope_sin, sin_t, bytes);
@@ -374,8 +378,7 @@ static int upload_rope_table(nn_device *dev, const llama_dims *dims, int max_T, 
     free(sin_t);
     if (st != NN_OK) {
         return ex_error(err, cap, st, "llama backend: the RoPE table of %d positions: %s", max_T,
-                        st == NN_ERR_NOMEM && !impl->rope_cos ? "out of host memory"
-                                                              : dev->ops->last_error(dev));
+                        dev->ops->last_error(dev));
     }
     return NN_OK;
 }

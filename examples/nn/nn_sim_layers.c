@@ -297,7 +297,8 @@ typedef struct norm_args {
     int rows, C;
     float eps;
     const float *x, *w, *b, *dout, *dres;
-    float *out, *mean, *rstd; /* the forward's; the backward reads them */
+    const float *mean_in, *rstd_in; /* the backward's: the forward's statistics */
+    float *out, *mean, *rstd;       /* the forward's */
     float *dx, *dw, *db;
 } norm_args;
 
@@ -323,8 +324,8 @@ static int sim_layernorm_forward(nn_device *dev, int rows, int C, const float *x
 
 static int layernorm_backward_kernel(const zs_sim_kernel *k, void *args) {
     const norm_args *a = args;
-    return cpu()->layernorm_backward(NULL, a->rows, a->C, P(a->dout), P(a->x), P(a->mean),
-                                     P(a->rstd), P(a->w), P(a->dres), P(a->dx), P(a->dw),
+    return cpu()->layernorm_backward(NULL, a->rows, a->C, P(a->dout), P(a->x), P(a->mean_in),
+                                     P(a->rstd_in), P(a->w), P(a->dres), P(a->dx), P(a->dw),
                                      P(a->db));
 }
 
@@ -332,9 +333,8 @@ static int sim_layernorm_backward(nn_device *dev, int rows, int C, const float *
                                   const float *x, const float *mean, const float *rstd,
                                   const float *w, const float *dres, float *dx, float *dw,
                                   float *db) {
-    const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .mean = (float *)mean,
-                         .rstd = (float *)rstd, .w = w, .dres = dres, .dx = dx, .dw = dw,
-                         .db = db};
+    const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .mean_in = mean,
+                         .rstd_in = rstd, .w = w, .dres = dres, .dx = dx, .dw = dw, .db = db};
     accesses l = {0};
     acc(&l, dout, (size_t)rows * C, 0);
     acc(&l, x, (size_t)rows * C, 0);
@@ -368,15 +368,15 @@ static int sim_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, 
 
 static int rmsnorm_backward_kernel(const zs_sim_kernel *k, void *args) {
     const norm_args *a = args;
-    return cpu()->rmsnorm_backward(NULL, a->rows, a->C, P(a->dout), P(a->x), P(a->rstd), P(a->w),
-                                   P(a->dres), P(a->dx), P(a->dw));
+    return cpu()->rmsnorm_backward(NULL, a->rows, a->C, P(a->dout), P(a->x), P(a->rstd_in),
+                                   P(a->w), P(a->dres), P(a->dx), P(a->dw));
 }
 
 static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const float *dout,
                                 const float *x, const float *rstd, const float *w,
                                 const float *dres, float *dx, float *dw) {
-    const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .rstd = (float *)rstd,
-                         .w = w, .dres = dres, .dx = dx, .dw = dw};
+    const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .rstd_in = rstd, .w = w,
+                         .dres = dres, .dx = dx, .dw = dw};
     accesses l = {0};
     acc(&l, dout, (size_t)rows * C, 0);
     acc(&l, x, (size_t)rows * C, 0);

@@ -12,6 +12,24 @@
 set(ZS_MODEL_TESTS
     "gpt2|gpt2_train|gpt2_demo.cfg|gpt2_dump_tiny|tests/gpt2/gpt2_numpy_forward.py|"
     "llama|llama_train|llama_demo.cfg|llama_dump_tiny|tests/llama/llama_numpy_ref.py|each")
+# More shapes on sim, hostile to the layers' tiles and the kernels' declared
+# spans: name | program | config | overrides... GPT-2 with 3 heads of 14
+# channels (C = 42: no 8-lane or 64-column multiple) and Qwen2's shape from
+# tests/llama/shapes (head size 10, MLP 72, q/k/v biases, a tied head).
+set(ZS_MODEL_SIM_SHAPES
+    "gpt2_odd|gpt2_train|gpt2_demo.cfg|app.n_layer=3|app.n_head=3|app.n_embd=42|app.block_size=24|app.seq_len=24"
+    "llama_qwen2|llama_train|llama_demo.cfg|app.model=\"\"|app.config=\"${PROJECT_SOURCE_DIR}/tests/llama/shapes/qwen2_tied.json\"|app.seq_len=24")
+foreach(row IN LISTS ZS_MODEL_SIM_SHAPES)
+  string(REPLACE "|" ";" fields "${row}")
+  list(POP_FRONT fields name program config)
+  add_test(NAME ${name}_sim_matches_cpu
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/models/run_sim_matches_cpu.sh
+                   ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:zs-ckpt> $<TARGET_FILE:${program}>
+                   ${PROJECT_SOURCE_DIR}/configs/${config} ${fields})
+  set_tests_properties(${name}_sim_matches_cpu PROPERTIES LABELS "mpi;sim" TIMEOUT 240
+                       ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+endforeach()
+
 foreach(row IN LISTS ZS_MODEL_TESTS)
   string(REPLACE "|" ";" fields "${row}")
   list(GET fields 0 model)

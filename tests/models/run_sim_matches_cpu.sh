@@ -106,6 +106,8 @@ compare() {
 # buffers of the first with no optimizer step's wait between, so a missing
 # wait for the first's upload is a race the check reports.
 compare np1_stage0 1 0 gradient_accumulation_steps=3
+# The shape these cases ran (overrides may have changed the config's).
+grep -a -m1 '^model:' "$work/np1_stage0.sim.log" || true
 compare np1_stage3 1 3
 compare np2_stage0 2 0
 compare np2_stage3 2 3 gradient_accumulation_steps=3
