@@ -347,14 +347,14 @@ static void upload_tokens(trainer *tr, int k, int n) {
 
 /* ------------------------------------------------------ micro-steps */
 
-/* One micro-step: this rank's batch up, the model's forward, head and
- * backward; enqueues the sum of this rank's B*T losses into
- * host_loss_sums[slot], read after a wait. Collective. */
 /* The model device's blocking waits so far (0 where it does not count). */
 static unsigned long long device_waits_of(const trainer *tr) {
     return tr->dev->ops->blocking_waits ? tr->dev->ops->blocking_waits(tr->dev) : 0;
 }
 
+/* One micro-step: this rank's batch up, the model's forward, head and
+ * backward; enqueues the sum of this rank's B*T losses into
+ * host_loss_sums[slot], read after a wait. Collective. */
 static zs_status micro_step(trainer *tr, int slot) {
     const int B = tr->app.B, T = tr->app.T, BT = B * T;
     const unsigned long long waits = zs_sim_blocking_waits(tr->zs);
