@@ -502,7 +502,7 @@ gpt2_speed() {
     timed_run "$logs/3-gpt2/zs-B$B.log" $((B >= 64 ? 50 : 35)) zeroshard "$B" "$steps"
     [ -x "$llmc" ] && timed_run "$logs/3-gpt2/llmc-B$B.log" $((B >= 64 ? 35 : 25)) llm.c "$B" "$steps"
   done
-  # GPT2_CUDA_PROFILE (examples/gpt2/gpt2_cuda_profile.cu): the device time
+  # GPT2_CUDA_PROFILE (examples/nn/nn_cuda_profile.cu): the device time
   # of every op of one training micro-step after 2 warm-up ones, on stderr
   # at the end of the run, every row starting "profile " (op calls total_ms
   # ms_per_step pct_step, longest first, then all_ops, outside_ops, step),

@@ -9,12 +9,11 @@ set(GPT2_MODEL_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(GPT2_MODEL_SOURCES
   ${GPT2_MODEL_DIR}/gpt2_model.c
   ${GPT2_MODEL_DIR}/gpt2_backend.c
-  ${GPT2_MODEL_DIR}/gpt2_cpu.c)
+  ${GPT2_MODEL_DIR}/gpt2_layers.c)
 if(ZS_HAVE_CUDA)
-  # One file per op, as llm.c's llmc/ (gpt2_cuda.cu says which is which).
-  foreach(part "" _matmul _attention _layernorm _encoder _classifier _elementwise _profile)
-    list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda${part}.cu)
-  endforeach()
+  # GPT-2's options on a CUDA device; the kernels are the device's layers
+  # (examples/nn/cuda.cmake).
+  list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda.cu)
 else()
   list(APPEND GPT2_MODEL_SOURCES ${GPT2_MODEL_DIR}/gpt2_cuda_absent.c)
 endif()
@@ -36,33 +35,14 @@ target_link_libraries(gpt2_model PUBLIC nn_cpu nn_cuda ex_cpu_blas BLAS::BLAS Op
 #   -ffp-contract=off   already C11's default: no a*b+c fused into an FMA.
 # Still no fast-math and no -march: results must not depend on the build
 # machine.
-set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_cpu.c PROPERTIES
+set_source_files_properties(${GPT2_MODEL_DIR}/gpt2_layers.c PROPERTIES
   COMPILE_OPTIONS "-O3;-fno-trapping-math;-ffp-contract=off")
 if(ZS_HAVE_CUDA)
   target_link_libraries(gpt2_model PUBLIC CUDA::cublas CUDA::cublasLt CUDA::cudart)
-  # The library's rules for device code (root CMakeLists.txt): warnings are
-  # errors. Multiply-add contraction is GPT2_CUDA_FMAD's choice, apart from
-  # the runtime's kernels (ZS_CUDA_FMAD, whose bits must equal the CPU's):
-  # no test needs GPT-2's CUDA kernels to give the CPU's bits (the CUDA
-  # tests compare with tolerances, 1e-3 of a tensor's scale in fp32, far
-  # above the few ulp contraction moves an element, and the stage and
-  # repeat comparisons run the same kernels on both sides). The default
-  # stays OFF, following ZS_CUDA_FMAD: with it the element math of
-  # nn_layer_math.h gives the CPU's bits on the GPU, so a CPU-vs-CUDA
-  # difference can only come from the order of sums, which keeps the fp32
-  # comparisons easy to read; these kernels are bound by memory traffic,
-  # where a fused multiply-add saves instructions, not time. The GPU check
-  # builds both (-DGPT2_CUDA_FMAD=ON) and the measurement decides.
-  option(GPT2_CUDA_FMAD "Let nvcc contract multiply-adds in GPT-2's CUDA kernels" ${ZS_CUDA_FMAD})
-  set(GPT2_CUDA_FLAGS -Xcompiler=-Wall,-Wextra --Werror=all-warnings)
-  if(GPT2_CUDA_FMAD)
-    list(APPEND GPT2_CUDA_FLAGS --fmad=true)
-  else()
-    list(APPEND GPT2_CUDA_FLAGS --fmad=false)
-  endif()
-  target_compile_options(gpt2_model PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${GPT2_CUDA_FLAGS}>)
-  set_target_properties(gpt2_model PROPERTIES CUDA_SEPARABLE_COMPILATION OFF
-                                              POSITION_INDEPENDENT_CODE ON)
+  # The device code's rules (examples/nn/cuda.cmake: warnings are errors,
+  # contraction as NN_CUDA_FMAD, or GPT2_CUDA_FMAD where only that is set,
+  # decides for every kernel GPT-2 runs).
+  nn_cuda_compile_rules(gpt2_model)
 endif()
 
 if(ZS_BUILD_TESTS)

@@ -1,7 +1,6 @@
-# examples/llama/cuda.cmake — the Llama family's CUDA backend
-# (llama_cuda*.cu: the family's own kernels and the composition of the
-# layers it shares with GPT-2 on an nn_cuda device, examples/nn/cuda.cmake)
-# in llama_model, and its test. Included at the end of
+# examples/llama/cuda.cmake — the Llama family on CUDA (llama_cuda.cu: the
+# family's profile on an nn_cuda device, whose layers, examples/nn/cuda.cmake,
+# run the one orchestration of llama_layers.c) in llama_model, and its test. Included at the end of
 # examples/llama/CMakeLists.txt.
 #
 # Built when CMake found CUDA (ZS_HAVE_CUDA); otherwise llama_cuda_absent.c
@@ -9,8 +8,7 @@
 # callers need no #ifdef. Either way llama_model links nn_cuda, whose
 # nn_cuda_device_create the trainer calls.
 if(ZS_HAVE_CUDA)
-  target_sources(llama_model PRIVATE ${CMAKE_CURRENT_LIST_DIR}/llama_cuda.cu
-                                     ${CMAKE_CURRENT_LIST_DIR}/llama_cuda_kernels.cu)
+  target_sources(llama_model PRIVATE ${CMAKE_CURRENT_LIST_DIR}/llama_cuda.cu)
   nn_cuda_compile_rules(llama_model)
 else()
   target_sources(llama_model PRIVATE ${CMAKE_CURRENT_LIST_DIR}/llama_cuda_absent.c)

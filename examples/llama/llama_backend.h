@@ -101,6 +101,14 @@ struct llama_backend {
     void *impl;
 };
 
+/* The backend on any device with layers (nn_layers.h: the CPU, the
+ * simulated device, CUDA), in its dtype, for sequences of up to max_T <=
+ * dims->max_seq tokens (its RoPE table, llama_rope_table, is made on the
+ * host and copied to the device). One orchestration (llama_layers.c) on
+ * every device. 0, or an nn_status with a message in err. */
+int llama_layers_backend_create(nn_device *dev, const llama_dims *dims, int max_T,
+                                llama_backend **out, char *err, size_t cap);
+
 /* The CPU backend on an nn_cpu_device (dtype fp32), for sequences of up to
  * max_T <= dims->max_seq tokens (its RoPE table, llama_rope_table, is made
  * here). 0, or an nn_status with a message in err. */

@@ -9,7 +9,8 @@
 set(NN_DIR ${CMAKE_CURRENT_LIST_DIR})
 if(ZS_HAVE_CUDA)
   set(NN_CUDA_SOURCES "")
-  foreach(part device matmul attention classifier embedding elementwise profile)
+  foreach(part device layers matmul attention classifier embedding elementwise layernorm
+               rmsnorm rope activations profile)
     list(APPEND NN_CUDA_SOURCES ${NN_DIR}/nn_cuda_${part}.cu)
   endforeach()
   add_library(nn_cuda STATIC ${NN_CUDA_SOURCES})

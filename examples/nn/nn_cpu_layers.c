@@ -46,9 +46,12 @@ static int cpu_check_tokens(nn_device *dev, const char *model, const char *op, c
     return NN_OK;
 }
 
-static int cpu_embed_forward(nn_device *dev, int BT, int T, int C, const float *wte,
-                             const float *wpe, const int *tokens, float *x) {
+static int cpu_embed_forward(nn_device *dev, int BT, int T, int C, int V, const void *wte_,
+                             const void *wpe_, const int *tokens, void *x_) {
     (void)dev;
+    (void)V; /* checked by check_tokens */
+    const float *wte = wte_, *wpe = wpe_;
+    float *x = x_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         const float *te = wte + (size_t)tokens[r] * (size_t)C;
@@ -65,9 +68,12 @@ static int cpu_embed_forward(nn_device *dev, int BT, int T, int C, const float *
     return NN_OK;
 }
 
-static int cpu_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte, float *g_wpe,
-                              const int *tokens, const float *dx) {
+static int cpu_embed_backward(nn_device *dev, int BT, int T, int C, int V, void *g_wte_,
+                              void *g_wpe_, const int *tokens, const void *dx_) {
     (void)dev;
+    (void)V;
+    float *g_wte = g_wte_, *g_wpe = g_wpe_;
+    const float *dx = dx_;
     // Split by columns: a thread owns columns [c0, c0 + w) of every row of
     // wte (and wpe) and adds the rows of dx in ascending order, so a token
     // that repeats adds its rows in the same order on every run.
@@ -92,63 +98,83 @@ static int cpu_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte
     return NN_OK;
 }
 
-static int cpu_classifier_chunk(nn_device *dev, int n, int C, int V, const float *xn,
-                                const float *W, const int *targets, float dloss_scale,
-                                float *losses, float *logits, float *gW, float *dxn) {
+/* The logits of a chunk, [rows][V], then their gradient. */
+static size_t cpu_classifier_scratch_bytes(const nn_device *dev, int C, int V, int rows) {
     (void)dev;
-    nn_cpu_classifier_chunk(n, C, V, xn, W, targets, dloss_scale, losses, logits, gW, dxn);
+    (void)C;
+    return sizeof(float) * (size_t)rows * (size_t)V;
+}
+
+static int cpu_classifier_chunk(nn_device *dev, int n, int C, int V, const void *xn,
+                                const void *W, const int *targets, float dloss_scale,
+                                float *losses, void *gW, void *dxn, void *scratch) {
+    (void)dev;
+    nn_cpu_classifier_chunk(n, C, V, xn, W, targets, dloss_scale, losses, scratch, gW, dxn);
     return NN_OK;
 }
 
-static int cpu_classifier_logits_row(nn_device *dev, int C, int V, const float *xn,
-                                     const float *W, float *logits) {
+/* On the CPU the host's logits are the device's: written in place. */
+static int cpu_classifier_logits_row(nn_device *dev, int C, int V, const void *xn,
+                                     const void *W, void *scratch, float *host_logits) {
     (void)dev;
-    nn_cpu_classifier_logits_row(C, V, xn, W, logits);
+    (void)scratch;
+    nn_cpu_classifier_logits_row(C, V, xn, W, host_logits);
     return NN_OK;
 }
 
 /* -------------------------------------------------- linear, attention */
 
-static int cpu_linear_forward(nn_device *dev, int rows, int in, int out, const float *x, int ldx,
-                              const float *W, const float *b, const float *res, int ldres,
-                              float *y, int ldy) {
+static int cpu_linear_forward(nn_device *dev, const char *name, int rows, int in, int out,
+                              const void *x, int ldx, const void *W, const void *b,
+                              const void *res, int ldres, void *y, int ldy) {
     (void)dev;
+    (void)name;
     nn_cpu_linear_forward(rows, in, out, x, ldx, W, b, res, ldres, y, ldy);
     return NN_OK;
 }
 
-static int cpu_linear_backward(nn_device *dev, int rows, int in, int out, const float *x,
-                               int ldx, const float *W, const float *dy, int lddy, float *dW,
-                               float *dx, int lddx, float dx_beta) {
+static int cpu_linear_backward(nn_device *dev, const char *name, int rows, int in, int out,
+                               const void *x, int ldx, const void *W, const void *dy, int lddy,
+                               void *dW, void *dx, int lddx, float dx_beta) {
     (void)dev;
+    (void)name;
     nn_cpu_linear_backward(rows, in, out, x, ldx, W, dy, lddy, dW, dx, lddx, dx_beta);
     return NN_OK;
 }
 
-static int cpu_colsum_add(nn_device *dev, int rows, int N, const float *a, int lda, float *out) {
+static int cpu_colsum_add(nn_device *dev, int rows, int N, const void *a, int lda, void *out) {
     (void)dev;
     nn_cpu_colsum_add(rows, N, a, lda, out);
     return NN_OK;
 }
 
-static int cpu_attention_forward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
-                                 float *att, float *atty) {
+/* One sequence's score gradients [NH][T][T] (the backward's; the forward
+ * needs none). */
+static size_t cpu_attention_scratch_bytes(const nn_device *dev, const nn_attn_layout *s) {
     (void)dev;
+    return sizeof(float) * (size_t)s->n_head * (size_t)s->T * (size_t)s->T;
+}
+
+static int cpu_attention_forward(nn_device *dev, const nn_attn_layout *s, const void *qkv,
+                                 void *att, void *atty, void *scratch) {
+    (void)dev;
+    (void)scratch;
     nn_cpu_attention_forward(s, qkv, att, atty);
     return NN_OK;
 }
 
-static int cpu_attention_backward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
-                                  const float *att, const float *datty, float *dqkv,
-                                  float *datt) {
+static int cpu_attention_backward(nn_device *dev, const nn_attn_layout *s, const void *qkv,
+                                  const void *att, const void *datty, void *dqkv,
+                                  void *scratch) {
     (void)dev;
-    nn_cpu_attention_backward(s, qkv, att, datty, dqkv, datt);
+    nn_cpu_attention_backward(s, qkv, att, datty, dqkv, scratch);
     return NN_OK;
 }
 
 static int cpu_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld,
-                    const float *cos_t, const float *sin_t, float *qkv, int backward) {
+                    const float *cos_t, const float *sin_t, void *qkv_, int backward) {
     (void)dev;
+    float *qkv = qkv_;
     const int half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
@@ -168,9 +194,11 @@ static int cpu_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld,
 
 /* -------------------------------------------------------------- norms */
 
-static int cpu_layernorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
-                                 const float *b, float *out, float *mean, float *rstd) {
+static int cpu_layernorm_forward(nn_device *dev, int rows, int C, const void *x_, const void *w,
+                                 const void *b, void *out_, float *mean, float *rstd) {
     (void)dev;
+    const float *x = x_;
+    float *out = out_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const size_t off = (size_t)r * (size_t)C;
@@ -179,11 +207,13 @@ static int cpu_layernorm_forward(nn_device *dev, int rows, int C, const float *x
     return NN_OK;
 }
 
-static int cpu_layernorm_backward(nn_device *dev, int rows, int C, const float *dout,
-                                  const float *x, const float *mean, const float *rstd,
-                                  const float *w, const float *dres, float *dx, float *dw,
-                                  float *db) {
+static int cpu_layernorm_backward(nn_device *dev, int rows, int C, const void *dout_,
+                                  const void *x_, const float *mean, const float *rstd,
+                                  const void *w, const void *dres_, void *dx_, void *dw_,
+                                  void *db_) {
     (void)dev;
+    const float *dout = dout_, *x = x_, *dres = dres_;
+    float *dx = dx_, *dw = dw_, *db = db_;
     // The parameter gradients by columns, xhat recomputed exactly as the
     // forward computed it.
     const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
@@ -215,9 +245,11 @@ static int cpu_layernorm_backward(nn_device *dev, int rows, int C, const float *
     return NN_OK;
 }
 
-static int cpu_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
-                               float eps, float *out, float *rstd) {
+static int cpu_rmsnorm_forward(nn_device *dev, int rows, int C, const void *x_, const void *w,
+                               float eps, void *out_, float *rstd) {
     (void)dev;
+    const float *x = x_;
+    float *out = out_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const size_t off = (size_t)r * (size_t)C;
@@ -226,10 +258,12 @@ static int cpu_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, 
     return NN_OK;
 }
 
-static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const float *dout,
-                                const float *x, const float *rstd, const float *w,
-                                const float *dres, float *dx, float *dw) {
+static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dout_,
+                                const void *x_, const float *rstd, const void *w,
+                                const void *dres_, void *dx_, void *dw_) {
     (void)dev;
+    const float *dout = dout_, *x = x_, *dres = dres_;
+    float *dx = dx_, *dw = dw_;
     // dw[c] += sum_r dout * x * rstd (the normalized input, recomputed as
     // the forward computed it), by columns.
     const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
@@ -260,8 +294,10 @@ static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const float *do
 
 /* -------------------------------------------------------- activations */
 
-static int cpu_gelu_forward(nn_device *dev, long long n, const float *pre, float *post) {
+static int cpu_gelu_forward(nn_device *dev, long long n, const void *pre_, void *post_) {
     (void)dev;
+    const float *pre = pre_;
+    float *post = post_;
 #pragma omp parallel for schedule(static)
     for (long long k = 0; k < n; k++) {
         post[k] = nn_gelu(pre[k]);
@@ -269,9 +305,11 @@ static int cpu_gelu_forward(nn_device *dev, long long n, const float *pre, float
     return NN_OK;
 }
 
-static int cpu_gelu_backward_colsum(nn_device *dev, int rows, int N, float *d, const float *pre,
-                                    float *db) {
+static int cpu_gelu_backward_colsum(nn_device *dev, int rows, int N, void *d_, const void *pre_,
+                                    void *db_) {
     (void)dev;
+    float *d = d_, *db = db_;
+    const float *pre = pre_;
     const int tiles = (N + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
@@ -293,9 +331,11 @@ static int cpu_gelu_backward_colsum(nn_device *dev, int rows, int N, float *d, c
     return NN_OK;
 }
 
-static int cpu_swiglu_forward(nn_device *dev, long long n, const float *gate, const float *up,
-                              float *h) {
+static int cpu_swiglu_forward(nn_device *dev, long long n, const void *gate_, const void *up_,
+                              void *h_) {
     (void)dev;
+    const float *gate = gate_, *up = up_;
+    float *h = h_;
 #pragma omp parallel for schedule(static)
     for (long long k = 0; k < n; k++) {
         h[k] = nn_swiglu(gate[k], up[k]);
@@ -303,28 +343,38 @@ static int cpu_swiglu_forward(nn_device *dev, long long n, const float *gate, co
     return NN_OK;
 }
 
-static int cpu_swiglu_backward(nn_device *dev, long long n, const float *gate, const float *up,
-                               float *d, float *dup) {
+static int cpu_swiglu_backward(nn_device *dev, int rows, int F, const void *gate_,
+                               const void *up_, void *d_) {
     (void)dev;
+    const float *gate = gate_, *up = up_;
+    float *d = d_;
 #pragma omp parallel for schedule(static)
-    for (long long k = 0; k < n; k++) {
-        float dg, du;
-        nn_swiglu_backward(gate[k], up[k], d[k], &dg, &du);
-        d[k] = dg;
-        dup[k] = du;
+    for (int r = 0; r < rows; r++) {
+        const float *g = gate + (size_t)r * (size_t)F, *u = up + (size_t)r * (size_t)F;
+        float *dg = d + (size_t)r * 2 * (size_t)F, *du = dg + F;
+        for (int k = 0; k < F; k++) {
+            nn_swiglu_backward(g[k], u[k], dg[k], &dg[k], &du[k]);
+        }
     }
     return NN_OK;
 }
 
 const nn_layer_ops nn_cpu_layer_ops = {
+    .align = sizeof(float),
     .check_tokens = cpu_check_tokens,
     .embed_forward = cpu_embed_forward,
     .embed_backward = cpu_embed_backward,
+    .classifier_scratch_bytes = cpu_classifier_scratch_bytes,
     .classifier_chunk = cpu_classifier_chunk,
     .classifier_logits_row = cpu_classifier_logits_row,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
+    .linears_forward = nn_linears_forward_composed,
+    .linears_backward = nn_linears_backward_composed,
+    .linear_gelu_forward = nn_linear_gelu_forward_composed,
+    .linear_dgelu_backward = nn_linear_dgelu_backward_composed,
     .colsum_add = cpu_colsum_add,
+    .attention_scratch_bytes = cpu_attention_scratch_bytes,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .rope = cpu_rope,

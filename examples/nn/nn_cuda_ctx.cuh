@@ -8,9 +8,12 @@
 // grouped-query causal attention (nn_cuda_attention.cu), the chunked fused
 // classifier (nn_cuda_classifier.cu), the token embedding
 // (nn_cuda_embedding.cu), column sums and the element kernels
-// (nn_cuda_elementwise.cu), the profiler (nn_cuda_profile.cu). GPT-2's
-// (gpt2_cuda*.cu) and the Llama family's (llama_cuda*.cu) backends compose
-// them with their own kernels; nothing here knows either model.
+// (nn_cuda_elementwise.cu), LayerNorm, RMSNorm, RoPE and the activations
+// (nn_cuda_layernorm.cu, nn_cuda_rmsnorm.cu, nn_cuda_rope.cu,
+// nn_cuda_activations.cu), the profiler (nn_cuda_profile.cu), and the
+// device's nn_layers.h table over all of them (nn_cuda_layers.cu), which
+// the models' one orchestration calls (gpt2_layers.c, llama_layers.c);
+// nothing here knows a model.
 //
 // Storage and arithmetic. Tensors are stored in the device's dtype (fp32,
 // bf16 or fp16, chosen at creation); every kernel widens what it reads to
@@ -42,6 +45,7 @@
 #include "nn_cuda.h"
 #include "nn_device.h"
 #include "nn_impl.h"
+#include "nn_layers.h"
 #include "nn_math.h"
 
 namespace nncuda {
@@ -360,17 +364,25 @@ enum prof_op {
     PROF_LOSSES_SUM,
     kProfModelBase
 };
-// The most ops one profile holds (shared and the model's).
+// The most ops one profile holds (shared and the model's), and the
+// longest name.
 constexpr int kProfMaxOps = 64;
+constexpr int kProfNameCap = 40;
 
 // The profile's specification "STEPS" or "STEPS,WARMUP" (training
 // micro-steps to time, 1..100000, after WARMUP ones, 0..100000, default 2);
 // false when malformed. Pure: backends check it before creating anything.
 bool profile_spec_parse(const char *spec, int *steps, int *warmup);
+// The variable `env` read and parsed: 0 steps when unset or empty, else
+// the spec's; NN_ERR_ARG with "<model> cuda: <env>=...; use ..." in err
+// when malformed. A backend calls it before it creates anything.
+int profile_from_env(const char *env, const char *model, int *steps, int *warmup, char *err,
+                     size_t cap);
 // Starts a profile on cx (no-op when one runs already): `label` starts the
 // table's header ("gpt2 cuda profile: ..."), `env` names the variable in
-// its messages, model_names[i] is op kProfModelBase + i (n_model names,
-// static storage). NN_ERR_NOMEM with a message in err.
+// its messages, model_names (n_model, copied) give the model's ops' order
+// in the table; the layers add the rest as they run (prof_op). NN_ERR_NOMEM
+// with a message in err.
 int profiler_create(ctx *cx, const char *label, const char *env, int steps, int warmup,
                     const char *const *model_names, int n_model, char *err, size_t cap);
 // Prints the table and `fusion_line` to stderr (the stream must have been
@@ -386,6 +398,11 @@ void prof_begin(ctx *cx, int op);
 void prof_end(ctx *cx);
 // Drops the open outermost scope's record (its launches did not happen).
 void prof_cancel(ctx *cx);
+// The op named prefix + name + suffix ("matmul_" "qkv" "_fwd"; a NULL name
+// reads "linear"), added to the profile at its first use: what the layers
+// time their launches as. -1 (times nothing) without a profile, or when
+// the table is full.
+int prof_op(ctx *cx, const char *prefix, const char *name = "", const char *suffix = "");
 
 // Times the enclosed launches as `op` while the profile's window is open;
 // nothing without a profile. A scope inside another is not recorded (the
@@ -516,6 +533,57 @@ int embedding_forward(ctx *cx, long long BT, int T, int C, int V, const void *wt
 // nothing.
 int embedding_backward(ctx *cx, int BT, int C, int V, void *g_wte, const int *tokens,
                        const void *dx);
+// g_pos[t] += the sum over b of dx[b T + t] (b ascending, one rounding):
+// the gradient of GPT-2's learned positions, dx: [B][T][C].
+int embedding_backward_positions(ctx *cx, int B, int T, int C, void *g_pos, const void *dx);
+
+// ------------------------------------------ nn_cuda_layernorm.cu, rmsnorm, rope
+
+// out = LayerNorm(x) with w, b; mean, rstd: [rows] fp32. A warp per row.
+int layernorm_forward(ctx *cx, int rows, int C, const void *x, const void *w, const void *b,
+                      void *out, float *mean, float *rstd);
+// dx = dres + LayerNorm's input gradient (dres may be NULL or alias dx;
+// dout may be dx too); dw, db += its parameter gradients.
+int layernorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x,
+                       const float *mean, const float *rstd, const void *w, const void *dres,
+                       void *dx, void *dw, void *db);
+// out = RMSNorm(x) with weight w (nn_rms_out), rstd: [rows] fp32 (the
+// statistics in fp32: a warp per row, the mean square a warp sum).
+int rmsnorm_forward(ctx *cx, int rows, int C, float eps, const void *x, const void *w,
+                    void *out, float *rstd);
+// dx = dres + RMSNorm's input gradient (nn_rms_dx; dres may be NULL or
+// alias dx; dout may be dx when dres is NULL), and dw += sum over rows of
+// dout * x * rstd by the shared deterministic column sums (first: they read
+// dout).
+int rmsnorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x,
+                     const float *rstd, const void *w, const void *dres, void *dx, void *dw);
+// Rotates, in place, the first `heads` heads of hd elements of each of the
+// BT rows of qkv (row stride ld; q's heads then k's from column 0) by the
+// angles of position r % T (cos, sin: [>= T][hd / 2] fp32 on the device),
+// or by their transpose (backward). Each thread rotates one pair (i, i +
+// hd/2) through nn_rope_forward / nn_rope_backward.
+int rope(ctx *cx, bool backward, long long BT, int T, int heads, int hd, int ld, void *qkv,
+         const float *cos, const float *sin);
+
+// ------------------------------------------------ nn_cuda_activations.cu
+
+// post = gelu(pre), n elements.
+int gelu_forward(ctx *cx, long long n, const void *pre, void *post);
+// d *= gelu'(pre) in place (d, pre: [rows][N]), and out[c] += the column
+// sums of the new d.
+int gelu_backward_colsum(ctx *cx, int rows, int N, void *d, const void *pre, void *out);
+// h = silu(gate) * up, n elements (nn_swiglu).
+int swiglu_forward(ctx *cx, long long n, const void *gate, const void *up, void *h);
+// d: [rows][2F]: holds dh in columns [0, F) on entry; on return d gate
+// there and d up in columns [F, 2F) (nn_swiglu_backward). gate, up:
+// [rows][F].
+int swiglu_backward(ctx *cx, int rows, int F, const void *gate, const void *up, void *d);
+
+// ----------------------------------------------------- nn_cuda_layers.cu
+
+// The device's layers (nn_layer_ops over the kernels above): every CUDA
+// device's dev->layers.
+extern const nn_layer_ops cuda_layer_ops;
 
 } // namespace nncuda
 

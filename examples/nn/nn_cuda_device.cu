@@ -319,6 +319,7 @@ extern "C" int nn_cuda_device_create(void *cuda_stream, nn_dtype dtype, nn_devic
     ctx *cx = &cd->cx;
     dev->ops = &cuda_device_ops;
     dev->dtype = dtype;
+    dev->layers = &cuda_layer_ops;
     dev->impl = cx;
     cx->dtype = dtype;
     cx->stream = static_cast<cudaStream_t>(cuda_stream);

@@ -1,6 +1,6 @@
-// The token embedding on CUDA, shared by every model (GPT-2 adds its
-// learned positions through the forward's `pos` and sums their gradient
-// itself).
+// The token embedding on CUDA, shared by every model, with GPT-2's learned
+// positions: the forward's `pos`, and embedding_backward_positions, the B
+// rows of each position added in order.
 //
 // Forward: x[r] = wte[tokens[r]] (+ pos[r % T]), in 16-byte packs where the
 // rows allow. A token outside [0, V) makes its row NaN (the CPU backends
@@ -149,6 +149,16 @@ __global__ void embed_wte_runs_kernel(int BT, int C, int V, const int *keys, con
     }
 }
 
+// g_pos[t][c] += sum over b (ascending) of dx[b*T + t][c], one rounding.
+template <typename E>
+__global__ void embed_backward_pos_kernel(int B, int T, int C, const E *dx, E *g_pos) {
+    GRID_STRIDE(k, (long long)T * C) {
+        float sum = 0.0f;
+        for (int b = 0; b < B; b++) sum += to_f32(dx[(size_t)b * T * C + k]);
+        g_pos[k] = from_f32<E>(to_f32(g_pos[k]) + sum);
+    }
+}
+
 } // namespace
 
 int embedding_forward(ctx *cx, long long BT, int T, int C, int V, const void *wte,
@@ -217,6 +227,17 @@ int embedding_backward(ctx *cx, int BT, int C, int V, void *g_wte, const int *to
         LAUNCHED();
         embed_wte_runs_kernel<E><<<(unsigned)tiles, dim3(kFinishCols, kFinishLanes), 0,
                                    cx->stream>>>(BT, C, V, keys, first, last, (E *)g_wte);
+        LAUNCHED();
+        return (int)NN_OK;
+    });
+}
+
+int embedding_backward_positions(ctx *cx, int B, int T, int C, void *g_pos, const void *dx) {
+    prof_scope scope(cx, prof_op(cx, "encoder_bwd_wpe"));
+    return with_type(cx->dtype, [&](auto tag) {
+        using E = decltype(tag);
+        embed_backward_pos_kernel<E><<<grid_for((long long)T * C, kThreads), kThreads, 0,
+                                       cx->stream>>>(B, T, C, (const E *)dx, (E *)g_pos);
         LAUNCHED();
         return (int)NN_OK;
     });

@@ -1,9 +1,10 @@
 // A CUDA device's per-op profile: the device time of every op of a few
 // training micro-steps, to say which kernels make a gap to llm.c. A model
 // backend starts it from its own variable (GPT2_CUDA_PROFILE,
-// LLAMA_CUDA_PROFILE: STEPS[,WARMUP]) with the names of its own ops; the
-// shared layers' ops (embedding, attention, classifier, bias sums, loss
-// sum) have theirs here.
+// LLAMA_CUDA_PROFILE: STEPS[,WARMUP]) with the names of its own ops in the
+// order of its table; the layers name the others as they run (prof_op:
+// "matmul_<Linear>_fwd", "layernorm_fwd", ...), and the shared ops
+// (embedding, attention, classifier, bias sums, loss sum) have theirs here.
 //
 // How: each timed op (a prof_scope, nn_cuda_ctx.cuh) records a CUDA event
 // on the device's stream before its launches and one after them. The
@@ -69,8 +70,10 @@ struct record {
 struct profiler {
     int steps, warmup;
     const char *label, *env;    // the model's: "gpt2", "GPT2_CUDA_PROFILE"
-    const char *const *model;   // names of ops kProfModelBase + i
-    int n_ops;                  // kProfModelBase + the model's
+    // Names of ops kProfModelBase + i: the model's list first (its table's
+    // order), then any other a layer names at its first use (prof_op).
+    char model[kProfMaxOps - kProfModelBase][kProfNameCap];
+    int n_ops;                  // kProfModelBase + the names above
     int done;      // training micro-steps ended (embed_backward calls)
     int profiled;  // those that ended inside the window
     bool window;   // ops are being timed
@@ -96,6 +99,15 @@ namespace {
 
 const char *op_name(const profiler *p, int op) {
     return op < kProfModelBase ? kSharedNames[op] : p->model[op - kProfModelBase];
+}
+
+// The op named `name` (added at its first use while there is room), or -1.
+int find_or_add(profiler *p, const char *name) {
+    for (int op = 0; op < p->n_ops; op++)
+        if (std::strcmp(op_name(p, op), name) == 0) return op;
+    if (p->n_ops == kProfMaxOps) return -1;
+    std::snprintf(p->model[p->n_ops - kProfModelBase], kProfNameCap, "%s", name);
+    return p->n_ops++;
 }
 
 bool in_window(const profiler *p) { return p->window && p->failure[0] == '\0'; }
@@ -225,6 +237,18 @@ bool profile_spec_parse(const char *spec, int *steps, int *warmup) {
     return true;
 }
 
+int profile_from_env(const char *env, const char *model, int *steps, int *warmup, char *err,
+                     size_t cap) {
+    *steps = 0;
+    *warmup = 0;
+    const char *spec = std::getenv(env);
+    if (spec == nullptr || *spec == '\0' || profile_spec_parse(spec, steps, warmup)) return NN_OK;
+    return ex_error(err, cap, NN_ERR_ARG,
+                    "%s cuda: %s=\"%s\"; use STEPS or STEPS,WARMUP (training micro-steps to "
+                    "time, 1..100000, after WARMUP ones, 0..100000, default 2), or unset it",
+                    model, env, spec);
+}
+
 int profiler_create(ctx *cx, const char *label, const char *env, int steps, int warmup,
                     const char *const *model_names, int n_model, char *err, size_t cap) {
     if (cx->prof != nullptr) return NN_OK;
@@ -237,10 +261,18 @@ int profiler_create(ctx *cx, const char *label, const char *env, int steps, int 
     p->warmup = warmup;
     p->label = label;
     p->env = env;
-    p->model = model_names;
-    p->n_ops = kProfModelBase + n_model;
+    p->n_ops = kProfModelBase;
+    for (int i = 0; i < n_model; i++) find_or_add(p, model_names[i]);
     cx->prof = p;
     return NN_OK;
+}
+
+int prof_op(ctx *cx, const char *prefix, const char *name, const char *suffix) {
+    if (cx->prof == nullptr) return -1;
+    char full[kProfNameCap];
+    std::snprintf(full, sizeof full, "%s%s%s", prefix, name != nullptr ? name : "linear",
+                  suffix);
+    return find_or_add(cx->prof, full);
 }
 
 void prof_begin(ctx *cx, int op) {

@@ -102,8 +102,8 @@ struct nn_device {
     const nn_device_ops *ops;
     nn_dtype dtype; /* what the models on it store tensors in, fixed at creation */
     /* The layers that compute on this device's memory (nn_layers.h): the
-     * CPU's, or the simulated device's; NULL on CUDA, whose model backends
-     * keep their own kernels. */
+     * CPU's, the simulated device's or CUDA's; the models' orchestration
+     * is the same on all three. */
     const struct nn_layer_ops *layers;
     void *impl;
 };

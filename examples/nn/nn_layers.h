@@ -1,27 +1,40 @@
 /*
  * nn_layers — the layers the examples' models are made of, as one table
- * per device: the model backends (gpt2_cpu.c, llama_cpu.c) call
- * dev->layers->op(dev, ...) and never touch a tensor themselves, so the
- * same orchestration runs on every device whose nn_device carries a table.
+ * per device: the model backends (gpt2_layers.c, llama_layers.c) call
+ * dev->layers->op(dev, ...) and never touch a tensor themselves, so one
+ * orchestration per family runs on every device:
  *
- *   - the CPU (nn_cpu_device_create): each op runs at once on host
- *     pointers (nn_cpu.h's layers and the element math of nn_math.h and
- *     nn_layer_math.h);
- *   - the simulated device (nn_sim_device_create, nn_sim.h): each op is
- *     enqueued as a kernel on zeroshard's sim stream, and the device's
+ *   - the CPU (nn_cpu_device_create, nn_cpu_layers.c): each op runs at once
+ *     on host pointers (nn_cpu.h's layers and the element math of
+ *     nn_math.h and nn_layer_math.h);
+ *   - the simulated device (nn_sim_device_create, nn_sim_layers.c): each op
+ *     is enqueued as a kernel on zeroshard's sim stream, and the device's
  *     thread runs the CPU's op on the device addresses later, in order with
- *     the runtime's gathers and reductions. So every bit is the CPU's.
+ *     the runtime's gathers and reductions. So every bit is the CPU's;
+ *   - CUDA (nn_cuda_device_create, nn_cuda_layers.cu): each op is launched
+ *     on the device's stream in the device's dtype (fp32 exact; bf16/fp16
+ *     on tensor cores with fp32 accumulation), the fused epilogues chosen
+ *     there (bias and residual in the GEMM, GELU and its gradient in
+ *     cuBLASLt's epilogues, q/k/v as one GEMM when the weights lie one
+ *     after the other).
  *
- * The CUDA backends keep their own kernels (nn_cuda.h; dev->layers is NULL
- * on a CUDA device): tensor cores, bf16 and the fused epilogues have no
- * host counterpart to share.
+ * What differs between devices stays behind the table: the dtype (tensors
+ * are `void *` of dev->dtype; nn_at steps through them), how much scratch
+ * an op needs (attention_scratch_bytes, classifier_scratch_bytes) and how
+ * pieces of it are aligned (align), and which products are fused: the
+ * composite ops (linears_*, linear_gelu_forward, linear_dgelu_backward)
+ * are the primitive ops in sequence on the CPU and sim (nn_layers_composed.c)
+ * and fused launches on CUDA.
  *
- * Conventions are nn_cpu.h's: fp32, row-major, a Linear weight [out][in],
- * "ld" a row stride in floats, parameter gradients ADDED to, input
- * gradients written unless said otherwise; every pointer is device memory
- * except where an op says host. An op returns 0 once its work is done (CPU)
- * or enqueued (sim), or an nn_status with dev->ops->last_error(dev) set; a
- * failure of enqueued work is reported by the device's next op that waits.
+ * Conventions are nn_cpu.h's: row-major, a Linear weight [out][in], "ld" a
+ * row stride in elements, parameter gradients ADDED to, input gradients
+ * written unless said otherwise; every pointer is device memory except
+ * where an op says host; norm statistics (mean, rstd) and losses are fp32
+ * on every device. `name` names a Linear for the CUDA profile
+ * ("matmul_<name>_fwd", "_dw", "_dx"); the other devices ignore it. An op
+ * returns 0 once its work is done (CPU) or enqueued (sim, CUDA), or an
+ * nn_status with dev->ops->last_error(dev) set; a failure of enqueued work
+ * is reported by the device's next op that waits.
  */
 #ifndef NN_LAYERS_H
 #define NN_LAYERS_H
@@ -34,81 +47,155 @@ extern "C" {
 #endif
 
 typedef struct nn_layer_ops {
+    /* Scratch pieces a model carves start at multiples of this many bytes
+     * (nn_scratch_take): 4 on the CPU and sim (the pieces are floats side
+     * by side), NN_ALIGN on CUDA (vector loads, cuBLASLt's alignment). */
+    size_t align;
+
     /* --- the model's input and output --- */
 
     /* NN_OK when every tokens[r] (r < n) lies in [0, V), else NN_ERR_ARG
      * with "<model> <op>: <what>[r] = <token> is outside [0, <vocab_name> =
      * V)" in err. On the CPU the check runs at once; on the simulated
      * device it is a kernel that fails, which the device's next wait
-     * reports (tokens live in device memory there, as on a GPU). */
+     * reports (tokens live in device memory there, as on a GPU). CUDA does
+     * not check (it would cost a wait for the device every micro-step): its
+     * embedding makes a bad token's row NaN, which the loss shows. */
     int (*check_tokens)(nn_device *dev, const char *model, const char *op, const char *what,
                         const char *vocab_name, const int *tokens, long long n, int V, char *err,
                         size_t cap);
     /* x[r] = wte[tokens[r]] (+ wpe[r % T] when wpe is not NULL) for r < BT,
-     * x: [BT][C]. Tokens checked by check_tokens first. */
-    int (*embed_forward)(nn_device *dev, int BT, int T, int C, const float *wte, const float *wpe,
-                         const int *tokens, float *x);
-    /* g_wte[tokens[r]] += dx[r] (and g_wpe[r % T] += dx[r]), split by
-     * columns, rows ascending: the same bits on every run. */
-    int (*embed_backward)(nn_device *dev, int BT, int T, int C, float *g_wte, float *g_wpe,
-                          const int *tokens, const float *dx);
-    /* nn_cpu_classifier_chunk. */
-    int (*classifier_chunk)(nn_device *dev, int n, int C, int V, const float *xn, const float *W,
-                            const int *targets, float dloss_scale, float *losses, float *logits,
-                            float *gW, float *dxn);
-    /* nn_cpu_classifier_logits_row into device memory. */
-    int (*classifier_logits_row)(nn_device *dev, int C, int V, const float *xn, const float *W,
-                                 float *logits);
+     * x: [BT][C], wte: [V][C]. Tokens checked by check_tokens first. On
+     * CUDA a training micro-step's profile window opens here. */
+    int (*embed_forward)(nn_device *dev, int BT, int T, int C, int V, const void *wte,
+                         const void *wpe, const int *tokens, void *x);
+    /* g_wte[tokens[r]] += dx[r] (and g_wpe[r % T] += dx[r]): the same bits
+     * on every run (no atomics). On CUDA a training micro-step ends here. */
+    int (*embed_backward)(nn_device *dev, int BT, int T, int C, int V, void *g_wte, void *g_wpe,
+                          const int *tokens, const void *dx);
+    /* Bytes of classifier_chunk's scratch for chunks of `rows` rows (it
+     * also serves classifier_logits_row). */
+    size_t (*classifier_scratch_bytes)(const nn_device *dev, int C, int V, int rows);
+    /* The fused classifier over n rows of xn [n][C] (the final norm's
+     * output) against W [V][C]: losses[i] (fp32) = softmax cross-entropy
+     * against targets[i]; with gW not NULL also gW += dlogits^T xn and
+     * dxn [n][C] = dlogits W, dlogits scaled by dloss_scale
+     * (nn_cpu_classifier_chunk's math). */
+    int (*classifier_chunk)(nn_device *dev, int n, int C, int V, const void *xn, const void *W,
+                            const int *targets, float dloss_scale, float *losses, void *gW,
+                            void *dxn, void *scratch);
+    /* One row's logits W xn ([V] fp32) into HOST memory, waiting for them. */
+    int (*classifier_logits_row)(nn_device *dev, int C, int V, const void *xn, const void *W,
+                                 void *scratch, float *host_logits);
 
     /* --- linear layers and sums (nn_cpu.h) --- */
-    int (*linear_forward)(nn_device *dev, int rows, int in, int out, const float *x, int ldx,
-                          const float *W, const float *b, const float *res, int ldres, float *y,
-                          int ldy);
-    int (*linear_backward)(nn_device *dev, int rows, int in, int out, const float *x, int ldx,
-                           const float *W, const float *dy, int lddy, float *dW, float *dx,
-                           int lddx, float dx_beta);
-    int (*colsum_add)(nn_device *dev, int rows, int N, const float *a, int lda, float *out);
+    /* y = x W^T (+ b) (+ res); on CUDA res, when given, has ldres == ldy
+     * (it may be y itself). */
+    int (*linear_forward)(nn_device *dev, const char *name, int rows, int in, int out,
+                          const void *x, int ldx, const void *W, const void *b, const void *res,
+                          int ldres, void *y, int ldy);
+    /* dW += dy^T x; dx = dy W (+ dx when dx_beta is 1; 0 or 1 only). */
+    int (*linear_backward)(nn_device *dev, const char *name, int rows, int in, int out,
+                           const void *x, int ldx, const void *W, const void *dy, int lddy,
+                           void *dW, void *dx, int lddx, float dx_beta);
+    /* n Linears reading the same x and writing side by side into one y row
+     * (q, k and v): Linear i has outs[i] outputs, weight W[i] and bias b[i]
+     * (b NULL or any b[i] NULL: none), its columns after those of 0..i-1.
+     * CUDA runs one GEMM when no bias is given and each W[i] starts where
+     * W[i-1] ends. */
+    int (*linears_forward)(nn_device *dev, const char *name, int n, const int *outs, int rows,
+                           int in, const void *x, int ldx, const void *const *W,
+                           const void *const *b, void *y, int ldy);
+    /* Their backward from dy (the same side-by-side columns, stride lddy):
+     * gW[i] += dy_i^T x, and dx = sum over i of dy_i W[i] (written),
+     * added in ascending i; CUDA runs one GEMM each when the W (gW) lie
+     * one after the other. */
+    int (*linears_backward)(nn_device *dev, const char *name, int n, const int *outs, int rows,
+                            int in, const void *x, int ldx, const void *const *W,
+                            const void *dy, int lddy, void *const *gW, void *dx, int lddx);
+    /* pre = x W^T + b, post = gelu(pre), both [rows][out]: GPT-2's c_fc
+     * (CUDA: one GEMM with the GELU epilogue when the device's gelu_fusion
+     * asks for it and cuBLASLt takes the shape). */
+    int (*linear_gelu_forward)(nn_device *dev, const char *name, int rows, int in, int out,
+                               const void *x, int ldx, const void *W, const void *b, void *pre,
+                               void *post);
+    /* The backward of y = gelu(pre) W^T from dy, where x = gelu(pre) was
+     * this Linear's input: dW += dy^T x, dx [rows][in] = (dy W) *
+     * gelu'(pre) and db += dx's column sums (the bias of the Linear that
+     * made pre): GPT-2's c_proj back into c_fc. */
+    int (*linear_dgelu_backward)(nn_device *dev, const char *name, int rows, int in, int out,
+                                 const void *x, int ldx, const void *W, const void *dy, int lddy,
+                                 void *dW, const void *pre, void *dx, void *db);
+    int (*colsum_add)(nn_device *dev, int rows, int N, const void *a, int lda, void *out);
 
     /* --- attention (nn_cpu.h) --- */
-    int (*attention_forward)(nn_device *dev, const nn_attn_layout *s, const float *qkv,
-                             float *att, float *atty);
-    int (*attention_backward)(nn_device *dev, const nn_attn_layout *s, const float *qkv,
-                              const float *att, const float *datty, float *dqkv, float *datt);
-    /* Rotates every q and k head of BT rows of qkv (row stride ld floats;
-     * `heads` heads of hd floats from column 0: the q heads, then the k
-     * heads) by the angles of position r % T (cos, sin: [T][hd / 2]);
-     * backward: by the transpose. */
+    /* Bytes of scratch the two ops below take for this layout. */
+    size_t (*attention_scratch_bytes)(const nn_device *dev, const nn_attn_layout *s);
+    /* atty = attention(qkv), att [B][NH][T][T] (the probabilities) kept. */
+    int (*attention_forward)(nn_device *dev, const nn_attn_layout *s, const void *qkv,
+                             void *att, void *atty, void *scratch);
+    /* dqkv's q, k and v columns from datty (others untouched). */
+    int (*attention_backward)(nn_device *dev, const nn_attn_layout *s, const void *qkv,
+                              const void *att, const void *datty, void *dqkv, void *scratch);
+    /* Rotates every q and k head of BT rows of qkv (row stride ld elements;
+     * `heads` heads of hd from column 0: the q heads, then the k heads) by
+     * the angles of position r % T (cos, sin: fp32 [T][hd / 2]); backward:
+     * by the transpose. */
     int (*rope)(nn_device *dev, int BT, int T, int heads, int hd, int ld, const float *cos_t,
-                const float *sin_t, float *qkv, int backward);
+                const float *sin_t, void *qkv, int backward);
 
-    /* --- norms: x, out, dout, dx [rows][C]; mean, rstd [rows] --- */
-    int (*layernorm_forward)(nn_device *dev, int rows, int C, const float *x, const float *w,
-                             const float *b, float *out, float *mean, float *rstd);
+    /* --- norms: x, out, dout, dx [rows][C]; mean, rstd [rows] fp32 --- */
+    int (*layernorm_forward)(nn_device *dev, int rows, int C, const void *x, const void *w,
+                             const void *b, void *out, float *mean, float *rstd);
     /* dx = dres + the input gradient (dres NULL or dx itself allowed);
      * dw, db += the parameter gradients. */
-    int (*layernorm_backward)(nn_device *dev, int rows, int C, const float *dout, const float *x,
-                              const float *mean, const float *rstd, const float *w,
-                              const float *dres, float *dx, float *dw, float *db);
-    int (*rmsnorm_forward)(nn_device *dev, int rows, int C, const float *x, const float *w,
-                           float eps, float *out, float *rstd);
-    int (*rmsnorm_backward)(nn_device *dev, int rows, int C, const float *dout, const float *x,
-                            const float *rstd, const float *w, const float *dres, float *dx,
-                            float *dw);
+    int (*layernorm_backward)(nn_device *dev, int rows, int C, const void *dout, const void *x,
+                              const float *mean, const float *rstd, const void *w,
+                              const void *dres, void *dx, void *dw, void *db);
+    int (*rmsnorm_forward)(nn_device *dev, int rows, int C, const void *x, const void *w,
+                           float eps, void *out, float *rstd);
+    int (*rmsnorm_backward)(nn_device *dev, int rows, int C, const void *dout, const void *x,
+                            const float *rstd, const void *w, const void *dres, void *dx,
+                            void *dw);
 
     /* --- activations --- */
     /* post[k] = gelu(pre[k]) for k < n. */
-    int (*gelu_forward)(nn_device *dev, long long n, const float *pre, float *post);
+    int (*gelu_forward)(nn_device *dev, long long n, const void *pre, void *post);
     /* d[r][c] *= gelu'(pre[r][c]) over [rows][N], then db[c] += the column
      * sums of the new d (c_fc's bias gradient in the same pass). */
-    int (*gelu_backward_colsum)(nn_device *dev, int rows, int N, float *d, const float *pre,
-                                float *db);
+    int (*gelu_backward_colsum)(nn_device *dev, int rows, int N, void *d, const void *pre,
+                                void *db);
     /* h[k] = silu(gate[k]) up[k]. */
-    int (*swiglu_forward)(nn_device *dev, long long n, const float *gate, const float *up,
-                          float *h);
-    /* d holds dh on entry and d gate on return; dup is written. */
-    int (*swiglu_backward)(nn_device *dev, long long n, const float *gate, const float *up,
-                           float *d, float *dup);
+    int (*swiglu_forward)(nn_device *dev, long long n, const void *gate, const void *up,
+                          void *h);
+    /* d: [rows][2F], dh in columns [0, F) on entry; on return d gate there
+     * and d up in columns [F, 2F), side by side so that the input gradient
+     * of gate_proj and up_proj is one product (linears_backward). gate, up:
+     * [rows][F]. */
+    int (*swiglu_backward)(nn_device *dev, int rows, int F, const void *gate, const void *up,
+                           void *d);
 } nn_layer_ops;
+
+/* Element n of a tensor of the device's dtype. */
+static inline void *nn_at(const nn_device *dev, void *p, size_t n) {
+    return (unsigned char *)p + n * nn_dtype_size(dev->dtype);
+}
+static inline const void *nn_at_const(const nn_device *dev, const void *p, size_t n) {
+    return (const unsigned char *)p + n * nn_dtype_size(dev->dtype);
+}
+/* bytes rounded up to the device's scratch alignment. */
+static inline size_t nn_scratch_round(const nn_device *dev, size_t bytes) {
+    const size_t a = dev->layers->align;
+    return (bytes + a - 1) / a * a;
+}
+/* Takes `bytes` from the scratch at *cursor (advancing it by the rounded
+ * size): the model backends carve their scratch with this and size it
+ * with nn_scratch_round, so both agree on every device. */
+static inline void *nn_scratch_take(const nn_device *dev, unsigned char **cursor, size_t bytes) {
+    void *p = *cursor;
+    *cursor += nn_scratch_round(dev, bytes);
+    return p;
+}
 
 /* A layer that failed, for a model backend: "<model>: <the device's
  * last_error>" into err; returns status. */
@@ -125,6 +212,24 @@ int nn_layer_failed(nn_device *dev, const char *model, int status, char *err, si
 
 /* The CPU's table: every op at once on host pointers. */
 extern const nn_layer_ops nn_cpu_layer_ops;
+
+/* The composite ops as their primitive ops in sequence, on any device (the
+ * CPU's and the simulated device's tables point here): the same bits as
+ * the model backends' calls before the composites existed. */
+int nn_linears_forward_composed(nn_device *dev, const char *name, int n, const int *outs,
+                                int rows, int in, const void *x, int ldx, const void *const *W,
+                                const void *const *b, void *y, int ldy);
+int nn_linears_backward_composed(nn_device *dev, const char *name, int n, const int *outs,
+                                 int rows, int in, const void *x, int ldx,
+                                 const void *const *W, const void *dy, int lddy,
+                                 void *const *gW, void *dx, int lddx);
+int nn_linear_gelu_forward_composed(nn_device *dev, const char *name, int rows, int in, int out,
+                                    const void *x, int ldx, const void *W, const void *b,
+                                    void *pre, void *post);
+int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows, int in,
+                                      int out, const void *x, int ldx, const void *W,
+                                      const void *dy, int lddy, void *dW, const void *pre,
+                                      void *dx, void *db);
 
 #ifdef __cplusplus
 }

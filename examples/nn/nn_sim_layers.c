@@ -3,7 +3,7 @@
  * arguments, values only, into a kernel launch on the device's sim stream
  * (zs_sim_launch), and the kernel, run later by the device's thread, calls
  * the CPU's op (nn_cpu_layer_ops) on the addresses zs_sim_ptr gives it. So
- * the orchestration above (gpt2_cpu.c, llama_cpu.c) is the CPU's, the
+ * the orchestration above (gpt2_layers.c, llama_layers.c) is the CPU's, the
  * arithmetic is the CPU's, and only the timing is a device's.
  */
 #include <stdio.h>
@@ -76,24 +76,24 @@ static int sim_check_tokens(nn_device *dev, const char *model, const char *op, c
 }
 
 typedef struct embed_args {
-    int BT, T, C;
-    const float *wte, *wpe;
+    int BT, T, C, V;
+    const void *wte, *wpe;
     const int *tokens;
-    float *x;
-    const float *dx;
-    float *g_wte, *g_wpe;
+    void *x;
+    const void *dx;
+    void *g_wte, *g_wpe;
 } embed_args;
 
 static int embed_forward_kernel(const zs_sim_kernel *k, void *args) {
     const embed_args *a = args;
-    return cpu()->embed_forward(NULL, a->BT, a->T, a->C, P(a->wte), P(a->wpe), P(a->tokens),
-                                P(a->x));
+    return cpu()->embed_forward(NULL, a->BT, a->T, a->C, a->V, P(a->wte), P(a->wpe),
+                                P(a->tokens), P(a->x));
 }
 
-static int sim_embed_forward(nn_device *dev, int BT, int T, int C, const float *wte,
-                             const float *wpe, const int *tokens, float *x) {
-    const embed_args a = {.BT = BT, .T = T, .C = C, .wte = wte, .wpe = wpe, .tokens = tokens,
-                          .x = x};
+static int sim_embed_forward(nn_device *dev, int BT, int T, int C, int V, const void *wte,
+                             const void *wpe, const int *tokens, void *x) {
+    const embed_args a = {.BT = BT, .T = T, .C = C, .V = V, .wte = wte, .wpe = wpe,
+                          .tokens = tokens, .x = x};
     accesses l = {0};
     acc(&l, tokens, (size_t)BT, 0);
     acc(&l, wpe, span(BT < T ? BT : T, C, C), 0);
@@ -103,14 +103,14 @@ static int sim_embed_forward(nn_device *dev, int BT, int T, int C, const float *
 
 static int embed_backward_kernel(const zs_sim_kernel *k, void *args) {
     const embed_args *a = args;
-    return cpu()->embed_backward(NULL, a->BT, a->T, a->C, P(a->g_wte), P(a->g_wpe),
+    return cpu()->embed_backward(NULL, a->BT, a->T, a->C, a->V, P(a->g_wte), P(a->g_wpe),
                                  P(a->tokens), P(a->dx));
 }
 
-static int sim_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte, float *g_wpe,
-                              const int *tokens, const float *dx) {
-    const embed_args a = {.BT = BT, .T = T, .C = C, .tokens = tokens, .dx = dx, .g_wte = g_wte,
-                          .g_wpe = g_wpe};
+static int sim_embed_backward(nn_device *dev, int BT, int T, int C, int V, void *g_wte,
+                              void *g_wpe, const int *tokens, const void *dx) {
+    const embed_args a = {.BT = BT, .T = T, .C = C, .V = V, .tokens = tokens, .dx = dx,
+                          .g_wte = g_wte, .g_wpe = g_wpe};
     accesses l = {0};
     acc(&l, tokens, (size_t)BT, 0);
     acc(&l, dx, (size_t)BT * C, 0);
@@ -121,21 +121,26 @@ static int sim_embed_backward(nn_device *dev, int BT, int T, int C, float *g_wte
 typedef struct classifier_args {
     int n, C, V;
     float dloss_scale;
-    const float *xn, *W;
+    const void *xn, *W;
     const int *targets;
-    float *losses, *logits, *gW, *dxn;
+    float *losses;
+    void *logits, *gW, *dxn; /* logits: the scratch */
 } classifier_args;
+
+static size_t sim_classifier_scratch_bytes(const nn_device *dev, int C, int V, int rows) {
+    return cpu()->classifier_scratch_bytes(dev, C, V, rows);
+}
 
 static int classifier_kernel(const zs_sim_kernel *k, void *args) {
     const classifier_args *a = args;
     return cpu()->classifier_chunk(NULL, a->n, a->C, a->V, P(a->xn), P(a->W), P(a->targets),
-                                   a->dloss_scale, P(a->losses), P(a->logits), P(a->gW),
-                                   P(a->dxn));
+                                   a->dloss_scale, P(a->losses), P(a->gW), P(a->dxn),
+                                   P(a->logits));
 }
 
-static int sim_classifier_chunk(nn_device *dev, int n, int C, int V, const float *xn,
-                                const float *W, const int *targets, float dloss_scale,
-                                float *losses, float *logits, float *gW, float *dxn) {
+static int sim_classifier_chunk(nn_device *dev, int n, int C, int V, const void *xn,
+                                const void *W, const int *targets, float dloss_scale,
+                                float *losses, void *gW, void *dxn, void *logits) {
     const classifier_args a = {n, C, V, dloss_scale, xn, W, targets, losses, logits, gW, dxn};
     accesses l = {0};
     acc(&l, xn, (size_t)n * C, 0);
@@ -150,17 +155,21 @@ static int sim_classifier_chunk(nn_device *dev, int n, int C, int V, const float
 
 static int logits_row_kernel(const zs_sim_kernel *k, void *args) {
     const classifier_args *a = args;
-    return cpu()->classifier_logits_row(NULL, a->C, a->V, P(a->xn), P(a->W), P(a->logits));
+    return cpu()->classifier_logits_row(NULL, a->C, a->V, P(a->xn), P(a->W), NULL,
+                                        P(a->logits));
 }
 
-static int sim_classifier_logits_row(nn_device *dev, int C, int V, const float *xn,
-                                     const float *W, float *logits) {
-    const classifier_args a = {.C = C, .V = V, .xn = xn, .W = W, .logits = logits};
+/* The logits into the scratch on the device, then to the host (a wait). */
+static int sim_classifier_logits_row(nn_device *dev, int C, int V, const void *xn,
+                                     const void *W, void *scratch, float *host_logits) {
+    const classifier_args a = {.C = C, .V = V, .xn = xn, .W = W, .logits = scratch};
     accesses l = {0};
     acc(&l, xn, (size_t)C, 0);
     acc(&l, W, (size_t)V * C, 0);
-    acc(&l, logits, (size_t)V, 1);
-    return LAUNCH(dev, "nn_classifier_logits_row", logits_row_kernel, a, l);
+    acc(&l, scratch, (size_t)V, 1);
+    const int s = LAUNCH(dev, "nn_classifier_logits_row", logits_row_kernel, a, l);
+    if (s != NN_OK) return s;
+    return dev->ops->download(dev, host_logits, scratch, sizeof(float) * (size_t)V);
 }
 
 /* -------------------------------------------------- linear, attention */
@@ -168,19 +177,20 @@ static int sim_classifier_logits_row(nn_device *dev, int C, int V, const float *
 typedef struct linear_args {
     int rows, in, out, ldx, ldres, ldy, lddy, lddx;
     float dx_beta;
-    const float *x, *W, *b, *res, *dy;
-    float *y, *dW, *dx;
+    const void *x, *W, *b, *res, *dy;
+    void *y, *dW, *dx;
 } linear_args;
 
 static int linear_forward_kernel(const zs_sim_kernel *k, void *args) {
     const linear_args *a = args;
-    return cpu()->linear_forward(NULL, a->rows, a->in, a->out, P(a->x), a->ldx, P(a->W), P(a->b),
-                                 P(a->res), a->ldres, P(a->y), a->ldy);
+    return cpu()->linear_forward(NULL, NULL, a->rows, a->in, a->out, P(a->x), a->ldx, P(a->W),
+                                 P(a->b), P(a->res), a->ldres, P(a->y), a->ldy);
 }
 
-static int sim_linear_forward(nn_device *dev, int rows, int in, int out, const float *x, int ldx,
-                              const float *W, const float *b, const float *res, int ldres,
-                              float *y, int ldy) {
+static int sim_linear_forward(nn_device *dev, const char *name, int rows, int in, int out,
+                              const void *x, int ldx, const void *W, const void *b,
+                              const void *res, int ldres, void *y, int ldy) {
+    (void)name;
     const linear_args a = {.rows = rows, .in = in, .out = out, .ldx = ldx, .ldres = ldres,
                            .ldy = ldy, .x = x, .W = W, .b = b, .res = res, .y = y};
     accesses l = {0};
@@ -194,13 +204,14 @@ static int sim_linear_forward(nn_device *dev, int rows, int in, int out, const f
 
 static int linear_backward_kernel(const zs_sim_kernel *k, void *args) {
     const linear_args *a = args;
-    return cpu()->linear_backward(NULL, a->rows, a->in, a->out, P(a->x), a->ldx, P(a->W),
+    return cpu()->linear_backward(NULL, NULL, a->rows, a->in, a->out, P(a->x), a->ldx, P(a->W),
                                   P(a->dy), a->lddy, P(a->dW), P(a->dx), a->lddx, a->dx_beta);
 }
 
-static int sim_linear_backward(nn_device *dev, int rows, int in, int out, const float *x,
-                               int ldx, const float *W, const float *dy, int lddy, float *dW,
-                               float *dx, int lddx, float dx_beta) {
+static int sim_linear_backward(nn_device *dev, const char *name, int rows, int in, int out,
+                               const void *x, int ldx, const void *W, const void *dy, int lddy,
+                               void *dW, void *dx, int lddx, float dx_beta) {
+    (void)name;
     const linear_args a = {.rows = rows, .in = in, .out = out, .ldx = ldx, .lddy = lddy,
                            .lddx = lddx, .dx_beta = dx_beta, .x = x, .W = W, .dy = dy, .dW = dW,
                            .dx = dx};
@@ -218,7 +229,7 @@ static int colsum_kernel(const zs_sim_kernel *k, void *args) {
     return cpu()->colsum_add(NULL, a->rows, a->out, P(a->x), a->ldx, P(a->y));
 }
 
-static int sim_colsum_add(nn_device *dev, int rows, int N, const float *src, int lda, float *out) {
+static int sim_colsum_add(nn_device *dev, int rows, int N, const void *src, int lda, void *out) {
     const linear_args a = {.rows = rows, .out = N, .ldx = lda, .x = src, .y = out};
     accesses l = {0};
     acc(&l, src, span(rows, lda, N), 0);
@@ -228,17 +239,23 @@ static int sim_colsum_add(nn_device *dev, int rows, int N, const float *src, int
 
 typedef struct attention_args {
     nn_attn_layout s;
-    const float *qkv, *att, *datty;
-    float *att_out, *atty, *dqkv, *datt;
+    const void *qkv, *att, *datty;
+    void *att_out, *atty, *dqkv, *datt;
 } attention_args;
+
+static size_t sim_attention_scratch_bytes(const nn_device *dev, const nn_attn_layout *s) {
+    return cpu()->attention_scratch_bytes(dev, s);
+}
 
 static int attention_forward_kernel(const zs_sim_kernel *k, void *args) {
     const attention_args *a = args;
-    return cpu()->attention_forward(NULL, &a->s, P(a->qkv), P(a->att_out), P(a->atty));
+    return cpu()->attention_forward(NULL, &a->s, P(a->qkv), P(a->att_out), P(a->atty), NULL);
 }
 
-static int sim_attention_forward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
-                                 float *att, float *atty) {
+/* The CPU's forward takes no scratch. */
+static int sim_attention_forward(nn_device *dev, const nn_attn_layout *s, const void *qkv,
+                                 void *att, void *atty, void *scratch) {
+    (void)scratch;
     const attention_args a = {.s = *s, .qkv = qkv, .att_out = att, .atty = atty};
     const long long BT = (long long)s->B * s->T, TT = (long long)s->T * s->T;
     accesses l = {0};
@@ -254,9 +271,9 @@ static int attention_backward_kernel(const zs_sim_kernel *k, void *args) {
                                      P(a->datt));
 }
 
-static int sim_attention_backward(nn_device *dev, const nn_attn_layout *s, const float *qkv,
-                                  const float *att, const float *datty, float *dqkv,
-                                  float *datt) {
+static int sim_attention_backward(nn_device *dev, const nn_attn_layout *s, const void *qkv,
+                                  const void *att, const void *datty, void *dqkv,
+                                  void *datt) {
     const attention_args a = {.s = *s, .qkv = qkv, .att = att, .datty = datty, .dqkv = dqkv,
                               .datt = datt};
     const long long BT = (long long)s->B * s->T, TT = (long long)s->T * s->T;
@@ -272,7 +289,7 @@ static int sim_attention_backward(nn_device *dev, const nn_attn_layout *s, const
 typedef struct rope_args {
     int BT, T, heads, hd, ld, backward;
     const float *cos_t, *sin_t;
-    float *qkv;
+    void *qkv;
 } rope_args;
 
 static int rope_kernel(const zs_sim_kernel *k, void *args) {
@@ -282,7 +299,7 @@ static int rope_kernel(const zs_sim_kernel *k, void *args) {
 }
 
 static int sim_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld, const float *cos_t,
-                    const float *sin_t, float *qkv, int backward) {
+                    const float *sin_t, void *qkv, int backward) {
     const rope_args a = {BT, T, heads, hd, ld, backward, cos_t, sin_t, qkv};
     accesses l = {0};
     acc(&l, cos_t, (size_t)(BT < T ? BT : T) * (size_t)(hd / 2), 0);
@@ -296,10 +313,11 @@ static int sim_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld, co
 typedef struct norm_args {
     int rows, C;
     float eps;
-    const float *x, *w, *b, *dout, *dres;
+    const void *x, *w, *b, *dout, *dres;
     const float *mean_in, *rstd_in; /* the backward's: the forward's statistics */
-    float *out, *mean, *rstd;       /* the forward's */
-    float *dx, *dw, *db;
+    void *out;
+    float *mean, *rstd; /* the forward's */
+    void *dx, *dw, *db;
 } norm_args;
 
 static int layernorm_forward_kernel(const zs_sim_kernel *k, void *args) {
@@ -308,8 +326,8 @@ static int layernorm_forward_kernel(const zs_sim_kernel *k, void *args) {
                                     P(a->mean), P(a->rstd));
 }
 
-static int sim_layernorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
-                                 const float *b, float *out, float *mean, float *rstd) {
+static int sim_layernorm_forward(nn_device *dev, int rows, int C, const void *x, const void *w,
+                                 const void *b, void *out, float *mean, float *rstd) {
     const norm_args a = {.rows = rows, .C = C, .x = x, .w = w, .b = b, .out = out, .mean = mean,
                          .rstd = rstd};
     accesses l = {0};
@@ -329,10 +347,10 @@ static int layernorm_backward_kernel(const zs_sim_kernel *k, void *args) {
                                      P(a->db));
 }
 
-static int sim_layernorm_backward(nn_device *dev, int rows, int C, const float *dout,
-                                  const float *x, const float *mean, const float *rstd,
-                                  const float *w, const float *dres, float *dx, float *dw,
-                                  float *db) {
+static int sim_layernorm_backward(nn_device *dev, int rows, int C, const void *dout,
+                                  const void *x, const float *mean, const float *rstd,
+                                  const void *w, const void *dres, void *dx, void *dw,
+                                  void *db) {
     const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .mean_in = mean,
                          .rstd_in = rstd, .w = w, .dres = dres, .dx = dx, .dw = dw, .db = db};
     accesses l = {0};
@@ -354,8 +372,8 @@ static int rmsnorm_forward_kernel(const zs_sim_kernel *k, void *args) {
                                   P(a->rstd));
 }
 
-static int sim_rmsnorm_forward(nn_device *dev, int rows, int C, const float *x, const float *w,
-                               float eps, float *out, float *rstd) {
+static int sim_rmsnorm_forward(nn_device *dev, int rows, int C, const void *x, const void *w,
+                               float eps, void *out, float *rstd) {
     const norm_args a = {.rows = rows, .C = C, .eps = eps, .x = x, .w = w, .out = out,
                          .rstd = rstd};
     accesses l = {0};
@@ -372,9 +390,9 @@ static int rmsnorm_backward_kernel(const zs_sim_kernel *k, void *args) {
                                    P(a->w), P(a->dres), P(a->dx), P(a->dw));
 }
 
-static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const float *dout,
-                                const float *x, const float *rstd, const float *w,
-                                const float *dres, float *dx, float *dw) {
+static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dout,
+                                const void *x, const float *rstd, const void *w,
+                                const void *dres, void *dx, void *dw) {
     const norm_args a = {.rows = rows, .C = C, .dout = dout, .x = x, .rstd_in = rstd, .w = w,
                          .dres = dres, .dx = dx, .dw = dw};
     accesses l = {0};
@@ -393,8 +411,8 @@ static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const float *do
 typedef struct act_args {
     long long n;
     int rows, N;
-    const float *pre, *gate, *up;
-    float *post, *d, *db, *h, *dup;
+    const void *pre, *gate, *up;
+    void *post, *d, *db, *h;
 } act_args;
 
 static int gelu_forward_kernel(const zs_sim_kernel *k, void *args) {
@@ -402,7 +420,7 @@ static int gelu_forward_kernel(const zs_sim_kernel *k, void *args) {
     return cpu()->gelu_forward(NULL, a->n, P(a->pre), P(a->post));
 }
 
-static int sim_gelu_forward(nn_device *dev, long long n, const float *pre, float *post) {
+static int sim_gelu_forward(nn_device *dev, long long n, const void *pre, void *post) {
     const act_args a = {.n = n, .pre = pre, .post = post};
     accesses l = {0};
     acc(&l, pre, (size_t)n, 0);
@@ -415,8 +433,8 @@ static int gelu_backward_kernel(const zs_sim_kernel *k, void *args) {
     return cpu()->gelu_backward_colsum(NULL, a->rows, a->N, P(a->d), P(a->pre), P(a->db));
 }
 
-static int sim_gelu_backward_colsum(nn_device *dev, int rows, int N, float *d, const float *pre,
-                                    float *db) {
+static int sim_gelu_backward_colsum(nn_device *dev, int rows, int N, void *d, const void *pre,
+                                    void *db) {
     const act_args a = {.rows = rows, .N = N, .d = d, .pre = pre, .db = db};
     accesses l = {0};
     acc(&l, pre, (size_t)rows * N, 0);
@@ -430,8 +448,8 @@ static int swiglu_forward_kernel(const zs_sim_kernel *k, void *args) {
     return cpu()->swiglu_forward(NULL, a->n, P(a->gate), P(a->up), P(a->h));
 }
 
-static int sim_swiglu_forward(nn_device *dev, long long n, const float *gate, const float *up,
-                              float *h) {
+static int sim_swiglu_forward(nn_device *dev, long long n, const void *gate, const void *up,
+                              void *h) {
     const act_args a = {.n = n, .gate = gate, .up = up, .h = h};
     accesses l = {0};
     acc(&l, gate, (size_t)n, 0);
@@ -442,29 +460,35 @@ static int sim_swiglu_forward(nn_device *dev, long long n, const float *gate, co
 
 static int swiglu_backward_kernel(const zs_sim_kernel *k, void *args) {
     const act_args *a = args;
-    return cpu()->swiglu_backward(NULL, a->n, P(a->gate), P(a->up), P(a->d), P(a->dup));
+    return cpu()->swiglu_backward(NULL, a->rows, a->N, P(a->gate), P(a->up), P(a->d));
 }
 
-static int sim_swiglu_backward(nn_device *dev, long long n, const float *gate, const float *up,
-                               float *d, float *dup) {
-    const act_args a = {.n = n, .gate = gate, .up = up, .d = d, .dup = dup};
+static int sim_swiglu_backward(nn_device *dev, int rows, int F, const void *gate, const void *up,
+                               void *d) {
+    const act_args a = {.rows = rows, .N = F, .gate = gate, .up = up, .d = d};
     accesses l = {0};
-    acc(&l, gate, (size_t)n, 0);
-    acc(&l, up, (size_t)n, 0);
-    acc(&l, d, (size_t)n, 1);
-    acc(&l, dup, (size_t)n, 1);
+    acc(&l, gate, (size_t)rows * F, 0);
+    acc(&l, up, (size_t)rows * F, 0);
+    acc(&l, d, (size_t)rows * 2 * F, 1);
     return LAUNCH(dev, "nn_swiglu_backward", swiglu_backward_kernel, a, l);
 }
 
 const nn_layer_ops nn_sim_layer_ops = {
+    .align = sizeof(float),
     .check_tokens = sim_check_tokens,
     .embed_forward = sim_embed_forward,
     .embed_backward = sim_embed_backward,
+    .classifier_scratch_bytes = sim_classifier_scratch_bytes,
     .classifier_chunk = sim_classifier_chunk,
     .classifier_logits_row = sim_classifier_logits_row,
     .linear_forward = sim_linear_forward,
     .linear_backward = sim_linear_backward,
+    .linears_forward = nn_linears_forward_composed,
+    .linears_backward = nn_linears_backward_composed,
+    .linear_gelu_forward = nn_linear_gelu_forward_composed,
+    .linear_dgelu_backward = nn_linear_dgelu_backward_composed,
     .colsum_add = sim_colsum_add,
+    .attention_scratch_bytes = sim_attention_scratch_bytes,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .rope = sim_rope,

@@ -1,4 +1,4 @@
-// LayerNorm on CUDA: a warp per row for the forward and the input gradient
+// LayerNorm on CUDA (nn_layers.h's layernorm ops, GPT-2's norm): a warp per row for the forward and the input gradient
 // (the row's statistics are warp sums in fp32, the elements nn_layer_math.h's
 // nn_layernorm_out and nn_layernorm_dx), and a deterministic column sum
 // for the weight and bias gradients (nn_cuda_rows.cuh's: blocks of
@@ -9,10 +9,11 @@
 // 16-byte aligned, each lane reads and writes whole packs of a row (128-bit
 // accesses); otherwise single elements. The arithmetic is the same either
 // way, lane by lane.
-#include "gpt2_cuda_common.cuh"
+#include "nn_cuda_ctx.cuh"
 #include "nn_cuda_rows.cuh"
+#include "nn_layer_math.h"
 
-namespace gpt2cuda {
+namespace nncuda {
 
 namespace {
 
@@ -85,7 +86,7 @@ template <typename T> struct ln_param_values {
 int layernorm_forward(ctx *cx, int rows, int C, const void *x, const void *w, const void *b,
                       void *out, float *mean, float *rstd) {
     if (rows <= 0) return NN_OK;
-    prof_scope scope(cx, PROF_LAYERNORM_FWD);
+    prof_scope scope(cx, prof_op(cx, "layernorm_fwd"));
     return with_type(cx->dtype, [&](auto tag) {
         using T = decltype(tag);
         const void *rows_at[2] = {x, out};
@@ -108,12 +109,12 @@ int layernorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x
     return with_type(cx->dtype, [&](auto tag) {
         using T = decltype(tag);
         // The parameter gradients first: they read dout, which dx may be.
-        TRY(timed(cx, PROF_LAYERNORM_BWD_DWDB, [&] {
+        TRY(timed(cx, prof_op(cx, "layernorm_bwd_dwdb"), [&] {
             return column_sums<T, 2>(
                 cx, rows, C, ln_param_values<T>{(const T *)dout, (const T *)x, mean, rstd, C},
                 colsum_out<T, 2>{{(T *)dw, (T *)db}});
         }));
-        prof_scope scope(cx, PROF_LAYERNORM_BWD_DX);
+        prof_scope scope(cx, prof_op(cx, "layernorm_bwd_dx"));
         const void *rows_at[4] = {dout, x, dres, dx};
         const unsigned rgrid = blocks_for(rows, kRowWarps);
         if (rows_vectorizable<T>(C, rows_at, 4))
@@ -129,4 +130,4 @@ int layernorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x
     });
 }
 
-} // namespace gpt2cuda
+} // namespace nncuda

@@ -1,0 +1,59 @@
+/*
+ * The composite layer ops (nn_layers.h) as their primitive ops in sequence:
+ * what the CPU's and the simulated device's tables run, and what CUDA fuses
+ * (nn_cuda_layers.cu). Written once over dev->layers, so the CPU and sim
+ * run the very calls the model backends made before the composites existed,
+ * and keep their bits.
+ */
+#include "nn_layers.h"
+
+int nn_linears_forward_composed(nn_device *dev, const char *name, int n, const int *outs,
+                                int rows, int in, const void *x, int ldx, const void *const *W,
+                                const void *const *b, void *y, int ldy) {
+    const nn_layer_ops *L = dev->layers;
+    size_t col = 0;
+    for (int i = 0; i < n; i++) {
+        const int s = L->linear_forward(dev, name, rows, in, outs[i], x, ldx, W[i],
+                                        b != NULL ? b[i] : NULL, NULL, 0, nn_at(dev, y, col), ldy);
+        if (s != NN_OK) return s;
+        col += (size_t)outs[i];
+    }
+    return NN_OK;
+}
+
+int nn_linears_backward_composed(nn_device *dev, const char *name, int n, const int *outs,
+                                 int rows, int in, const void *x, int ldx,
+                                 const void *const *W, const void *dy, int lddy,
+                                 void *const *gW, void *dx, int lddx) {
+    const nn_layer_ops *L = dev->layers;
+    size_t col = 0;
+    for (int i = 0; i < n; i++) {
+        // The first writes dx, the others add to it, in ascending i.
+        const int s = L->linear_backward(dev, name, rows, in, outs[i], x, ldx, W[i],
+                                         nn_at_const(dev, dy, col), lddy, gW[i], dx, lddx,
+                                         i == 0 ? 0.0f : 1.0f);
+        if (s != NN_OK) return s;
+        col += (size_t)outs[i];
+    }
+    return NN_OK;
+}
+
+int nn_linear_gelu_forward_composed(nn_device *dev, const char *name, int rows, int in, int out,
+                                    const void *x, int ldx, const void *W, const void *b,
+                                    void *pre, void *post) {
+    const nn_layer_ops *L = dev->layers;
+    const int s = L->linear_forward(dev, name, rows, in, out, x, ldx, W, b, NULL, 0, pre, out);
+    if (s != NN_OK) return s;
+    return L->gelu_forward(dev, (long long)rows * out, pre, post);
+}
+
+int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows, int in,
+                                      int out, const void *x, int ldx, const void *W,
+                                      const void *dy, int lddy, void *dW, const void *pre,
+                                      void *dx, void *db) {
+    const nn_layer_ops *L = dev->layers;
+    const int s = L->linear_backward(dev, name, rows, in, out, x, ldx, W, dy, lddy, dW, dx, in,
+                                     0.0f);
+    if (s != NN_OK) return s;
+    return L->gelu_backward_colsum(dev, rows, in, dx, pre, db);
+}
