@@ -1,11 +1,11 @@
 /*
- * gpt2_backend — GPT-2's math (gpt2_model.h) on one device (nn_device.h):
- * a device with host layers (gpt2_cpu.c over nn_layers.h: the CPU, or the
- * simulated device that runs the CPU's layers on zeroshard's sim stream)
- * or a CUDA device (gpt2_cuda*.cu: cuBLAS and kernels on a caller's
- * stream). The trainer
- * calls both through this one table of function pointers, with no #ifdef;
- * memory and transfers are the backend's device's (be->dev):
+ * gpt2_backend — GPT-2's math (gpt2_model.h) on one device (nn_device.h),
+ * one orchestration (gpt2_layers.c) over the device's layers (nn_layers.h):
+ * the CPU, the simulated device that runs the CPU's layers on zeroshard's
+ * sim stream, or a CUDA device (gpt2_cuda.cu: cuBLASLt and kernels on a
+ * caller's stream, with GPT-2's options). The trainer calls every device
+ * through this one table of function pointers, with no #ifdef; memory and
+ * transfers are the backend's device's (be->dev):
  *
  *     gpt2_backend *be = gpt2_cpu_backend_create();
  *     if (be->ops->block_forward(be, &dims, B, T, &w, x, &acts, y) != 0)
@@ -151,11 +151,11 @@ struct gpt2_backend {
  * when host memory runs out. */
 gpt2_backend *gpt2_cpu_backend_create(void);
 
-/* The same backend on any device with host layers (dev->layers: the CPU's,
- * or the simulated device's, nn_sim.h), which it takes over (destroyed
- * with it, or here on failure). ops->name is the device's ("cpu", "sim");
- * the bits are the CPU's on both. 0 and *out, or an nn_status with a
- * message in err. */
+/* The same backend on any device with layers (dev->layers: the CPU's, the
+ * simulated device's, nn_sim.h, or CUDA's), which it takes over (destroyed
+ * with it, or here on failure). ops->name is the device's ("cpu", "sim",
+ * "cuda"); the bits are the CPU's on the first two. 0 and *out, or an
+ * nn_status with a message in err. */
 int gpt2_layers_backend_create(nn_device *dev, gpt2_backend **out, char *err, size_t cap);
 
 /* Options of the CUDA backend. */
@@ -197,7 +197,7 @@ typedef struct gpt2_cuda_options {
  *       ones (default 2) with CUDA events on the stream; no host wait is
  *       added (finished events are read when the next micro-step starts,
  *       the rest at destroy), and destroy prints the table and the fusion
- *       line to stderr (gpt2_cuda.cu's profile section says the format).
+ *       line to stderr (nn_cuda_profile.cu says the format).
  *       STEPS and WARMUP are integers, 1..100000 and 0..100000; anything
  *       else is NN_ERR_ARG.
  *   GPT2_CUDA_FAULT=softmax_no_mask|qkv_transposed  (tests only) a

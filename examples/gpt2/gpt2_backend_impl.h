@@ -1,7 +1,6 @@
 /*
- * What gpt2_cpu.c and gpt2_cuda.cu share behind gpt2_backend.h: the argument
- * checks every model op starts with (messages formatted by nn_impl.h), so that
- * both backends refuse the same calls with the same messages. Private to the
+ * The argument checks every model op of gpt2_layers.c starts with (messages
+ * formatted by nn_impl.h), the same on every device. Private to the
  * library (the trainer includes gpt2_backend.h only).
  */
 #ifndef GPT2_BACKEND_IMPL_H

@@ -23,8 +23,10 @@ target_include_directories(gpt2_model PUBLIC ${GPT2_MODEL_DIR})
 # (examples/nn): nn_cpu on the CPU, nn_cuda (its CUDA device and kernels, or
 # the stand-in that says the build has no CUDA).
 target_link_libraries(gpt2_model PUBLIC nn_cpu nn_cuda ex_cpu_blas BLAS::BLAS OpenMP::OpenMP_C m)
-# The CPU backend's loops between GEMMs (GELU, softmax, LayerNorm, column
-# sums) are written for the vectorizer:
+# The CPU layers' flags (examples/nn/CMakeLists.txt; this file has no loops
+# of its own since its math became the layers', and keeps them so that it
+# is built as they are). The loops between GEMMs (GELU, softmax, LayerNorm,
+# column sums) are written for the vectorizer:
 #   -O3                 turns it on with a cost model that accepts loops of
 #                       unknown length (-O2's does not);
 #   -fno-trapping-math  lets it if-convert the clamps and sign selects of

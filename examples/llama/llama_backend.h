@@ -1,9 +1,11 @@
 /*
  * llama_backend — the Llama family's math (llama_model.h) on one device
- * (nn_device.h): the CPU (llama_cpu.c: BLAS and OpenMP loops over
- * nn_layer_math.h) or a CUDA device (llama_cuda*.cu: cuBLASLt and kernels in
- * the compute dtype). The trainer calls both through this table, with no
- * #ifdef; it allocates activations and moves bytes through the device.
+ * (nn_device.h), one orchestration (llama_layers.c) over the device's
+ * layers (nn_layers.h): the CPU (BLAS and OpenMP loops over
+ * nn_layer_math.h), the simulated device, or CUDA (cuBLASLt and kernels in
+ * the compute dtype). The trainer calls every device through this table,
+ * with no #ifdef; it allocates activations and moves bytes through the
+ * device.
  *
  * Conventions are nn_device.h's and gpt2_backend.h's:
  *   - Tensor pointers are device memory in the device's dtype (dev->dtype;

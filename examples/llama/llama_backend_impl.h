@@ -1,8 +1,7 @@
 /*
- * What the Llama backends (llama_cpu.c, and the CUDA one) share behind
- * llama_backend.h: the argument checks every model op starts with, so that
- * each backend refuses the same calls with the same messages. Private to
- * the library (a trainer includes llama_backend.h only).
+ * The argument checks every model op of llama_layers.c starts with, the
+ * same on every device. Private to the library (a trainer includes
+ * llama_backend.h only).
  */
 #ifndef LLAMA_BACKEND_IMPL_H
 #define LLAMA_BACKEND_IMPL_H

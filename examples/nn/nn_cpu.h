@@ -3,9 +3,8 @@
  * pointers: linear layers (one GEMM each through ex_sgemm, bias and residual
  * riding on beta = 1), column sums, causal attention with grouped-query
  * heads, and the fused classifier (logits, cross-entropy and their backward
- * for a chunk of rows). GPT-2's CPU backend (gpt2_cpu.c) and the Llama
- * family's (llama_cpu.c) call them; each model keeps only its own layers
- * (LayerNorm and GELU; RMSNorm, RoPE and SwiGLU).
+ * for a chunk of rows). The CPU's layer table (nn_cpu_layers.c) calls them,
+ * beside its own loops (LayerNorm and GELU; RMSNorm, RoPE and SwiGLU).
  *
  * Conventions:
  *   - Row-major; a Linear weight W is [out][in] (y = x W^T + b); "ld" is a

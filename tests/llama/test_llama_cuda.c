@@ -1,5 +1,5 @@
 /*
- * The Llama family's CUDA backend against its CPU backend (llama_cpu.c, on
+ * The Llama family on CUDA against the CPU (llama_layers.c on
  * nn_cpu_device_create): whole training steps of tiny models with the same
  * parameters and tokens on both, comparing the per-position losses, the
  * residual stream after every block, every parameter gradient and one row
