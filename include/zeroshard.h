@@ -25,10 +25,10 @@ extern "C" {
 /* The version of this header (CMake's project version; the build checks
  * that they agree). Before 1.0 a minor version may change public structs
  * (0.2.0: zs_comm_stats split bytes by link and counts the all-to-all; the
- * memory tags grew), so the shared library's SONAME carries major.minor:
- * libzeroshard.so.0.2. */
+ * memory tags grew; 0.3.0: frozen parameters and their memory tag), so the
+ * shared library's SONAME carries major.minor: libzeroshard.so.0.3. */
 #define ZS_VERSION_MAJOR 0
-#define ZS_VERSION_MINOR 2
+#define ZS_VERSION_MINOR 3
 #define ZS_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------ status */
@@ -271,6 +271,16 @@ typedef struct zs_init {
 
 /* Parameter flags. */
 #define ZS_PARAM_NO_DECAY 0x1u /* exclude from weight decay (biases, norms) */
+/* Frozen: trained by nobody (a fine-tune's base). It has no gradient
+ * buffer, no reduction, no fp32 master and no optimizer moments; it is
+ * sharded in stage 3 and gathered on demand like any parameter (replicated
+ * in stages 0-2), in the compute dtype, and zs_params_import writes it.
+ * zs_param_grad on it fails naming it. A unit is frozen when all its
+ * parameters are (it then takes part in no reduction: its zs_grads_ready is
+ * a no-op, its zs_grads_open an error); a unit mixing frozen and trainable
+ * parameters is refused by zs_build (register them in separate units: a
+ * unit is reduced and updated as one). */
+#define ZS_PARAM_FROZEN 0x2u
 
 /* Units are registered in forward order between zs_build's predecessors:
  *   zs_unit_begin; zs_param_create...; zs_unit_end;   (repeat) ; zs_build.
@@ -295,6 +305,8 @@ const char *zs_unit_name(const zs_unit *unit);
 const char *zs_param_name(const zs_param *p);
 int64_t zs_param_numel(const zs_param *p);
 zs_dtype zs_param_dtype(const zs_param *p); /* the compute dtype of data and grad */
+int zs_param_frozen(const zs_param *p);    /* 1 when registered ZS_PARAM_FROZEN */
+int zs_unit_frozen(const zs_unit *unit);   /* 1 when every parameter of the unit is frozen */
 
 /* Initial values from elsewhere (pretrained weights): `source` is called for
  * the element ranges this rank keeps master weights for (stage 0: every
@@ -559,7 +571,8 @@ int64_t zs_last_committed_step(const zs_ctx *zs);
     X(ZS_MEM_COMM, "comm", "collective staging buffers (comm.segment_bytes, fp32 reduction, quantized records)") \
     X(ZS_MEM_SCRATCH, "scratch", "working buffers: initialization (freed after zs_build); on CUDA also the bounded host-transfer and norm staging buffers") \
     X(ZS_MEM_NVME_STATE, "nvme_state", "offload.optimizer = nvme: master weights and moments in this rank's swap file (disk: not part of the memory total)") \
-    X(ZS_MEM_SECONDARY, "secondary", "zero.secondary_partition = node (hpZ): this rank's node slice of every stage-3 unit, as its last gather across nodes produced it")
+    X(ZS_MEM_SECONDARY, "secondary", "zero.secondary_partition = node (hpZ): this rank's node slice of every stage-3 unit, as its last gather across nodes produced it") \
+    X(ZS_MEM_FROZEN, "frozen", "frozen parameters (ZS_PARAM_FROZEN) on the device: full, or the shard in stage 3; no gradient, master or moments")
 
 typedef enum zs_mem_tag {
 #define ZS_MEM_TAG_ENUM_(name, text, description) name,
@@ -598,6 +611,12 @@ zs_status zs_memory_report(const zs_ctx *zs, zs_memory_stats *out);
 zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_count,
                              const int *params_per_unit, const int64_t *param_numel,
                              zs_memory_stats *out);
+/* The same with each parameter's ZS_PARAM_* flags (param_flags, one per
+ * parameter in param_numel's order; NULL: none), so that frozen units
+ * count under their own tag and hold no gradient, master or moments. */
+zs_status zs_estimate_memory_flags(const zs_config *cfg, int world_size, int unit_count,
+                                   const int *params_per_unit, const int64_t *param_numel,
+                                   const unsigned *param_flags, zs_memory_stats *out);
 
 #define ZS_COMM_OP_TABLE(X)                    \
     X(ZS_COMM_REDUCE_SCATTER, "reduce_scatter") \

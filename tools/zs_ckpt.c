@@ -150,8 +150,9 @@ static int cmd_info(const char *arg) {
             if (param->unit != u) continue;
             printf("    %-32s ", shown(param->name, text));
             print_shape(param);
-            printf("  %" PRId64 " elements%s\n", zs__ckpt_param_numel(param),
-                   param->flags & ZS_PARAM_NO_DECAY ? "  no_decay" : "");
+            printf("  %" PRId64 " elements%s%s\n", zs__ckpt_param_numel(param),
+                   param->flags & ZS_PARAM_NO_DECAY ? "  no_decay" : "",
+                   param->flags & ZS_PARAM_FROZEN ? "  frozen" : "");
         }
     }
 

@@ -13,6 +13,7 @@
  * cannot be used (the message names the file and what is wrong), 2 usage. */
 #include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -106,6 +107,10 @@ static const char usage_text[] =
     "                      Without: the smallest world size (1..65536) at which each\n"
     "                      stage fits.\n"
     "  --unit-per-tensor   see --safetensors\n"
+    "  --freeze GLOB       freeze the units whose names match GLOB (fnmatch; repeatable):\n"
+    "                      every parameter ZS_PARAM_FROZEN, as a fine-tune's base. They\n"
+    "                      have no gradient, master or moments, and count under the\n"
+    "                      frozen tag (\"model.layers.*\" freezes every Llama block).\n"
     "  --gathers N         stage-3 gathers of each unit per micro-step, for the\n"
     "                      bytes per step (default 2: the forward's and the\n"
     "                      backward's)\n"
@@ -131,6 +136,8 @@ typedef struct layout {
     int *params_per_unit; /* [unit_count] */
     int64_t *param_numel; /* [param_count] */
     char (*unit_names)[256];
+    unsigned *param_flags; /* [param_count]: ZS_PARAM_FROZEN from --freeze */
+    int frozen_units;
     int64_t numel;        /* Psi */
     int skipped_empty;    /* safetensors tensors of no elements */
     /* From a checkpoint, when no --config replaces them. */
@@ -143,6 +150,7 @@ static void layout_free(layout *l) {
     free(l->params_per_unit);
     free(l->param_numel);
     free(l->unit_names);
+    free(l->param_flags);
     memset(l, 0, sizeof *l);
 }
 
@@ -150,7 +158,8 @@ static int layout_alloc(layout *l, int units, int params) {
     l->params_per_unit = calloc((size_t)(units > 0 ? units : 1), sizeof *l->params_per_unit);
     l->param_numel = calloc((size_t)(params > 0 ? params : 1), sizeof *l->param_numel);
     l->unit_names = calloc((size_t)(units > 0 ? units : 1), sizeof *l->unit_names);
-    if (!l->params_per_unit || !l->param_numel || !l->unit_names) {
+    l->param_flags = calloc((size_t)(params > 0 ? params : 1), sizeof *l->param_flags);
+    if (!l->params_per_unit || !l->param_numel || !l->unit_names || !l->param_flags) {
         fprintf(stderr, "zs-estimate: out of memory for a layout of %d tensors\n", params);
         return 0;
     }
@@ -398,7 +407,8 @@ static int usage_error(const char *fmt, const char *arg) {
 /* ---------------------------------------------------------------- output */
 
 static uint64_t model_state(const zs_memory_stats *m) {
-    return m->current[ZS_MEM_PARAMS] + m->current[ZS_MEM_GRADS] + m->current[ZS_MEM_MASTER] +
+    return m->current[ZS_MEM_PARAMS] + m->current[ZS_MEM_FROZEN] + m->current[ZS_MEM_GRADS] +
+           m->current[ZS_MEM_MASTER] +
            m->current[ZS_MEM_OPTIM] + m->current[ZS_MEM_HOST_STATE] + m->current[ZS_MEM_HOST_PARAMS] +
            m->current[ZS_MEM_NVME_STATE];
 }
@@ -439,8 +449,8 @@ static zs_status estimate(const run_info *r, int stage, int mode, int world, zs_
     list[n++] = assignment;
     zs_status s = zs_config_override_list(r->cfg, n, list);
     if (s != ZS_OK) return s;
-    return zs_estimate_memory(r->cfg, world, r->l->unit_count, r->l->params_per_unit,
-                              r->l->param_numel, out);
+    return zs_estimate_memory_flags(r->cfg, world, r->l->unit_count, r->l->params_per_unit,
+                                    r->l->param_numel, r->l->param_flags, out);
 }
 
 /* The paper's model state per rank, with 2-byte parameters and gradients. */
@@ -551,7 +561,10 @@ static int print_stage(const run_info *r, int stage, int world) {
     printf("  %-24s  %s = %.0f bytes (%s), K = %.0f\n", "ZeRO paper", paper_text[stage], paper,
            zs__bytes_text(h, sizeof h, paper), k);
     printf("  %-24s  %+.0f bytes: ", "estimate - paper", diff);
-    if (r->dtype == ZS_DTYPE_FP32)
+    if (r->l->frozen_units)
+        printf("frozen units keep only their parameters (frozen), no gradient, master or "
+               "moments, where the formula trains every parameter; and padding\n");
+    else if (r->dtype == ZS_DTYPE_FP32)
         printf("in fp32 zeroshard keeps no separate master copy (parameters and gradients "
                "take 4 bytes instead of the paper's 2 plus a 4-byte master); the rest is "
                "padding\n");
@@ -658,7 +671,8 @@ static int takes_value(const char *option) {
     static const char *const options[] = {"--preset", "--llmc",  "--checkpoint", "--llama",
                                            "--hf-config",
                                            "--safetensors", "--config", "--set",
-                                           "--dtype", "--world", "--device-memory", "--gathers"};
+                                           "--dtype", "--world", "--device-memory", "--gathers",
+                                           "--freeze"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         if (strcmp(option, options[i]) == 0) return 1;
     return 0;
@@ -669,6 +683,8 @@ int main(int argc, char **argv) {
     const char *llama = NULL, *hf_config = NULL;
     const char *bare = NULL, *config_path = NULL, *dtype_text = NULL;
     const char *sets[ZS_ESTIMATE_MAX_SETS];
+    const char *freeze[ZS_ESTIMATE_MAX_SETS];
+    int freeze_count = 0;
     int set_count = 0, world = 0, unit_per_tensor = 0, sources = 0, gathers = 2;
     uint64_t memory = 0;
     for (int i = 1; i < argc; i++) {
@@ -715,6 +731,9 @@ int main(int argc, char **argv) {
             if (zs__number_option_size(a, VALUE(a), 1, INT64_MAX, &bytes) != ZS_OK)
                 return usage_error("%s", zs_last_error());
             memory = (uint64_t)bytes;
+        } else if (strcmp(a, "--freeze") == 0) {
+            if (freeze_count == ZS_ESTIMATE_MAX_SETS) return usage_error("%s", "too many --freeze");
+            freeze[freeze_count++] = VALUE(a);
         } else if (strcmp(a, "--gathers") == 0) {
             if (zs__number_option_int(a, VALUE(a), 0, 1000, &gathers) != ZS_OK)
                 return usage_error("%s", zs_last_error());
@@ -790,6 +809,29 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
 
+    /* --freeze: every parameter of a matching unit frozen; a pattern that
+     * matches nothing is a typo. */
+    for (int f = 0; f < freeze_count; f++) {
+        int matched = 0;
+        for (int u = 0, p = 0; u < l.unit_count; u++) {
+            const int hit = fnmatch(freeze[f], l.unit_names[u], 0) == 0;
+            for (int i = 0; i < l.params_per_unit[u]; i++, p++)
+                if (hit) l.param_flags[p] |= ZS_PARAM_FROZEN;
+            matched += hit;
+        }
+        if (!matched) {
+            fprintf(stderr, "zs-estimate: --freeze \"%s\" matches no unit of %s (units are "
+                            "named like \"%s\")\n", freeze[f], l.source, l.unit_names[0]);
+            zs_config_destroy(cfg);
+            layout_free(&l);
+            return EXIT_USAGE;
+        }
+    }
+    for (int u = 0, p = 0; u < l.unit_count; u++) {
+        l.frozen_units += l.params_per_unit[u] > 0 && (l.param_flags[p] & ZS_PARAM_FROZEN);
+        p += l.params_per_unit[u];
+    }
+
     /* What the report needs to explain itself, from the validated settings. */
     const zs__settings *settings = zs__config_settings(cfg);
     run_info r = {cfg, &l, settings->precision.dtype,
@@ -814,6 +856,9 @@ int main(int argc, char **argv) {
     printf("               largest unit %s: %" PRId64 " elements\n", l.unit_names[largest_unit],
            largest);
     if (l.skipped_empty) printf("               %d empty tensors skipped\n", l.skipped_empty);
+    if (l.frozen_units)
+        printf("               %d of %d units frozen (--freeze): no gradient, master or "
+               "moments\n", l.frozen_units, l.unit_count);
     printf("config         %s: %s, %s\n",
            config_path ? config_path : "defaults (optimizer.lr set)", zs_dtype_name(r.dtype),
            optimizer_text(settings->optimizer.kind));

@@ -323,7 +323,7 @@ static zs_status prepare(hf_import *imp, const char *path) {
     for (int i = 0; i < n; i++) {
         int64_t first, end;
         const int f = imp->params[i].file;
-        if (!zs__state_range(zs, i, &first, &end) || imp->files[f]) continue;
+        if (!zs__param_range(zs, i, &first, &end) || imp->files[f]) continue;
         ZS_CHECK(open_file(imp, f));
         ZS_CHECK(check_file(imp, f));
     }

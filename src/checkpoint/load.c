@@ -208,7 +208,10 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
     for (int i = 0; i < zs->param_count; i++) {
         int64_t b, e;
         if (!zs__plan_owned_range(zs->plan, i, zs->shard_rank, &b, &e)) continue;
+        const int frozen = (zs->params[i]->flags & ZS_PARAM_FROZEN) != 0;
         for (int s = 0; s < nstates; s++) {
+            /* Frozen: its values from the master tensor, no optimizer state. */
+            if (frozen && states[s] != ZS_CKPT_STATE_MASTER) continue;
             int64_t covered = 0;
             for (int k = ls->first_of_param[i]; k < ls->first_of_param[i + 1]; k++) {
                 const int t = ls->by_param[k];
@@ -226,7 +229,8 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
                     const int64_t n = hi - at < ZS_LOAD_ROUND ? hi - at : ZS_LOAD_ROUND;
                     const uint64_t offset = (uint64_t)(at - ct->offset) * sizeof(float);
                     ZS_CHECK(zs__st_read(file, entry, offset, ls->round, (uint64_t)n * sizeof(float)));
-                    ZS_CHECK(zs__state_write(zs, array, i, at, n, ls->round));
+                    if (frozen) ZS_CHECK(zs__frozen_write(zs, i, at, n, ls->round));
+                    else ZS_CHECK(zs__state_write(zs, array, i, at, n, ls->round));
                 }
                 covered += hi - lo;
             }

@@ -74,7 +74,7 @@ static const char *const optimizer_names[] = {
 #define DTYPE_COUNT 3
 
 /* Every parameter flag this version knows; others are refused. */
-#define KNOWN_PARAM_FLAGS ZS_PARAM_NO_DECAY
+#define KNOWN_PARAM_FLAGS (ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN)
 
 const char *zs__ckpt_state_name(zs__ckpt_state state) {
     if ((int)state < 0 || (int)state >= STATE_COUNT) return "unknown";

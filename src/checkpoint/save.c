@@ -104,8 +104,11 @@ typedef struct state_source {
 
 static zs_status read_state(void *ctx, uint64_t offset, void *dst, uint64_t bytes) {
     const state_source *src = ctx;
-    return zs__state_read(src->zs, src->array, src->param,
-                          src->first + (int64_t)(offset / sizeof(float)),
+    const int64_t first = src->first + (int64_t)(offset / sizeof(float));
+    /* A frozen parameter's one tensor, "master", is its value. */
+    if (src->zs->params[src->param]->flags & ZS_PARAM_FROZEN)
+        return zs__frozen_read(src->zs, src->param, first, (int64_t)(bytes / sizeof(float)), dst);
+    return zs__state_read(src->zs, src->array, src->param, first,
                           (int64_t)(bytes / sizeof(float)), dst);
 }
 
@@ -201,7 +204,10 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
     for (int i = 0; i < zs->param_count && zs->replica == 0; i++) {
         int64_t b, e;
         if (!zs__plan_owned_range(zs->plan, i, zs->shard_rank, &b, &e)) continue;
+        const int frozen = (zs->params[i]->flags & ZS_PARAM_FROZEN) != 0;
         for (int s = 0; s < nstates; s++) {
+            /* Frozen: the values (as master), no optimizer state. */
+            if (frozen && states[s] != ZS_CKPT_STATE_MASTER) continue;
             file_plan *f = &files[zs__ckpt_state_file_kind(states[s])];
             state_key(key, sizeof key, zs->params[i]->name, states[s]);
             /* Streamed from wherever the state lives (the writer reads it

@@ -153,8 +153,23 @@ zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
                               zs__ckpt_state_name((zs__ckpt_state)items[k].state), items[k].file);
             goto done;
         }
-    int momentum_params = 0;
+    int momentum_params = 0, frozen_params = 0;
     for (int p = 0; p < m->param_count; p++) {
+        /* A frozen parameter keeps its values (master) and no optimizer
+         * state. */
+        if (m->params[p].flags & ZS_PARAM_FROZEN) {
+            frozen_params++;
+            for (int s = 0; s < STATES; s++)
+                if (s != ZS_CKPT_STATE_MASTER &&
+                    has[(size_t)p * STATES + (size_t)s]) {
+                    status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                      "%s: params[%d] is frozen but has a '%s' tensor; frozen "
+                                      "parameters keep no optimizer state",
+                                      where, p, zs__ckpt_state_name((zs__ckpt_state)s));
+                    goto done;
+                }
+            continue;
+        }
         for (int s = 0; s < STATES; s++)
             if (need[s] && !has[(size_t)p * STATES + (size_t)s]) {
                 status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
@@ -164,7 +179,7 @@ zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
             }
         momentum_params += has[(size_t)p * STATES + ZS_CKPT_STATE_MOMENTUM];
     }
-    if (momentum_params != 0 && momentum_params != m->param_count)
+    if (momentum_params != 0 && momentum_params != m->param_count - frozen_params)
         status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                           "%s: %d of %d parameters have a momentum tensor; SGD keeps it for all "
                           "of them or none",

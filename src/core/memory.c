@@ -25,6 +25,7 @@ int zs__mem_tag_on_device(zs_mem_tag tag) {
     case ZS_MEM_PARAMS: case ZS_MEM_GRADS: case ZS_MEM_MASTER: case ZS_MEM_OPTIM:
     case ZS_MEM_LIVE_PARAMS: case ZS_MEM_LIVE_GRADS: case ZS_MEM_LIVE_FREE:
     case ZS_MEM_SECONDARY: /* gathered values, kept where the gathers run */
+    case ZS_MEM_FROZEN:
         return 1;
     default:
         return 0;
@@ -46,6 +47,16 @@ void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {
     if (tag == ZS_MEM_LIVE_PARAMS || tag == ZS_MEM_LIVE_GRADS)
         ZS_ASSERT(mem->current[ZS_MEM_LIVE_PARAMS] + mem->current[ZS_MEM_LIVE_GRADS] <=
                   mem->live_budget);
+}
+
+void zs__mem_move(zs__mem *mem, zs_mem_tag from, zs_mem_tag to, size_t bytes,
+                  uint64_t from_peak_before) {
+    ZS_ASSERT(mem->current[from] >= bytes);
+    ZS_ASSERT(zs__mem_tag_on_device(from) == zs__mem_tag_on_device(to));
+    mem->current[from] -= bytes;
+    mem->peak[from] = from_peak_before > mem->current[from] ? from_peak_before : mem->current[from];
+    mem->current[to] += bytes;
+    if (mem->current[to] > mem->peak[to]) mem->peak[to] = mem->current[to];
 }
 
 void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes) {

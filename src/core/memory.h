@@ -39,6 +39,13 @@ int zs__mem_tag_on_disk(zs_mem_tag tag);
 
 void zs__mem_charge(zs__mem *mem, zs_mem_tag tag, size_t bytes);
 void zs__mem_uncharge(zs__mem *mem, zs_mem_tag tag, size_t bytes);
+/* Moves `bytes` just charged to `from` (by the allocation that holds them
+ * with other bytes) to `to`, as if they had been charged there: from's peak
+ * goes back to from_peak_before (its peak before that allocation) unless
+ * what it still holds is more. Both tags on the same side (device or host);
+ * the totals do not change. */
+void zs__mem_move(zs__mem *mem, zs_mem_tag from, zs_mem_tag to, size_t bytes,
+                  uint64_t from_peak_before);
 
 /* Zero-filled, ZS_HOST_ALIGNMENT-aligned host memory charged to tag. A
  * zero-byte request succeeds with *out = NULL. The failure message names the

@@ -130,26 +130,31 @@ zs_status zs__comm_plan_rank(const zs__comm_plan_input *in, int rank, zs__step_b
     for (int u = 0; u < plan->unit_count; u++) {
         const zs__plan_unit *pu = &plan->units[u];
         const uint64_t S = (uint64_t)pu->shard_numel;
-        /* The gradient. */
-        if (stage == 0) {
-            ring(&t, out, ZS_COMM_ALL_REDUCE, RING_WORLD, t.world, 2, S * reduce_elem, 1);
-        } else if (grad_bits) {
-            /* qgZ: hop 1 sends `nodes` records to each other rank of the
-             * node, hop 2 one record to each other node's rank. */
-            const uint64_t record = (uint64_t)zs__quant_record_bytes((int64_t)S, block, grad_bits);
-            add(out, ZS_COMM_ALL_TO_ALL, 0,
-                (uint64_t)(t.size - 1) * (uint64_t)t.count * record * reductions);
-            add(out, ZS_COMM_ALL_TO_ALL, 1, (uint64_t)(t.count - 1) * record * reductions);
-        } else {
-            ring(&t, out, ZS_COMM_REDUCE_SCATTER, shard_ring, n, 1, S * reduce_elem, reductions);
-            /* Hybrid: each slice all-reduced between its replicas, in
-             * chunks of S / replicas (zs__replica_all_reduce). */
-            if (plan->replicas > 1)
-                ring(&t, out, ZS_COMM_ALL_REDUCE, RING_CROSS, plan->replicas, 2,
-                     S / (uint64_t)plan->replicas * reduce_elem, reductions);
+        /* The gradient (a frozen unit has none, and its parameters never
+         * change: only stage 3's gathers move it). */
+        if (!pu->frozen) {
+            if (stage == 0) {
+                ring(&t, out, ZS_COMM_ALL_REDUCE, RING_WORLD, t.world, 2, S * reduce_elem, 1);
+            } else if (grad_bits) {
+                /* qgZ: hop 1 sends `nodes` records to each other rank of the
+                 * node, hop 2 one record to each other node's rank. */
+                const uint64_t record =
+                    (uint64_t)zs__quant_record_bytes((int64_t)S, block, grad_bits);
+                add(out, ZS_COMM_ALL_TO_ALL, 0,
+                    (uint64_t)(t.size - 1) * (uint64_t)t.count * record * reductions);
+                add(out, ZS_COMM_ALL_TO_ALL, 1, (uint64_t)(t.count - 1) * record * reductions);
+            } else {
+                ring(&t, out, ZS_COMM_REDUCE_SCATTER, shard_ring, n, 1, S * reduce_elem,
+                     reductions);
+                /* Hybrid: each slice all-reduced between its replicas, in
+                 * chunks of S / replicas (zs__replica_all_reduce). */
+                if (plan->replicas > 1)
+                    ring(&t, out, ZS_COMM_ALL_REDUCE, RING_CROSS, plan->replicas, 2,
+                         S / (uint64_t)plan->replicas * reduce_elem, reductions);
+            }
         }
         /* The parameters. */
-        if (stage == 1 || stage == 2) {
+        if ((stage == 1 || stage == 2) && !pu->frozen) {
             ring(&t, out, ZS_COMM_ALL_GATHER, shard_ring, n, 1, S * elem, 1);
         } else if (stage == 3) {
             const uint64_t gathers = (uint64_t)in->gathers_per_micro * micro;

@@ -13,6 +13,13 @@
 zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_count,
                              const int *params_per_unit, const int64_t *param_numel,
                              zs_memory_stats *out) {
+    return zs_estimate_memory_flags(cfg, world_size, unit_count, params_per_unit, param_numel,
+                                    NULL, out);
+}
+
+zs_status zs_estimate_memory_flags(const zs_config *cfg, int world_size, int unit_count,
+                                   const int *params_per_unit, const int64_t *param_numel,
+                                   const unsigned *param_flags, zs_memory_stats *out) {
     if (!cfg || !out || world_size < 1 || unit_count < 0 || (unit_count > 0 && !params_per_unit))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_estimate_memory: a configuration, a world "
                         "size >= 1, the layout and out are required");
@@ -38,7 +45,8 @@ zs_status zs_estimate_memory(const zs_config *cfg, int world_size, int unit_coun
     ZS_CHECK(zs__plan_create_replicated(shard_size, replicas, s->zero.align, unit_count,
                                         params_per_unit, param_numel, &plan));
     zs__memory_plan mp;
-    zs_status st = zs__memory_plan_make(s, plan, node_size, NULL, &mp);
+    zs_status st = zs__plan_freeze_flags(plan, param_flags, NULL, NULL);
+    if (st == ZS_OK) st = zs__memory_plan_make(s, plan, node_size, NULL, &mp);
     zs__plan_destroy(plan);
     if (st != ZS_OK) return st;
     memset(out, 0, sizeof *out);

@@ -218,6 +218,10 @@ struct zs_ctx {
      * gather reads the unit's shard of master weights through the unit's
      * collectives' staging (unit_ops.c) and rounds it into place. */
     int params_on_nvme;
+    /* The frozen units' bytes of the parameter buffer, charged to
+     * frozen_tag instead of its own tag (params_tag) while it lives. */
+    size_t frozen_bytes;
+    zs_mem_tag frozen_tag, params_tag;
     /* The stage-2/3 gradient shard holds the compute dtype when there is one
      * micro-step per step (nothing to accumulate), else
      * precision.accumulate_dtype (fp32 by default). */

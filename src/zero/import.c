@@ -30,7 +30,8 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
         int64_t b, e;
-        if (!zs__state_range(zs, i, &b, &e)) continue;
+        const int frozen = (p->flags & ZS_PARAM_FROZEN) != 0;
+        if (!(frozen ? zs__param_range(zs, i, &b, &e) : zs__state_range(zs, i, &b, &e))) continue;
         for (int64_t first = b; first < e; first += ZS_IMPORT_CHUNK) {
             const int64_t n = e - first < ZS_IMPORT_CHUNK ? e - first : ZS_IMPORT_CHUNK;
             why[0] = '\0';
@@ -40,7 +41,9 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
                                 "[%lld, %lld): %s", zs->rank, p->name, (long long)first,
                                 (long long)(first + n), why);
             }
-            ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
+            /* Frozen parameters have no master: written rounded, in place. */
+            if (frozen) ZS_CHECK(zs__frozen_write(zs, i, first, n, host));
+            else ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
         }
     }
     return zs__store_flush(&zs->store);

@@ -366,6 +366,12 @@ void zs_destroy(zs_ctx *zs) {
     zs->comm = zs->node_comm = zs->cross_comm = NULL;
     zs__topology_destroy(zs->topology);
     zs->topology = NULL;
+    /* The buffer frees what it was charged: the frozen part goes back to
+     * its tag first. */
+    if (zs->frozen_bytes > 0)
+        zs__mem_move(&zs->mem, zs->frozen_tag, zs->params_tag, zs->frozen_bytes,
+                     zs->mem.peak[zs->frozen_tag]);
+    zs->frozen_bytes = 0;
     zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, &zs->grads_full,
                        &zs->grads_shard, &zs->grads_host, &zs->grads_landing,
                        &zs->params_host};

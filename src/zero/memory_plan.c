@@ -16,39 +16,61 @@
 
 /* The live budget of stages 2-3: zero.live_bytes, or max_live_units carves
  * of the largest unit for gradients (and for gathered parameters in stage
- * 3); it must hold the largest unit's parameters plus its gradient, or no
- * micro-step could run. */
+ * 3); it must hold the largest unit's parameters plus the largest
+ * trainable unit's gradient (frozen units have none), or no micro-step
+ * could run. */
 static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t elem,
                              const char *const *names, zs__memory_plan *out) {
     const int stage = s->zero.stage;
     const int max_units = s->zero.max_live_units;
     if (stage < 2 || plan->unit_count == 0) return ZS_OK;
-    int largest = 0;
-    for (int u = 1; u < plan->unit_count; u++)
-        if (plan->units[u].padded_numel > plan->units[largest].padded_numel) largest = u;
+    int largest = -1, largest_grad = -1;
+    for (int u = 0; u < plan->unit_count; u++) {
+        if (largest < 0 || plan->units[u].padded_numel > plan->units[largest].padded_numel)
+            largest = u;
+        if (!plan->units[u].frozen &&
+            (largest_grad < 0 ||
+             plan->units[u].padded_numel > plan->units[largest_grad].padded_numel))
+            largest_grad = u;
+    }
+    if (largest_grad < 0) largest_grad = largest; /* zs__plan_freeze_flags refuses this */
+    const int named = stage == 3 ? largest : largest_grad;
     char fallback[32];
-    snprintf(fallback, sizeof fallback, "unit #%d", largest);
-    const char *name = names ? names[largest] : fallback;
-    size_t unit_bytes, span, needed, automatic;
-    const int kinds = stage == 3 ? 2 : 1; /* parameters and gradient, or the gradient alone */
+    snprintf(fallback, sizeof fallback, "unit #%d", named);
+    const char *name = names ? names[named] : fallback;
+    size_t unit_bytes, grad_bytes, span, grad_span, needed, automatic;
+    /* Parameters and gradient, or the gradient alone. */
     if (!zs__mul_size((size_t)plan->units[largest].padded_numel, elem, &unit_bytes) ||
-        (span = zs__live_span(unit_bytes)) == 0 || !zs__mul_size(span, (size_t)kinds, &needed) ||
+        !zs__mul_size((size_t)plan->units[largest_grad].padded_numel, elem, &grad_bytes) ||
+        (span = zs__live_span(unit_bytes)) == 0 || (grad_span = zs__live_span(grad_bytes)) == 0 ||
+        !zs__add_size(stage == 3 ? span : 0, grad_span, &needed) ||
         !zs__mul_size(needed, (size_t)max_units, &automatic))
         return zs__fail(ZS_ERR_OUT_OF_MEMORY, "the live budget for unit '%s' overflows", name);
+    const int kinds = stage == 3 ? 2 : 1;
     size_t budget = s->zero.live_bytes > 0 ? (size_t)s->zero.live_bytes : automatic;
     if (budget < needed) {
-        if (stage == 3)
+        if (stage == 3 && largest == largest_grad)
             return zs__fail(ZS_ERR_CONFIG,
                             "zero.live_bytes = %zu cannot hold the largest unit, '%s': its "
                             "gathered parameters and its gradient (%zu bytes each) need %zu "
                             "bytes together; set zero.live_bytes to at least %zu (0 sizes it "
                             "for zero.max_live_units = %d such units: %zu)",
                             budget, name, unit_bytes, needed, needed, max_units, automatic);
+        if (stage == 3)
+            return zs__fail(ZS_ERR_CONFIG,
+                            "zero.live_bytes = %zu cannot hold the largest unit, '%s' (%zu "
+                            "bytes gathered; it is frozen), with the largest trainable unit's "
+                            "gradient, '%s' (%zu bytes): %zu bytes together; set "
+                            "zero.live_bytes to at least %zu (0 sizes it for "
+                            "zero.max_live_units = %d such pairs: %zu)",
+                            budget, name, unit_bytes,
+                            names ? names[largest_grad] : "the largest trainable unit",
+                            grad_bytes, needed, needed, max_units, automatic);
         return zs__fail(ZS_ERR_CONFIG,
                         "zero.live_bytes = %zu cannot hold the gradient of the largest unit, "
                         "'%s' (%zu bytes); set zero.live_bytes to at least %zu (0 sizes it for "
                         "zero.max_live_units = %d such units: %zu)",
-                        budget, name, unit_bytes, needed, max_units, automatic);
+                        budget, name, grad_bytes, needed, max_units, automatic);
     }
     out->live_budget = budget - budget % ZS__LIVE_ALIGN; /* whole blocks (live.c) */
     out->live_blocks = kinds * max_units;
@@ -145,13 +167,19 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
     if (out->grad_bits) out->reduce_dtype = dt;
     out->moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
     out->params_numel = stage < 3 ? plan->padded_numel : plan->shard_numel;
-    out->grads_numel = stage < 2 ? plan->padded_numel : plan->shard_numel;
-    out->state_numel = stage == 0 ? plan->padded_numel : plan->shard_numel;
+    out->frozen_numel = stage < 3 ? plan->frozen_padded_numel : plan->frozen_shard_numel;
+    /* Frozen units have no gradient and no state. */
+    out->grads_numel = stage < 2 ? plan->grad_padded_numel : plan->grad_shard_numel;
+    out->state_numel = stage == 0 ? plan->grad_padded_numel : plan->grad_shard_numel;
     const int offload_opt = s->offload.optimizer != ZS_OFFLOAD_NONE;
     out->has_master = dt != ZS_DTYPE_FP32 || offload_opt;
     out->params_tag = stage == 3 && s->offload.params != ZS_OFFLOAD_NONE ? ZS_MEM_HOST_PARAMS
                                                                           : ZS_MEM_PARAMS;
     out->params_on_nvme = stage == 3 && s->offload.params == ZS_OFFLOAD_NVME;
+    if (out->params_on_nvme && plan->frozen_units > 0)
+        return zs__fail(ZS_ERR_CONFIG, "offload.params = \"nvme\" keeps no parameter shard (a "
+                        "gather reads the fp32 master), and frozen parameters have no master: "
+                        "use offload.params = \"host\" or \"none\" with frozen units");
     const int64_t max_shard = plan->max_unit_padded_numel / plan->world_size;
     if (out->params_on_nvme) {
         /* Two halves of whichever buffer the copy into place reads (the
@@ -183,14 +211,22 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
             out->params_host_numel = out->state_numel;
     }
     ZS_CHECK(live_budget(s, plan, elem, unit_names, out));
-    if (out->reduce_dtype != dt && world > 1) out->reduce_staging_numel = plan->max_unit_padded_numel;
+    if (out->reduce_dtype != dt && world > 1)
+        out->reduce_staging_numel = plan->max_grad_unit_padded_numel;
     /* qgZ reduces every unit alone, as reduce_dtype = "fp32" does (bucket.c). */
     if (s->comm.bucket_bytes > 0 && world > 1 && out->reduce_dtype == dt && !out->grad_bits &&
         s->comm.reduce_scatter == ZS_COMM_IMPL_RING)
         out->bucket_staging_numel = 2 * s->comm.bucket_bytes / (int64_t)elem;
 
     uint64_t *b = out->bytes;
-    if (!out->params_on_nvme) b[out->params_tag] += (uint64_t)out->params_numel * elem;
+    /* Frozen units' share of the parameter buffer is reported as frozen
+     * when it is on the device (offload.params = "host" keeps it in host
+     * memory, as host_params). */
+    out->frozen_tag = out->params_tag == ZS_MEM_PARAMS ? ZS_MEM_FROZEN : out->params_tag;
+    if (!out->params_on_nvme) {
+        b[out->params_tag] += (uint64_t)(out->params_numel - out->frozen_numel) * elem;
+        b[out->frozen_tag] += (uint64_t)out->frozen_numel * elem;
+    }
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
     b[ZS_MEM_HOST_STATE] += (uint64_t)out->grads_host_numel * elem;

@@ -20,6 +20,7 @@ typedef struct zs__memory_plan {
     zs_dtype reduce_dtype;       /* what gradient collectives carry */
     int moments;                 /* fp32 optimizer state buffers: 0, 1 (SGD momentum) or 2 (Adam) */
     int64_t params_numel;        /* full (stages 0-2) or the shard (stage 3) */
+    int64_t frozen_numel;        /* the frozen units' part of it (ZS_MEM_FROZEN) */
     int64_t grads_numel;         /* full (stages 0-1) or the shard (stages 2-3) */
     int64_t state_numel;         /* master and each moment: full in stage 0, else the shard */
     int has_master;              /* the compute dtype is not fp32, or the optimizer is offloaded
@@ -28,6 +29,7 @@ typedef struct zs__memory_plan {
      * offload.optimizer / offload.params). */
     zs_mem_tag params_tag, grads_tag, master_tag, optim_tag; /* nvme: master and optim are
                                                                  ZS_MEM_NVME_STATE */
+    zs_mem_tag frozen_tag;       /* ZS_MEM_FROZEN, or params_tag where that is a host tier */
     int nvme;                    /* offload.optimizer = "nvme": master and moments in the swap file */
     int params_on_nvme;          /* offload.params = "nvme": no parameter shard is kept; each
                                     gather reads the fp32 master through gather staging */

@@ -116,9 +116,10 @@ zs_status zs_param_create(zs_ctx *zs, const char *name, int ndim, const int64_t 
     if (init.kind == ZS_INIT_NORMAL && !(init.b >= 0))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': normal init needs std >= 0 "
                         "(got %g)", name, init.b);
-    if (flags & ~ZS_PARAM_NO_DECAY)
+    const unsigned known = ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN;
+    if (flags & ~known)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': unknown flags 0x%x", name,
-                        flags & ~ZS_PARAM_NO_DECAY);
+                        flags & ~known);
     ZS_CHECK(grow((void **)&zs->params, &zs->param_capacity, zs->param_count + 1,
                   sizeof(zs_param *)));
     zs_param *p = zs__calloc(1, sizeof *p);
@@ -302,9 +303,18 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
 
     /* Stage 3 with offload.params = "nvme" keeps no parameter shard: a
      * gather reads the master (the unit's collectives' staging, below). */
+    /* One buffer of parameters; the frozen units' part is charged to the
+     * frozen tag (memory_plan.c decides which). */
+    const uint64_t params_peak = zs->mem.peak[mp.params_tag];
     if (stage < 3) ZS_CHECK(zs__plan_buf(zs, &zs->params_full, mp.params_tag, dt, mp.params_numel));
     else if (!mp.params_on_nvme)
         ZS_CHECK(zs__plan_buf(zs, &zs->params_shard, mp.params_tag, dt, mp.params_numel));
+    if (mp.frozen_tag != mp.params_tag && !mp.params_on_nvme) {
+        zs->frozen_bytes = (size_t)mp.frozen_numel * zs_dtype_size(dt);
+        zs->frozen_tag = mp.frozen_tag;
+        zs->params_tag = mp.params_tag;
+        zs__mem_move(&zs->mem, mp.params_tag, mp.frozen_tag, zs->frozen_bytes, params_peak);
+    }
     zs->params_on_nvme = mp.params_on_nvme;
     ZS_CHECK(zs__unit_ops_create(zs, &mp));
     if (stage < 2) ZS_CHECK(zs__plan_buf(zs, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
@@ -356,6 +366,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         else if (owned && !zs->params_on_nvme) /* on NVMe: the master is the parameter */
             ZS_CHECK(init_range(zs, zs->params_shard.be, p,
                                 zs__buf_at(&zs->params_shard, shard_index), dt, b, e - b));
+        if (pu->frozen) continue; /* no master */
         if (mp.has_master && stage == 0) ZS_CHECK(init_master(zs, i, 0, p->numel));
         else if (mp.has_master && owned) ZS_CHECK(init_master(zs, i, b, e - b));
     }
@@ -459,21 +470,37 @@ zs_status zs__build_model(zs_ctx *zs) {
                            "every rank must register the same units and parameters (names, "
                            "shapes, flags, initializers) in the same order"));
 
-    int *per_unit = zs__malloc(sizeof(int) * (size_t)(zs->unit_count ? zs->unit_count : 1));
-    int64_t *numels = zs__malloc(sizeof(int64_t) * (size_t)(zs->param_count ? zs->param_count : 1));
+    const size_t units = (size_t)(zs->unit_count ? zs->unit_count : 1);
+    const size_t params = (size_t)(zs->param_count ? zs->param_count : 1);
+    int *per_unit = zs__malloc(sizeof(int) * units);
+    int64_t *numels = zs__malloc(sizeof(int64_t) * params);
+    unsigned *flags = zs__malloc(sizeof(unsigned) * params);
+    const char **unit_names = zs__malloc(sizeof(char *) * units);
+    const char **param_names = zs__malloc(sizeof(char *) * params);
     zs_status st = ZS_OK;
-    if (!per_unit || !numels) {
+    if (!per_unit || !numels || !flags || !unit_names || !param_names) {
         st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     } else {
-        for (int u = 0; u < zs->unit_count; u++) per_unit[u] = zs->units[u]->param_count;
-        for (int i = 0; i < zs->param_count; i++) numels[i] = zs->params[i]->numel;
+        for (int u = 0; u < zs->unit_count; u++) {
+            per_unit[u] = zs->units[u]->param_count;
+            unit_names[u] = zs->units[u]->name;
+        }
+        for (int i = 0; i < zs->param_count; i++) {
+            numels[i] = zs->params[i]->numel;
+            flags[i] = zs->params[i]->flags;
+            param_names[i] = zs->params[i]->name;
+        }
         st = shard_group_choose(zs);
         if (st == ZS_OK)
             st = zs__plan_create_replicated(zs->shard_size, zs->replicas, zs->settings.zero.align,
                                             zs->unit_count, per_unit, numels, &zs->plan);
+        if (st == ZS_OK) st = zs__plan_freeze_flags(zs->plan, flags, unit_names, param_names);
     }
     free(per_unit);
     free(numels);
+    free(flags);
+    free(unit_names);
+    free(param_names);
     if (st != ZS_OK) return zs__fail_context(st, "zs_build");
 
     /* Local: a failure is agreed below with the build's. */
@@ -504,3 +531,11 @@ const char *zs_unit_name(const zs_unit *unit) { return unit->name; }
 const char *zs_param_name(const zs_param *p) { return p->name; }
 int64_t zs_param_numel(const zs_param *p) { return p->numel; }
 zs_dtype zs_param_dtype(const zs_param *p) { return p->ctx->compute_dtype; }
+int zs_param_frozen(const zs_param *p) { return p != NULL && (p->flags & ZS_PARAM_FROZEN) != 0; }
+int zs_unit_frozen(const zs_unit *unit) {
+    if (!unit || unit->param_count == 0) return 0;
+    const zs_ctx *zs = unit->ctx;
+    for (int i = unit->first_param; i < unit->first_param + unit->param_count; i++)
+        if (!(zs->params[i]->flags & ZS_PARAM_FROZEN)) return 0;
+    return 1;
+}

@@ -24,13 +24,15 @@ zs_status zs__nvme_runid(zs_ctx *zs, char *runid, size_t cap) {
 }
 
 /* The units whose shards overlap state elements [first, end) (stages 1-3:
- * the state index space is the shard layout, unit after unit). */
+ * the state index space is the trainable units' shard layout, unit after
+ * unit). */
 static void name_units(void *ctx, int64_t first, int64_t end, char *out, size_t cap) {
     const zs_ctx *zs = ctx;
     int lo = -1, hi = -1;
     for (int u = 0; u < zs->unit_count; u++) {
         const zs__plan_unit *pu = &zs->plan->units[u];
-        if (pu->shard_offset < end && pu->shard_offset + pu->shard_numel > first) {
+        if (!pu->frozen && pu->grad_shard_offset < end &&
+            pu->grad_shard_offset + pu->shard_numel > first) {
             if (lo < 0) lo = u;
             hi = u;
         }

@@ -3,6 +3,7 @@
  */
 #include "zero/plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/alloc.h"
@@ -112,8 +113,34 @@ zs_status zs__plan_create_replicated(int world_size, int replicas, int64_t align
         if (unit->padded_numel > plan->max_unit_padded_numel)
             plan->max_unit_padded_numel = unit->padded_numel;
     }
+    zs__plan_freeze(plan, NULL);
     *out = plan;
     return ZS_OK;
+}
+
+void zs__plan_freeze(zs__plan *plan, const unsigned char *unit_frozen) {
+    plan->grad_padded_numel = plan->grad_shard_numel = plan->max_grad_unit_padded_numel = 0;
+    plan->frozen_padded_numel = plan->frozen_shard_numel = 0;
+    plan->frozen_units = 0;
+    for (int u = 0; u < plan->unit_count; u++) {
+        zs__plan_unit *unit = &plan->units[u];
+        unit->frozen = unit_frozen != NULL && unit_frozen[u] != 0;
+        /* Sums of the padded units' lengths, already checked against
+         * overflow: their parts cannot overflow. */
+        if (unit->frozen) {
+            unit->grad_full_offset = unit->grad_shard_offset = -1;
+            plan->frozen_padded_numel += unit->padded_numel;
+            plan->frozen_shard_numel += unit->shard_numel;
+            plan->frozen_units++;
+            continue;
+        }
+        unit->grad_full_offset = plan->grad_padded_numel;
+        unit->grad_shard_offset = plan->grad_shard_numel;
+        plan->grad_padded_numel += unit->padded_numel;
+        plan->grad_shard_numel += unit->shard_numel;
+        if (unit->padded_numel > plan->max_grad_unit_padded_numel)
+            plan->max_grad_unit_padded_numel = unit->padded_numel;
+    }
 }
 
 void zs__plan_destroy(zs__plan *plan) {
@@ -137,4 +164,52 @@ int zs__plan_owned_range(const zs__plan *plan, int param, int rank, int64_t *beg
     *begin = b - pp->offset;
     *end = e - pp->offset;
     return 1;
+}
+
+zs_status zs__plan_freeze_flags(zs__plan *plan, const unsigned *param_flags,
+                                const char *const *unit_names, const char *const *param_names) {
+    if (!param_flags) {
+        zs__plan_freeze(plan, NULL);
+        return ZS_OK;
+    }
+    unsigned char *frozen = zs__calloc((size_t)plan->unit_count, 1);
+    if (!frozen) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "partition plan: out of host memory");
+    int all = 1;
+    for (int u = 0; u < plan->unit_count; u++) {
+        const zs__plan_unit *unit = &plan->units[u];
+        int first_frozen = -1, first_trained = -1;
+        for (int i = unit->first_param; i < unit->first_param + unit->param_count; i++) {
+            if (param_flags[i] & ZS_PARAM_FROZEN) {
+                if (first_frozen < 0) first_frozen = i;
+            } else if (first_trained < 0) {
+                first_trained = i;
+            }
+        }
+        if (first_frozen >= 0 && first_trained >= 0) {
+            char un[32], fn[32], tn[32];
+            snprintf(un, sizeof un, "#%d", u);
+            snprintf(fn, sizeof fn, "#%d", first_frozen);
+            snprintf(tn, sizeof tn, "#%d", first_trained);
+            free(frozen);
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "unit '%s' mixes frozen and trainable parameters ('%s' is "
+                            "ZS_PARAM_FROZEN, '%s' is not): a unit is reduced and updated as "
+                            "one, so freeze all of it or register the trainable parameters in "
+                            "a unit of their own",
+                            unit_names ? unit_names[u] : un,
+                            param_names ? param_names[first_frozen] : fn,
+                            param_names ? param_names[first_trained] : tn);
+        }
+        frozen[u] = first_frozen >= 0;
+        all = all && frozen[u];
+    }
+    if (all && plan->unit_count > 0) {
+        free(frozen);
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "every unit is frozen (ZS_PARAM_FROZEN): nothing would train; leave "
+                        "at least one unit's parameters trainable");
+    }
+    zs__plan_freeze(plan, frozen);
+    free(frozen);
+    return ZS_OK;
 }

@@ -12,7 +12,13 @@
  *
  * Model-wide buffers concatenate units: the full buffer of the model places
  * unit u at full_offset[u] (sum of padded lengths before it); a rank's shard
- * buffer places unit u's slice at shard_offset[u] (sum of shard lengths). */
+ * buffer places unit u's slice at shard_offset[u] (sum of shard lengths).
+ *
+ * Frozen units (every parameter ZS_PARAM_FROZEN; zs__plan_freeze) keep
+ * their place among the parameters but have no gradient and no optimizer
+ * state: the gradient buffers and the state index space concatenate the
+ * trainable units only, at grad_full_offset[u] and grad_shard_offset[u].
+ * Without frozen units these equal full_offset and shard_offset. */
 #ifndef ZS_ZERO_PLAN_H
 #define ZS_ZERO_PLAN_H
 
@@ -28,6 +34,9 @@ typedef struct zs__plan_unit {
     int64_t shard_numel;   /* padded_numel / world_size: what each rank owns */
     int64_t full_offset;   /* start of the unit in a model-wide full buffer */
     int64_t shard_offset;  /* start of the unit's slice in a rank's shard buffer */
+    int frozen;            /* no gradient, no state (zs__plan_freeze) */
+    int64_t grad_full_offset;  /* trainable: its start in a full gradient buffer, and in */
+    int64_t grad_shard_offset; /* the shard gradient buffer (= the state index space) */
 } zs__plan_unit;
 
 typedef struct zs__plan_param {
@@ -48,6 +57,12 @@ typedef struct zs__plan {
     int64_t padded_numel;   /* sum of padded unit lengths: the full buffer length */
     int64_t shard_numel;    /* sum of shard lengths: a rank's shard buffer length */
     int64_t max_unit_padded_numel; /* the largest padded unit: a live buffer's size */
+    /* The trainable units' share (all of the above without frozen units):
+     * the gradient buffers' and the state's lengths, and the largest
+     * trainable unit; and the frozen units' padded and shard lengths. */
+    int64_t grad_padded_numel, grad_shard_numel, max_grad_unit_padded_numel;
+    int64_t frozen_padded_numel, frozen_shard_numel;
+    int frozen_units;
 } zs__plan;
 
 /* Lays out `unit_count` units; unit u holds params_per_unit[u] parameters whose
@@ -65,6 +80,16 @@ zs_status zs__plan_create_replicated(int world_size, int replicas, int64_t align
                                      int unit_count, const int *params_per_unit,
                                      const int64_t *param_numel, zs__plan **out);
 void zs__plan_destroy(zs__plan *plan);
+/* Marks units frozen (unit_frozen[u] nonzero; NULL: none) and lays out the
+ * gradient and state offsets over the trainable units. */
+void zs__plan_freeze(zs__plan *plan, const unsigned char *unit_frozen);
+/* The same from each parameter's ZS_PARAM_* flags (NULL: none): a unit is
+ * frozen when all its parameters are ZS_PARAM_FROZEN. Fails
+ * (ZS_ERR_INVALID_ARGUMENT) on a unit that mixes frozen and trainable
+ * parameters, naming the unit and one parameter of each kind (from the
+ * names when given, else by index), and when every unit is frozen. */
+zs_status zs__plan_freeze_flags(zs__plan *plan, const unsigned *param_flags,
+                                const char *const *unit_names, const char *const *param_names);
 
 /* The part of parameter p that rank `rank` owns, as [*begin, *end) in the
  * parameter's own element indices. Returns 0 (and an empty range) if the rank

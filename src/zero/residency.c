@@ -239,6 +239,12 @@ void *zs_param_grad(zs_param *p) {
     zs_ctx *zs = p->ctx;
     zs_unit *unit = p->unit;
     const zs__plan_param *pp = &zs->plan->params[p->index];
+    if (p->flags & ZS_PARAM_FROZEN) {
+        zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_param_grad('%s'): the parameter is frozen "
+                 "(ZS_PARAM_FROZEN) and has no gradient; a backward through it computes only "
+                 "its input's gradient", p->name);
+        return NULL;
+    }
     if (zs__grads_declared(unit)) {
         zs__fail(ZS_ERR_STATE, "zs_param_grad('%s'): unit '%s' already declared its gradient "
                  "ready in this micro-step", p->name, unit->name);
@@ -256,7 +262,7 @@ void *zs_param_grad(zs_param *p) {
         return NULL;
     }
     if (zs->settings.zero.stage < 2)
-        return zs__buf_at(&zs->grads_full, zs->plan->units[unit->index].full_offset + pp->offset);
+        return zs__buf_at(&zs->grads_full, zs->plan->units[unit->index].grad_full_offset + pp->offset);
     if (unit->grad.state == ZS__GRAD_NONE && open_grad(zs, unit, "zs_param_grad") != ZS_OK)
         return NULL;
     return (char *)unit->grad.carve + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
@@ -264,6 +270,9 @@ void *zs_param_grad(zs_param *p) {
 
 zs_status zs_grads_open(zs_ctx *zs, zs_unit *unit) {
     ZS_CHECK(check_unit(zs, unit, "zs_grads_open"));
+    if (zs->plan->units[unit->index].frozen)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_grads_open('%s'): the unit is frozen (every "
+                        "parameter ZS_PARAM_FROZEN) and has no gradient to open", unit->name);
     if (zs__grads_declared(unit))
         return zs__fail(ZS_ERR_STATE, "zs_grads_open('%s'): the unit already declared its "
                         "gradient ready in this micro-step", unit->name);
@@ -290,6 +299,13 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
                         "has no gradients; call zs_eval_end first", unit->name);
     const int stage = zs->settings.zero.stage;
     const zs__plan_unit *pu = &zs->plan->units[unit->index];
+    if (pu->frozen) {
+        /* No gradient, no reduction: declared, nothing else (zs_step asks
+         * frozen units for no declaration either). */
+        unit->grad.state = ZS__GRAD_DONE;
+        zs__trace_leave(zs);
+        return ZS_OK;
+    }
     if (stage < 2) {
         /* Stages 0-1 accumulate micro-steps in the full buffer (backward adds)
          * and reduce once, at the boundary. Stage 0 all-reduces as
@@ -297,7 +313,7 @@ zs_status zs_grads_ready(zs_ctx *zs, zs_unit *unit) {
          * the order the other stages' reduce-scatter uses. The reduction
          * runs on the comm engine while backward goes on; zs_step waits. */
         if (zs_is_accumulation_boundary(zs))
-            zs__bucket_add(zs, unit, zs__buf_at(&zs->grads_full, pu->full_offset), stage == 0, 0);
+            zs__bucket_add(zs, unit, zs__buf_at(&zs->grads_full, pu->grad_full_offset), stage == 0, 0);
         else
             unit->grad.state = ZS__GRAD_DONE; /* accumulating in grads_full */
     } else {

@@ -24,9 +24,17 @@ static int params_are_master(const zs_ctx *zs, zs__state_array array) {
     return array == ZS_STATE_MASTER && !zs->store.has_master;
 }
 
+/* Frozen parameters have no optimizer state (their values are the
+ * parameters': zs__frozen_write). */
+static zs_status no_state(const zs_ctx *zs, int param, const char *what) {
+    return zs__fail(ZS_ERR_INTERNAL, "%s: parameter '%s' is frozen and has no optimizer state",
+                    what, zs->params[param]->name);
+}
+
 zs_status zs__state_read(zs_ctx *zs, zs__state_array array, int param, int64_t first,
                          int64_t count, float *dst) {
     if (count <= 0) return ZS_OK;
+    if (zs->params[param]->flags & ZS_PARAM_FROZEN) return no_state(zs, param, "state read");
     ZS_CHECK(zs__update_finish(zs));
     if (params_are_master(zs, array)) {
         const zs__buf *p = zs->settings.zero.stage < 3 ? &zs->params_full : &zs->params_shard;
@@ -39,6 +47,7 @@ zs_status zs__state_read(zs_ctx *zs, zs__state_array array, int param, int64_t f
 zs_status zs__state_write(zs_ctx *zs, zs__state_array array, int param, int64_t first,
                           int64_t count, const float *src) {
     if (count <= 0) return ZS_OK;
+    if (zs->params[param]->flags & ZS_PARAM_FROZEN) return no_state(zs, param, "state write");
     ZS_CHECK(zs__update_finish(zs));
     zs__params_changed(zs); /* hpZ: gathers go across nodes again */
     if (params_are_master(zs, array)) {
@@ -47,6 +56,50 @@ zs_status zs__state_write(zs_ctx *zs, zs__state_array array, int param, int64_t 
                                   (size_t)count * sizeof(float));
     }
     return zs__store_write(&zs->store, array, zs__state_index(zs, param, first), count, src);
+}
+
+/* A frozen parameter's elements [first, first + count) set from `in`
+ * (rounded to nearest even) or, with in NULL, read into `out` (widened
+ * exactly), through fp32 host memory in bounded rounds. */
+static zs_status frozen_move(zs_ctx *zs, int param, int64_t first, int64_t count, const float *in,
+                             float *out) {
+    const int write = in != NULL;
+    if (count <= 0) return ZS_OK;
+    ZS_CHECK(zs__update_finish(zs));
+    if (write) zs__params_changed(zs); /* hpZ: gathers go across nodes again */
+    const zs__buf *p = zs->settings.zero.stage < 3 ? &zs->params_full : &zs->params_shard;
+    zs__backend *be = p->be;
+    char *at_param = zs__param_at(zs, param, first);
+    if (p->dtype == ZS_DTYPE_FP32)
+        return write ? be->ops->upload(be, at_param, in, (size_t)count * sizeof(float))
+                     : be->ops->download(be, out, at_param, (size_t)count * sizeof(float));
+    const size_t elem = zs_dtype_size(p->dtype);
+    const int64_t round = count < ZS_STATE_ROUND ? count : ZS_STATE_ROUND;
+    void *narrow = NULL;
+    ZS_CHECK(zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, (size_t)round * elem, &narrow));
+    zs_status st = ZS_OK;
+    for (int64_t at = 0; at < count && st == ZS_OK; at += round) {
+        const int64_t n = count - at < round ? count - at : round;
+        char *dev = at_param + (size_t)at * elem;
+        if (write) {
+            st = zs_convert(narrow, p->dtype, in + at, ZS_DTYPE_FP32, n);
+            if (st == ZS_OK) st = be->ops->upload(be, dev, narrow, (size_t)n * elem);
+        } else {
+            st = be->ops->download(be, narrow, dev, (size_t)n * elem);
+            if (st == ZS_OK) st = zs_convert(out + at, ZS_DTYPE_FP32, narrow, p->dtype, n);
+        }
+    }
+    zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, narrow, (size_t)round * elem);
+    return st;
+}
+
+zs_status zs__frozen_write(zs_ctx *zs, int param, int64_t first, int64_t count,
+                           const float *src) {
+    return frozen_move(zs, param, first, count, src, NULL);
+}
+
+zs_status zs__frozen_read(zs_ctx *zs, int param, int64_t first, int64_t count, float *dst) {
+    return frozen_move(zs, param, first, count, NULL, dst);
 }
 
 /* One unit's owned parameters from its master: rounded on the backend that
@@ -93,7 +146,7 @@ zs_status zs__params_from_master(zs_ctx *zs) {
         for (int u = 0; u < zs->unit_count && st == ZS_OK; u++) {
             int64_t at, first, end;
             zs__buf *params = zs__unit_owned_params(zs, u, &at);
-            if (!params) continue;
+            if (!params || zs->plan->units[u].frozen) continue; /* frozen: no master */
             zs__unit_state_range(zs, u, &first, &end);
             round_ctx r = {params, at - first, host};
             st = zs__store_each(&zs->store, first, end, 0, round_chunk, &r);
@@ -112,8 +165,9 @@ zs_status zs__state_loaded(zs_ctx *zs) {
     for (int u = 0; stage == 0 && u < zs->unit_count; u++) {
         const zs__plan_unit *pu = &zs->plan->units[u];
         const char *name = zs->units[u]->name;
+        if (pu->frozen) continue; /* no state; its parameters were written whole */
         for (int a = 0; a < 3; a++) {
-            float *at = zs__store_at(&zs->store, (zs__state_array)a, pu->full_offset);
+            float *at = zs__store_at(&zs->store, (zs__state_array)a, pu->grad_full_offset);
             if (at)
                 ZS_CHECK(zs__comm_all_gather(zs->comm, at, (size_t)pu->shard_numel,
                                              ZS_DTYPE_FP32, name));

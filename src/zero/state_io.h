@@ -18,6 +18,14 @@ zs_status zs__state_read(zs_ctx *zs, zs__state_array array, int param, int64_t f
                          int64_t count, float *dst);
 zs_status zs__state_write(zs_ctx *zs, zs__state_array array, int param, int64_t first,
                           int64_t count, const float *src);
+/* A frozen parameter's elements [first, first + count) of this rank's range
+ * (zs__param_range) set from fp32 values, rounded into the compute dtype in
+ * place: frozen parameters have no master to write. */
+zs_status zs__frozen_write(zs_ctx *zs, int param, int64_t first, int64_t count,
+                           const float *src);
+/* The same elements read back, widened to fp32 (exactly): what a
+ * checkpoint saves as a frozen parameter's master tensor. */
+zs_status zs__frozen_read(zs_ctx *zs, int param, int64_t first, int64_t count, float *dst);
 
 /* The parameters from the master weights, everywhere they are kept (after
  * a load or an import): each owned range rounded into the compute dtype.

@@ -17,8 +17,12 @@
 int64_t zs__state_index(const zs_ctx *zs, int param, int64_t element);
 /* The elements [*first, *end) of a parameter whose optimizer state this
  * rank keeps and updates: all of them in stage 0 (every rank holds full
- * state), its owned slice in stages 1-3. 0 when there are none. */
+ * state), its owned slice in stages 1-3. 0 when there are none (a frozen
+ * parameter has no state). */
 int zs__state_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end);
+/* The same elements whatever the parameter's state: the range this rank
+ * writes when it sets the parameter (zs_params_import), frozen or not. */
+int zs__param_range(const zs_ctx *zs, int param, int64_t *first, int64_t *end);
 /* Unit u's part of the state index space, [*first, *end). */
 void zs__unit_state_range(const zs_ctx *zs, int unit, int64_t *first, int64_t *end);
 void *zs__param_at(const zs_ctx *zs, int param, int64_t element);

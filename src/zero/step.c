@@ -74,7 +74,7 @@ static zs_status local_readiness(zs_ctx *zs) {
         if (unit->fetched)
             return zs__fail(ZS_ERR_STATE, "zs_step: unit '%s' is still fetched; release every "
                             "unit before zs_step", unit->name);
-        if (!zs__grads_declared(unit))
+        if (!zs__grads_declared(unit) && !zs->plan->units[u].frozen)
             return zs__fail(ZS_ERR_STATE, "zs_step: unit '%s' has not called zs_grads_ready in "
                             "this micro-step; every unit must, even without a gradient",
                             unit->name);
@@ -84,22 +84,23 @@ static zs_status local_readiness(zs_ctx *zs) {
 
 /* This rank's owned, reduced gradient of unit u and its dtype: the rank's
  * chunk of the full buffer in stages 0-1, its shard in stages 2-3. Same
- * elements, same order in every stage, so norms agree bitwise across stages. */
+ * elements, same order in every stage, so norms agree bitwise across stages.
+ * A frozen unit has none: the start of the buffer, for a count of 0. */
 static const void *owned_grad(const zs_ctx *zs, int u, zs_dtype *dtype) {
     const zs__plan_unit *pu = &zs->plan->units[u];
+    const int64_t chunk = pu->frozen ? 0 : (int64_t)zs->shard_rank * pu->shard_numel;
+    const int64_t full_at = pu->frozen ? 0 : pu->grad_full_offset + chunk;
+    const int64_t shard_at = pu->frozen ? 0 : pu->grad_shard_offset;
     if (zs->settings.zero.stage < 2) {
         *dtype = zs->compute_dtype;
         /* Offloaded: the host copy, in the state layout (stage 0: the full
          * layout, whose owned chunk is at the same place as in grads_full). */
         if (zs->grads_host.ptr)
-            return zs__buf_at(&zs->grads_host, zs->settings.zero.stage == 0
-                                                   ? pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel
-                                                   : pu->shard_offset);
-        return zs__buf_at(&zs->grads_full,
-                          pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel);
+            return zs__buf_at(&zs->grads_host, zs->settings.zero.stage == 0 ? full_at : shard_at);
+        return zs__buf_at(&zs->grads_full, full_at);
     }
     *dtype = zs->grad_shard_dtype;
-    return zs__buf_at(&zs->grads_shard, pu->shard_offset);
+    return zs__buf_at(&zs->grads_shard, shard_at);
 }
 
 /* The squared norm of every unit's owned gradient, each kept to locate an
@@ -110,7 +111,7 @@ static const void *owned_grad(const zs_ctx *zs, int u, zs_dtype *dtype) {
 static zs_status unit_norms(zs_ctx *zs, double *unit_sums) {
     for (int u = 0; u < zs->unit_count; u++) {
         zs->norms->ptrs[u] = owned_grad(zs, u, &zs->norms->dtypes[u]);
-        zs->norms->counts[u] = zs->plan->units[u].shard_numel;
+        zs->norms->counts[u] = zs->plan->units[u].frozen ? 0 : zs->plan->units[u].shard_numel;
     }
     const zs__buf *grads = zs->settings.zero.stage >= 2 ? &zs->grads_shard
                            : zs->grads_host.ptr         ? &zs->grads_host

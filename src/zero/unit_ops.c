@@ -172,13 +172,13 @@ zs_status zs__grad_into_owned(zs_ctx *zs, int u, const void *full, const void *c
         if (!zs->grads_host.ptr) return ZS_OK;
         /* Stage 0 updates the whole unit on every rank: all of it. */
         if (zs->settings.zero.stage == 0)
-            return be->ops->copy(be, zs__buf_at(&zs->grads_host, pu->full_offset), full,
+            return be->ops->copy(be, zs__buf_at(&zs->grads_host, pu->grad_full_offset), full,
                                  (size_t)pu->padded_numel * zs_dtype_size(zs->compute_dtype));
-        return be->ops->copy(be, zs__buf_at(&zs->grads_host, pu->shard_offset), chunk,
+        return be->ops->copy(be, zs__buf_at(&zs->grads_host, pu->grad_shard_offset), chunk,
                              (size_t)n * zs_dtype_size(chunk_dtype));
     }
     zs__buf *shard = &zs->grads_shard;
-    void *dst = zs__buf_at(shard, pu->shard_offset);
+    void *dst = zs__buf_at(shard, pu->grad_shard_offset);
     const int accumulate = zs->settings.gradient_accumulation_steps > 1;
     if (shard->be == be) {
         if (accumulate) return be->ops->accumulate(be, dst, shard->dtype, chunk, chunk_dtype, n);
@@ -234,7 +234,8 @@ static zs_status run_gather(zs__engine_op *op) {
         if (sg->rounded.ptr)
             ZS_CHECK(zs__buf_host_access(&sg->rounded, at, pu->shard_numel, 1,
                                          "NVMe gather staging (rounded)"));
-        ZS_CHECK(zs__store_read(&zs->store, ZS_STATE_MASTER, pu->shard_offset, pu->shard_numel,
+        /* (frozen units have no master: memory_plan.c refuses nvme parameters with them) */
+        ZS_CHECK(zs__store_read(&zs->store, ZS_STATE_MASTER, pu->grad_shard_offset, pu->shard_numel,
                                 master));
         if (rounded != (void *)master)
             ZS_CHECK(zs_convert(rounded, zs->compute_dtype, master, ZS_DTYPE_FP32,

@@ -168,8 +168,8 @@ static const zs__buf *pass_grads(zs_ctx *zs, int u, int64_t *delta) {
     /* Stages 0-1 on the device: the owned chunk of the full buffer. */
     int64_t first, end;
     zs__unit_state_range(zs, u, &first, &end);
-    const int64_t at = stage == 0 ? pu->full_offset
-                                  : pu->full_offset + (int64_t)zs->shard_rank * pu->shard_numel;
+    const int64_t at = stage == 0 ? pu->grad_full_offset
+                                  : pu->grad_full_offset + (int64_t)zs->shard_rank * pu->shard_numel;
     *delta = at - first;
     return &zs->grads_full;
 }
@@ -397,7 +397,9 @@ void zs__update_unit_ready(zs_ctx *zs, int unit) {
         const int failed = wait_done(up, k);
         zs_status st = failed ? ZS_OK : copy_back(zs, k);
         /* Collectives run whatever happened here: every rank runs them. */
-        if (zs->settings.zero.stage == 1 || zs->settings.zero.stage == 2) {
+        /* (A frozen unit's parameters never change: nothing to gather.) */
+        if ((zs->settings.zero.stage == 1 || zs->settings.zero.stage == 2) &&
+            !zs->plan->units[k].frozen) {
             zs_status g = zs__engine_drain(zs->engine);
             if (g == ZS_OK) g = zs__gather_unit_params(zs, k);
             if (g == ZS_OK) g = zs__step_fault(zs->rank, up->step, "gather");

@@ -1098,7 +1098,7 @@ static void test_manifest_hostile(void) {
     EDIT("units.1.name", json_object_new_string("block0"), "unit entries 0 and 1 have the same name");
     EDIT("tensors.2.key", json_object_new_string("w0"), "tensor key (in one file) entries 0 and 2 have the same name");
     EDIT("tensors.2.key", json_object_new_string("x/y"), "contains '/'");
-    EDIT("params.0.flags", json_object_new_int64(2), "unknown flags 0x2");
+    EDIT("params.0.flags", json_object_new_int64(4), "unknown flags 0x4");
     EDIT("params.0.flags", json_object_new_int64(-1), "out of range");
     {
         char big[600];

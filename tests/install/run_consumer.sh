@@ -4,7 +4,7 @@
 # find_package(zeroshard) and with pkg-config and a plain Makefile; each route
 # links the shared library (app) and the static one (app_static). Each program
 # runs on 2 ranks; ldd shows that the shared-library builds load the installed
-# libzeroshard.so.0.2 and the static builds none.
+# libzeroshard.so.0.3 and the static builds none.
 #
 #   run_consumer.sh CMAKE BUILD_DIR CONSUMER_SRC MPIEXEC WORK_PARENT
 #
@@ -32,7 +32,7 @@ step "cmake --install $build_dir --prefix $prefix"
 "$cmake_cmd" --install "$build_dir" --prefix "$prefix" >"$log" 2>&1 || fail "cmake --install failed"
 
 libdir=$prefix/lib
-for f in lib/libzeroshard.so.0.2.0 lib/libzeroshard.so.0.2 lib/libzeroshard.so lib/libzeroshard.a \
+for f in lib/libzeroshard.so.0.3.0 lib/libzeroshard.so.0.3 lib/libzeroshard.so lib/libzeroshard.a \
          include/zeroshard.h include/zeroshard_mpi.h include/zeroshard_sim.h bin/zs-ckpt bin/zs-estimate bin/zs-run \
          share/zeroshard/python/zs_run/cli.py share/zeroshard/python/zs_run/decide.py \
          lib/cmake/zeroshard/zeroshardConfig.cmake lib/cmake/zeroshard/zeroshardConfigVersion.cmake \
@@ -44,8 +44,8 @@ done
 # zs-run finds its modules where they were installed, with no PYTHONPATH.
 env -u PYTHONPATH "$prefix/bin/zs-run" --help >"$log" 2>&1 || fail "the installed zs-run --help failed"
 grep -q "^usage: zs-run" "$log" || fail "the installed zs-run printed no usage"
-[ "$(readlink "$libdir/libzeroshard.so.0.2")" = libzeroshard.so.0.2.0 ] ||
-  fail "libzeroshard.so.0.2 -> $(readlink "$libdir/libzeroshard.so.0.2"), expected libzeroshard.so.0.2.0"
+[ "$(readlink "$libdir/libzeroshard.so.0.3")" = libzeroshard.so.0.3.0 ] ||
+  fail "libzeroshard.so.0.3 -> $(readlink "$libdir/libzeroshard.so.0.3"), expected libzeroshard.so.0.3.0"
 grep -q "^prefix=$prefix\$" "$libdir/pkgconfig/zeroshard.pc" ||
   fail "zeroshard.pc does not name the install prefix $prefix: $(grep '^prefix=' "$libdir/pkgconfig/zeroshard.pc")"
 
@@ -56,8 +56,8 @@ check_ldd() {
   echo "ldd $exe: ${line:-no libzeroshard (static)}"
   if [ "$kind" = shared ]; then
     case "$line" in
-      *"=> $libdir/libzeroshard.so.0.2 "*) ;;
-      *) fail "$exe loads '${line:-no libzeroshard}', expected $libdir/libzeroshard.so.0.2" ;;
+      *"=> $libdir/libzeroshard.so.0.3 "*) ;;
+      *) fail "$exe loads '${line:-no libzeroshard}', expected $libdir/libzeroshard.so.0.3" ;;
     esac
   elif [ -n "$line" ]; then
     fail "$exe was linked statically but loads '$line'"

@@ -140,7 +140,9 @@ static int gather_state(MPI_Comm comm, zs_ctx *zs, harness_result *out) {
         if (!bits) return -1;
         for (int i = 0; i < 2 * tiny_layer_count() && kept[s]; i++) {
             int64_t b, e;
-            if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e)) continue;
+            if (!zs__plan_owned_range(zs->plan, i, zs->rank, &b, &e) ||
+                zs_param_frozen(zs->params[i]))
+                continue; /* frozen: no state (zeros here) */
             /* Wherever the state lives: device, host or NVMe. */
             if (zs__state_read(zs, (zs__state_array)s, i, b, e - b,
                                (float *)(bits + param_start(i) + b)) != ZS_OK) {
@@ -197,13 +199,14 @@ zs_status harness_build(MPI_Comm comm, const harness_options *opt, zs_ctx **out_
         snprintf(name, sizeof name, "layer%d", l);
         int64_t wshape[2] = {tiny_dims[l + 1], tiny_dims[l]};
         int64_t bshape[1] = {tiny_dims[l + 1]};
+        const unsigned frozen = (opt->frozen_mask >> l) & 1u ? ZS_PARAM_FROZEN : 0u;
         if (st == ZS_OK) st = zs_unit_begin(zs, name, NULL);
         if (st == ZS_OK)
-            st = zs_param_create(zs, param_name(2 * l), 2, wshape, ZS_INIT_NORMAL_STD(0.3), 0,
-                                 &params[2 * l]);
+            st = zs_param_create(zs, param_name(2 * l), 2, wshape, ZS_INIT_NORMAL_STD(0.3),
+                                 frozen, &params[2 * l]);
         if (st == ZS_OK)
             st = zs_param_create(zs, param_name(2 * l + 1), 1, bshape,
-                                 ZS_INIT_UNIFORM_RANGE(-0.1, 0.1), ZS_PARAM_NO_DECAY,
+                                 ZS_INIT_UNIFORM_RANGE(-0.1, 0.1), ZS_PARAM_NO_DECAY | frozen,
                                  &params[2 * l + 1]);
         if (st == ZS_OK) st = zs_unit_end(zs);
     }
@@ -300,12 +303,18 @@ int harness_run(MPI_Comm comm, const harness_options *opt, harness_result *out) 
             for (int l = tiny_layer_count() - 1; l >= 0; l--) {
                 zs_unit *u = zs_unit_at(zs, l);
                 H_CHECK(zs_fetch(zs, u));
-                void *gw = zs_param_grad(params[2 * l]);
-                void *gb = zs_param_grad(params[2 * l + 1]);
+                const int frozen = (opt->frozen_mask >> l) & 1u;
+                /* A frozen layer's parameter gradients land in scratch: only
+                 * the input's gradient (acts' delta) goes on. */
+                void *gw = frozen ? contrib[2 * l] : zs_param_grad(params[2 * l]);
+                void *gb = frozen ? contrib[2 * l + 1] : zs_param_grad(params[2 * l + 1]);
                 const float *w = as_fp32(params[2 * l], view[2 * l], out);
                 const float *b = as_fp32(params[2 * l + 1], view[2 * l + 1], out);
                 if (!gw || !gb || !w || !b) return fail("zs_param_grad", ZS_ERR_STATE);
-                if (!mixed) {
+                if (frozen) {
+                    tiny_backward(l, w, b, contrib[2 * l], contrib[2 * l + 1], &acts, opt->mode,
+                                  step, first, world);
+                } else if (!mixed) {
                     tiny_backward(l, w, b, gw, gb, &acts, opt->mode, step, first, world);
                 } else {
                     memset(contrib[2 * l], 0, sizeof(float) * (size_t)param_numel(2 * l));
@@ -437,6 +446,11 @@ void harness_reference(const harness_options *opt, const float *initial, harness
             tiny_backward(l, p + param_start(2 * l), p + param_start(2 * l + 1),
                           g + param_start(2 * l), g + param_start(2 * l + 1), &acts, opt->mode,
                           step, 0, 1);
+        /* Frozen layers: no gradient, no update. */
+        for (int l = 0; l < tiny_layer_count(); l++)
+            if ((opt->frozen_mask >> l) & 1u)
+                for (int i = 2 * l; i <= 2 * l + 1; i++)
+                    memset(g + param_start(i), 0, sizeof(float) * (size_t)param_numel(i));
         double sq = 0.0;
         for (int64_t i = 0; i < out->numel; i++) sq += (double)g[i] * g[i];
         out->grad_norm[step] = sqrt(sq);
@@ -448,6 +462,7 @@ void harness_reference(const harness_options *opt, const float *initial, harness
         if (coef != 1.0)
             for (int64_t i = 0; i < out->numel; i++) g[i] = (float)(g[i] * coef);
         for (int i = 0; i < 2 * tiny_layer_count(); i++) {
+            if ((opt->frozen_mask >> (i / 2)) & 1u) continue;
             double wd = (i % 2 == 1) ? 0.0 : wd_all; /* biases are flagged no-decay */
             for (int64_t k = param_start(i); k < param_start(i) + param_numel(i); k++) {
                 double grad = g[k], w = p[k];

@@ -65,6 +65,10 @@ typedef struct harness_options {
     const char *recover_dir;
     int resume;               /* after zs_build, continue from the user state "next_step" if a
                                  checkpoint was loaded (checkpoint.resume) */
+    /* Bit l: layer l's unit is frozen (ZS_PARAM_FROZEN): its backward
+     * computes only its input's gradient, it never asks for its own, and the
+     * reference leaves it unchanged (and out of the gradient norm). */
+    unsigned frozen_mask;
 } harness_options;
 
 typedef struct harness_result {
