@@ -215,8 +215,8 @@ static int cpu_layernorm_backward(nn_device *dev, int rows, int C, const void *d
     const float *dout = dout_, *x = x_, *dres = dres_;
     float *dx = dx_, *dw = dw_, *db = db_;
     // The parameter gradients by columns, xhat recomputed exactly as the
-    // forward computed it.
-    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
+    // forward computed it (none for a frozen norm).
+    const int tiles = dw != NULL ? (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE : 0;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
         const int c0 = tile * NN_CPU_COL_TILE, n = tile_width(C, c0);
@@ -265,8 +265,8 @@ static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dou
     const float *dout = dout_, *x = x_, *dres = dres_;
     float *dx = dx_, *dw = dw_;
     // dw[c] += sum_r dout * x * rstd (the normalized input, recomputed as
-    // the forward computed it), by columns.
-    const int tiles = (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE;
+    // the forward computed it), by columns (none for a frozen norm).
+    const int tiles = dw != NULL ? (C + NN_CPU_COL_TILE - 1) / NN_CPU_COL_TILE : 0;
 #pragma omp parallel for schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
         const int c0 = tile * NN_CPU_COL_TILE, n = tile_width(C, c0);
@@ -293,6 +293,16 @@ static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dou
 }
 
 /* -------------------------------------------------------- activations */
+
+static int cpu_scale(nn_device *dev, long long n, float s, void *x_) {
+    (void)dev;
+    float *x = x_;
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < n; k++) {
+        x[k] *= s;
+    }
+    return NN_OK;
+}
 
 static int cpu_gelu_forward(nn_device *dev, long long n, const void *pre_, void *post_) {
     (void)dev;
@@ -374,6 +384,9 @@ const nn_layer_ops nn_cpu_layer_ops = {
     .linear_gelu_forward = nn_linear_gelu_forward_composed,
     .linear_dgelu_backward = nn_linear_dgelu_backward_composed,
     .colsum_add = cpu_colsum_add,
+    .scale = cpu_scale,
+    .lora_forward = nn_lora_forward_composed,
+    .lora_backward = nn_lora_backward_composed,
     .attention_scratch_bytes = cpu_attention_scratch_bytes,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,

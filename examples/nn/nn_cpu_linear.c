@@ -39,7 +39,9 @@ void nn_cpu_linear_forward(int rows, int in, int out, const float *x, int ldx, c
 void nn_cpu_linear_backward(int rows, int in, int out, const float *x, int ldx, const float *W,
                             const float *dy, int lddy, float *dW, float *dx, int lddx,
                             float dx_beta) {
-    ex_sgemm(1, 0, out, in, rows, 1.0f, dy, lddy, x, ldx, 1.0f, dW, in);
+    if (dW != NULL) { /* NULL: a frozen weight, no gradient */
+        ex_sgemm(1, 0, out, in, rows, 1.0f, dy, lddy, x, ldx, 1.0f, dW, in);
+    }
     if (dx != NULL) {
         ex_sgemm(0, 0, rows, in, out, 1.0f, dy, lddy, W, in, dx_beta, dx, lddx);
     }

@@ -18,6 +18,11 @@ struct gelu_op {
     __device__ float operator()(float x) const { return nn_gelu(x); }
 };
 
+struct scale_op {
+    float s;
+    __device__ float operator()(float x) const { return x * s; }
+};
+
 // The column sum's value at (r, c) of d * gelu'(pre): d is multiplied in
 // place, and the sum sees what the next GEMM reads, the rounded value.
 template <typename T> struct gelu_grad_values {
@@ -69,6 +74,15 @@ __global__ void swiglu_backward_kernel(long long rows, int F, const T *gate, con
 }
 
 } // namespace
+
+int scale_elements(ctx *cx, long long n, float s, void *x) {
+    if (n <= 0) return NN_OK;
+    prof_scope scope(cx, prof_op(cx, "scale"));
+    return with_type(cx->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        return map_elements<1, T>(cx, n, (const T *)x, nullptr, (T *)x, scale_op{s});
+    });
+}
 
 int gelu_forward(ctx *cx, long long n, const void *pre, void *post) {
     prof_scope scope(cx, prof_op(cx, "gelu_fwd"));

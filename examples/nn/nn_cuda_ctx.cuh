@@ -569,6 +569,8 @@ int rope(ctx *cx, bool backward, long long BT, int T, int heads, int hd, int ld,
 
 // post = gelu(pre), n elements.
 int gelu_forward(ctx *cx, long long n, const void *pre, void *post);
+// x *= s in place, n elements (LoRA's alpha / r).
+int scale_elements(ctx *cx, long long n, float s, void *x);
 // d *= gelu'(pre) in place (d, pre: [rows][N]), and out[c] += the column
 // sums of the new d.
 int gelu_backward_colsum(ctx *cx, int rows, int N, void *d, const void *pre, void *out);

@@ -108,8 +108,9 @@ int layernorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x
     if (rows <= 0) return NN_OK;
     return with_type(cx->dtype, [&](auto tag) {
         using T = decltype(tag);
-        // The parameter gradients first: they read dout, which dx may be.
-        TRY(timed(cx, prof_op(cx, "layernorm_bwd_dwdb"), [&] {
+        // The parameter gradients first: they read dout, which dx may be
+        // (none for a frozen norm: dw and db NULL).
+        if (dw != nullptr) TRY(timed(cx, prof_op(cx, "layernorm_bwd_dwdb"), [&] {
             return column_sums<T, 2>(
                 cx, rows, C, ln_param_values<T>{(const T *)dout, (const T *)x, mean, rstd, C},
                 colsum_out<T, 2>{{(T *)dw, (T *)db}});

@@ -14,6 +14,8 @@
 //     head-layout buffers and the score gradients of the whole batch;
 //   - tokens are not checked (a wait for the device each micro-step): the
 //     embedding makes a bad token's row NaN;
+//   - LoRA is the composite of its products and a scale kernel
+//     (nn_layers_composed.c), as on the other devices;
 //   - the profile (GPT2_CUDA_PROFILE, LLAMA_CUDA_PROFILE) times each layer
 //     under its name ("matmul_<Linear>_fwd", "layernorm_fwd", ...), a
 //     training micro-step from embed_forward to embed_backward.
@@ -107,9 +109,11 @@ int cuda_linear_forward(nn_device *dev, const char *name, int rows, int in, int 
     });
 }
 
-// dW += dy^T x, timed as the Linear's _dw.
+// dW += dy^T x, timed as the Linear's _dw; nothing for a frozen weight
+// (dW NULL).
 int weight_grad(ctx *cx, const char *name, int rows, int in, int out, const void *x, int ldx,
                 const void *dy, int lddy, void *dW) {
+    if (dW == nullptr) return NN_OK;
     return timed(cx, prof_op(cx, "matmul_", name, "_dw"), [&] {
         return matmul(cx, true, false, out, in, rows, dy, lddy, x, ldx, dW, dW, in, EPI_NONE,
                       nullptr, nullptr);
@@ -124,6 +128,7 @@ int cuda_linear_backward(nn_device *dev, const char *name, int rows, int in, int
         return fail(cx, NN_ERR_ARG, "nn cuda linear_backward %s: dx_beta = %g; 0 or 1 only",
                     name != nullptr ? name : "", (double)dx_beta);
     TRY(weight_grad(cx, name, rows, in, out, x, ldx, dy, lddy, dW));
+    if (dx == nullptr) return NN_OK;
     return timed(cx, prof_op(cx, "matmul_", name, "_dx"), [&] {
         return matmul(cx, false, false, rows, in, out, dy, lddy, W, in,
                       dx_beta != 0.0f ? dx : nullptr, dx, lddx, EPI_NONE, nullptr, nullptr);
@@ -161,23 +166,26 @@ int cuda_linears_backward(nn_device *dev, const char *name, int n, const int *ou
                           int lddy, void *const *gW, void *dx, int lddx) {
     ctx *cx = cx_of_dev(dev);
     const nn_dtype t = cx->dtype;
-    bool w_one = true, g_one = true;
+    bool w_one = true, g_one = gW != nullptr && gW[0] != nullptr, any_g = false;
     int total = 0;
     for (int i = 0; i < n; i++) {
         if (i > 0) {
             w_one = w_one && follows(W[i - 1], (size_t)outs[i - 1] * in, W[i], t);
             g_one = g_one && follows(gW[i - 1], (size_t)outs[i - 1] * in, gW[i], t);
         }
+        any_g = any_g || (gW != nullptr && gW[i] != nullptr);
         total += outs[i];
     }
-    TRY(timed(cx, prof_op(cx, "matmul_", name, "_dw"), [&] {
+    // Frozen weights (gW NULL, or a NULL gW[i]) get no gradient.
+    if (any_g) TRY(timed(cx, prof_op(cx, "matmul_", name, "_dw"), [&] {
         if (g_one)
             return matmul(cx, true, false, total, in, rows, dy, lddy, x, ldx, gW[0], gW[0], in,
                           EPI_NONE, nullptr, nullptr);
         size_t col = 0;
         for (int i = 0; i < n; i++) {
-            TRY(matmul(cx, true, false, outs[i], in, rows, elem_at(dy, t, col), lddy, x, ldx,
-                       gW[i], gW[i], in, EPI_NONE, nullptr, nullptr));
+            if (gW[i] != nullptr)
+                TRY(matmul(cx, true, false, outs[i], in, rows, elem_at(dy, t, col), lddy, x, ldx,
+                           gW[i], gW[i], in, EPI_NONE, nullptr, nullptr));
             col += (size_t)outs[i];
         }
         return (int)NN_OK;
@@ -259,6 +267,10 @@ int cuda_linear_dgelu_backward(nn_device *dev, const char *name, int rows, int i
 
 int cuda_colsum_add(nn_device *dev, int rows, int N, const void *a, int lda, void *out) {
     return colsum_add(cx_of_dev(dev), rows, N, a, lda, out);
+}
+
+int cuda_scale(nn_device *dev, long long n, float s, void *x) {
+    return scale_elements(cx_of_dev(dev), n, s, x);
 }
 
 // ------------------------------------------------------------ attention
@@ -351,6 +363,9 @@ nn_layer_ops make_layer_ops() {
     o.linear_gelu_forward = cuda_linear_gelu_forward;
     o.linear_dgelu_backward = cuda_linear_dgelu_backward;
     o.colsum_add = cuda_colsum_add;
+    o.scale = cuda_scale;
+    o.lora_forward = nn_lora_forward_composed;
+    o.lora_backward = nn_lora_backward_composed;
     o.attention_scratch_bytes = cuda_attention_scratch_bytes;
     o.attention_forward = cuda_attention_forward;
     o.attention_backward = cuda_attention_backward;

@@ -87,7 +87,7 @@ int rmsnorm_backward(ctx *cx, int rows, int C, const void *dout, const void *x,
     if (rows <= 0) return NN_OK;
     return with_type(cx->dtype, [&](auto tag) {
         using T = decltype(tag);
-        TRY(timed(cx, prof_op(cx, "rmsnorm_bwd_dw"), [&] {
+        if (dw != nullptr) TRY(timed(cx, prof_op(cx, "rmsnorm_bwd_dw"), [&] {
             return column_sums<T, 1>(cx, rows, C,
                                      rms_weight_values<T>{(const T *)dout, (const T *)x, rstd, C},
                                      colsum_out<T, 1>{{(T *)dw}});

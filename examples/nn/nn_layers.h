@@ -30,7 +30,9 @@
  * row stride in elements, parameter gradients ADDED to, input gradients
  * written unless said otherwise; every pointer is device memory except
  * where an op says host; norm statistics (mean, rstd) and losses are fp32
- * on every device. `name` names a Linear for the CUDA profile
+ * on every device. A parameter gradient pointer may be NULL where the op
+ * says so: a frozen parameter (ZS_PARAM_FROZEN), whose gradient is not
+ * computed at all. `name` names a Linear for the CUDA profile
  * ("matmul_<name>_fwd", "_dw", "_dx"); the other devices ignore it. An op
  * returns 0 once its work is done (CPU) or enqueued (sim, CUDA), or an
  * nn_status with dev->ops->last_error(dev) set; a failure of enqueued work
@@ -94,7 +96,8 @@ typedef struct nn_layer_ops {
     int (*linear_forward)(nn_device *dev, const char *name, int rows, int in, int out,
                           const void *x, int ldx, const void *W, const void *b, const void *res,
                           int ldres, void *y, int ldy);
-    /* dW += dy^T x; dx = dy W (+ dx when dx_beta is 1; 0 or 1 only). */
+    /* dW += dy^T x (dW NULL: frozen, skipped); dx = dy W (+ dx when dx_beta
+     * is 1; 0 or 1 only; dx NULL: not wanted). */
     int (*linear_backward)(nn_device *dev, const char *name, int rows, int in, int out,
                            const void *x, int ldx, const void *W, const void *dy, int lddy,
                            void *dW, void *dx, int lddx, float dx_beta);
@@ -109,7 +112,7 @@ typedef struct nn_layer_ops {
     /* Their backward from dy (the same side-by-side columns, stride lddy):
      * gW[i] += dy_i^T x, and dx = sum over i of dy_i W[i] (written),
      * added in ascending i; CUDA runs one GEMM each when the W (gW) lie
-     * one after the other. */
+     * one after the other. gW NULL, or any gW[i] NULL: frozen, skipped. */
     int (*linears_backward)(nn_device *dev, const char *name, int n, const int *outs, int rows,
                             int in, const void *x, int ldx, const void *const *W,
                             const void *dy, int lddy, void *const *gW, void *dx, int lddx);
@@ -127,6 +130,24 @@ typedef struct nn_layer_ops {
                                  const void *x, int ldx, const void *W, const void *dy, int lddy,
                                  void *dW, const void *pre, void *dx, void *db);
     int (*colsum_add)(nn_device *dev, int rows, int N, const void *a, int lda, void *out);
+    /* x[k] *= s for k < n. */
+    int (*scale)(nn_device *dev, long long n, float s, void *x);
+    /* LoRA (PEFT's) on a Linear of `in` inputs and `out` outputs: y +=
+     * scale (x A^T) B^T with A [r][in], B [out][r], scale = alpha / r. t:
+     * [rows][r] scratch, which holds scale (x A^T) on return. CPU, sim and
+     * CUDA run the composite of linear_forward and scale
+     * (nn_layers_composed.c). */
+    int (*lora_forward)(nn_device *dev, const char *name, int rows, int in, int out, int r,
+                        float scale, const void *x, int ldx, const void *A, const void *B,
+                        void *t, void *y, int ldy);
+    /* Its backward from dy (the Linear's output gradient): dB += dy^T t,
+     * d t = scale dy B, dA += dt^T x, dx += dt A (added: the base Linear's
+     * backward wrote dx first). t is recomputed from x (the forward saves
+     * nothing); t and dt: [rows][r] scratch. */
+    int (*lora_backward)(nn_device *dev, const char *name, int rows, int in, int out, int r,
+                         float scale, const void *x, int ldx, const void *A, const void *B,
+                         const void *dy, int lddy, void *dA, void *dB, void *dx, int lddx,
+                         void *t, void *dt);
 
     /* --- attention (nn_cpu.h) --- */
     /* Bytes of scratch the two ops below take for this layout. */
@@ -148,12 +169,13 @@ typedef struct nn_layer_ops {
     int (*layernorm_forward)(nn_device *dev, int rows, int C, const void *x, const void *w,
                              const void *b, void *out, float *mean, float *rstd);
     /* dx = dres + the input gradient (dres NULL or dx itself allowed);
-     * dw, db += the parameter gradients. */
+     * dw, db += the parameter gradients (both NULL: frozen). */
     int (*layernorm_backward)(nn_device *dev, int rows, int C, const void *dout, const void *x,
                               const float *mean, const float *rstd, const void *w,
                               const void *dres, void *dx, void *dw, void *db);
     int (*rmsnorm_forward)(nn_device *dev, int rows, int C, const void *x, const void *w,
                            float eps, void *out, float *rstd);
+    /* dw NULL: frozen. */
     int (*rmsnorm_backward)(nn_device *dev, int rows, int C, const void *dout, const void *x,
                             const float *rstd, const void *w, const void *dres, void *dx,
                             void *dw);
@@ -230,6 +252,13 @@ int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows
                                       int out, const void *x, int ldx, const void *W,
                                       const void *dy, int lddy, void *dW, const void *pre,
                                       void *dx, void *db);
+int nn_lora_forward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
+                             float scale, const void *x, int ldx, const void *A, const void *B,
+                             void *t, void *y, int ldy);
+int nn_lora_backward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
+                              float scale, const void *x, int ldx, const void *A, const void *B,
+                              const void *dy, int lddy, void *dA, void *dB, void *dx, int lddx,
+                              void *t, void *dt);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,8 @@ int nn_linears_backward_composed(nn_device *dev, const char *name, int n, const 
     for (int i = 0; i < n; i++) {
         // The first writes dx, the others add to it, in ascending i.
         const int s = L->linear_backward(dev, name, rows, in, outs[i], x, ldx, W[i],
-                                         nn_at_const(dev, dy, col), lddy, gW[i], dx, lddx,
+                                         nn_at_const(dev, dy, col), lddy,
+                                         gW != NULL ? gW[i] : NULL, dx, lddx,
                                          i == 0 ? 0.0f : 1.0f);
         if (s != NN_OK) return s;
         col += (size_t)outs[i];
@@ -56,4 +57,34 @@ int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows
                                      0.0f);
     if (s != NN_OK) return s;
     return L->gelu_backward_colsum(dev, rows, in, dx, pre, db);
+}
+
+int nn_lora_forward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
+                             float scale, const void *x, int ldx, const void *A, const void *B,
+                             void *t, void *y, int ldy) {
+    (void)name;
+    const nn_layer_ops *L = dev->layers;
+    // t = scale (x A^T), then y += t B^T (y is the product's residual).
+    int s = L->linear_forward(dev, "lora_A", rows, in, r, x, ldx, A, NULL, NULL, 0, t, r);
+    if (s == NN_OK) s = L->scale(dev, (long long)rows * r, scale, t);
+    if (s == NN_OK) s = L->linear_forward(dev, "lora_B", rows, r, out, t, r, B, NULL, y, ldy, y, ldy);
+    return s;
+}
+
+int nn_lora_backward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
+                              float scale, const void *x, int ldx, const void *A, const void *B,
+                              const void *dy, int lddy, void *dA, void *dB, void *dx, int lddx,
+                              void *t, void *dt) {
+    (void)name;
+    const nn_layer_ops *L = dev->layers;
+    // t again as the forward made it; dB += dy^T t and dt = dy B; then the
+    // scale, dA += dt^T x and dx += dt A.
+    int s = L->linear_forward(dev, "lora_A", rows, in, r, x, ldx, A, NULL, NULL, 0, t, r);
+    if (s == NN_OK) s = L->scale(dev, (long long)rows * r, scale, t);
+    if (s == NN_OK)
+        s = L->linear_backward(dev, "lora_B", rows, r, out, t, r, B, dy, lddy, dB, dt, r, 0.0f);
+    if (s == NN_OK) s = L->scale(dev, (long long)rows * r, scale, dt);
+    if (s == NN_OK)
+        s = L->linear_backward(dev, "lora_A", rows, in, r, x, ldx, A, dt, r, dA, dx, lddx, 1.0f);
+    return s;
 }

@@ -411,6 +411,7 @@ static int sim_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dou
 typedef struct act_args {
     long long n;
     int rows, N;
+    float s;
     const void *pre, *gate, *up;
     void *post, *d, *db, *h;
 } act_args;
@@ -441,6 +442,18 @@ static int sim_gelu_backward_colsum(nn_device *dev, int rows, int N, void *d, co
     acc(&l, d, (size_t)rows * N, 1);
     acc(&l, db, (size_t)N, 1);
     return LAUNCH(dev, "nn_gelu_backward_colsum", gelu_backward_kernel, a, l);
+}
+
+static int scale_kernel(const zs_sim_kernel *k, void *args) {
+    const act_args *a = args;
+    return cpu()->scale(NULL, a->n, a->s, P(a->d));
+}
+
+static int sim_scale(nn_device *dev, long long n, float s, void *x) {
+    const act_args a = {.n = n, .s = s, .d = x};
+    accesses l = {0};
+    acc(&l, x, (size_t)n, 1);
+    return LAUNCH(dev, "nn_scale", scale_kernel, a, l);
 }
 
 static int swiglu_forward_kernel(const zs_sim_kernel *k, void *args) {
@@ -488,6 +501,9 @@ const nn_layer_ops nn_sim_layer_ops = {
     .linear_gelu_forward = nn_linear_gelu_forward_composed,
     .linear_dgelu_backward = nn_linear_dgelu_backward_composed,
     .colsum_add = sim_colsum_add,
+    .scale = sim_scale,
+    .lora_forward = nn_lora_forward_composed,
+    .lora_backward = nn_lora_backward_composed,
     .attention_scratch_bytes = sim_attention_scratch_bytes,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,

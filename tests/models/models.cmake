@@ -54,3 +54,12 @@ foreach(row IN LISTS ZS_MODEL_TESTS)
   set_tests_properties(${model}_numpy_check PROPERTIES LABELS unit TIMEOUT 60
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
 endforeach()
+
+# The layer table's LoRA and frozen-parameter ops on the CPU device against
+# double-precision loops (issue 42); the simulated and CUDA devices run the
+# same composites (nn_layers_composed.c).
+add_executable(test_nn_lora ${PROJECT_SOURCE_DIR}/tests/models/test_nn_lora.c)
+target_include_directories(test_nn_lora PRIVATE ${PROJECT_SOURCE_DIR}/tests/models)
+target_link_libraries(test_nn_lora PRIVATE nn_cpu m)
+add_test(NAME test_nn_lora COMMAND test_nn_lora)
+set_tests_properties(test_nn_lora PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${ZS_TEST_ENV}")
