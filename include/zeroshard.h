@@ -359,6 +359,10 @@ typedef struct zs_safetensors_import {
      * caller, read during the call only. */
     const char *const *ignore;
     int ignore_count;
+    /* 1: import the frozen parameters (ZS_PARAM_FROZEN) only, a
+     * fine-tune's base; the trainable ones (adapters, which the file does
+     * not hold) are not looked for and keep their values. */
+    int frozen_only;
 } zs_safetensors_import;
 
 typedef struct zs_import_report {

@@ -212,8 +212,10 @@ static int op_embed_backward(void *model, int B, int T, void *const *g, const in
     return m->be->ops->embed_backward(m->be, &m->dims, B, T, &w, tokens, dx);
 }
 
-static int op_block_forward(void *model, int l, int B, int T, void *const *p, const void *x,
-                            void *y) {
+/* (lora, lora_g: LoRA's adapters, which GPT-2 does not register: NULL.) */
+static int op_block_forward(void *model, int l, int B, int T, void *const *p,
+                            void *const *lora, const void *x, void *y) {
+    (void)lora;
     ex_model *m = model;
     const gpt2_block_w w = block_view(p);
     gpt2_block_acts a = block_acts(m, l, B, T);
@@ -221,7 +223,10 @@ static int op_block_forward(void *model, int l, int B, int T, void *const *p, co
 }
 
 static int op_block_backward(void *model, int l, int B, int T, void *const *p, void *const *g,
-                             const void *x, const void *dy, void *dx) {
+                             void *const *lora, void *const *lora_g, const void *x,
+                             const void *dy, void *dx) {
+    (void)lora;
+    (void)lora_g;
     ex_model *m = model;
     const gpt2_block_w w = block_view(p);
     gpt2_block_w bg = block_view(g);

@@ -267,7 +267,8 @@ static int head_run(gpt2_backend *be, const gpt2_dims *d, int BT, const gpt2_emb
         // losses and (training) g->wte += dlogits^T . xn, dxn = dlogits .
         // wte, through the tied embedding.
         LAYER(L->classifier_chunk(dev, n, C, V, h.xn, w->wte, targets + r0, dloss_scale,
-                                  losses + r0, g != NULL ? g->wte : NULL, h.dxn, h.cls));
+                                  losses + r0, g != NULL ? g->wte : NULL,
+                                  g != NULL ? h.dxn : NULL, h.cls));
         if (g == NULL) {
             continue;
         }

@@ -100,8 +100,18 @@ struct llama_backend {
     nn_device *dev;  /* the device it computes on (the caller's) */
     llama_dims dims; /* fixed at creation */
     int max_T;       /* the longest sequence it was created for (the RoPE table's rows) */
+    /* LoRA (llama_backend_set_lora): the adapters' rank (0: none) and
+     * scale alpha / r. */
+    int lora_r;
+    float lora_scale;
     void *impl;
 };
+
+/* LoRA on the block's Linears from now on: rank r (0 turns it off) and
+ * alpha (scale alpha / r, PEFT's). The blocks' weight structs carry each
+ * adapted Linear's A and B (llama_block_w); the block scratch grows by two
+ * [B T][r] buffers. 0, or NN_ERR_ARG with a message in err. */
+int llama_backend_set_lora(llama_backend *be, int r, double alpha, char *err, size_t cap);
 
 /* The backend on any device with layers (nn_layers.h: the CPU, the
  * simulated device, CUDA), in its dtype, for sequences of up to max_T <=

@@ -76,6 +76,7 @@ struct ex_model {
     char *config_json;       /* the config.json that travels with checkpoints */
     int recompute;
     int64_t head_chunk_rows;
+    ex_lora lora; /* app.lora_*: LoRA on a frozen base (ex_lora.h) */
     ex_units units;
     nn_device *dev;
     llama_backend *be;
@@ -159,6 +160,10 @@ static int split_patterns(ex_model *m) {
 
 static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
 
+static void lora_target_shape(const void *dims, int target, int *in, int *out) {
+    llama_lora_target_shape(dims, target, in, out);
+}
+
 static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
     ex_model *m = calloc(1, sizeof *m);
     if (!m) return ZS_ERR_OUT_OF_MEMORY;
@@ -182,6 +187,9 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
         return ZS_ERR_CONFIG;
     }
     if (split_patterns(m) != 0) return ZS_ERR_CONFIG;
+    m->lora = (ex_lora){.n_targets = LLAMA_LORA_TARGETS, .target_name = llama_lora_target_name,
+                        .target_shape = lora_target_shape, .first_block = 1};
+    if ((st = ex_lora_configure(cfg, PROGRAM, &m->lora)) != ZS_OK) return st;
     char config[4096] = "";
     if (m->preset[0] != '\0') {
         if (llama_dims_preset(m->preset, &m->dims) != 0) {
@@ -223,11 +231,12 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
              m->preset[0] ? m->preset : d->model_type);
     snprintf(facts->description, sizeof facts->description,
              "%s: %d layers, %d query / %d key-value heads of %d, %d channels, MLP %d, vocab %d, "
-             "%s head%s%s",
+             "%s head%s%s%s",
              d->model_type, d->n_layer, d->n_head, d->n_kv_head, d->head_dim, d->n_embd, d->n_ff,
              d->vocab, d->tied ? "tied" : "untied",
              d->qkv_bias ? ", q/k/v biases" : "",
-             m->recompute ? "; activations recomputed in backward" : "");
+             m->recompute ? "; activations recomputed in backward" : "",
+             m->lora.r > 0 ? "; LoRA on a frozen base" : "");
     facts->vocab = d->vocab;
     facts->max_seq = d->max_seq < (1 << 20) ? d->max_seq : (1 << 20);
     facts->default_seq = facts->max_seq < 2048 ? facts->max_seq : 2048;
@@ -237,7 +246,10 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     m->dec = (ex_decoder){.program = PROGRAM, .table = &llama_param_table, .dims = &m->dims,
                           .ops = &decoder_ops, .model = m, .units = &m->units, .ws = &m->ws,
                           .n_layer = d->n_layer, .head_unit = d->tied ? 0 : llama_head_unit(d),
-                          .embed_grads = 0x1u, .recompute = m->recompute};
+                          .embed_grads = 0x1u, .recompute = m->recompute,
+                          .lora = m->lora.r > 0, .lora_unit0 = llama_param_table.num_units(d),
+                          .adapters = &m->lora};
+    m->lora.n_blocks = d->n_layer;
     return ZS_OK;
 }
 
@@ -264,6 +276,7 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
         }
         if (llama_cpu_backend_create(m->dev, d, T, &m->be, err, cap) != 0) return -1;
     }
+    if (llama_backend_set_lora(m->be, m->lora.r, m->lora.alpha, err, cap) != 0) return -1;
     if (ex_units_attach(&m->units, m->dev, err, cap) != 0) return -1;
     if (m->head_chunk_rows == 0) m->head_chunk_rows = cuda ? HEAD_CHUNK_ROWS_GPU : HEAD_CHUNK_ROWS_CPU;
     const size_t acts_bytes = (size_t)llama_block_acts_bytes(d, B, T, m->dev->dtype);
@@ -326,21 +339,35 @@ static int op_embed_backward(void *model, int B, int T, void *const *g, const in
     return m->be->ops->embed_backward(m->be, B, T, &w, tokens, dx);
 }
 
-static int op_block_forward(void *model, int l, int B, int T, void *const *p, const void *x,
-                            void *y) {
+/* The adapters of a block (its adapter unit's tensors: A and B of each
+ * adapted Linear, in target order) into the struct's lora_A and lora_B. */
+static void lora_view(const ex_model *m, void *const *a, llama_block_w *w) {
+    for (int t = 0, i = 0; a != NULL && t < LLAMA_LORA_TARGETS; t++) {
+        if (!(m->lora.targets & (1u << t))) continue;
+        w->lora_A[t] = a[i++];
+        w->lora_B[t] = a[i++];
+    }
+}
+
+static int op_block_forward(void *model, int l, int B, int T, void *const *p,
+                            void *const *lora, const void *x, void *y) {
     ex_model *m = model;
     llama_block_w w;
     block_view(&m->dims, p, &w);
+    lora_view(m, lora, &w);
     llama_block_acts a = block_acts(m, l, B, T);
     return m->be->ops->block_forward(m->be, B, T, &w, x, &a, y, m->ws.block_scratch);
 }
 
 static int op_block_backward(void *model, int l, int B, int T, void *const *p, void *const *g,
-                             const void *x, const void *dy, void *dx) {
+                             void *const *lora, void *const *lora_g, const void *x,
+                             const void *dy, void *dx) {
     ex_model *m = model;
     llama_block_w w, bg;
     block_view(&m->dims, p, &w);
     block_view(&m->dims, g, &bg);
+    lora_view(m, lora, &w);
+    lora_view(m, lora_g, &bg);
     const llama_block_acts a = block_acts(m, l, B, T);
     return m->be->ops->block_backward(m->be, B, T, &w, &bg, x, &a, dy, dx, m->ws.block_scratch);
 }
@@ -404,7 +431,10 @@ static zs_status import(ex_model *m, zs_ctx *zs) {
      * does this import (its INFO line names the tensors it skipped). */
     if (m->dims.tied) patterns[n++] = "lm_head.weight";
     for (int k = 0; k < m->ignore_count; k++) patterns[n++] = m->ignore[k];
-    const zs_safetensors_import options = {.ignore = patterns, .ignore_count = n};
+    /* With LoRA the file holds the base alone: the adapters keep their
+     * initialization (B = 0: training starts from the base exactly). */
+    const zs_safetensors_import options = {.ignore = patterns, .ignore_count = n,
+                                           .frozen_only = m->lora.r > 0};
     const zs_status st = zs_params_import_safetensors(zs, m->weights, &options, NULL);
     /* The runtime's refusal of a tensor the model has no parameter for
      * advises an ignore pattern in the API's words; a user of this program

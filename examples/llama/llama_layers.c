@@ -52,10 +52,11 @@ static nn_attn_layout attn_layout(const llama__sizes *s, int B, int T) {
 
 /* block_backward's scratch: big [BT][max(2F, W)] (d gate | d up side by
  * side, then d qkv), mid [BT][max(C, NH hd)] (d xn2, d atty, d xn1 in
- * turn), and the attention's (its score gradients; on CUDA also the
- * head-layout buffers, which block_forward uses too). */
+ * turn), with LoRA its t and dt [BT][r] (forward too), and the attention's
+ * (its score gradients; on CUDA also the head-layout buffers, which
+ * block_forward uses too). */
 typedef struct block_parts {
-    void *big, *mid, *attn;
+    void *big, *mid, *t, *dt, *attn;
 } block_parts;
 
 static size_t block_sizes(const llama_backend *be, int B, int T, block_parts *p, void *scratch) {
@@ -64,13 +65,17 @@ static size_t block_sizes(const llama_backend *be, int B, int T, block_parts *p,
     const size_t e = nn_dtype_size(dev->dtype), BT = (size_t)B * (size_t)T;
     const size_t big = BT * max_size(2 * (size_t)s.F, (size_t)s.W) * e;
     const size_t mid = BT * max_size((size_t)s.C, (size_t)s.Q) * e;
+    const size_t lora = BT * (size_t)be->lora_r * e;
     const nn_attn_layout attn = attn_layout(&s, B, T);
     unsigned char *cur = scratch;
     const size_t total = nn_scratch_round(dev, big) + nn_scratch_round(dev, mid) +
+                         (lora > 0 ? 2 * nn_scratch_round(dev, lora) : 0) +
                          dev->layers->attention_scratch_bytes(dev, &attn);
     if (p != NULL) {
         p->big = nn_scratch_take(dev, &cur, big);
         p->mid = nn_scratch_take(dev, &cur, mid);
+        p->t = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
+        p->dt = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
         p->attn = cur;
     }
     return total;
@@ -173,6 +178,32 @@ static int layers_embed_backward(llama_backend *be, int B, int T, llama_embed_w 
 
 /* -------------------------------------------------------------- blocks */
 
+/* The adapter of `target`, when the block has one: y += scale (x A^T) B^T
+ * (rows of y ldy apart), and its backward, which adds into dx. */
+static int lora_forward(llama_backend *be, const llama_block_w *w, int target, int BT,
+                        const void *x, int ldx, void *y, int ldy, const block_parts *p) {
+    if (w->lora_A[target] == NULL) return NN_OK;
+    int in, out;
+    llama_lora_target_shape(&be->dims, target, &in, &out);
+    LAYER(be->dev->layers->lora_forward(be->dev, llama_lora_target_name(target), BT, in, out,
+                                        be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
+                                        w->lora_B[target], p->t, y, ldy));
+    return NN_OK;
+}
+
+static int lora_backward(llama_backend *be, const llama_block_w *w, llama_block_w *g,
+                         int target, int BT, const void *x, int ldx, const void *dy, int lddy,
+                         void *dx, int lddx, const block_parts *p) {
+    if (w->lora_A[target] == NULL) return NN_OK;
+    int in, out;
+    llama_lora_target_shape(&be->dims, target, &in, &out);
+    LAYER(be->dev->layers->lora_backward(be->dev, llama_lora_target_name(target), BT, in, out,
+                                         be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
+                                         w->lora_B[target], dy, lddy, g->lora_A[target],
+                                         g->lora_B[target], dx, lddx, p->t, p->dt));
+    return NN_OK;
+}
+
 static int layers_block_forward(llama_backend *be, int B, int T, const llama_block_w *w,
                                 const void *x, llama_block_acts *a, void *y, void *scratch) {
     const nn_layer_ops *L = be->dev->layers;
@@ -202,10 +233,16 @@ static int layers_block_forward(llama_backend *be, int B, int T, const llama_blo
         LAYER(L->linears_forward(dev, "qkv", 3, outs, BT, C, a->xn1, C, W,
                                  d->qkv_bias ? b : NULL, a->qkv, s.W));
     }
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_Q, BT, a->xn1, C, a->qkv, s.W, &p));
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_K, BT, a->xn1, C, nn_at(dev, a->qkv, (size_t)s.Q), s.W,
+                        &p));
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_V, BT, a->xn1, C,
+                        nn_at(dev, a->qkv, (size_t)(s.Q + s.KV)), s.W, &p));
     NN_TRY(rope(be, &s, BT, T, a->qkv, 0));
     const nn_attn_layout attn = attn_layout(&s, B, T);
     LAYER(L->attention_forward(dev, &attn, a->qkv, a->att, a->atty, p.attn));
     LAYER(L->linear_forward(dev, "o", BT, s.Q, C, a->atty, s.Q, w->wo, bo, x, C, a->res1, C));
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_O, BT, a->atty, s.Q, a->res1, C, &p));
 
     // MLP half: y = res1 + down_proj(silu(gate_proj(m)) * up_proj(m)), m =
     // post_attention_layernorm(res1).
@@ -214,8 +251,11 @@ static int layers_block_forward(llama_backend *be, int B, int T, const llama_blo
                             d->mlp_bias ? w->bgate : NULL, NULL, 0, a->gate, F));
     LAYER(L->linear_forward(dev, "gate_up", BT, C, F, a->xn2, C, w->wup,
                             d->mlp_bias ? w->bup : NULL, NULL, 0, a->up, F));
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_GATE, BT, a->xn2, C, a->gate, F, &p));
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_UP, BT, a->xn2, C, a->up, F, &p));
     LAYER(L->swiglu_forward(dev, (long long)BT * F, a->gate, a->up, a->h));
     LAYER(L->linear_forward(dev, "down", BT, F, C, a->h, F, w->wdown, bdown, a->res1, C, y, C));
+    NN_TRY(lora_forward(be, w, LLAMA_LORA_DOWN, BT, a->h, F, y, C, &p));
     return NN_OK;
 }
 
@@ -228,7 +268,10 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
     const llama_dims *d = &be->dims;
     NN_TRY(llama__check_shape(op, be, B, T, BE_ERR(be)));
     NN_TRY(llama__check_block_w(op, "w", d, w, BE_ERR(be)));
-    NN_TRY(llama__check_block_w(op, "g", d, g, BE_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "g", g, BE_ERR(be)));
+    /* A frozen base (LoRA) has no gradients: every base tensor of g NULL. */
+    const int frozen = g->wq == NULL;
+    if (!frozen) NN_TRY(llama__check_block_w(op, "g", d, g, BE_ERR(be)));
     NN_TRY(llama__check_acts(op, a, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "x", x, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "dy", dy, BE_ERR(be)));
@@ -241,14 +284,15 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
     void *dgu = p.big; // [BT][2F]: d gate | d up side by side, then d qkv [BT][W]
 
     // MLP half. dy reaches res1 directly (residual) and through the MLP.
-    if (d->mlp_bias) {
+    if (d->mlp_bias && !frozen) {
         LAYER(L->colsum_add(dev, BT, C, dy, C, g->bdown));
     }
-    // dh = dy Wdown, into d gate's columns.
+    // dh = dy Wdown (+ the adapter's), into d gate's columns.
     LAYER(L->linear_backward(dev, "down", BT, F, C, a->h, F, w->wdown, dy, C, g->wdown, dgu,
                              2 * F, 0.0f));
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_DOWN, BT, a->h, F, dy, C, dgu, 2 * F, &p));
     LAYER(L->swiglu_backward(dev, BT, F, a->gate, a->up, dgu));
-    if (d->mlp_bias) {
+    if (d->mlp_bias && !frozen) {
         LAYER(L->colsum_add(dev, BT, F, dgu, 2 * F, g->bgate));
         LAYER(L->colsum_add(dev, BT, F, nn_at(dev, dgu, (size_t)F), 2 * F, g->bup));
     }
@@ -260,23 +304,27 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
         LAYER(L->linears_backward(dev, "gate_up", 2, outs, BT, C, a->xn2, C, W, dgu, 2 * F, gW,
                                   p.mid, C));
     }
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_GATE, BT, a->xn2, C, dgu, 2 * F, p.mid, C, &p));
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_UP, BT, a->xn2, C, nn_at(dev, dgu, (size_t)F), 2 * F,
+                         p.mid, C, &p));
     // dx holds d res1 = dy + post_attention_layernorm's input gradient from
     // here on.
     LAYER(L->rmsnorm_backward(dev, BT, C, p.mid, a->res1, a->rstd2, w->mlp_norm, dy, dx,
                               g->mlp_norm));
 
     // Attention half, the same way with d res1.
-    if (d->o_bias) {
+    if (d->o_bias && !frozen) {
         LAYER(L->colsum_add(dev, BT, C, dx, C, g->bo));
     }
     LAYER(L->linear_backward(dev, "o", BT, s.Q, C, a->atty, s.Q, w->wo, dx, C, g->wo, p.mid, s.Q,
                              0.0f));
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_O, BT, a->atty, s.Q, dx, C, p.mid, s.Q, &p));
     const nn_attn_layout attn = attn_layout(&s, B, T);
     void *dqkv = p.big;
     LAYER(L->attention_backward(dev, &attn, a->qkv, a->att, p.mid, dqkv, p.attn));
     // Back through the rotation: the gradients of q and k as projected.
     NN_TRY(rope(be, &s, BT, T, dqkv, 1));
-    if (d->qkv_bias) {
+    if (d->qkv_bias && !frozen) {
         LAYER(L->colsum_add(dev, BT, s.Q, dqkv, s.W, g->bq));
         LAYER(L->colsum_add(dev, BT, s.KV, nn_at(dev, dqkv, (size_t)s.Q), s.W, g->bk));
         LAYER(L->colsum_add(dev, BT, s.KV, nn_at(dev, dqkv, (size_t)(s.Q + s.KV)), s.W, g->bv));
@@ -289,6 +337,11 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
         LAYER(L->linears_backward(dev, "qkv", 3, outs, BT, C, a->xn1, C, W, dqkv, s.W, gW, p.mid,
                                   C));
     }
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_Q, BT, a->xn1, C, dqkv, s.W, p.mid, C, &p));
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_K, BT, a->xn1, C, nn_at(dev, dqkv, (size_t)s.Q), s.W,
+                         p.mid, C, &p));
+    NN_TRY(lora_backward(be, w, g, LLAMA_LORA_V, BT, a->xn1, C,
+                         nn_at(dev, dqkv, (size_t)(s.Q + s.KV)), s.W, p.mid, C, &p));
     LAYER(L->rmsnorm_backward(dev, BT, C, p.mid, x, a->rstd1, w->attn_norm, dx, dx,
                               g->attn_norm));
     return NN_OK;
@@ -327,7 +380,8 @@ static int head_run(llama_backend *be, int BT, const llama_head_w *w, llama_head
         const void *xc = nn_at_const(dev, x, (size_t)r0 * C);
         LAYER(L->rmsnorm_forward(dev, n, C, xc, w->norm, eps, h.xn, h.rstd));
         LAYER(L->classifier_chunk(dev, n, C, V, h.xn, w->wout, targets + r0, dloss_scale,
-                                  losses + r0, g != NULL ? g->wout : NULL, h.dxn, h.cls));
+                                  losses + r0, g != NULL ? g->wout : NULL,
+                                  g != NULL ? h.dxn : NULL, h.cls));
         if (g != NULL) {
             LAYER(L->rmsnorm_backward(dev, n, C, h.dxn, xc, h.rstd, w->norm, NULL,
                                       nn_at(dev, dx, (size_t)r0 * C), g->norm));
@@ -342,7 +396,9 @@ static int layers_head_forward_backward(llama_backend *be, int B, int T, const l
                                         int chunk_rows, void *scratch) {
     const char *op = "head_forward_backward";
     NN_TRY(check_head(be, op, B, T, w, x, targets, losses, chunk_rows, scratch));
-    NN_TRY(llama__check_head_w(op, "g", g, BE_ERR(be)));
+    NN_TRY(llama__check_ptr(op, "g", g, BE_ERR(be)));
+    /* A frozen head (LoRA) has no gradients: g's tensors NULL. */
+    if (g->wout != NULL) NN_TRY(llama__check_head_w(op, "g", g, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "dx", dx, BE_ERR(be)));
     return head_run(be, B * T, w, g, x, targets, dloss_scale, dx, losses, chunk_rows, scratch);
 }
@@ -494,4 +550,15 @@ int llama_cpu_backend_create(nn_device *dev, const llama_dims *dims, int max_T,
                         "tensors (nn_cpu_device_create, or nn_sim_device_create)");
     }
     return layers_create(dev, dims, max_T, out, "llama cpu backend", err, cap);
+}
+
+int llama_backend_set_lora(llama_backend *be, int r, double alpha, char *err, size_t cap) {
+    if (be == NULL || r < 0 || (r > 0 && !(alpha > 0))) {
+        return ex_error(err, cap, NN_ERR_ARG,
+                        "llama backend: LoRA rank %d and alpha %g; need r >= 0 and alpha > 0", r,
+                        alpha);
+    }
+    be->lora_r = r;
+    be->lora_scale = r > 0 ? (float)(alpha / r) : 0.0f;
+    return NN_OK;
 }

@@ -403,3 +403,19 @@ void llama_rope_table(const llama_dims *d, int T, float *cos_out, float *sin_out
         }
     }
 }
+
+const char *llama_lora_target_name(int target) {
+    static const char *const names[LLAMA_LORA_TARGETS] = {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    return target >= 0 && target < LLAMA_LORA_TARGETS ? names[target] : NULL;
+}
+
+void llama_lora_target_shape(const llama_dims *d, int target, int *in, int *out) {
+    const int C = d->n_embd, Q = d->n_head * d->head_dim, KV = d->n_kv_head * d->head_dim;
+    const int F = d->n_ff;
+    const int ins[LLAMA_LORA_TARGETS] = {C, C, C, Q, C, C, F};
+    const int outs[LLAMA_LORA_TARGETS] = {Q, KV, KV, C, F, F, C};
+    *in = ins[target];
+    *out = outs[target];
+}

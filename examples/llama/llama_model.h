@@ -213,6 +213,24 @@ typedef struct llama_head_w {
     void *wout; /* [V][C] lm_head.weight, or embed_tokens when tied */
 } llama_head_w;
 
+/* The Linears LoRA can adapt (issue 42), by Hugging Face's module names
+ * ("q_proj", ...; llama_lora_target_name gives "self_attn.q_proj"). */
+typedef enum llama_lora_target {
+    LLAMA_LORA_Q = 0,
+    LLAMA_LORA_K,
+    LLAMA_LORA_V,
+    LLAMA_LORA_O,
+    LLAMA_LORA_GATE,
+    LLAMA_LORA_UP,
+    LLAMA_LORA_DOWN,
+    LLAMA_LORA_TARGETS
+} llama_lora_target;
+
+/* "self_attn.q_proj", ..., "mlp.down_proj"; NULL out of range. */
+const char *llama_lora_target_name(int target);
+/* The target Linear's inputs and outputs. */
+void llama_lora_target_shape(const llama_dims *d, int target, int *in, int *out);
+
 typedef struct llama_block_w {
     void *attn_norm;        /* [C] */
     void *wq, *bq;          /* [NH hd][C], [NH hd] */
@@ -223,6 +241,10 @@ typedef struct llama_block_w {
     void *wgate, *bgate;    /* [F][C], [F] */
     void *wup, *bup;        /* [F][C], [F] */
     void *wdown, *bdown;    /* [C][F], [C] */
+    /* LoRA adapters (llama_backend_set_lora): A [r][in] and B [out][r] of
+     * each adapted Linear, NULL for the others (and without LoRA). In a
+     * gradient struct, the base tensors are NULL when frozen. */
+    void *lora_A[LLAMA_LORA_TARGETS], *lora_B[LLAMA_LORA_TARGETS];
 } llama_block_w;
 
 /*

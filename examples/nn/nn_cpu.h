@@ -105,10 +105,11 @@ void nn_cpu_attention_backward(const nn_attn_layout *s, const float *qkv, const 
  * One chunk of n rows of the fused classifier, after the model's final
  * norm: logits: [n][V] = xn: [n][C] . W^T with W: [V][C] (the output
  * projection: lm_head, or the tied embedding), losses[i] = softmax
- * cross-entropy of row i against targets[i] (nn_xent_row). With gW not NULL
- * (training), logits becomes dloss_scale * dloss/dlogits, gW += dlogits^T
- * . xn and dxn: [n][C] = dlogits . W; with gW NULL (evaluation) only
- * losses are written (dxn unused). The caller runs the chunks of its rows
+ * cross-entropy of row i against targets[i] (nn_xent_row). With gW or dxn
+ * not NULL (training), logits becomes dloss_scale * dloss/dlogits, gW (when
+ * not NULL; NULL: a frozen classifier) += dlogits^T . xn and dxn (when not
+ * NULL): [n][C] = dlogits . W; with both NULL (evaluation) only losses are
+ * written. The caller runs the chunks of its rows
  * in order and keeps n fixed, so the sums into gW run in a fixed order.
  */
 void nn_cpu_classifier_chunk(int n, int C, int V, const float *xn, const float *W,

@@ -16,7 +16,9 @@ void nn_cpu_classifier_chunk(int n, int C, int V, const float *xn, const float *
                              float *gW, float *dxn) {
     // logits: [n][V] = xn . W^T
     ex_sgemm(0, 1, n, V, C, 1.0f, xn, C, W, C, 0.0f, logits, V);
-    const int want_grad = gW != NULL;
+    // The backward runs when either gradient is wanted (gW NULL: a frozen
+    // classifier, whose input gradient still flows).
+    const int want_grad = gW != NULL || dxn != NULL;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         losses[i] = nn_xent_row(V, logits + (size_t)i * V, targets[i], dloss_scale, want_grad);

@@ -122,7 +122,9 @@ int classifier(ctx *cx, int rows, int C, int V, const void *xn, const void *W,
     const int ld = padded_vocab(V);
     const int R = chunk_rows < rows ? chunk_rows : rows;
     const parts h = carve(t, V, R, scratch);
-    const int want_grad = gW != nullptr;
+    // The backward runs when either gradient is wanted (gW NULL: a frozen
+    // classifier, whose input gradient still flows).
+    const int want_grad = gW != nullptr || dxn != nullptr;
     for (int r0 = 0; r0 < rows; r0 += R) {
         const int n = rows - r0 < R ? rows - r0 : R;
         const void *xc = elem_at(xn, t, (size_t)r0 * C);
@@ -147,11 +149,11 @@ int classifier(ctx *cx, int rows, int C, int V, const void *xn, const void *W,
         if (!want_grad) continue;
         // W's gradient: [V][C] += dlogits^T . xn; then dxn = dlogits . W
         // (the last reader of this chunk's xn comes first: dxn may be xn).
-        TRY(timed(cx, PROF_MATMUL_WTE_DW, [&] {
+        if (gW != nullptr) TRY(timed(cx, PROF_MATMUL_WTE_DW, [&] {
             return matmul(cx, true, false, V, C, n, h.logits, ld, xc, C, gW, gW, C, EPI_NONE,
                           nullptr, nullptr);
         }));
-        TRY(timed(cx, PROF_MATMUL_HEAD_DX, [&] {
+        if (dxn != nullptr) TRY(timed(cx, PROF_MATMUL_HEAD_DX, [&] {
             return matmul(cx, false, false, n, C, V, h.logits, ld, W, C, nullptr,
                           elem_at(dxn, t, (size_t)r0 * C), C, EPI_NONE, nullptr, nullptr);
         }));

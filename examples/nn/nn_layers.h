@@ -80,8 +80,9 @@ typedef struct nn_layer_ops {
     size_t (*classifier_scratch_bytes)(const nn_device *dev, int C, int V, int rows);
     /* The fused classifier over n rows of xn [n][C] (the final norm's
      * output) against W [V][C]: losses[i] (fp32) = softmax cross-entropy
-     * against targets[i]; with gW not NULL also gW += dlogits^T xn and
-     * dxn [n][C] = dlogits W, dlogits scaled by dloss_scale
+     * against targets[i]; with gW not NULL also gW += dlogits^T xn, with
+     * dxn not NULL dxn [n][C] = dlogits W (both NULL: evaluation; gW alone
+     * NULL: a frozen classifier), dlogits scaled by dloss_scale
      * (nn_cpu_classifier_chunk's math). */
     int (*classifier_chunk)(nn_device *dev, int n, int C, int V, const void *xn, const void *W,
                             const int *targets, float dloss_scale, float *losses, void *gW,

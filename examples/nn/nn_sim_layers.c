@@ -149,7 +149,7 @@ static int sim_classifier_chunk(nn_device *dev, int n, int C, int V, const void 
     acc(&l, losses, (size_t)n, 1);
     acc(&l, logits, (size_t)n * V, 1);
     acc(&l, gW, (size_t)V * C, 1);
-    acc(&l, gW ? dxn : NULL, (size_t)n * C, 1);
+    acc(&l, dxn, (size_t)n * C, 1);
     return LAUNCH(dev, "nn_classifier_chunk", classifier_kernel, a, l);
 }
 

@@ -18,6 +18,7 @@
 #ifndef EX_DECODER_H
 #define EX_DECODER_H
 
+#include "ex_lora.h"
 #include "ex_model.h"
 #include "ex_stream.h"
 #include "ex_units.h"
@@ -36,11 +37,15 @@ typedef struct ex_decoder_ops {
     int (*embed_backward)(void *model, int B, int T, void *const *g, const int *tokens,
                           const void *dx);
     /* y = block `layer`(x), keeping its activations; the same bits when
-     * called again (recomputation). */
-    int (*block_forward)(void *model, int layer, int B, int T, void *const *p, const void *x,
-                         void *y);
+     * called again (recomputation). a: the block's LoRA adapters (its
+     * adapter unit's tensors, ex_lora.h), NULL without LoRA. */
+    int (*block_forward)(void *model, int layer, int B, int T, void *const *p, void *const *a,
+                         const void *x, void *y);
+    /* g: the block's gradients (every pointer NULL when the base is frozen,
+     * with LoRA); ga: the adapters' (NULL without LoRA). */
     int (*block_backward)(void *model, int layer, int B, int T, void *const *p, void *const *g,
-                          const void *x, const void *dy, void *dx);
+                          void *const *a, void *const *ga, const void *x, const void *dy,
+                          void *dx);
     /* p, g: the head unit's tensors (unit 0 when tied). */
     int (*head_forward_backward)(void *model, int B, int T, void *const *p, void *const *g,
                                  const void *x, const int *targets, float dloss, void *dx,
@@ -65,6 +70,12 @@ typedef struct ex_decoder {
     int head_unit;        /* 0 when the head is tied to the embedding's unit */
     unsigned embed_grads; /* the unit-0 tensors the embedding's backward adds into */
     int recompute;        /* recompute each block's forward before its backward */
+    /* LoRA (ex_lora.h): block l's adapters are unit lora_unit0 + l, and
+     * every other unit is frozen: no gradient is asked for, the embedding's
+     * backward does not run, the head and the blocks get NULL gradient
+     * tensors. */
+    int lora, lora_unit0;
+    const ex_lora *adapters; /* the LoRA settings (NULL: none) */
 } ex_decoder;
 
 /* One micro-step (ex_model.h's train_micro_step): forward, the head's loss

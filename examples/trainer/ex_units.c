@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ex_lora.h"
+
 zs_status ex_units_init(ex_units *u, zs_ctx *zs, int unit_count, int param_count) {
     memset(u, 0, sizeof *u);
     u->zs = zs;
@@ -171,8 +173,7 @@ int ex_units_grads_again(ex_units *u, int unit, unsigned mask, void **ptrs, char
     return u->direct ? 0 : zero_scratch(u, unit, mask, err, cap);
 }
 
-/* The table's initialization as zeroshard's. */
-static zs_init initializer(const nn_param_spec *spec) {
+zs_init ex_units_initializer(const nn_param_spec *spec) {
     switch (spec->init) {
     case NN_INIT_NORMAL: return ZS_INIT_NORMAL_STD(spec->init_std);
     case NN_INIT_ONES: return ZS_INIT_CONSTANT_VALUE(1.0);
@@ -183,22 +184,5 @@ static zs_init initializer(const nn_param_spec *spec) {
 
 zs_status ex_units_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
                             const void *dims, int *units_out) {
-    const int units = table->num_units(dims);
-    int params = 0;
-    for (int unit = 0; unit < units; unit++) params += table->unit_num_params(dims, unit);
-    if (units_out) *units_out = units;
-    zs_status st = ex_units_init(u, zs, units, params);
-    for (int unit = 0; st == ZS_OK && unit < units; unit++) {
-        char name[NN_PARAM_NAME_MAX];
-        table->unit_name(dims, unit, name, sizeof name);
-        st = ex_units_begin(u, name);
-        for (int i = 0; st == ZS_OK && i < table->unit_num_params(dims, unit); i++) {
-            nn_param_spec spec;
-            table->param_spec(dims, unit, i, &spec);
-            st = ex_units_add(u, spec.name, spec.ndim, spec.shape, initializer(&spec),
-                              spec.no_decay ? ZS_PARAM_NO_DECAY : 0u);
-        }
-        if (st == ZS_OK) st = ex_units_end(u);
-    }
-    return st;
+    return ex_lora_describe(u, zs, table, dims, NULL, units_out);
 }

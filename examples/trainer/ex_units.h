@@ -57,6 +57,8 @@ zs_status ex_units_begin(ex_units *u, const char *name);
 zs_status ex_units_add(ex_units *u, const char *name, int ndim, const int64_t *shape, zs_init init,
                        unsigned flags);
 zs_status ex_units_end(ex_units *u);
+/* A table tensor's initialization as zeroshard's. */
+zs_init ex_units_initializer(const nn_param_spec *spec);
 /* All of it from a family's parameter table (nn_param.h) over its dims:
  * every unit in order, every tensor with its initialization and, for 1-D
  * tensors, ZS_PARAM_NO_DECAY. *units (may be NULL) gets the unit count. */

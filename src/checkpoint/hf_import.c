@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "zero/agree.h"
 #include "zero/ground.h"
+#include "zero/state_io.h"
 #include "zero/state_layout.h"
 
 /* Tensors a file may hold beyond the parameters it is expected to hold
@@ -135,6 +136,12 @@ static zs__st_limits file_limits(int expected, uint64_t entry_bytes, const char 
 
 /* ------------------------------------------------------------- checks */
 
+/* A parameter this import does not look for: trainable ones with
+ * frozen_only (a fine-tune's adapters, not in the base's files). */
+static int skipped(const hf_import *imp, const zs_param *p) {
+    return imp->options && imp->options->frozen_only && !(p->flags & ZS_PARAM_FROZEN);
+}
+
 /* The index against the model: every parameter listed, nothing listed that
  * is neither a parameter nor ignored. */
 static zs_status check_index(hf_import *imp) {
@@ -142,8 +149,8 @@ static zs_status check_index(hf_import *imp) {
     char name[HF_SHOWN_BYTES], dims[160];
     for (int i = 0; i < imp->zs->param_count; i++) {
         const zs_param *p = imp->zs->params[i];
-        imp->params[i].file = zs__hf_layout_file_of(l, p->name);
-        if (imp->params[i].file < 0)
+        imp->params[i].file = skipped(imp, p) ? -1 : zs__hf_layout_file_of(l, p->name);
+        if (imp->params[i].file < 0 && !skipped(imp, p))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: missing tensor \"%s\": the model's parameter of shape %s is not "
                             "in the weight_map",
@@ -208,7 +215,7 @@ static zs_status check_missing(hf_import *imp, int f) {
     list[0] = '\0';
     for (int i = 0; i < imp->zs->param_count; i++) {
         const zs_param *p = imp->zs->params[i];
-        if (imp->params[i].file != f || zs__st_find(sf, p->name)) continue;
+        if (skipped(imp, p) || imp->params[i].file != f || zs__st_find(sf, p->name)) continue;
         if (missing++ < HF_MISSING_SHOWN && at < sizeof list)
             at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\" (shape %s)",
                                    missing > 1 ? ", " : "", shown(p->name, name),
@@ -323,7 +330,8 @@ static zs_status prepare(hf_import *imp, const char *path) {
     for (int i = 0; i < n; i++) {
         int64_t first, end;
         const int f = imp->params[i].file;
-        if (!zs__param_range(zs, i, &first, &end) || imp->files[f]) continue;
+        if (skipped(imp, zs->params[i]) || !zs__param_range(zs, i, &first, &end) || imp->files[f])
+            continue;
         ZS_CHECK(open_file(imp, f));
         ZS_CHECK(check_file(imp, f));
     }
@@ -401,7 +409,8 @@ zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
     /* Every rank learns the first failure before any value is read, so no
      * rank imports while another refuses the checkpoint. */
     zs_status status = zs__agree_status(zs, local, "zs_params_import_safetensors (checks)");
-    if (status == ZS_OK) status = zs_params_import(zs, read_range, &imp);
+    if (status == ZS_OK)
+        status = zs__params_import_some(zs, read_range, &imp, options && options->frozen_only);
     if (status == ZS_OK) {
         /* The ignored tensors by name, so that a skipped tensor (a tied
          * head's lm_head.weight copy, a buffer) is never skipped unseen. */

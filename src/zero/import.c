@@ -26,9 +26,10 @@
  * parameters themselves in fp32 without a separate master). On a source
  * failure the reason is left in `why`. */
 static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, float *host,
-                              char *why, size_t why_cap) {
+                              int frozen_only, char *why, size_t why_cap) {
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
+        if (frozen_only && !(p->flags & ZS_PARAM_FROZEN)) continue;
         int64_t b, e;
         const int frozen = (p->flags & ZS_PARAM_FROZEN) != 0;
         if (!(frozen ? zs__param_range(zs, i, &b, &e) : zs__state_range(zs, i, &b, &e))) continue;
@@ -50,6 +51,11 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
 }
 
 zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
+    return zs__params_import_some(zs, source, user, 0);
+}
+
+zs_status zs__params_import_some(zs_ctx *zs, zs_param_source source, void *user,
+                                 int frozen_only) {
     if (!zs || !source)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_params_import: context and source are required");
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_params_import: call zs_build first");
@@ -69,7 +75,8 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
         local = zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, ZS_IMPORT_CHUNK * sizeof(float),
                                    &host.ptr);
     char why[512];
-    if (local == ZS_OK) local = import_local(zs, source, user, host.ptr, why, sizeof why);
+    if (local == ZS_OK)
+        local = import_local(zs, source, user, host.ptr, frozen_only, why, sizeof why);
     zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host.ptr, ZS_IMPORT_CHUNK * sizeof(float));
     char message[1024];
     snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());

@@ -400,6 +400,9 @@ static zs_status measure_all_gather(zs_ctx *zs) {
     if (!sizes) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "zs_build: out of host memory");
     int n = 0;
     for (int u = 0; u < zs->unit_count; u++) {
+        /* Below stage 3 only trainable units are ever gathered (frozen ones
+         * never change), and the buffer holds those alone. */
+        if (zs->plan->units[u].frozen && zs->settings.zero.stage < 3) continue;
         const size_t chunk = (size_t)zs->plan->units[u].shard_numel * elem;
         int seen = 0;
         for (int k = 0; k < n && !seen; k++) seen = sizes[k] == chunk;

@@ -94,7 +94,7 @@ static const spec_param params[] = {
 #define LONE_PARAM 18
 
 static const char *const ignore_patterns[] = {"*.rotary_emb.inv_freq"};
-static const zs_safetensors_import ignore_inv_freq = {ignore_patterns, 1};
+static const zs_safetensors_import ignore_inv_freq = {.ignore = ignore_patterns, .ignore_count = 1};
 
 static char work[2048];
 static int world = 1;

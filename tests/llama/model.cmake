@@ -70,3 +70,12 @@ add_test(NAME llama_train_bitwise
                  $<TARGET_FILE:llama_train> $<TARGET_FILE:zs-ckpt>)
 set_tests_properties(llama_train_bitwise PROPERTIES LABELS mpi TIMEOUT 300
                      ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# LoRA on a frozen base imported in Hugging Face's layout (issue 42): stages
+# bitwise at np 2 (fp32) and 3 (bf16), the base unchanged, the adapters
+# trained, resume bitwise, refusals named.
+add_test(NAME llama_lora
+         COMMAND bash ${LLAMA_TEST_DIR}/run_llama_lora.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:llama_train> $<TARGET_FILE:zs-ckpt>)
+set_tests_properties(llama_lora PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")

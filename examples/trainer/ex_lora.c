@@ -1,0 +1,137 @@
+/* LoRA's keys, targets and units (ex_lora.h). */
+#include "ex_lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The module's own name, the last component of its path ("q_proj"). */
+static const char *module_of(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+/* The model's Linears for a message: "q_proj, k_proj, ...". */
+static void list_modules(const ex_lora *lora, char *out, size_t cap) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int t = 0; t < lora->n_targets && at < cap; t++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%s", t ? ", " : "",
+                               module_of(lora->target_name(t)));
+}
+
+static zs_status parse_targets(const char *text, const char *program, ex_lora *lora) {
+    lora->targets = 0;
+    if (strcmp(text, "all-linear") == 0) {
+        lora->targets = (1u << lora->n_targets) - 1u;
+        return ZS_OK;
+    }
+    char copy[512];
+    if (snprintf(copy, sizeof copy, "%s", text) >= (int)sizeof copy) {
+        fprintf(stderr, "%s: app.lora_target_modules is longer than %zu bytes\n", program,
+                sizeof copy - 1);
+        return ZS_ERR_CONFIG;
+    }
+    char *save = NULL;
+    for (char *name = strtok_r(copy, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        int found = -1;
+        for (int t = 0; t < lora->n_targets && found < 0; t++)
+            if (strcmp(name, module_of(lora->target_name(t))) == 0) found = t;
+        if (found < 0) {
+            char modules[512];
+            list_modules(lora, modules, sizeof modules);
+            fprintf(stderr, "%s: app.lora_target_modules names \"%s\", which is not a Linear of "
+                            "this model; its Linears are %s (or \"all-linear\")\n",
+                    program, name, modules);
+            return ZS_ERR_CONFIG;
+        }
+        lora->targets |= 1u << found;
+    }
+    if (lora->targets == 0) {
+        fprintf(stderr, "%s: app.lora_target_modules = \"%s\" names no Linear\n", program, text);
+        return ZS_ERR_CONFIG;
+    }
+    return ZS_OK;
+}
+
+zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora) {
+    int64_t r = 0;
+    double dropout = 0.0;
+    const char *targets = NULL;
+    zs_status st;
+    if ((st = zs_config_app_int(cfg, "lora_r", 0, 0, 4096, &r)) ||
+        (st = zs_config_app_float(cfg, "lora_alpha", 8.0, 1e-6, 1e6, &lora->alpha)) ||
+        (st = zs_config_app_float(cfg, "lora_dropout", 0.0, 0.0, 1.0, &dropout)) ||
+        (st = zs_config_app_string(cfg, "lora_target_modules", "q_proj,v_proj", &targets)))
+        return st;
+    lora->r = (int)r;
+    if (lora->r == 0) return ZS_OK;
+    if (dropout != 0.0) {
+        fprintf(stderr, "%s: app.lora_dropout = %g: only 0 is supported (no dropout on the "
+                        "adapters' input); set it to 0\n",
+                program, dropout);
+        return ZS_ERR_CONFIG;
+    }
+    if (lora->n_targets > EX_LORA_MAX_TARGETS) return ZS_ERR_INTERNAL;
+    return parse_targets(targets, program, lora);
+}
+
+int ex_lora_param_name(const char *block, const ex_lora *lora, int t, int which, char *out,
+                       size_t cap) {
+    const int n = snprintf(out, cap, "%s.%s.lora_%c.weight", block, lora->target_name(t),
+                           which ? 'B' : 'A');
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* The adapter unit of the block named `block`: A and B of each target, in
+ * target order. */
+static zs_status describe_adapters(ex_units *u, const void *dims, const ex_lora *lora,
+                                   const char *block) {
+    char name[NN_PARAM_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s.lora", block);
+    zs_status st = ex_units_begin(u, name);
+    for (int t = 0; st == ZS_OK && t < lora->n_targets; t++) {
+        if (!(lora->targets & (1u << t))) continue;
+        int in = 0, out = 0;
+        lora->target_shape(dims, t, &in, &out);
+        const double bound = 1.0 / sqrt((double)in);
+        const int64_t a_shape[2] = {lora->r, in}, b_shape[2] = {out, lora->r};
+        if (ex_lora_param_name(block, lora, t, 0, name, sizeof name) != 0) return ZS_ERR_INTERNAL;
+        st = ex_units_add(u, name, 2, a_shape, ZS_INIT_UNIFORM_RANGE(-bound, bound), 0u);
+        if (st == ZS_OK && ex_lora_param_name(block, lora, t, 1, name, sizeof name) != 0)
+            return ZS_ERR_INTERNAL;
+        if (st == ZS_OK) st = ex_units_add(u, name, 2, b_shape, ZS_INIT_ZEROS_VALUE, 0u);
+    }
+    return st == ZS_OK ? ex_units_end(u) : st;
+}
+
+zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
+                           const void *dims, const ex_lora *lora, int *units_out) {
+    const int lora_on = lora != NULL && lora->r > 0;
+    const int base = table->num_units(dims);
+    int params = 0, per_block = 0;
+    for (int unit = 0; unit < base; unit++) params += table->unit_num_params(dims, unit);
+    for (int t = 0; lora_on && t < lora->n_targets; t++) per_block += 2 * !!(lora->targets & (1u << t));
+    const int units = base + (lora_on ? lora->n_blocks : 0);
+    if (units_out) *units_out = units;
+    zs_status st = ex_units_init(u, zs, units, params + (lora_on ? lora->n_blocks * per_block : 0));
+    const unsigned frozen = lora_on ? ZS_PARAM_FROZEN : 0u;
+    for (int unit = 0; st == ZS_OK && unit < base; unit++) {
+        char name[NN_PARAM_NAME_MAX];
+        table->unit_name(dims, unit, name, sizeof name);
+        st = ex_units_begin(u, name);
+        for (int i = 0; st == ZS_OK && i < table->unit_num_params(dims, unit); i++) {
+            nn_param_spec spec;
+            table->param_spec(dims, unit, i, &spec);
+            st = ex_units_add(u, spec.name, spec.ndim, spec.shape, ex_units_initializer(&spec),
+                              (spec.no_decay ? ZS_PARAM_NO_DECAY : 0u) | frozen);
+        }
+        if (st == ZS_OK) st = ex_units_end(u);
+    }
+    for (int l = 0; st == ZS_OK && lora_on && l < lora->n_blocks; l++) {
+        char block[NN_PARAM_NAME_MAX];
+        table->unit_name(dims, lora->first_block + l, block, sizeof block);
+        st = describe_adapters(u, dims, lora, block);
+    }
+    return st;
+}

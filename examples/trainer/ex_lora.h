@@ -1,0 +1,71 @@
+/*
+ * ex_lora — LoRA fine-tuning for the examples' decoders (issue 42), as
+ * PEFT does it: the model's base frozen (ZS_PARAM_FROZEN: no gradient, no
+ * master, no moments), and on each adapted Linear of every block two small
+ * trainable matrices, A [r][in] and B [out][r], whose product scaled by
+ * alpha / r adds to the Linear's output (nn_layers.h's lora_forward). The
+ * adapters of block l are one unit of their own, "<block>.lora", registered
+ * after the model's units, so that a frozen unit is never mixed with a
+ * trainable one.
+ *
+ * A family names its adaptable Linears (Hugging Face's module names for
+ * the Llama family: q_proj ... down_proj) and their shapes; this file reads
+ * the app keys, checks the targets against them and registers the units:
+ *   app.lora_r               the rank (0, the default: no LoRA, everything
+ *                            trains)
+ *   app.lora_alpha           alpha (default 8, PEFT's); the scale is alpha / r
+ *   app.lora_dropout         dropout on the adapters' input: only 0 is
+ *                            supported (refused otherwise, naming the key)
+ *   app.lora_target_modules  "q_proj,v_proj" (the default, PEFT's for Llama),
+ *                            any list of the family's module names, or
+ *                            "all-linear"; an unknown name is refused,
+ *                            listing the model's Linears
+ * A's initialization is PEFT's (Kaiming-uniform with a = sqrt(5): U(-1/sqrt(in),
+ * +1/sqrt(in))), B's zeros, so training starts from the base model exactly.
+ */
+#ifndef EX_LORA_H
+#define EX_LORA_H
+
+#include "ex_units.h"
+#include "nn_param.h"
+#include "zeroshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EX_LORA_MAX_TARGETS 16
+
+typedef struct ex_lora {
+    int r;              /* 0: no LoRA */
+    double alpha;
+    unsigned targets;   /* bit t: the family's Linear t is adapted */
+    /* The family's adaptable Linears of a block: module t's path inside the
+     * block ("self_attn.q_proj") and its shape over the family's dims. */
+    int n_targets;
+    const char *(*target_name)(int t);
+    void (*target_shape)(const void *dims, int t, int *in, int *out);
+    /* The table's block units: first_block .. first_block + n_blocks - 1. */
+    int first_block, n_blocks;
+} ex_lora;
+
+/* Reads the app keys above into lora (whose family fields are set);
+ * ZS_ERR_CONFIG with a message on stderr naming the key. */
+zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora);
+
+/* The model's units from its table, every tensor frozen when lora->r > 0,
+ * then one adapter unit per block (nothing more without LoRA); *units_out
+ * counts them all. */
+zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
+                           const void *dims, const ex_lora *lora, int *units_out);
+
+/* "model.layers.3.self_attn.q_proj.lora_A.weight" for block unit name
+ * "model.layers.3", target t, A (which 0) or B (1): PEFT's names without
+ * its "base_model.model." prefix. 0, or -1 when it does not fit. */
+int ex_lora_param_name(const char *block, const ex_lora *lora, int t, int which, char *out,
+                       size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EX_LORA_H */
