@@ -35,7 +35,6 @@
 
 /* The global user state a trainer keeps the model's config.json in. */
 #define HF_CONFIG_STATE "hf.config.json"
-#define HF_CONFIG_KEY "global:" HF_CONFIG_STATE
 #define HF_CONFIG_FILE "config.json"
 /* A config.json is a few kilobytes; anything past this is not one. */
 #define HF_CONFIG_MAX_BYTES ((size_t)16 << 20)
@@ -313,80 +312,112 @@ static zs_status config_with_dtype(struct json_object *root, zs_dtype dtype, cha
     return ZS_OK;
 }
 
-/* config.json from the checkpoint's global user state, whose bytes are
- * checked against the manifest's XXH3 and must be one JSON object, with the
- * exported dtype (config_with_dtype). */
-static zs_status write_config(hf_out *o, const zs__ckpt_step *step, zs_dtype dtype,
-                              int *written) {
+/* The global user state `state` (its key "global:<state>"), which must be
+ * one JSON object of at most HF_CONFIG_MAX_BYTES: its bytes checked against
+ * the manifest's XXH3 into *text (*bytes), parsed into *root. *found 0 (and
+ * ZS_OK) when the checkpoint has no such state. `reader` names who reads it
+ * in messages ("transformers could not read it as config.json"). */
+static zs_status read_user_object(const zs__ckpt_step *step, const char *state,
+                                  const char *reader, int *found, char **text_out,
+                                  size_t *bytes, struct json_object **root_out) {
     const zs__manifest *m = step->m;
-    *written = 0;
+    *found = 0;
+    *text_out = NULL;
+    *root_out = NULL;
+    char key[256];
+    snprintf(key, sizeof key, "global:%s", state);
     const zs__ckpt_tensor *t = NULL;
     for (int i = 0; i < m->tensor_count && !t; i++)
-        if (m->tensors[i].state == ZS_CKPT_STATE_USER_GLOBAL &&
-            strcmp(m->tensors[i].key, HF_CONFIG_KEY) == 0)
+        if (m->tensors[i].state == ZS_CKPT_STATE_USER_GLOBAL && strcmp(m->tensors[i].key, key) == 0)
             t = &m->tensors[i];
-    if (!t) {
-        printf("no config.json written: the checkpoint holds no global user state \"%s\" (a "
-               "trainer keeps the model's config.json there with zs_user_state_set); copy the "
-               "model's config.json into the output directory yourself\n",
-               HF_CONFIG_STATE);
-        return ZS_OK;
-    }
+    if (!t) return ZS_OK;
+    *found = 1;
     if (t->count <= 0 || (uint64_t)t->count > HF_CONFIG_MAX_BYTES)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                        "%s: user state \"%s\" holds %lld bytes; a config.json takes 1 to %zu",
-                        step->path, HF_CONFIG_STATE, (long long)t->count, HF_CONFIG_MAX_BYTES);
+                        "%s: user state \"%s\" holds %lld bytes; %s takes 1 to %zu", step->path,
+                        state, (long long)t->count, reader, HF_CONFIG_MAX_BYTES);
     zs__st_file *sf = NULL;
     ZS_CHECK(zs__ckpt_open_shard(step, t->file, &sf));
     zs_status s = ZS_OK;
     struct json_object *root = NULL;
-    char *rewritten = NULL;
     char *text = malloc((size_t)t->count);
     const zs__st_entry *e = zs__st_find(sf, t->key);
     if (!text) {
-        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for config.json");
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for %s", state);
         goto done;
     }
     if (!e || e->end - e->begin != (uint64_t)t->count) {
         s = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: the user state \"%s\" is not as the manifest "
-                     "lists it", zs__st_path(sf), HF_CONFIG_STATE);
+                     "lists it", zs__st_path(sf), state);
         goto done;
     }
     ZS_CHECK_GOTO(zs__st_read(sf, e, 0, text, (uint64_t)t->count), s, done);
     if (XXH3_64bits(text, (size_t)t->count) != t->xxh3) {
         s = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                      "%s: the user state \"%s\" does not match its hash in the manifest",
-                     zs__st_path(sf), HF_CONFIG_STATE);
+                     zs__st_path(sf), state);
         goto done;
     }
     const zs__json_rules rules = {HF_CONFIG_MAX_DEPTH, 0, 0};
-    s = zs__json_parse_strict(text, (size_t)t->count, &rules, step->path,
-                              "user state \"" HF_CONFIG_STATE "\"", &root);
+    char what[300];
+    snprintf(what, sizeof what, "user state \"%s\"", state);
+    s = zs__json_parse_strict(text, (size_t)t->count, &rules, step->path, what, &root);
     if (s != ZS_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", zs_last_error());
-        s = zs__fail(s, "%s; transformers could not read it as config.json", why);
+        s = zs__fail(s, "%s; %s", why, reader);
         goto done;
     }
-    if (!json_object_is_type(root, json_type_object)) {
+    if (!json_object_is_type(root, json_type_object))
         s = zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                     "%s: the user state \"%s\" is JSON but not an object; transformers could "
-                     "not read it as config.json",
-                     step->path, HF_CONFIG_STATE);
-        goto done;
+                     "%s: the user state \"%s\" is JSON but not an object; %s", step->path,
+                     state, reader);
+done:
+    zs__st_close(sf);
+    if (s != ZS_OK) {
+        json_object_put(root);
+        free(text);
+        return s;
     }
+    *text_out = text;
+    *bytes = (size_t)t->count;
+    *root_out = root;
+    return ZS_OK;
+}
+
+/* config.json from the checkpoint's global user state, whose bytes are
+ * checked against the manifest's XXH3 and must be one JSON object, with the
+ * exported dtype (config_with_dtype). */
+static zs_status write_config(hf_out *o, const zs__ckpt_step *step, zs_dtype dtype,
+                              int *written) {
+    *written = 0;
+    int found = 0;
+    char *text = NULL;
+    size_t count = 0;
+    struct json_object *root = NULL;
+    ZS_CHECK(read_user_object(step, HF_CONFIG_STATE,
+                              "transformers could not read it as config.json", &found, &text,
+                              &count, &root));
+    if (!found) {
+        printf("no config.json written: the checkpoint holds no global user state \"%s\" (a "
+               "trainer keeps the model's config.json there with zs_user_state_set); copy the "
+               "model's config.json into the output directory yourself\n",
+               HF_CONFIG_STATE);
+        return ZS_OK;
+    }
+    zs_status s = ZS_OK;
+    char *rewritten = NULL;
     size_t rewritten_bytes = 0;
     ZS_CHECK_GOTO(config_with_dtype(root, dtype, &rewritten, &rewritten_bytes), s, done);
     ZS_CHECK_GOTO(zs__fs_write_atomic_at(o->tmp_fd, o->tmp_path, HF_CONFIG_FILE,
                                          rewritten ? rewritten : text,
-                                         rewritten ? rewritten_bytes : (size_t)t->count),
+                                         rewritten ? rewritten_bytes : count),
                   s, done);
     *written = 1;
 done:
     json_object_put(root);
     free(rewritten);
     free(text);
-    zs__st_close(sf);
     return s;
 }
 
@@ -420,11 +451,27 @@ static zs_status copy_tokenizer(hf_out *o, const char *from, int *copied) {
 
 /* ---------------------------------------------------------------- the export */
 
+/* A LoRA adapter's tensor (ex_lora.h's names: "<module>.lora_A.weight",
+ * "<module>.lora_B.weight"). */
+static int is_adapter(const char *name) {
+    const size_t n = strlen(name), k = strlen(".lora_A.weight");
+    return n > k && (strcmp(name + n - k, ".lora_A.weight") == 0 ||
+                     strcmp(name + n - k, ".lora_B.weight") == 0);
+}
+
 zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
                              uint64_t max_shard_bytes, const char *out_dir,
                              const char *tokenizer_from, int quiet, zs__tool_hf_summary *summary) {
     const zs__manifest *m = step->m;
     memset(summary, 0, sizeof *summary);
+    for (int p = 0; p < m->param_count; p++)
+        if (is_adapter(m->params[p].name))
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s holds LoRA adapters (\"%s\", ...), which transformers' model "
+                            "does not have: export them with --peft <dir> (PEFT's "
+                            "adapter_model.safetensors and adapter_config.json, loaded onto "
+                            "the base)",
+                            step->path, m->params[p].name);
     if (max_shard_bytes == 0)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--max-shard-bytes must be positive");
     hf_out o;
@@ -460,5 +507,86 @@ done:
     free(shard_of);
     free(members);
     free(specs);
+    return s;
+}
+
+/* ------------------------------------------------------- PEFT's adapters */
+
+#define PEFT_CONFIG_STATE "peft.adapter_config.json"
+#define PEFT_PREFIX "base_model.model."
+
+zs_status zs__tool_export_peft(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
+                               const char *out_dir, int quiet, int *tensors_out) {
+    const zs__manifest *m = step->m;
+    *tensors_out = 0;
+    int found = 0;
+    char *config = NULL;
+    size_t config_bytes = 0;
+    struct json_object *root = NULL;
+    ZS_CHECK(read_user_object(step, PEFT_CONFIG_STATE,
+                              "PEFT could not read it as adapter_config.json", &found, &config,
+                              &config_bytes, &root));
+    json_object_put(root);
+    if (!found)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s holds no LoRA adapters to export: no global user state \"%s\" (a "
+                        "trainer with app.lora_r > 0 keeps PEFT's adapter_config.json there)",
+                        step->path, PEFT_CONFIG_STATE);
+    hf_out o;
+    zs_status s = out_begin(&o, out_dir);
+    zs__tool_reader *reader = NULL;
+    const size_t n = (size_t)(m->param_count > 0 ? m->param_count : 1);
+    int *members = malloc(sizeof *members * n);
+    zs__st_tensor_spec *specs = calloc(n, sizeof *specs);
+    char(*names)[ZS_CKPT_NAME_MAX + 32] = calloc(n, sizeof *names);
+    if (s == ZS_OK && (!members || !specs || !names))
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory to plan %d tensors", m->param_count);
+    if (s != ZS_OK) goto done;
+    /* The adapters under PEFT's names, in manifest order. */
+    int count = 0;
+    uint64_t data_bytes = 0;
+    for (int p = 0; p < m->param_count; p++) {
+        if (!is_adapter(m->params[p].name)) continue;
+        ZS_CHECK_GOTO(zs__tool_param_spec(m, p, dtype, &specs[count]), s, done);
+        snprintf(names[count], sizeof names[count], PEFT_PREFIX "%s", m->params[p].name);
+        specs[count].name = names[count];
+        data_bytes += specs[count].bytes;
+        members[count++] = p;
+    }
+    if (count == 0) {
+        s = zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: no parameter is a LoRA adapter "
+                     "(\"*.lora_A.weight\", \"*.lora_B.weight\")", step->path);
+        goto done;
+    }
+    zs__progress progress;
+    zs__progress_begin(&progress, "zs-ckpt export",
+                       zs__ckpt_verify_read_bytes(step, 0, 1, 1) + data_bytes, quiet);
+    ZS_CHECK_GOTO(zs__tool_reader_open(step, dtype, buffer_bytes, &progress, &reader), s, done);
+    const zs__st_meta meta[] = {{"format", "pt"}};
+    zs__st_stream *stream = NULL;
+    ZS_CHECK_GOTO(zs__st_stream_open_at(o.tmp_fd, o.tmp_path, "adapter_model.safetensors", specs,
+                                        count, meta, 1, &stream),
+                  s, done);
+    for (int k = 0; k < count && s == ZS_OK; k++)
+        s = zs__tool_reader_append(reader, members[k], stream);
+    if (s != ZS_OK) {
+        zs__st_stream_abort(stream);
+        goto done;
+    }
+    ZS_CHECK_GOTO(zs__st_stream_close(stream, NULL, NULL), s, done);
+    ZS_CHECK_GOTO(zs__fs_write_atomic_at(o.tmp_fd, o.tmp_path, "adapter_config.json", config,
+                                         config_bytes),
+                  s, done);
+    ZS_CHECK_GOTO(out_commit(&o), s, done);
+    zs__progress_end(&progress);
+    *tensors_out = count;
+done:
+    if (s != ZS_OK) out_abandon(&o);
+    out_close(&o);
+    zs__tool_reader_close(reader);
+    free(members);
+    free(specs);
+    free(names);
+    free(config);
     return s;
 }

@@ -78,6 +78,13 @@ typedef struct zs__tool_hf_summary {
 zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
                              uint64_t max_shard_bytes, const char *out_dir,
                              const char *tokenizer_from, int quiet, zs__tool_hf_summary *summary);
+/* zs-ckpt export --peft: the LoRA adapters (parameters "*.lora_A.weight",
+ * "*.lora_B.weight") as PEFT's adapter_model.safetensors, under PEFT's
+ * names ("base_model.model." + the parameter's), and adapter_config.json
+ * from the checkpoint's global user state "peft.adapter_config.json" (where
+ * the trainer keeps it), into a new directory out_dir written as --hf's. */
+zs_status zs__tool_export_peft(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
+                               const char *out_dir, int quiet, int *tensors_out);
 
 /* Adapts zs__ckpt_verify_files_progress's callback to a zs__progress whose
  * work starts with the verification (user = the zs__progress). */

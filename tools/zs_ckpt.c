@@ -4,6 +4,7 @@
  *   zs-ckpt verify [--quiet] <step dir | checkpoint root>
  *   zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet] <step dir | root> <out.safetensors>
  *   zs-ckpt export --hf <out dir> [--max-shard-bytes N] [--tokenizer-from DIR] [--dtype ...]
+ *   zs-ckpt export --peft <out dir> [--dtype ...]
  *                  [--buffer-bytes N] [--quiet] <step dir | root>
  *
  * A checkpoint root is resolved as zs_load resolves it (src/checkpoint/select.h):
@@ -42,6 +43,8 @@ static const char usage_text[] =
     "       zs-ckpt export --hf <out dir> [--max-shard-bytes N] [--tokenizer-from DIR]\n"
     "                      [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet]\n"
     "                      <step dir | checkpoint root>\n"
+    "       zs-ckpt export --peft <out dir> [--dtype fp32|bf16|fp16] [--buffer-bytes N]\n"
+    "                      [--quiet] <step dir | checkpoint root>\n"
     "\n"
     "  info     print the manifest: step, world size and stage at save time, dtype,\n"
     "           optimizer, loss scale, config hash, units and parameters, files.\n"
@@ -68,7 +71,15 @@ static const char usage_text[] =
     "           --tokenizer-from DIR copies tokenizer.json, tokenizer_config.json,\n"
     "           special_tokens_map.json, tokenizer.model and generation_config.json\n"
     "           found there. Written into a temporary directory renamed when complete;\n"
-    "           <out dir> must not exist (or be empty).\n"
+    "           <out dir> must not exist (or be empty). A checkpoint holding LoRA\n"
+    "           adapters is refused: export them with --peft.\n"
+    "  export --peft <out dir>\n"
+    "           a LoRA fine-tune's adapters as PEFT saves them: adapter_model.safetensors\n"
+    "           (base_model.model.<module>.lora_A.weight [r, in], ...lora_B.weight\n"
+    "           [out, r], in --dtype, default the compute dtype) and adapter_config.json\n"
+    "           (the trainer's, from the global user state \"peft.adapter_config.json\"),\n"
+    "           which peft.PeftModel.from_pretrained loads onto the base model; written\n"
+    "           as --hf writes.\n"
     "\n"
     "A checkpoint root is resolved as the runtime resumes from it: the step `latest`\n"
     "names if it verifies, else the newest step directory that verifies.\n"
@@ -205,7 +216,7 @@ static int cmd_export(int argc, char **argv) {
     int dtype_given = 0;
     uint64_t buffer_bytes = ZS_TOOL_DEFAULT_BUFFER_BYTES;
     uint64_t max_shard_bytes = ZS_TOOL_DEFAULT_MAX_SHARD_BYTES;
-    const char *hf_dir = NULL, *tokenizer_from = NULL, *shard_option = NULL;
+    const char *hf_dir = NULL, *tokenizer_from = NULL, *shard_option = NULL, *peft_dir = NULL;
     int quiet = 0;
     const char *positional[2];
     int npos = 0;
@@ -230,6 +241,9 @@ static int cmd_export(int argc, char **argv) {
                 max_shard_bytes = (uint64_t)bytes;
                 shard_option = option;
             }
+        } else if (strcmp(argv[i], "--peft") == 0) {
+            if (i + 1 >= argc || !argv[i + 1][0]) return usage_error("%s needs a directory", argv[i]);
+            peft_dir = argv[++i];
         } else if (strcmp(argv[i], "--hf") == 0 || strcmp(argv[i], "--tokenizer-from") == 0) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error("%s needs a directory", argv[i]);
             if (strcmp(argv[i], "--hf") == 0) hf_dir = argv[++i];
@@ -244,12 +258,16 @@ static int cmd_export(int argc, char **argv) {
             return usage_error("unexpected argument %s", argv[i]);
         }
     }
-    if (!hf_dir && (shard_option || tokenizer_from))
+    if (peft_dir && (hf_dir || shard_option || tokenizer_from))
+        return usage_error("%s", "export --peft takes no --hf, --max-shard-bytes or --tokenizer-from");
+    if (peft_dir && npos != 1)
+        return usage_error("%s", "export --peft <out dir> needs one checkpoint (and no output file)");
+    if (!hf_dir && !peft_dir && (shard_option || tokenizer_from))
         return usage_error("%s is an option of export --hf", shard_option ? shard_option
                                                                           : "--tokenizer-from");
     if (hf_dir && npos != 1)
         return usage_error("%s", "export --hf <out dir> needs one checkpoint (and no output file)");
-    if (!hf_dir && npos != 2)
+    if (!hf_dir && !peft_dir && npos != 2)
         return usage_error("%s", "export needs a checkpoint and an output file");
 
     zs__ckpt_step step;
@@ -257,6 +275,17 @@ static int cmd_export(int argc, char **argv) {
     int params = step.m->param_count;
     int64_t step_number = step.m->step;
     zs_status s;
+    if (peft_dir) {
+        if (!dtype_given) dtype = step.m->compute_dtype;
+        int tensors = 0;
+        s = zs__tool_export_peft(&step, dtype, buffer_bytes, peft_dir, quiet, &tensors);
+        zs__ckpt_step_close(&step);
+        if (s != ZS_OK) return fail("export");
+        printf("exported step %" PRId64 ": %d LoRA adapter tensors, %s, to %s "
+               "(adapter_model.safetensors, adapter_config.json)\n",
+               step_number, tensors, zs_dtype_name(dtype), peft_dir);
+        return 0;
+    }
     if (hf_dir) {
         /* Hugging Face checkpoints are usually kept in the dtype the model
          * trained in. */

@@ -38,8 +38,12 @@
  *                         checkpoints carry as lm_head.weight, are skipped without it
  *   recompute [false]     keep only block inputs; recompute activations in backward
  *   head_chunk_rows [0]   rows of logits the head holds at once; 0: 128 on the CPU, 1024 on CUDA
+ *   lora_r [0], lora_alpha [8], lora_dropout [0], lora_target_modules ["q_proj,v_proj"]
+ *                         LoRA on a frozen base (examples/trainer/ex_lora.h): with init_from,
+ *                         the base is imported and the adapters start as PEFT's; zs-ckpt
+ *                         export --peft writes them as PEFT loads them
  */
-#define _POSIX_C_SOURCE 200809L /* stat, strdup */
+#define _DEFAULT_SOURCE /* stat, strdup, realpath */
 
 #include <stddef.h>
 #include <stdio.h>
@@ -231,12 +235,18 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
              m->preset[0] ? m->preset : d->model_type);
     snprintf(facts->description, sizeof facts->description,
              "%s: %d layers, %d query / %d key-value heads of %d, %d channels, MLP %d, vocab %d, "
-             "%s head%s%s%s",
+             "%s head%s%s",
              d->model_type, d->n_layer, d->n_head, d->n_kv_head, d->head_dim, d->n_embd, d->n_ff,
              d->vocab, d->tied ? "tied" : "untied",
              d->qkv_bias ? ", q/k/v biases" : "",
-             m->recompute ? "; activations recomputed in backward" : "",
-             m->lora.r > 0 ? "; LoRA on a frozen base" : "");
+             m->recompute ? "; activations recomputed in backward" : "");
+    if (m->lora.r > 0) {
+        m->lora.n_blocks = d->n_layer;
+        const size_t used = strlen(facts->description);
+        snprintf(facts->description + used, sizeof facts->description - used,
+                 "; LoRA rank %d, alpha %g on a frozen base: %lld trainable adapter parameters",
+                 m->lora.r, m->lora.alpha, (long long)ex_lora_params(&m->lora, d));
+    }
     facts->vocab = d->vocab;
     facts->max_seq = d->max_seq < (1 << 20) ? d->max_seq : (1 << 20);
     facts->default_seq = facts->max_seq < 2048 ? facts->max_seq : 2048;
@@ -451,7 +461,15 @@ static zs_status import(ex_model *m, zs_ctx *zs) {
 }
 
 static zs_status save_state(ex_model *m, zs_ctx *zs) {
-    return zs_user_state_set(zs, CONFIG_NAME, m->config_json, strlen(m->config_json), 0);
+    zs_status st = zs_user_state_set(zs, CONFIG_NAME, m->config_json, strlen(m->config_json), 0);
+    if (st != ZS_OK || m->lora.r == 0) return st;
+    /* LoRA: PEFT's adapter_config.json for zs-ckpt export --peft, naming
+     * the base it was trained on. */
+    char base[4096] = "", text[4096];
+    if (m->init_from[0] != '\0' && !realpath(m->init_from, base)) base[0] = '\0';
+    const int n = ex_lora_adapter_config(&m->lora, base, text, sizeof text);
+    if (n < 0) return ZS_ERR_INTERNAL;
+    return zs_user_state_set(zs, EX_LORA_CONFIG_STATE, text, (size_t)n, 0);
 }
 
 static double flops_per_token(const ex_model *m, int T) { return llama_flops_per_token(&m->dims, T); }

@@ -135,3 +135,43 @@ zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
     }
     return st;
 }
+
+int ex_lora_adapter_config(const ex_lora *lora, const char *base, char *out, size_t cap) {
+    char modules[512] = "";
+    size_t at = 0;
+    for (int t = 0; t < lora->n_targets && at < sizeof modules; t++)
+        if (lora->targets & (1u << t))
+            at += (size_t)snprintf(modules + at, sizeof modules - at, "%s\"%s\"",
+                                   at ? ", " : "", module_of(lora->target_name(t)));
+    /* The base's path as JSON: no quotes or backslashes to escape in the
+     * paths this program writes; anything else is left out. */
+    const char *path = base != NULL && strpbrk(base, "\"\\") == NULL ? base : "";
+    const int n = snprintf(out, cap,
+                           "{\n"
+                           "  \"peft_type\": \"LORA\",\n"
+                           "  \"task_type\": \"CAUSAL_LM\",\n"
+                           "  \"base_model_name_or_path\": \"%s\",\n"
+                           "  \"r\": %d,\n"
+                           "  \"lora_alpha\": %.17g,\n"
+                           "  \"lora_dropout\": 0.0,\n"
+                           "  \"target_modules\": [%s],\n"
+                           "  \"bias\": \"none\",\n"
+                           "  \"fan_in_fan_out\": false,\n"
+                           "  \"inference_mode\": true,\n"
+                           "  \"init_lora_weights\": true,\n"
+                           "  \"modules_to_save\": null\n"
+                           "}\n",
+                           path, lora->r, lora->alpha, modules);
+    return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int64_t ex_lora_params(const ex_lora *lora, const void *dims) {
+    int64_t per_block = 0;
+    for (int t = 0; lora->r > 0 && t < lora->n_targets; t++) {
+        if (!(lora->targets & (1u << t))) continue;
+        int in = 0, out = 0;
+        lora->target_shape(dims, t, &in, &out);
+        per_block += (int64_t)lora->r * (in + out);
+    }
+    return per_block * lora->n_blocks;
+}

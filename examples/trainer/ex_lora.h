@@ -59,11 +59,23 @@ zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora);
 zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
                            const void *dims, const ex_lora *lora, int *units_out);
 
+/* The adapters' parameters over all blocks (r (in + out) per adapted
+ * Linear). */
+int64_t ex_lora_params(const ex_lora *lora, const void *dims);
+
 /* "model.layers.3.self_attn.q_proj.lora_A.weight" for block unit name
  * "model.layers.3", target t, A (which 0) or B (1): PEFT's names without
  * its "base_model.model." prefix. 0, or -1 when it does not fit. */
 int ex_lora_param_name(const char *block, const ex_lora *lora, int t, int which, char *out,
                        size_t cap);
+
+/* PEFT's adapter_config.json for these adapters (peft_type LORA, task_type
+ * CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules, bias "none",
+ * base_model_name_or_path = base, "" when unknown), which the trainer keeps
+ * in the checkpoint as global user state EX_LORA_CONFIG_STATE for
+ * zs-ckpt export --peft. Its length, or -1 when it does not fit. */
+#define EX_LORA_CONFIG_STATE "peft.adapter_config.json"
+int ex_lora_adapter_config(const ex_lora *lora, const char *base, char *out, size_t cap);
 
 #ifdef __cplusplus
 }

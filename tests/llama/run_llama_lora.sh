@@ -9,6 +9,9 @@
 #   - the loss falls;
 #   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit (the
 #     checkpoint keeps the frozen base as its values, no moments);
+#   - zs-ckpt export --peft writes PEFT's adapter_model.safetensors (names,
+#     shapes, the adapters' bytes) and adapter_config.json (r, alpha,
+#     targets, the base's path); --hf refuses adapters, naming --peft;
 #   - an unknown target module and a dropout are refused, naming the key.
 # Usage: run_llama_lora.sh MPIEXEC llama_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
@@ -64,6 +67,47 @@ PY
 model_config "$work/res.cfg" 3 bf16 "$lora"
 check_resume "$work/res.cfg"
 echo "LoRA: 6 steps straight = 3 + resume + 3, bit for bit"
+
+# The adapters as PEFT saves them: names, shapes and adapter_config.json
+# (standard library only; PEFT itself is not installed on CI machines).
+"$ZSCKPT" export --peft "$work/peft" --dtype fp32 "$work/ckpt.lora.np2.fp32.s3" > "$work/peft.log" 2>&1 ||
+  { cat "$work/peft.log"; fail "export --peft"; }
+python3 - "$work/peft" "$work/lora.np2.fp32.s3.safetensors" "$work/base" <<'PY' || fail "export --peft"
+import json, os, struct, sys
+def header(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    return head, meta, data[8 + n:]
+head, meta, body = header(os.path.join(sys.argv[1], "adapter_model.safetensors"))
+assert meta.get("format") == "pt", meta
+full, _, full_body = header(sys.argv[2])
+cfg = json.load(open(os.path.join(sys.argv[1], "adapter_config.json")))
+assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM", cfg
+assert cfg["r"] == 3 and cfg["lora_alpha"] == 6.0 and cfg["bias"] == "none", cfg
+assert sorted(cfg["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj",
+                                               "gate_proj", "up_proj", "down_proj"]), cfg
+assert os.path.realpath(cfg["base_model_name_or_path"]) == os.path.realpath(sys.argv[3]), cfg
+adapters = {k: v for k, v in full.items() if ".lora_" in k}
+assert set(head) == {"base_model.model." + k for k in adapters}, sorted(head)[:4]
+for k, v in adapters.items():
+    h = head["base_model.model." + k]
+    r = 3
+    if k.endswith("lora_A.weight"):
+        assert h["shape"][0] == r, (k, h["shape"])
+    else:
+        assert h["shape"][1] == r, (k, h["shape"])
+    assert h["shape"] == v["shape"] and h["dtype"] == "F32", (k, h, v)
+    a, b = h["data_offsets"], v["data_offsets"]
+    assert body[a[0]:a[1]] == full_body[b[0]:b[1]], k
+print(f"export --peft: {len(head)} adapter tensors under PEFT's names, adapter_config.json")
+PY
+# A plain --hf export of adapters is refused, pointing at --peft.
+if "$ZSCKPT" export --hf "$work/hf.lora" "$work/ckpt.lora.np2.fp32.s3" > "$work/hf.lora.log" 2>&1; then
+  fail "export --hf of a LoRA checkpoint was accepted"
+fi
+grep -q -- "--peft" "$work/hf.lora.log" || { cat "$work/hf.lora.log"; fail "export --hf did not point at --peft"; }
 
 # Refusals, named.
 model_config "$work/bad.cfg" 3 fp32 "$lora"

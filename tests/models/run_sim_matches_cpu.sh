@@ -68,11 +68,15 @@ compare() {
         cmp -s "$f" "$last_s/$(basename "$f")" || { fail "$name: $(basename "$f") differs"; return; }
         n=$((n + 1))
     done
+    # A LoRA run's export is its adapters (PEFT's layout), a full run's the
+    # Hugging Face model.
+    local kind=--hf
+    printf '%s\n' "${extra[@]}" | grep -q '^app.lora_r=[1-9]' && kind=--peft
     for b in cpu sim; do
         local last=$last_c
         [ $b = sim ] && last=$last_s
-        "$zsckpt" export --hf "$work/$name.$b.hf" "$last" > "$work/$name.$b.export.log" 2>&1 ||
-            { fail "$name: zs-ckpt export --hf of the $b run"; cat "$work/$name.$b.export.log"; return; }
+        "$zsckpt" export "$kind" "$work/$name.$b.hf" "$last" > "$work/$name.$b.export.log" 2>&1 ||
+            { fail "$name: zs-ckpt export $kind of the $b run"; cat "$work/$name.$b.export.log"; return; }
     done
     local m=0
     for f in "$work/$name.cpu.hf"/*; do
