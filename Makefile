@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN = mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1
 
-.PHONY: all deps configure build demo demo-mlp demo-llama test test-sanitize test-tsan clean
+.PHONY: all deps configure build demo demo-mlp demo-llama demo-lora test test-sanitize test-tsan clean
 
 all: build
 
@@ -39,6 +39,12 @@ demo-mlp: build
 # attention, SwiGLU) learns Shakespeare the same way.
 demo-llama: build
 	$(MPIRUN) -np 2 $(BUILD_DIR)/examples/llama/llama_train configs/llama_demo.cfg
+
+# LoRA: the Llama demo's model (trained first when out/ lacks it) fine-tuned
+# on text it has not seen with its base frozen, the adapters exported in
+# PEFT's format (scripts/demo-lora.sh).
+demo-lora: build
+	bash scripts/demo-lora.sh $(BUILD_DIR) $(MPIRUN)
 
 # The cuda tests first, verbosely: without a GPU they skip, and ctest alone
 # would not say why. Then the whole suite, whose summary ends the log.

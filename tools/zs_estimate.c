@@ -107,6 +107,12 @@ static const char usage_text[] =
     "                      Without: the smallest world size (1..65536) at which each\n"
     "                      stage fits.\n"
     "  --unit-per-tensor   see --safetensors\n"
+    "  --lora R            (Llama layouts) LoRA as llama_train registers it with\n"
+    "                      app.lora_r = R: the model frozen, and per block a unit of\n"
+    "                      adapters, A [R][in] and B [out][R] of each adapted Linear\n"
+    "  --lora-targets LIST the adapted Linears: q_proj,v_proj (default, PEFT's), any\n"
+    "                      of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj,\n"
+    "                      or all-linear\n"
     "  --freeze GLOB       freeze the units whose names match GLOB (fnmatch; repeatable):\n"
     "                      every parameter ZS_PARAM_FROZEN, as a fine-tune's base. They\n"
     "                      have no gradient, master or moments, and count under the\n"
@@ -217,28 +223,55 @@ static int load_llmc(layout *l, const char *path) {
     return layout_gpt2(l, &d) ? 0 : -EXIT_FAILED;
 }
 
+/* --lora R and --lora-targets: LoRA's adapter units on a Llama layout, as
+ * llama_train registers them with app.lora_r (examples/trainer/ex_lora.h):
+ * every unit of the model frozen, then per block a unit of A [R][in] and B
+ * [out][R] for each adapted Linear (bit t of lora_targets: Linear t in
+ * llama_lora_target order; default q_proj and v_proj, PEFT's). */
+static int lora_r = 0;
+static unsigned lora_targets = (1u << LLAMA_LORA_Q) | (1u << LLAMA_LORA_V);
+
 /* The Llama family through llama_model's table: the trainer's units, in its
- * order (examples/llama/llama_family.c). */
+ * order (examples/llama/llama_family.c), and LoRA's adapters when asked. */
 static int layout_llama(layout *l, const llama_dims *d) {
     char err[512];
     if (llama_dims_check(d, err, sizeof err) != 0) {
         fprintf(stderr, "zs-estimate: %s: %s\n", l->source, err);
         return 0;
     }
-    const int units = llama_num_units(d);
-    int params = 0;
-    for (int u = 0; u < units; u++) params += llama_unit_num_params(d, u);
-    if (!layout_alloc(l, units, params)) return 0;
+    const int base_units = llama_num_units(d), lora = lora_r > 0;
+    int base_params = 0, per_block = 0;
+    for (int u = 0; u < base_units; u++) base_params += llama_unit_num_params(d, u);
+    for (int t = 0; lora && t < LLAMA_LORA_TARGETS; t++)
+        per_block += 2 * !!(lora_targets & (1u << t));
+    const int units = base_units + (lora ? d->n_layer : 0);
+    if (!layout_alloc(l, units, base_params + (lora ? d->n_layer * per_block : 0))) return 0;
     l->unit_count = units;
-    for (int u = 0; u < units; u++) {
+    for (int u = 0; u < base_units; u++) {
         const int n = llama_unit_num_params(d, u);
         l->params_per_unit[u] = n;
         llama_unit_name(d, u, l->unit_names[u], sizeof l->unit_names[u]);
         for (int i = 0; i < n; i++) {
             llama_param_spec spec;
             llama_param_spec_get(d, u, i, &spec);
+            l->param_flags[l->param_count] = lora ? ZS_PARAM_FROZEN : 0u;
             l->param_numel[l->param_count++] = spec.numel;
             l->numel += spec.numel;
+        }
+    }
+    for (int b = 0; lora && b < d->n_layer; b++) {
+        const int u = base_units + b;
+        char block[200];
+        llama_unit_name(d, 1 + b, block, sizeof block);
+        snprintf(l->unit_names[u], sizeof l->unit_names[u], "%s.lora", block);
+        l->params_per_unit[u] = per_block;
+        for (int t = 0; t < LLAMA_LORA_TARGETS; t++) {
+            if (!(lora_targets & (1u << t))) continue;
+            int in = 0, out = 0;
+            llama_lora_target_shape(d, t, &in, &out);
+            l->param_numel[l->param_count++] = (int64_t)lora_r * in;
+            l->param_numel[l->param_count++] = (int64_t)out * lora_r;
+            l->numel += (int64_t)lora_r * (in + out);
         }
     }
     return 1;
@@ -672,7 +705,7 @@ static int takes_value(const char *option) {
                                            "--hf-config",
                                            "--safetensors", "--config", "--set",
                                            "--dtype", "--world", "--device-memory", "--gathers",
-                                           "--freeze"};
+                                           "--freeze", "--lora", "--lora-targets"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         if (strcmp(option, options[i]) == 0) return 1;
     return 0;
@@ -731,6 +764,29 @@ int main(int argc, char **argv) {
             if (zs__number_option_size(a, VALUE(a), 1, INT64_MAX, &bytes) != ZS_OK)
                 return usage_error("%s", zs_last_error());
             memory = (uint64_t)bytes;
+        } else if (strcmp(a, "--lora") == 0) {
+            if (zs__number_option_int(a, VALUE(a), 1, 65536, &lora_r) != ZS_OK)
+                return usage_error("%s", zs_last_error());
+        } else if (strcmp(a, "--lora-targets") == 0) {
+            const char *v = VALUE(a);
+            lora_targets = 0;
+            if (strcmp(v, "all-linear") == 0) lora_targets = (1u << LLAMA_LORA_TARGETS) - 1u;
+            for (const char *p = v; lora_targets == 0 || *p; ) {
+                if (strcmp(v, "all-linear") == 0) break;
+                const size_t n = strcspn(p, ",");
+                int found = -1;
+                for (int t = 0; t < LLAMA_LORA_TARGETS && found < 0; t++) {
+                    const char *name = strrchr(llama_lora_target_name(t), '.') + 1;
+                    if (strlen(name) == n && strncmp(name, p, n) == 0) found = t;
+                }
+                if (found < 0)
+                    return usage_error("--lora-targets \"%s\": q_proj, k_proj, v_proj, o_proj, "
+                                       "gate_proj, up_proj, down_proj or all-linear", v);
+                lora_targets |= 1u << found;
+                p += n;
+                if (*p == ',') p++;
+                if (!*p) break;
+            }
         } else if (strcmp(a, "--freeze") == 0) {
             if (freeze_count == ZS_ESTIMATE_MAX_SETS) return usage_error("%s", "too many --freeze");
             freeze[freeze_count++] = VALUE(a);
@@ -857,7 +913,7 @@ int main(int argc, char **argv) {
            largest);
     if (l.skipped_empty) printf("               %d empty tensors skipped\n", l.skipped_empty);
     if (l.frozen_units)
-        printf("               %d of %d units frozen (--freeze): no gradient, master or "
+        printf("               %d of %d units frozen: no gradient, master or "
                "moments\n", l.frozen_units, l.unit_count);
     printf("config         %s: %s, %s\n",
            config_path ? config_path : "defaults (optimizer.lr set)", zs_dtype_name(r.dtype),

@@ -53,7 +53,8 @@ STAGES = (0, 1, 2, 3)
 
 # zs-estimate's memory tags by where they live.
 DEVICE_TAGS = ("params", "grads", "master", "optim", "live_params", "live_grads", "live_free",
-               "secondary")  # secondary: hpZ's node slices (issue 28), 0 here
+               "secondary",  # secondary: hpZ's node slices (issue 28), 0 here
+               "frozen")  # frozen: ZS_PARAM_FROZEN parameters (issue 42), 0 here
 HOST_TAGS = ("host_state", "host_params", "offload_staging")
 OTHER_TAGS = ("comm", "scratch")  # in the total, in neither class above
 DISK_TAGS = ("nvme_state",)  # not in the total

@@ -193,7 +193,10 @@ static zs_status update_unit(zs__update *up, int u) {
         pass.params = &zs->params_host; /* state layout */
     } else if (zs->params_shard.ptr && zs->params_shard.be == zs->host_backend) {
         pass.params = &zs->params_shard; /* offload.params = "host": written in place */
-        pass.param_delta = 0;
+        /* The shard keeps every unit, the state the trainable ones only. */
+        int64_t at;
+        zs__unit_owned_params(zs, u, &at);
+        pass.param_delta = at - first;
         pass.copy_params = !mixed;       /* fp32: the new master, copied */
     }
     /* (fp32 with the master in host memory: the master is the source of the

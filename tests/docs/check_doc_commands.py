@@ -57,6 +57,7 @@ SKIP = [
     (r"build/examples/(gpt2|llama)/\w+_train", "minutes of training (or a downloaded model): "
      "tests/gpt2 and tests/llama run the trainers on tiny models"),
     (r"zs-ckpt export --hf", "a downloaded tokenizer: tests/checkpoint/run_hf_export.sh"),
+    (r"zs-ckpt export --peft", "a LoRA run's checkpoint: tests/llama/run_llama_lora.sh"),
     (r"--hostfile|salloc|srun |\$SLURM|\$SCRATCH|scontrol", "real hosts or a Slurm allocation: "
      "tests/multihost and tests/slurm"),
     (r"^zs-run --hosts|^zs-run --mpirun-args|\"\$ZS_RUN\"|^docker ", "real hosts: tests/launcher"),

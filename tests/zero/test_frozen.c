@@ -13,6 +13,12 @@
  *     equals the report on every tag;
  *   - bytes per step: only trainable units are reduced (and, in stages 1-2,
  *     gathered after the update); stage 3 gathers every unit;
+ *   - with the optimizer offloaded to host memory (stage 2; stage 3 with the
+ *     parameters too), and with hybrid sharding (zero.shard_group = "node",
+ *     one rank per node) at more than one rank: the offloaded runs give the
+ *     same bits as the plain fp32 run, the hybrid one the reference within
+ *     1e-5; with ZeRO++ (qwZ, qgZ, hpZ): frozen values unchanged and the
+ *     trainable ones trained;
  *   - a checkpoint of a frozen run (saved in stage 1 after step 3, the frozen
  *     values as their master tensors and no moments) resumed in stage 3
  *     gives the uninterrupted run's bits;
@@ -262,6 +268,48 @@ int main(int argc, char **argv) {
                                 sizeof(double) * STEPS) == 0,
                      "np %d: bf16 stage %d differs from stage %d", world, stage, pair);
     }
+    /* The features that touch the state, in pairs with frozen units. */
+    static const struct {
+        const char *what, *config, *zero, *comm;
+        int stage, check, multi; /* check: 1 bitwise with the plain run, 2 within 1e-5
+                                    of the reference, 0 frozen kept only; multi: only with
+                                    more than one rank */
+    } pairs[] = {
+        {"offload.optimizer = host", "offload: { optimizer = \"host\"; buffer_bytes = 4096; };",
+         NULL, NULL, 2, 1, 0},
+        {"offload of optimizer and parameters to host",
+         "offload: { optimizer = \"host\"; params = \"host\"; buffer_bytes = 4096; };", NULL,
+         NULL, 3, 1, 0},
+        {"hybrid sharding", NULL, "shard_group = \"node\";", "ranks_per_node = 1;", 3, 2, 1},
+        {"ZeRO++ (qwZ, qgZ, hpZ)", NULL, "secondary_partition = \"node\";",
+         "ranks_per_node = 1; quant_block = 64; quantize_weights = \"int8\"; "
+         "quantize_grads = \"int8\";",
+         3, 0, 1}};
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        if (pairs[k].multi && world < 2) continue;
+        harness_options o = opt;
+        o.stage = pairs[k].stage;
+        o.config_extra = pairs[k].config;
+        o.zero_extra = pairs[k].zero;
+        o.comm_extra = pairs[k].comm;
+        harness_result r;
+        ZT_REQUIRE(harness_run(MPI_COMM_WORLD, &o, &r) == 0);
+        char what[160];
+        snprintf(what, sizeof what, "np %d stage %d, %s", world, pairs[k].stage, pairs[k].what);
+        check_frozen_kept(what, &r);
+        if (pairs[k].check == 1)
+            ZT_CHECK_MSG(memcmp(r.final, fp32[pairs[k].stage].final, bytes) == 0 &&
+                             memcmp(r.grad_norm, fp32[pairs[k].stage].grad_norm,
+                                    sizeof(double) * STEPS) == 0,
+                         "%s: differs from the plain run", what);
+        const char *name = "";
+        const double rel = harness_max_relative_diff(r.final, ref.final, &name);
+        if (pairs[k].check == 2)
+            ZT_CHECK_MSG(rel <= 1e-5, "%s: %s differs from the reference by %.3g", what, name,
+                         rel);
+        harness_result_free(&r);
+    }
+
     harness_result_free(&ref);
 
     char dir[512];
