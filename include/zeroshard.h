@@ -363,6 +363,13 @@ typedef struct zs_safetensors_import {
      * fine-tune's base; the trainable ones (adapters, which the file does
      * not hold) are not looked for and keep their values. */
     int frozen_only;
+    /* 1: import the trainable parameters only (a fine-tune's adapters, from
+     * their own file); the frozen ones keep their values. */
+    int trainable_only;
+    /* Tensors are named this prefix followed by the parameter's name
+     * (PEFT's "base_model.model."); NULL or "" for none. A tensor without
+     * it is no parameter's. */
+    const char *name_prefix;
 } zs_safetensors_import;
 
 typedef struct zs_import_report {

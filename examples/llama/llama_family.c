@@ -38,7 +38,8 @@
  *                         checkpoints carry as lm_head.weight, are skipped without it
  *   recompute [false]     keep only block inputs; recompute activations in backward
  *   head_chunk_rows [0]   rows of logits the head holds at once; 0: 128 on the CPU, 1024 on CUDA
- *   lora_r [0], lora_alpha [8], lora_dropout [0], lora_target_modules ["q_proj,v_proj"]
+ *   lora_r [0], lora_alpha [8], lora_dropout [0], lora_target_modules ["q_proj,v_proj"],
+ *   lora_init_from [""]
  *                         LoRA on a frozen base (examples/trainer/ex_lora.h): with init_from,
  *                         the base is imported and the adapters start as PEFT's; zs-ckpt
  *                         export --peft writes them as PEFT loads them
@@ -428,7 +429,15 @@ static const ex_decoder_ops decoder_ops = {
 
 /* -------------------------------------------------- checkpoints in and out */
 
+static zs_status import_base(ex_model *m, zs_ctx *zs);
+
+/* The base (app.init_from), then the adapters (app.lora_init_from). */
 static zs_status import(ex_model *m, zs_ctx *zs) {
+    const zs_status st = import_base(m, zs);
+    return st != ZS_OK ? st : ex_lora_import(&m->lora, zs, PROGRAM);
+}
+
+static zs_status import_base(ex_model *m, zs_ctx *zs) {
     if (m->init_from[0] == '\0') return ZS_OK;
     const char *patterns[2 + IGNORE_MAX];
     int n = 0;

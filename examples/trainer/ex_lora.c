@@ -1,6 +1,7 @@
 /* LoRA's keys, targets and units (ex_lora.h). */
 #include "ex_lora.h"
 
+#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -62,9 +63,16 @@ zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora) 
     if ((st = zs_config_app_int(cfg, "lora_r", 0, 0, 4096, &r)) ||
         (st = zs_config_app_float(cfg, "lora_alpha", 8.0, 1e-6, 1e6, &lora->alpha)) ||
         (st = zs_config_app_float(cfg, "lora_dropout", 0.0, 0.0, 1.0, &dropout)) ||
-        (st = zs_config_app_string(cfg, "lora_target_modules", "q_proj,v_proj", &targets)))
+        (st = zs_config_app_string(cfg, "lora_target_modules", "q_proj,v_proj", &targets)) ||
+        (st = zs_config_app_string(cfg, "lora_init_from", "", &lora->init_from)))
         return st;
     lora->r = (int)r;
+    if (lora->r == 0 && lora->init_from[0] != '\0') {
+        fprintf(stderr, "%s: app.lora_init_from = \"%s\" needs app.lora_r (the adapters' rank, "
+                        "as their adapter_config.json gives it)\n",
+                program, lora->init_from);
+        return ZS_ERR_CONFIG;
+    }
     if (lora->r == 0) return ZS_OK;
     if (dropout != 0.0) {
         fprintf(stderr, "%s: app.lora_dropout = %g: only 0 is supported (no dropout on the "
@@ -174,4 +182,67 @@ int64_t ex_lora_params(const ex_lora *lora, const void *dims) {
         per_block += (int64_t)lora->r * (in + out);
     }
     return per_block * lora->n_blocks;
+}
+
+/* adapter_config.json against the keys: r, lora_alpha and target_modules
+ * as configured, else ZS_ERR_CONFIG naming the file, the key and both
+ * values (on stderr). */
+static zs_status check_peft_config(const ex_lora *lora, const char *path, const char *program) {
+    struct json_object *root = json_object_from_file(path);
+    if (!root || !json_object_is_type(root, json_type_object)) {
+        fprintf(stderr, "%s: app.lora_init_from: %s is not a readable JSON object (PEFT's "
+                        "adapter_config.json)\n",
+                program, path);
+        json_object_put(root);
+        return ZS_ERR_CONFIG;
+    }
+    zs_status st = ZS_OK;
+    struct json_object *v = NULL;
+    const int r = json_object_object_get_ex(root, "r", &v) ? json_object_get_int(v) : -1;
+    const double alpha =
+        json_object_object_get_ex(root, "lora_alpha", &v) ? json_object_get_double(v) : -1.0;
+    if (r != lora->r) {
+        fprintf(stderr, "%s: %s: r = %d, but app.lora_r = %d; set app.lora_r to the adapters' "
+                        "rank\n",
+                program, path, r, lora->r);
+        st = ZS_ERR_CONFIG;
+    } else if (fabs(alpha - lora->alpha) > 1e-9 * fabs(lora->alpha)) {
+        fprintf(stderr, "%s: %s: lora_alpha = %g, but app.lora_alpha = %g; set app.lora_alpha "
+                        "to the adapters' alpha\n",
+                program, path, alpha, lora->alpha);
+        st = ZS_ERR_CONFIG;
+    }
+    /* The same Linears, in any order. */
+    unsigned targets = 0;
+    if (st == ZS_OK && json_object_object_get_ex(root, "target_modules", &v) &&
+        json_object_is_type(v, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(v); i++) {
+            const char *name = json_object_get_string(json_object_array_get_idx(v, i));
+            for (int t = 0; name && t < lora->n_targets; t++)
+                if (strcmp(name, module_of(lora->target_name(t))) == 0) targets |= 1u << t;
+        }
+    }
+    if (st == ZS_OK && targets != lora->targets) {
+        fprintf(stderr, "%s: %s: target_modules are not app.lora_target_modules' Linears; set "
+                        "app.lora_target_modules to the adapters' modules\n",
+                program, path);
+        st = ZS_ERR_CONFIG;
+    }
+    json_object_put(root);
+    return st;
+}
+
+zs_status ex_lora_import(const ex_lora *lora, zs_ctx *zs, const char *program) {
+    if (lora->r == 0 || lora->init_from[0] == '\0') return ZS_OK;
+    char config[4096], weights[4096];
+    if (snprintf(config, sizeof config, "%s/adapter_config.json", lora->init_from) >=
+            (int)sizeof config ||
+        snprintf(weights, sizeof weights, "%s/adapter_model.safetensors", lora->init_from) >=
+            (int)sizeof weights)
+        return ZS_ERR_CONFIG;
+    zs_status st = check_peft_config(lora, config, program);
+    if (st != ZS_OK) return st;
+    const zs_safetensors_import options = {.trainable_only = 1,
+                                           .name_prefix = "base_model.model."};
+    return zs_params_import_safetensors(zs, weights, &options, NULL);
 }

@@ -20,6 +20,12 @@
  *                            any list of the family's module names, or
  *                            "all-linear"; an unknown name is refused,
  *                            listing the model's Linears
+ *   app.lora_init_from       a PEFT adapter directory (adapter_config.json,
+ *                            adapter_model.safetensors) to start from: its
+ *                            r, lora_alpha and target_modules must be the
+ *                            keys' (refused naming the key otherwise), its
+ *                            tensors the adapters' names and shapes
+ *                            (refused naming the tensor: another base's)
  * A's initialization is PEFT's (Kaiming-uniform with a = sqrt(5): U(-1/sqrt(in),
  * +1/sqrt(in))), B's zeros, so training starts from the base model exactly.
  */
@@ -39,6 +45,7 @@ extern "C" {
 typedef struct ex_lora {
     int r;              /* 0: no LoRA */
     double alpha;
+    const char *init_from; /* app.lora_init_from: a PEFT adapter directory, or "" */
     unsigned targets;   /* bit t: the family's Linear t is adapted */
     /* The family's adaptable Linears of a block: module t's path inside the
      * block ("self_attn.q_proj") and its shape over the family's dims. */
@@ -58,6 +65,12 @@ zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora);
  * counts them all. */
 zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
                            const void *dims, const ex_lora *lora, int *units_out);
+
+/* app.lora_init_from's adapters into the context's trainable parameters
+ * (zs_params_import_safetensors of its adapter_model.safetensors, PEFT's
+ * "base_model.model." names, the trainable parameters only), after its
+ * adapter_config.json was checked against the keys. Collective. */
+zs_status ex_lora_import(const ex_lora *lora, zs_ctx *zs, const char *program);
 
 /* The adapters' parameters over all blocks (r (in + out) per adapted
  * Linear). */

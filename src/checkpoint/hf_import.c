@@ -69,8 +69,22 @@ static int compare_param_names(const void *a, const void *b) {
     return strcmp((*(const zs_param *const *)a)->name, (*(const zs_param *const *)b)->name);
 }
 
-/* The parameter named `name`, or NULL. */
+/* The prefix the file's tensor names carry before the parameters' names. */
+static const char *prefix_of(const hf_import *imp) {
+    return imp->options && imp->options->name_prefix ? imp->options->name_prefix : "";
+}
+
+/* The file's name of parameter p: the prefix and its name. */
+static const char *tensor_name(const hf_import *imp, const zs_param *p, char *out, size_t cap) {
+    snprintf(out, cap, "%s%s", prefix_of(imp), p->name);
+    return out;
+}
+
+/* The parameter the file's tensor `name` holds, or NULL. */
 static const zs_param *find_param(const hf_import *imp, const char *name) {
+    const size_t skip = strlen(prefix_of(imp));
+    if (strncmp(name, prefix_of(imp), skip) != 0) return NULL;
+    name += skip;
     zs_param probe;
     const zs_param *key = &probe;
     if (strlen(name) >= sizeof probe.name) return NULL;
@@ -108,10 +122,10 @@ static const char *shown(const char *name, char *out) {
 
 /* ------------------------------------------------------------- bounds */
 
-/* A header entry's bound for parameter p, doubled for other writers'
- * whitespace. */
-static uint64_t param_header_bytes(const zs_param *p) {
-    return 2 * zs__st_entry_bytes_bound(strlen(p->name), p->ndim);
+/* A header entry's bound for parameter p (its name with the file's
+ * prefix), doubled for other writers' whitespace. */
+static uint64_t param_header_bytes(const hf_import *imp, const zs_param *p) {
+    return 2 * zs__st_entry_bytes_bound(strlen(prefix_of(imp)) + strlen(p->name), p->ndim);
 }
 
 /* The header bounds of a file expected to hold the given parameters. */
@@ -137,9 +151,12 @@ static zs__st_limits file_limits(int expected, uint64_t entry_bytes, const char 
 /* ------------------------------------------------------------- checks */
 
 /* A parameter this import does not look for: trainable ones with
- * frozen_only (a fine-tune's adapters, not in the base's files). */
+ * frozen_only (a fine-tune's adapters, not in the base's files), frozen
+ * ones with trainable_only (the base, not in the adapters' file). */
 static int skipped(const hf_import *imp, const zs_param *p) {
-    return imp->options && imp->options->frozen_only && !(p->flags & ZS_PARAM_FROZEN);
+    const int frozen = (p->flags & ZS_PARAM_FROZEN) != 0;
+    return imp->options && ((imp->options->frozen_only && !frozen) ||
+                            (imp->options->trainable_only && frozen));
 }
 
 /* The index against the model: every parameter listed, nothing listed that
@@ -149,12 +166,14 @@ static zs_status check_index(hf_import *imp) {
     char name[HF_SHOWN_BYTES], dims[160];
     for (int i = 0; i < imp->zs->param_count; i++) {
         const zs_param *p = imp->zs->params[i];
-        imp->params[i].file = skipped(imp, p) ? -1 : zs__hf_layout_file_of(l, p->name);
+        char tname[ZS_NAME_CAPACITY + 256];
+        imp->params[i].file =
+            skipped(imp, p) ? -1 : zs__hf_layout_file_of(l, tensor_name(imp, p, tname, sizeof tname));
         if (imp->params[i].file < 0 && !skipped(imp, p))
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: missing tensor \"%s\": the model's parameter of shape %s is not "
                             "in the weight_map",
-                            l->source, shown(p->name, name),
+                            l->source, shown(tname, name),
                             shape_text(p->ndim, p->shape, dims, sizeof dims));
     }
     for (int e = 0; l->indexed && e < l->entry_count; e++) {
@@ -182,7 +201,7 @@ static zs_status open_file(hf_import *imp, int f) {
     for (int i = 0; i < imp->zs->param_count; i++)
         if (imp->params[i].file == f) {
             expected++;
-            entry_bytes += param_header_bytes(imp->zs->params[i]);
+            entry_bytes += param_header_bytes(imp, imp->zs->params[i]);
         }
     /* Ignored tensors an index lists in this file are expected too. */
     for (int e = 0; l->indexed && e < l->entry_count; e++)
@@ -215,10 +234,13 @@ static zs_status check_missing(hf_import *imp, int f) {
     list[0] = '\0';
     for (int i = 0; i < imp->zs->param_count; i++) {
         const zs_param *p = imp->zs->params[i];
-        if (skipped(imp, p) || imp->params[i].file != f || zs__st_find(sf, p->name)) continue;
+        char tname[ZS_NAME_CAPACITY + 256];
+        if (skipped(imp, p) || imp->params[i].file != f ||
+            zs__st_find(sf, tensor_name(imp, p, tname, sizeof tname)))
+            continue;
         if (missing++ < HF_MISSING_SHOWN && at < sizeof list)
             at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\" (shape %s)",
-                                   missing > 1 ? ", " : "", shown(p->name, name),
+                                   missing > 1 ? ", " : "", shown(tname, name),
                                    shape_text(p->ndim, p->shape, dims, sizeof dims));
     }
     if (missing == 0) return ZS_OK;
@@ -272,19 +294,20 @@ static zs_status check_file(hf_import *imp, int f) {
     for (int i = 0; i < imp->zs->param_count; i++) {
         const zs_param *p = imp->zs->params[i];
         if (imp->params[i].file != f) continue;
-        const zs__st_entry *e = zs__st_find(sf, p->name);
+        char tname[ZS_NAME_CAPACITY + 256];
+        const zs__st_entry *e = zs__st_find(sf, tensor_name(imp, p, tname, sizeof tname));
         if (e->dtype != ZS_ST_F32 && e->dtype != ZS_ST_BF16 && e->dtype != ZS_ST_F16)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: tensor \"%s\" has dtype %s; parameters are imported from F32, "
                             "BF16 or F16",
-                            path, shown(p->name, name), zs__st_dtype_name(e->dtype));
+                            path, shown(tname, name), zs__st_dtype_name(e->dtype));
         int same = e->ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
         if (!same)
             return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                             "%s: tensor \"%s\" has shape %s, but the model's parameter has "
                             "shape %s",
-                            path, shown(p->name, name), shape_text(e->ndim, e->shape, dims,
+                            path, shown(tname, name), shape_text(e->ndim, e->shape, dims,
                                                                    sizeof dims),
                             shape_text(p->ndim, p->shape, want, sizeof want));
         imp->params[i].entry = e;
@@ -393,6 +416,9 @@ zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
                         "zs_params_import_safetensors: a context and a path are required");
     if (!zs->built)
         return zs__fail(ZS_ERR_STATE, "zs_params_import_safetensors: call zs_build first");
+    if (options && options->frozen_only && options->trainable_only)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_params_import_safetensors: frozen_only and "
+                        "trainable_only exclude each other");
     if (options && (options->ignore_count < 0 || (options->ignore_count > 0 && !options->ignore)))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "zs_params_import_safetensors: options->ignore must hold ignore_count "
@@ -410,7 +436,11 @@ zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
      * rank imports while another refuses the checkpoint. */
     zs_status status = zs__agree_status(zs, local, "zs_params_import_safetensors (checks)");
     if (status == ZS_OK)
-        status = zs__params_import_some(zs, read_range, &imp, options && options->frozen_only);
+        status = zs__params_import_some(zs, read_range, &imp,
+                                        !options                ? ZS__IMPORT_ALL
+                                        : options->frozen_only   ? ZS__IMPORT_FROZEN
+                                        : options->trainable_only ? ZS__IMPORT_TRAINABLE
+                                                                 : ZS__IMPORT_ALL);
     if (status == ZS_OK) {
         /* The ignored tensors by name, so that a skipped tensor (a tied
          * head's lm_head.weight copy, a buffer) is never skipped unseen. */

@@ -26,13 +26,16 @@
  * parameters themselves in fp32 without a separate master). On a source
  * failure the reason is left in `why`. */
 static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, float *host,
-                              int frozen_only, char *why, size_t why_cap) {
+                              zs__import_which which, char *why, size_t why_cap) {
     for (int i = 0; i < zs->param_count; i++) {
         const zs_param *p = zs->params[i];
-        if (frozen_only && !(p->flags & ZS_PARAM_FROZEN)) continue;
+        const int is_frozen = (p->flags & ZS_PARAM_FROZEN) != 0;
+        if ((which == ZS__IMPORT_FROZEN && !is_frozen) ||
+            (which == ZS__IMPORT_TRAINABLE && is_frozen))
+            continue;
         int64_t b, e;
-        const int frozen = (p->flags & ZS_PARAM_FROZEN) != 0;
-        if (!(frozen ? zs__param_range(zs, i, &b, &e) : zs__state_range(zs, i, &b, &e))) continue;
+        if (!(is_frozen ? zs__param_range(zs, i, &b, &e) : zs__state_range(zs, i, &b, &e)))
+            continue;
         for (int64_t first = b; first < e; first += ZS_IMPORT_CHUNK) {
             const int64_t n = e - first < ZS_IMPORT_CHUNK ? e - first : ZS_IMPORT_CHUNK;
             why[0] = '\0';
@@ -43,7 +46,7 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
                                 (long long)(first + n), why);
             }
             /* Frozen parameters have no master: written rounded, in place. */
-            if (frozen) ZS_CHECK(zs__frozen_write(zs, i, first, n, host));
+            if (is_frozen) ZS_CHECK(zs__frozen_write(zs, i, first, n, host));
             else ZS_CHECK(zs__state_write(zs, ZS_STATE_MASTER, i, first, n, host));
         }
     }
@@ -51,11 +54,11 @@ static zs_status import_local(zs_ctx *zs, zs_param_source source, void *user, fl
 }
 
 zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
-    return zs__params_import_some(zs, source, user, 0);
+    return zs__params_import_some(zs, source, user, ZS__IMPORT_ALL);
 }
 
 zs_status zs__params_import_some(zs_ctx *zs, zs_param_source source, void *user,
-                                 int frozen_only) {
+                                 zs__import_which which) {
     if (!zs || !source)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_params_import: context and source are required");
     if (!zs->built) return zs__fail(ZS_ERR_STATE, "zs_params_import: call zs_build first");
@@ -76,7 +79,7 @@ zs_status zs__params_import_some(zs_ctx *zs, zs_param_source source, void *user,
                                    &host.ptr);
     char why[512];
     if (local == ZS_OK)
-        local = import_local(zs, source, user, host.ptr, frozen_only, why, sizeof why);
+        local = import_local(zs, source, user, host.ptr, which, why, sizeof why);
     zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, host.ptr, ZS_IMPORT_CHUNK * sizeof(float));
     char message[1024];
     snprintf(message, sizeof message, "%s", local == ZS_OK ? "" : zs_last_error());

@@ -27,11 +27,16 @@ zs_status zs__frozen_write(zs_ctx *zs, int param, int64_t first, int64_t count,
  * checkpoint saves as a frozen parameter's master tensor. */
 zs_status zs__frozen_read(zs_ctx *zs, int param, int64_t first, int64_t count, float *dst);
 
-/* zs_params_import (import.c), of the frozen parameters only when
- * frozen_only is 1 (a fine-tune's base; the trainable ones keep their
- * values). */
+/* zs_params_import (import.c) of some parameters: all, the frozen ones (a
+ * fine-tune's base) or the trainable ones (its adapters); the others keep
+ * their values. */
+typedef enum zs__import_which {
+    ZS__IMPORT_ALL = 0,
+    ZS__IMPORT_FROZEN = 1,
+    ZS__IMPORT_TRAINABLE = 2
+} zs__import_which;
 zs_status zs__params_import_some(zs_ctx *zs, zs_param_source source, void *user,
-                                 int frozen_only);
+                                 zs__import_which which);
 
 /* The parameters from the master weights, everywhere they are kept (after
  * a load or an import): each owned range rounded into the compute dtype.

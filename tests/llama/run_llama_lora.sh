@@ -11,7 +11,9 @@
 #     checkpoint keeps the frozen base as its values, no moments);
 #   - zs-ckpt export --peft writes PEFT's adapter_model.safetensors (names,
 #     shapes, the adapters' bytes) and adapter_config.json (r, alpha,
-#     targets, the base's path); --hf refuses adapters, naming --peft;
+#     targets, the base's path); --hf refuses adapters, naming --peft; a run
+#     started from that directory (app.lora_init_from) holds the same
+#     adapters bit for bit, and another rank's are refused naming the key;
 #   - an unknown target module and a dropout are refused, naming the key.
 # Usage: run_llama_lora.sh MPIEXEC llama_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
@@ -103,6 +105,34 @@ for k, v in adapters.items():
     assert body[a[0]:a[1]] == full_body[b[0]:b[1]], k
 print(f"export --peft: {len(head)} adapter tensors under PEFT's names, adapter_config.json")
 PY
+# Back in: a run starting from that PEFT directory (app.lora_init_from)
+# holds the very adapters (one step at lr 0 changes nothing), bit for bit;
+# adapters of another rank are refused, naming the key.
+model_config "$work/back.cfg" 3 fp32 "$lora lora_init_from = \"$work/peft\";"
+run 2 "$work/back.log" "$work/back.cfg" app.steps=1 app.batch_size=2 optimizer.lr=0 \
+    "checkpoint.dir=$work/ckpt.back" checkpoint.every=1
+export_ckpt "$work/ckpt.back" "$work/back.safetensors"
+python3 - "$work/back.safetensors" "$work/lora.np2.fp32.s3.safetensors" <<'PY' || fail "lora_init_from"
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    head.pop("__metadata__", None)
+    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items()}
+back, trained = tensors(sys.argv[1]), tensors(sys.argv[2])
+adapters = [k for k in trained if ".lora_" in k]
+for k in adapters:
+    assert back[k] == trained[k], f"{k} differs after the PEFT round trip"
+print(f"lora_init_from: {len(adapters)} adapters back bit for bit")
+PY
+if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/back.cfg" app.steps=1 \
+     app.lora_r=4 > "$work/back.bad.log" 2>&1; then
+  fail "adapters of rank 3 were accepted with app.lora_r = 4"
+fi
+grep -q "r = 3, but app.lora_r = 4" "$work/back.bad.log" ||
+  { cat "$work/back.bad.log"; fail "the rank mismatch was not named"; }
+
 # A plain --hf export of adapters is refused, pointing at --peft.
 if "$ZSCKPT" export --hf "$work/hf.lora" "$work/ckpt.lora.np2.fp32.s3" > "$work/hf.lora.log" 2>&1; then
   fail "export --hf of a LoRA checkpoint was accepted"
