@@ -62,17 +62,18 @@ test-sanitize: deps
 # The comm engine and the NVMe tier under ThreadSanitizer: the engine's
 # thread, the swap's I/O threads, the program's thread and the trace rings,
 # through the engine, stage and offload tests (CPU-only build).
-TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise|test_swap|test_nvme_state|test_offload|test_nvme_faults|test_step_fail_np2|test_prefetch_passes|test_alloc_fail_np2|host_collective_np2
+TSAN_TESTS = test_live|test_trace|test_stages_np2|test_tied_budget_np2|test_precision_np2|test_clip_accum_np2|gpt2_stages_bitwise|test_swap|test_nvme_state|test_offload|test_nvme_faults|test_step_fail_np2|test_prefetch_passes|test_alloc_fail_np2|host_collective_np2|test_frozen_np3
 
 # The sim device under ThreadSanitizer: its stream threads against the
 # program's and the comm engine's, and the models' layers on its thread
-# (GPT-2 and Llama on sim: 72 s and 44 s under TSan here). One OpenMP
+# (GPT-2 and Llama on sim: 72 s and 44 s under TSan here; Llama with LoRA
+# on a frozen base 15 s). One OpenMP
 # thread, because libgomp is not instrumented and TSan cannot see its
 # barriers (the sim kernels' large elementwise loops would report them);
 # report_signal_unsafe=0, because the stream-order check's page-fault
 # handler allocates by design (sim_check.c says why that is safe for a
 # synchronous fault).
-TSAN_SIM_TESTS = test_stream_check|test_sim_stages|test_sim_guard|test_sim_kernels|mlp_sim_matches_cpu|gpt2_sim_matches_cpu|llama_sim_matches_cpu
+TSAN_SIM_TESTS = test_stream_check|test_sim_stages|test_sim_guard|test_sim_kernels|mlp_sim_matches_cpu|gpt2_sim_matches_cpu|llama_sim_matches_cpu|llama_lora_sim_matches_cpu
 
 test-tsan: deps
 	@cmake -S . -B $(BUILD_DIR)-tsan -DZS_WERROR=ON -DZS_TSAN=ON -DZS_CUDA=OFF
