@@ -225,36 +225,52 @@ fail:
     return s;
 }
 
+/* Elements [pos, pos + len) of parameter p from the master tensors that
+ * cover them, into dst (fp32); *cursor is the position among p's tensors,
+ * which only moves forward. */
+static zs_status fill(zs__tool_reader *r, int p, int64_t pos, int64_t len, float *dst,
+                      int *cursor) {
+    const zs__manifest *m = r->m;
+    int ti = *cursor;
+    for (int64_t done_in_piece = 0; done_in_piece < len;) {
+        const int64_t at = pos + done_in_piece;
+        while (ti < r->first[p + 1] &&
+               m->tensors[r->order[ti]].offset + m->tensors[r->order[ti]].count <= at)
+            ti++;
+        if (ti >= r->first[p + 1] || m->tensors[r->order[ti]].offset > at)
+            /* Unreachable for a manifest that passed validation. */
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "parameter %s: no master tensor covers element %lld",
+                            m->params[p].name, (long long)at);
+        const zs__ckpt_tensor *t = &m->tensors[r->order[ti]];
+        const int64_t in_tensor = t->offset + t->count - at;
+        const int64_t take = len - done_in_piece < in_tensor ? len - done_in_piece : in_tensor;
+        zs__st_file *sf = NULL;
+        ZS_CHECK(cache_get(&r->cache, t->file, &sf));
+        const zs__st_entry *e = zs__st_find(sf, t->key);
+        if (!e)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" disappeared",
+                            zs__st_path(sf), t->key);
+        ZS_CHECK(zs__st_read(sf, e, (uint64_t)(at - t->offset) * sizeof(float),
+                             dst + done_in_piece, (uint64_t)take * sizeof(float)));
+        done_in_piece += take;
+    }
+    *cursor = ti;
+    return ZS_OK;
+}
+
+zs_status zs__tool_reader_read(zs__tool_reader *r, int p, float *out) {
+    int cursor = r->first[p];
+    return fill(r, p, 0, zs__ckpt_param_numel(&r->m->params[p]), out, &cursor);
+}
+
 zs_status zs__tool_reader_append(zs__tool_reader *r, int p, zs__st_stream *stream) {
     const zs__manifest *m = r->m;
     const int64_t numel = zs__ckpt_param_numel(&m->params[p]);
     int ti = r->first[p];
     for (int64_t pos = 0; pos < numel;) {
         const int64_t len = numel - pos < (int64_t)r->piece ? numel - pos : (int64_t)r->piece;
-        /* Fill [pos, pos + len) from the master tensors that cover it. */
-        for (int64_t done_in_piece = 0; done_in_piece < len;) {
-            const int64_t at = pos + done_in_piece;
-            while (ti < r->first[p + 1] &&
-                   m->tensors[r->order[ti]].offset + m->tensors[r->order[ti]].count <= at)
-                ti++;
-            if (ti >= r->first[p + 1] || m->tensors[r->order[ti]].offset > at)
-                /* Unreachable for a manifest that passed validation. */
-                return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                                "parameter %s: no master tensor covers element %lld",
-                                m->params[p].name, (long long)at);
-            const zs__ckpt_tensor *t = &m->tensors[r->order[ti]];
-            const int64_t in_tensor = t->offset + t->count - at;
-            const int64_t take = len - done_in_piece < in_tensor ? len - done_in_piece : in_tensor;
-            zs__st_file *sf = NULL;
-            ZS_CHECK(cache_get(&r->cache, t->file, &sf));
-            const zs__st_entry *e = zs__st_find(sf, t->key);
-            if (!e)
-                return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" disappeared",
-                                zs__st_path(sf), t->key);
-            ZS_CHECK(zs__st_read(sf, e, (uint64_t)(at - t->offset) * sizeof(float),
-                                 r->wide + done_in_piece, (uint64_t)take * sizeof(float)));
-            done_in_piece += take;
-        }
+        ZS_CHECK(fill(r, p, pos, len, r->wide, &ti));
         if (r->dtype == ZS_DTYPE_FP32) {
             ZS_CHECK(zs__st_stream_append(stream, r->wide, (uint64_t)len * sizeof(float)));
         } else {

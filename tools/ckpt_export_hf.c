@@ -141,11 +141,18 @@ static zs_status out_commit(hf_out *o) {
 /* The file of each parameter (shard[p], from 0) and the file count, as
  * save_pretrained splits: greedily in order, never splitting a tensor. A
  * model without parameters still gets its (empty) model.safetensors. */
+static int is_adapter(const char *name);
+
+/* (A merged export leaves the adapters out: shard[p] = -1 for them.) */
 static int plan_shards(const zs__manifest *m, zs_dtype dtype, uint64_t max_bytes, int *shard) {
     if (m->param_count == 0) return 1;
     int files = 0;
     uint64_t current = 0;
     for (int p = 0; p < m->param_count; p++) {
+        if (is_adapter(m->params[p].name)) {
+            shard[p] = -1;
+            continue;
+        }
         const uint64_t bytes =
             (uint64_t)zs__ckpt_param_numel(&m->params[p]) * zs_dtype_size(dtype);
         if (files == 0 || (current > 0 && current + bytes > max_bytes)) {
@@ -165,10 +172,54 @@ static void shard_name(char *out, size_t cap, int shard, int files) {
         snprintf(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, files);
 }
 
+/* LoRA merged into the weights (export --hf --merge): for each parameter
+ * the indices of its adapters' A and B (-1: none), and alpha / r. */
+typedef struct merge_plan {
+    int *a, *b;
+    double scale;
+} merge_plan;
+
+/* W + scale B A, W [out][in], A [r][in], B [out][r], each sum in double and
+ * rounded once, appended to the stream in the export's dtype. */
+static zs_status append_merged(zs__tool_reader *reader, const zs__manifest *m,
+                               const merge_plan *mp, int p, zs_dtype dtype,
+                               zs__st_stream *stream) {
+    const zs__ckpt_param *w = &m->params[p], *pa = &m->params[mp->a[p]];
+    const int64_t out = w->shape[0], in = w->shape[1], r = pa->shape[0];
+    float *W = malloc(sizeof(float) * (size_t)(out * in)), *A = malloc(sizeof(float) * (size_t)(r * in));
+    float *B = malloc(sizeof(float) * (size_t)(out * r));
+    void *narrow = dtype == ZS_DTYPE_FP32 ? NULL : malloc(zs_dtype_size(dtype) * (size_t)in);
+    zs_status s = ZS_OK;
+    if (!W || !A || !B || (dtype != ZS_DTYPE_FP32 && !narrow))
+        s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory to merge %s", w->name);
+    if (s == ZS_OK) s = zs__tool_reader_read(reader, p, W);
+    if (s == ZS_OK) s = zs__tool_reader_read(reader, mp->a[p], A);
+    if (s == ZS_OK) s = zs__tool_reader_read(reader, mp->b[p], B);
+    for (int64_t o = 0; s == ZS_OK && o < out; o++) {
+        float *row = W + o * in;
+        for (int64_t i = 0; i < in; i++) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < r; k++) sum += (double)B[o * r + k] * (double)A[k * in + i];
+            row[i] = (float)((double)row[i] + mp->scale * sum);
+        }
+        if (dtype == ZS_DTYPE_FP32) {
+            s = zs__st_stream_append(stream, row, sizeof(float) * (size_t)in);
+        } else {
+            s = zs_convert(narrow, dtype, row, ZS_DTYPE_FP32, in);
+            if (s == ZS_OK) s = zs__st_stream_append(stream, narrow, zs_dtype_size(dtype) * (size_t)in);
+        }
+    }
+    free(W);
+    free(A);
+    free(B);
+    free(narrow);
+    return s;
+}
+
 /* Writes shard `shard`: its parameters, in manifest order. */
 static zs_status write_shard(hf_out *o, zs__tool_reader *reader, const zs__manifest *m,
                              zs_dtype dtype, const int *shard_of, int shard, int files,
-                             zs__st_tensor_spec *specs, int *members) {
+                             const merge_plan *mp, zs__st_tensor_spec *specs, int *members) {
     char name[64];
     shard_name(name, sizeof name, shard, files);
     int count = 0;
@@ -183,7 +234,9 @@ static zs_status write_shard(hf_out *o, zs__tool_reader *reader, const zs__manif
     zs__st_stream *stream = NULL;
     ZS_CHECK(zs__st_stream_open_at(o->tmp_fd, o->tmp_path, name, specs, count, meta, 1, &stream));
     for (int k = 0; k < count; k++) {
-        zs_status s = zs__tool_reader_append(reader, members[k], stream);
+        const int p = members[k];
+        zs_status s = mp->a[p] >= 0 ? append_merged(reader, m, mp, p, dtype, stream)
+                                    : zs__tool_reader_append(reader, p, stream);
         if (s != ZS_OK) {
             zs__st_stream_abort(stream);
             return s;
@@ -227,9 +280,11 @@ static zs_status write_index(hf_out *o, const zs__manifest *m, const int *shard_
         s = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for the index");
         goto done;
     }
-    for (int p = 0; p < m->param_count; p++) names[p] = (named_param){m->params[p].name, p};
-    qsort(names, (size_t)m->param_count, sizeof *names, compare_named);
-    for (int k = 0; k < m->param_count; k++) {
+    int named = 0;
+    for (int p = 0; p < m->param_count; p++)
+        if (shard_of[p] >= 0) names[named++] = (named_param){m->params[p].name, p};
+    qsort(names, (size_t)named, sizeof *names, compare_named);
+    for (int k = 0; k < named; k++) {
         char file[64];
         shard_name(file, sizeof file, shard_of[names[k].param], files);
         if (!add_member(map, names[k].name, json_object_new_string(file))) {
@@ -459,19 +514,89 @@ static int is_adapter(const char *name) {
                      strcmp(name + n - k, ".lora_B.weight") == 0);
 }
 
+#define PEFT_CONFIG_STATE "peft.adapter_config.json"
+
+/* The parameter named `name`, or -1. */
+static int param_named(const zs__manifest *m, const char *name) {
+    for (int p = 0; p < m->param_count; p++)
+        if (strcmp(m->params[p].name, name) == 0) return p;
+    return -1;
+}
+
+/* The merge of a checkpoint's adapters into their Linears (--merge), or
+ * the refusal to write them into a Hugging Face model without it. */
+static zs_status plan_merge(const zs__ckpt_step *step, int merge, merge_plan *mp) {
+    const zs__manifest *m = step->m;
+    const size_t n = (size_t)(m->param_count > 0 ? m->param_count : 1);
+    mp->a = malloc(sizeof *mp->a * n);
+    mp->b = malloc(sizeof *mp->b * n);
+    if (!mp->a || !mp->b) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory to plan a merge");
+    for (int p = 0; p < m->param_count; p++) mp->a[p] = mp->b[p] = -1;
+    int adapters = 0;
+    for (int p = 0; p < m->param_count; p++) adapters += is_adapter(m->params[p].name);
+    if (adapters == 0) return ZS_OK;
+    if (!merge)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s holds LoRA adapters, which transformers' model does not have: "
+                        "export them with --peft <dir> (PEFT's adapter_model.safetensors and "
+                        "adapter_config.json, loaded onto the base), or merge them into the "
+                        "weights with --hf <dir> --merge",
+                        step->path);
+    int found = 0;
+    char *text = NULL;
+    size_t bytes = 0;
+    struct json_object *root = NULL, *v = NULL;
+    ZS_CHECK(read_user_object(step, PEFT_CONFIG_STATE,
+                              "it is not PEFT's adapter_config.json", &found, &text, &bytes,
+                              &root));
+    free(text);
+    const int r = found && json_object_object_get_ex(root, "r", &v) ? json_object_get_int(v) : 0;
+    const double alpha = found && json_object_object_get_ex(root, "lora_alpha", &v)
+                             ? json_object_get_double(v)
+                             : 0.0;
+    json_object_put(root);
+    if (r <= 0 || !(alpha > 0))
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                        "%s: --merge needs the adapters' r and lora_alpha from the global user "
+                        "state \"%s\", which %s",
+                        step->path, PEFT_CONFIG_STATE, found ? "lacks them" : "it does not hold");
+    mp->scale = alpha / r;
+    /* "<module>.lora_A.weight" merges into "<module>.weight". */
+    for (int p = 0; p < m->param_count; p++) {
+        const char *name = m->params[p].name;
+        const size_t len = strlen(name), tail = strlen(".lora_A.weight");
+        if (!is_adapter(name) || strcmp(name + len - tail, ".lora_A.weight") != 0) continue;
+        char base[ZS_CKPT_NAME_MAX + 16], other[ZS_CKPT_NAME_MAX + 16];
+        snprintf(base, sizeof base, "%.*s.weight", (int)(len - tail), name);
+        snprintf(other, sizeof other, "%.*s.lora_B.weight", (int)(len - tail), name);
+        const int w = param_named(m, base), b = param_named(m, other);
+        if (w < 0 || b < 0 || m->params[w].ndim != 2 || m->params[p].ndim != 2 ||
+            m->params[b].ndim != 2 || m->params[p].shape[0] != r ||
+            m->params[p].shape[1] != m->params[w].shape[1] ||
+            m->params[b].shape[0] != m->params[w].shape[0] || m->params[b].shape[1] != r)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "%s: adapter \"%s\" has no Linear \"%s\" and lora_B of matching "
+                            "shapes to merge into (rank %d)",
+                            step->path, name, base, r);
+        mp->a[w] = p;
+        mp->b[w] = b;
+    }
+    return ZS_OK;
+}
+
 zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
                              uint64_t max_shard_bytes, const char *out_dir,
-                             const char *tokenizer_from, int quiet, zs__tool_hf_summary *summary) {
+                             const char *tokenizer_from, int merge, int quiet,
+                             zs__tool_hf_summary *summary) {
     const zs__manifest *m = step->m;
     memset(summary, 0, sizeof *summary);
-    for (int p = 0; p < m->param_count; p++)
-        if (is_adapter(m->params[p].name))
-            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
-                            "%s holds LoRA adapters (\"%s\", ...), which transformers' model "
-                            "does not have: export them with --peft <dir> (PEFT's "
-                            "adapter_model.safetensors and adapter_config.json, loaded onto "
-                            "the base)",
-                            step->path, m->params[p].name);
+    merge_plan mp = {NULL, NULL, 0.0};
+    zs_status planned = plan_merge(step, merge, &mp);
+    if (planned != ZS_OK) {
+        free(mp.a);
+        free(mp.b);
+        return planned;
+    }
     if (max_shard_bytes == 0)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "--max-shard-bytes must be positive");
     hf_out o;
@@ -485,14 +610,17 @@ zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t
     if (s != ZS_OK) goto done;
 
     zs__progress progress;
-    const uint64_t data_bytes = zs__tool_data_bytes(m, dtype);
+    uint64_t data_bytes = 0;
+    for (int p = 0; p < m->param_count; p++)
+        if (!is_adapter(m->params[p].name))
+            data_bytes += (uint64_t)zs__ckpt_param_numel(&m->params[p]) * zs_dtype_size(dtype);
     zs__progress_begin(&progress, "zs-ckpt export",
                        zs__ckpt_verify_read_bytes(step, 0, 1, 1) + data_bytes, quiet);
     ZS_CHECK_GOTO(zs__tool_reader_open(step, dtype, buffer_bytes, &progress, &reader), s, done);
     const int files = plan_shards(m, dtype, max_shard_bytes, shard_of);
     for (int f = 0; f < files; f++)
-        ZS_CHECK_GOTO(write_shard(&o, reader, m, dtype, shard_of, f, files, specs, members), s,
-                      done);
+        ZS_CHECK_GOTO(write_shard(&o, reader, m, dtype, shard_of, f, files, &mp, specs, members),
+                      s, done);
     if (files > 1) ZS_CHECK_GOTO(write_index(&o, m, shard_of, files, data_bytes), s, done);
     ZS_CHECK_GOTO(write_config(&o, step, dtype, &summary->config_written), s, done);
     ZS_CHECK_GOTO(copy_tokenizer(&o, tokenizer_from, &summary->tokenizer_files), s, done);
@@ -507,12 +635,13 @@ done:
     free(shard_of);
     free(members);
     free(specs);
+    free(mp.a);
+    free(mp.b);
     return s;
 }
 
 /* ------------------------------------------------------- PEFT's adapters */
 
-#define PEFT_CONFIG_STATE "peft.adapter_config.json"
 #define PEFT_PREFIX "base_model.model."
 
 zs_status zs__tool_export_peft(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,

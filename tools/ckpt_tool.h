@@ -55,6 +55,9 @@ zs_status zs__tool_reader_open(const zs__ckpt_step *step, zs_dtype dtype, uint64
 /* Appends every byte of parameter p (manifest order index) in the
  * reader's dtype to `stream`, whose header declared it. */
 zs_status zs__tool_reader_append(zs__tool_reader *r, int p, zs__st_stream *stream);
+/* Parameter p whole, fp32, into out (its element count of floats): for a
+ * tensor computed from others (export --hf --merge). */
+zs_status zs__tool_reader_read(zs__tool_reader *r, int p, float *out);
 void zs__tool_reader_close(zs__tool_reader *r); /* NULL is a no-op */
 /* Parameter p as a tensor of the export: its name, shape and bytes in dtype. */
 zs_status zs__tool_param_spec(const zs__manifest *m, int p, zs_dtype dtype,
@@ -75,9 +78,14 @@ typedef struct zs__tool_hf_summary {
     int config_written;     /* 1 when config.json was written */
     int tokenizer_files;    /* tokenizer files copied */
 } zs__tool_hf_summary;
+/* merge: LoRA adapters in the checkpoint are added into their Linears (W +
+ * (alpha / r) B A, alpha and r from the user state
+ * "peft.adapter_config.json") and left out; without it such a checkpoint is
+ * refused. */
 zs_status zs__tool_export_hf(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
                              uint64_t max_shard_bytes, const char *out_dir,
-                             const char *tokenizer_from, int quiet, zs__tool_hf_summary *summary);
+                             const char *tokenizer_from, int merge, int quiet,
+                             zs__tool_hf_summary *summary);
 /* zs-ckpt export --peft: the LoRA adapters (parameters "*.lora_A.weight",
  * "*.lora_B.weight") as PEFT's adapter_model.safetensors, under PEFT's
  * names ("base_model.model." + the parameter's), and adapter_config.json

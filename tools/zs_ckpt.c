@@ -40,7 +40,7 @@ static const char usage_text[] =
     "       zs-ckpt verify [--quiet] <step dir | checkpoint root>\n"
     "       zs-ckpt export [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet]\n"
     "                      <step dir | checkpoint root> <out.safetensors>\n"
-    "       zs-ckpt export --hf <out dir> [--max-shard-bytes N] [--tokenizer-from DIR]\n"
+    "       zs-ckpt export --hf <out dir> [--merge] [--max-shard-bytes N] [--tokenizer-from DIR]\n"
     "                      [--dtype fp32|bf16|fp16] [--buffer-bytes N] [--quiet]\n"
     "                      <step dir | checkpoint root>\n"
     "       zs-ckpt export --peft <out dir> [--dtype fp32|bf16|fp16] [--buffer-bytes N]\n"
@@ -72,7 +72,9 @@ static const char usage_text[] =
     "           special_tokens_map.json, tokenizer.model and generation_config.json\n"
     "           found there. Written into a temporary directory renamed when complete;\n"
     "           <out dir> must not exist (or be empty). A checkpoint holding LoRA\n"
-    "           adapters is refused: export them with --peft.\n"
+    "           adapters is refused unless --merge adds them into their Linears\n"
+    "           (W + (alpha / r) B A, PEFT's merge_and_unload; the adapters left out);\n"
+    "           --peft exports them alone.\n"
     "  export --peft <out dir>\n"
     "           a LoRA fine-tune's adapters as PEFT saves them: adapter_model.safetensors\n"
     "           (base_model.model.<module>.lora_A.weight [r, in], ...lora_B.weight\n"
@@ -217,7 +219,7 @@ static int cmd_export(int argc, char **argv) {
     uint64_t buffer_bytes = ZS_TOOL_DEFAULT_BUFFER_BYTES;
     uint64_t max_shard_bytes = ZS_TOOL_DEFAULT_MAX_SHARD_BYTES;
     const char *hf_dir = NULL, *tokenizer_from = NULL, *shard_option = NULL, *peft_dir = NULL;
-    int quiet = 0;
+    int quiet = 0, merge = 0;
     const char *positional[2];
     int npos = 0;
     for (int i = 0; i < argc; i++) {
@@ -250,6 +252,8 @@ static int cmd_export(int argc, char **argv) {
             else tokenizer_from = argv[++i];
         } else if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
+        } else if (strcmp(argv[i], "--merge") == 0) {
+            merge = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             return usage_error("unknown option %s", argv[i]);
         } else if (npos < 2) {
@@ -262,6 +266,7 @@ static int cmd_export(int argc, char **argv) {
         return usage_error("%s", "export --peft takes no --hf, --max-shard-bytes or --tokenizer-from");
     if (peft_dir && npos != 1)
         return usage_error("%s", "export --peft <out dir> needs one checkpoint (and no output file)");
+    if (merge && !hf_dir) return usage_error("%s", "--merge is an option of export --hf");
     if (!hf_dir && !peft_dir && (shard_option || tokenizer_from))
         return usage_error("%s is an option of export --hf", shard_option ? shard_option
                                                                           : "--tokenizer-from");
@@ -292,7 +297,7 @@ static int cmd_export(int argc, char **argv) {
         if (!dtype_given) dtype = step.m->compute_dtype;
         zs__tool_hf_summary summary;
         s = zs__tool_export_hf(&step, dtype, buffer_bytes, max_shard_bytes, hf_dir,
-                               tokenizer_from, quiet, &summary);
+                               tokenizer_from, merge, quiet, &summary);
         zs__ckpt_step_close(&step);
         if (s != ZS_OK) return fail("export");
         printf("exported step %" PRId64 ": %d tensors, %s, %" PRIu64 " bytes in %d file%s%s%s, "

@@ -11,7 +11,8 @@
 #     checkpoint keeps the frozen base as its values, no moments);
 #   - zs-ckpt export --peft writes PEFT's adapter_model.safetensors (names,
 #     shapes, the adapters' bytes) and adapter_config.json (r, alpha,
-#     targets, the base's path); --hf refuses adapters, naming --peft; a run
+#     targets, the base's path); --hf --merge writes W + (alpha / r) B A bit
+#     for bit; a plain --hf refuses adapters, naming --peft; a run
 #     started from that directory (app.lora_init_from) holds the same
 #     adapters bit for bit, and another rank's are refused naming the key;
 #   - an unknown target module and a dropout are refused, naming the key.
@@ -134,6 +135,45 @@ if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/back.cfg" app
 fi
 grep -q "r = 3, but app.lora_r = 4" "$work/back.bad.log" ||
   { cat "$work/back.bad.log"; fail "the rank mismatch was not named"; }
+
+# --hf --merge: the Hugging Face model with the adapters added into their
+# Linears, W + (alpha / r) B A, bit for bit as computed here (double sums,
+# one rounding), every other tensor the trained checkpoint's, no adapter.
+"$ZSCKPT" export --hf "$work/merged" --merge --dtype fp32 "$work/ckpt.lora.np2.fp32.s3" \
+    > "$work/merged.log" 2>&1 || { cat "$work/merged.log"; fail "export --hf --merge"; }
+python3 - "$work/merged/model.safetensors" "$work/lora.np2.fp32.s3.safetensors" <<'PY' || fail "--merge"
+import json, struct, sys
+def load(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    head.pop("__metadata__", None)
+    out = {}
+    for k, v in head.items():
+        raw = data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+        out[k] = (v["shape"], list(struct.unpack(f"<{len(raw) // 4}f", raw)))
+    return out
+merged, trained = load(sys.argv[1]), load(sys.argv[2])
+assert not [k for k in merged if ".lora_" in k], "adapters in the merged export"
+assert set(merged) == {k for k in trained if ".lora_" not in k}, "tensors differ"
+scale, checked = 6.0 / 3, 0
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+for k, (shape, w) in trained.items():
+    if ".lora_" in k:
+        continue
+    module = k[:-len(".weight")]
+    if module + ".lora_A.weight" not in trained:
+        assert merged[k][1] == w, f"{k} changed without an adapter"
+        continue
+    (r, n_in), a = trained[module + ".lora_A.weight"]
+    _, b = trained[module + ".lora_B.weight"]
+    out = shape[0]
+    want = [f32(w[o * n_in + i] + scale * sum(b[o * r + j] * a[j * n_in + i] for j in range(r)))
+            for o in range(out) for i in range(n_in)]
+    assert merged[k][1] == want, f"{k}: not W + (alpha / r) B A"
+    checked += 1
+print(f"export --hf --merge: {checked} Linears merged bit for bit, {len(merged)} tensors")
+PY
 
 # A plain --hf export of adapters is refused, pointing at --peft.
 if "$ZSCKPT" export --hf "$work/hf.lora" "$work/ckpt.lora.np2.fp32.s3" > "$work/hf.lora.log" 2>&1; then
