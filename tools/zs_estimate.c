@@ -231,6 +231,30 @@ static int load_llmc(layout *l, const char *path) {
 static int lora_r = 0;
 static unsigned lora_targets = (1u << LLAMA_LORA_Q) | (1u << LLAMA_LORA_V);
 
+/* --lora-targets: "all-linear" or module names separated by commas (the
+ * last component of llama_lora_target_name); 0 on anything else. */
+static int parse_lora_targets(const char *text, unsigned *out) {
+    if (strcmp(text, "all-linear") == 0) {
+        *out = (1u << LLAMA_LORA_TARGETS) - 1u;
+        return 1;
+    }
+    unsigned targets = 0;
+    for (const char *p = text;; p++) {
+        const size_t n = strcspn(p, ",");
+        int found = -1;
+        for (int t = 0; t < LLAMA_LORA_TARGETS && found < 0; t++) {
+            const char *name = strrchr(llama_lora_target_name(t), '.') + 1;
+            if (strlen(name) == n && strncmp(name, p, n) == 0) found = t;
+        }
+        if (found < 0) return 0;
+        targets |= 1u << found;
+        p += n;
+        if (*p == '\0') break;
+    }
+    *out = targets;
+    return 1;
+}
+
 /* The Llama family through llama_model's table: the trainer's units, in its
  * order (examples/llama/llama_family.c), and LoRA's adapters when asked. */
 static int layout_llama(layout *l, const llama_dims *d) {
@@ -769,24 +793,10 @@ int main(int argc, char **argv) {
                 return usage_error("%s", zs_last_error());
         } else if (strcmp(a, "--lora-targets") == 0) {
             const char *v = VALUE(a);
-            lora_targets = 0;
-            if (strcmp(v, "all-linear") == 0) lora_targets = (1u << LLAMA_LORA_TARGETS) - 1u;
-            for (const char *p = v; lora_targets == 0 || *p; ) {
-                if (strcmp(v, "all-linear") == 0) break;
-                const size_t n = strcspn(p, ",");
-                int found = -1;
-                for (int t = 0; t < LLAMA_LORA_TARGETS && found < 0; t++) {
-                    const char *name = strrchr(llama_lora_target_name(t), '.') + 1;
-                    if (strlen(name) == n && strncmp(name, p, n) == 0) found = t;
-                }
-                if (found < 0)
-                    return usage_error("--lora-targets \"%s\": q_proj, k_proj, v_proj, o_proj, "
-                                       "gate_proj, up_proj, down_proj or all-linear", v);
-                lora_targets |= 1u << found;
-                p += n;
-                if (*p == ',') p++;
-                if (!*p) break;
-            }
+            if (!parse_lora_targets(v, &lora_targets))
+                return usage_error("--lora-targets \"%s\": a comma-separated list of q_proj, "
+                                   "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or "
+                                   "all-linear", v);
         } else if (strcmp(a, "--freeze") == 0) {
             if (freeze_count == ZS_ESTIMATE_MAX_SETS) return usage_error("%s", "too many --freeze");
             freeze[freeze_count++] = VALUE(a);

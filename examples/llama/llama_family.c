@@ -241,8 +241,8 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
              d->vocab, d->tied ? "tied" : "untied",
              d->qkv_bias ? ", q/k/v biases" : "",
              m->recompute ? "; activations recomputed in backward" : "");
+    m->lora.n_blocks = d->n_layer;
     if (m->lora.r > 0) {
-        m->lora.n_blocks = d->n_layer;
         const size_t used = strlen(facts->description);
         snprintf(facts->description + used, sizeof facts->description - used,
                  "; LoRA rank %d, alpha %g on a frozen base: %lld trainable adapter parameters",
@@ -260,7 +260,6 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
                           .embed_grads = 0x1u, .recompute = m->recompute,
                           .lora = m->lora.r > 0, .lora_unit0 = llama_param_table.num_units(d),
                           .adapters = &m->lora};
-    m->lora.n_blocks = d->n_layer;
     return ZS_OK;
 }
 

@@ -30,8 +30,6 @@ namespace nncuda {
 
 namespace {
 
-ctx *cx_of_dev(nn_device *dev) { return ctx_of(dev); }
-
 // ------------------------------------------------------ input, output
 
 int cuda_check_tokens(nn_device *, const char *, const char *, const char *, const char *,
@@ -41,14 +39,14 @@ int cuda_check_tokens(nn_device *, const char *, const char *, const char *, con
 
 int cuda_embed_forward(nn_device *dev, int BT, int T, int C, int V, const void *wte,
                        const void *wpe, const int *tokens, void *x) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     prof_step_begin(cx);
     return embedding_forward(cx, BT, T, C, V, wte, wpe, tokens, x);
 }
 
 int cuda_embed_backward(nn_device *dev, int BT, int T, int C, int V, void *g_wte, void *g_wpe,
                         const int *tokens, const void *dx) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     TRY(embedding_backward(cx, BT, C, V, g_wte, tokens, dx));
     if (g_wpe != nullptr) {
         if (T < 1 || BT % T != 0)
@@ -69,13 +67,13 @@ size_t cuda_classifier_scratch_bytes(const nn_device *dev, int C, int V, int row
 int cuda_classifier_chunk(nn_device *dev, int n, int C, int V, const void *xn, const void *W,
                           const int *targets, float dloss_scale, float *losses, void *gW,
                           void *dxn, void *scratch) {
-    return classifier(cx_of_dev(dev), n, C, V, xn, W, targets, dloss_scale, losses, gW, dxn, n,
+    return classifier(ctx_of(dev), n, C, V, xn, W, targets, dloss_scale, losses, gW, dxn, n,
                       scratch);
 }
 
 int cuda_classifier_logits_row(nn_device *dev, int C, int V, const void *xn, const void *W,
                                void *scratch, float *host_logits) {
-    return classifier_logits_row(cx_of_dev(dev), C, V, xn, W, host_logits, scratch);
+    return classifier_logits_row(ctx_of(dev), C, V, xn, W, host_logits, scratch);
 }
 
 // -------------------------------------------------------------- Linears
@@ -98,7 +96,7 @@ int product_forward(ctx *cx, const char *name, int rows, int in, int out, const 
 int cuda_linear_forward(nn_device *dev, const char *name, int rows, int in, int out,
                         const void *x, int ldx, const void *W, const void *b, const void *res,
                         int ldres, void *y, int ldy) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     if (res != nullptr && ldres != ldy)
         return fail(cx, NN_ERR_ARG,
                     "nn cuda linear_forward %s: the residual's row stride %d differs from the "
@@ -123,7 +121,7 @@ int weight_grad(ctx *cx, const char *name, int rows, int in, int out, const void
 int cuda_linear_backward(nn_device *dev, const char *name, int rows, int in, int out,
                          const void *x, int ldx, const void *W, const void *dy, int lddy,
                          void *dW, void *dx, int lddx, float dx_beta) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     if (dx_beta != 0.0f && dx_beta != 1.0f)
         return fail(cx, NN_ERR_ARG, "nn cuda linear_backward %s: dx_beta = %g; 0 or 1 only",
                     name != nullptr ? name : "", (double)dx_beta);
@@ -138,7 +136,7 @@ int cuda_linear_backward(nn_device *dev, const char *name, int rows, int in, int
 int cuda_linears_forward(nn_device *dev, const char *name, int n, const int *outs, int rows,
                          int in, const void *x, int ldx, const void *const *W,
                          const void *const *b, void *y, int ldy) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     const nn_dtype t = cx->dtype;
     bool one = true;
     int total = 0;
@@ -164,7 +162,7 @@ int cuda_linears_forward(nn_device *dev, const char *name, int n, const int *out
 int cuda_linears_backward(nn_device *dev, const char *name, int n, const int *outs, int rows,
                           int in, const void *x, int ldx, const void *const *W, const void *dy,
                           int lddy, void *const *gW, void *dx, int lddx) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     const nn_dtype t = cx->dtype;
     bool w_one = true, g_one = gW != nullptr && gW[0] != nullptr, any_g = false;
     int total = 0;
@@ -218,7 +216,7 @@ bool gelu_fusable(int ld, const void *aux, const void *out) {
 int cuda_linear_gelu_forward(nn_device *dev, const char *name, int rows, int in, int out,
                              const void *x, int ldx, const void *W, const void *b, void *pre,
                              void *post) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     const int op = prof_op(cx, "matmul_", name, "_fwd");
     if (cx->gelu_fusion >= 1) {
         if (gelu_fusable(out, pre, post)) {
@@ -241,7 +239,7 @@ int cuda_linear_gelu_forward(nn_device *dev, const char *name, int rows, int in,
 int cuda_linear_dgelu_backward(nn_device *dev, const char *name, int rows, int in, int out,
                                const void *x, int ldx, const void *W, const void *dy, int lddy,
                                void *dW, const void *pre, void *dx, void *db) {
-    ctx *cx = cx_of_dev(dev);
+    ctx *cx = ctx_of(dev);
     TRY(weight_grad(cx, name, rows, in, out, x, ldx, dy, lddy, dW));
     const int op = prof_op(cx, "matmul_", name, "_dx");
     if (cx->gelu_fusion >= 2) {
@@ -266,11 +264,11 @@ int cuda_linear_dgelu_backward(nn_device *dev, const char *name, int rows, int i
 }
 
 int cuda_colsum_add(nn_device *dev, int rows, int N, const void *a, int lda, void *out) {
-    return colsum_add(cx_of_dev(dev), rows, N, a, lda, out);
+    return colsum_add(ctx_of(dev), rows, N, a, lda, out);
 }
 
 int cuda_scale(nn_device *dev, long long n, float s, void *x) {
-    return scale_elements(cx_of_dev(dev), n, s, x);
+    return scale_elements(ctx_of(dev), n, s, x);
 }
 
 // ------------------------------------------------------------ attention
@@ -287,63 +285,63 @@ size_t cuda_attention_scratch_bytes(const nn_device *dev, const nn_attn_layout *
 
 int cuda_attention_forward(nn_device *dev, const nn_attn_layout *s, const void *qkv, void *att,
                            void *atty, void *scratch) {
-    return attention_forward(cx_of_dev(dev), s, qkv, att, atty,
+    return attention_forward(ctx_of(dev), s, qkv, att, atty,
                              (unsigned char *)scratch + score_grad_bytes(dev->dtype, s));
 }
 
 int cuda_attention_backward(nn_device *dev, const nn_attn_layout *s, const void *qkv,
                             const void *att, const void *datty, void *dqkv, void *scratch) {
-    return attention_backward(cx_of_dev(dev), s, qkv, att, datty, dqkv, scratch,
+    return attention_backward(ctx_of(dev), s, qkv, att, datty, dqkv, scratch,
                               (unsigned char *)scratch + score_grad_bytes(dev->dtype, s));
 }
 
 int cuda_rope(nn_device *dev, int BT, int T, int heads, int hd, int ld, const float *cos_t,
               const float *sin_t, void *qkv, int backward) {
-    return rope(cx_of_dev(dev), backward != 0, BT, T, heads, hd, ld, qkv, cos_t, sin_t);
+    return rope(ctx_of(dev), backward != 0, BT, T, heads, hd, ld, qkv, cos_t, sin_t);
 }
 
 // ---------------------------------------------------------------- norms
 
 int cuda_layernorm_forward(nn_device *dev, int rows, int C, const void *x, const void *w,
                            const void *b, void *out, float *mean, float *rstd) {
-    return layernorm_forward(cx_of_dev(dev), rows, C, x, w, b, out, mean, rstd);
+    return layernorm_forward(ctx_of(dev), rows, C, x, w, b, out, mean, rstd);
 }
 
 int cuda_layernorm_backward(nn_device *dev, int rows, int C, const void *dout, const void *x,
                             const float *mean, const float *rstd, const void *w,
                             const void *dres, void *dx, void *dw, void *db) {
-    return layernorm_backward(cx_of_dev(dev), rows, C, dout, x, mean, rstd, w, dres, dx, dw, db);
+    return layernorm_backward(ctx_of(dev), rows, C, dout, x, mean, rstd, w, dres, dx, dw, db);
 }
 
 int cuda_rmsnorm_forward(nn_device *dev, int rows, int C, const void *x, const void *w,
                          float eps, void *out, float *rstd) {
-    return rmsnorm_forward(cx_of_dev(dev), rows, C, eps, x, w, out, rstd);
+    return rmsnorm_forward(ctx_of(dev), rows, C, eps, x, w, out, rstd);
 }
 
 int cuda_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dout, const void *x,
                           const float *rstd, const void *w, const void *dres, void *dx,
                           void *dw) {
-    return rmsnorm_backward(cx_of_dev(dev), rows, C, dout, x, rstd, w, dres, dx, dw);
+    return rmsnorm_backward(ctx_of(dev), rows, C, dout, x, rstd, w, dres, dx, dw);
 }
 
 // ---------------------------------------------------------- activations
 
 int cuda_gelu_forward(nn_device *dev, long long n, const void *pre, void *post) {
-    return gelu_forward(cx_of_dev(dev), n, pre, post);
+    return gelu_forward(ctx_of(dev), n, pre, post);
 }
 
 int cuda_gelu_backward_colsum(nn_device *dev, int rows, int N, void *d, const void *pre,
                               void *db) {
-    return gelu_backward_colsum(cx_of_dev(dev), rows, N, d, pre, db);
+    return gelu_backward_colsum(ctx_of(dev), rows, N, d, pre, db);
 }
 
 int cuda_swiglu_forward(nn_device *dev, long long n, const void *gate, const void *up, void *h) {
-    return swiglu_forward(cx_of_dev(dev), n, gate, up, h);
+    return swiglu_forward(ctx_of(dev), n, gate, up, h);
 }
 
 int cuda_swiglu_backward(nn_device *dev, int rows, int F, const void *gate, const void *up,
                          void *d) {
-    return swiglu_backward(cx_of_dev(dev), rows, F, gate, up, d);
+    return swiglu_backward(ctx_of(dev), rows, F, gate, up, d);
 }
 
 nn_layer_ops make_layer_ops() {

@@ -19,6 +19,8 @@
 # Usage: run_llama_lora.sh MPIEXEC llama_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
 source "$(dirname "$0")/../models/model_runs.sh"
+# st_read.py: safetensors with the standard library.
+export PYTHONPATH="$SRC/tests/models${PYTHONPATH:+:$PYTHONPATH}"
 
 # The base: 3 steps of full training from the shape, exported as a
 # Hugging Face directory (config.json + model.safetensors).
@@ -47,20 +49,15 @@ run 2 "$work/learn.log" "$work/learn.cfg" app.steps=40 app.batch_size=4 optimize
     "app.train_data=\"$work/one.txt\"" "app.loss_log=$work/learn.loss"
 python3 - "$work/base.safetensors" "$work/lora.np2.fp32.s3.safetensors" \
     "$work/learn.loss" <<'PY' || fail "frozen base / adapters / loss"
-import json, struct, sys
-def tensors(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    head.pop("__metadata__", None)
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items()}
-base, tuned = tensors(sys.argv[1]), tensors(sys.argv[2])
+import sys
+from st_read import tensors
+(base, _), (tuned, _) = tensors(sys.argv[1]), tensors(sys.argv[2])
 adapters = [k for k in tuned if ".lora_" in k]
 blocks = sum(1 for k in base if k.endswith("self_attn.q_proj.weight"))
 assert len(adapters) == blocks * 7 * 2, f"{len(adapters)} adapter tensors, want {blocks * 14}"
 for k, v in base.items():
-    assert tuned.get(k) == v, f"the frozen base tensor {k} changed"
-moved = [k for k in adapters if k.endswith("lora_B.weight") and any(tuned[k])]
+    assert k in tuned and tuned[k].raw == v.raw, f"the frozen base tensor {k} changed"
+moved = [k for k in adapters if k.endswith("lora_B.weight") and any(tuned[k].raw)]
 assert len(moved) == blocks * 7, f"{len(moved)} of {blocks * 7} lora_B moved off zero"
 losses = [float.fromhex(line.split()[1]) for line in open(sys.argv[3])]
 assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.15, f"loss did not fall: {losses}"
@@ -78,16 +75,11 @@ echo "LoRA: 6 steps straight = 3 + resume + 3, bit for bit"
 "$ZSCKPT" export --peft "$work/peft" --dtype fp32 "$work/ckpt.lora.np2.fp32.s3" > "$work/peft.log" 2>&1 ||
   { cat "$work/peft.log"; fail "export --peft"; }
 python3 - "$work/peft" "$work/lora.np2.fp32.s3.safetensors" "$work/base" <<'PY' || fail "export --peft"
-import json, os, struct, sys
-def header(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    meta = head.pop("__metadata__", {})
-    return head, meta, data[8 + n:]
-head, meta, body = header(os.path.join(sys.argv[1], "adapter_model.safetensors"))
+import json, os, sys
+from st_read import tensors
+head, meta = tensors(os.path.join(sys.argv[1], "adapter_model.safetensors"))
 assert meta.get("format") == "pt", meta
-full, _, full_body = header(sys.argv[2])
+full, _ = tensors(sys.argv[2])
 cfg = json.load(open(os.path.join(sys.argv[1], "adapter_config.json")))
 assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM", cfg
 assert cfg["r"] == 3 and cfg["lora_alpha"] == 6.0 and cfg["bias"] == "none", cfg
@@ -99,13 +91,8 @@ assert set(head) == {"base_model.model." + k for k in adapters}, sorted(head)[:4
 for k, v in adapters.items():
     h = head["base_model.model." + k]
     r = 3
-    if k.endswith("lora_A.weight"):
-        assert h["shape"][0] == r, (k, h["shape"])
-    else:
-        assert h["shape"][1] == r, (k, h["shape"])
-    assert h["shape"] == v["shape"] and h["dtype"] == "F32", (k, h, v)
-    a, b = h["data_offsets"], v["data_offsets"]
-    assert body[a[0]:a[1]] == full_body[b[0]:b[1]], k
+    assert h.shape[0 if k.endswith("lora_A.weight") else 1] == r, (k, h.shape)
+    assert h.shape == v.shape and h.dtype == "F32" and h.raw == v.raw, k
 print(f"export --peft: {len(head)} adapter tensors under PEFT's names, adapter_config.json")
 PY
 # Back in: a run starting from that PEFT directory (app.lora_init_from)
@@ -116,17 +103,12 @@ run 2 "$work/back.log" "$work/back.cfg" app.steps=1 app.batch_size=2 optimizer.l
     "checkpoint.dir=$work/ckpt.back" checkpoint.every=1
 export_ckpt "$work/ckpt.back" "$work/back.safetensors"
 python3 - "$work/back.safetensors" "$work/lora.np2.fp32.s3.safetensors" <<'PY' || fail "lora_init_from"
-import json, struct, sys
-def tensors(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    head.pop("__metadata__", None)
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items()}
-back, trained = tensors(sys.argv[1]), tensors(sys.argv[2])
+import sys
+from st_read import tensors
+(back, _), (trained, _) = tensors(sys.argv[1]), tensors(sys.argv[2])
 adapters = [k for k in trained if ".lora_" in k]
 for k in adapters:
-    assert back[k] == trained[k], f"{k} differs after the PEFT round trip"
+    assert back[k].raw == trained[k].raw, f"{k} differs after the PEFT round trip"
 print(f"lora_init_from: {len(adapters)} adapters back bit for bit")
 PY
 if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/back.cfg" app.steps=1 \
@@ -142,17 +124,9 @@ grep -q "r = 3, but app.lora_r = 4" "$work/back.bad.log" ||
 "$ZSCKPT" export --hf "$work/merged" --merge --dtype fp32 "$work/ckpt.lora.np2.fp32.s3" \
     > "$work/merged.log" 2>&1 || { cat "$work/merged.log"; fail "export --hf --merge"; }
 python3 - "$work/merged/model.safetensors" "$work/lora.np2.fp32.s3.safetensors" <<'PY' || fail "--merge"
-import json, struct, sys
-def load(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    head.pop("__metadata__", None)
-    out = {}
-    for k, v in head.items():
-        raw = data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
-        out[k] = (v["shape"], list(struct.unpack(f"<{len(raw) // 4}f", raw)))
-    return out
+import struct, sys
+from st_read import floats, tensors
+load = lambda path: {k: (t.shape, floats(t)) for k, t in tensors(path)[0].items()}
 merged, trained = load(sys.argv[1]), load(sys.argv[2])
 assert not [k for k in merged if ".lora_" in k], "adapters in the merged export"
 assert set(merged) == {k for k in trained if ".lora_" not in k}, "tensors differ"
