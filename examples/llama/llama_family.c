@@ -192,7 +192,8 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
         return ZS_ERR_CONFIG;
     }
     if (split_patterns(m) != 0) return ZS_ERR_CONFIG;
-    m->lora = (ex_lora){.n_targets = LLAMA_LORA_TARGETS, .target_name = llama_lora_target_name,
+    m->lora = (ex_lora){.n_targets = LLAMA_LORA_TARGETS, .default_targets = "q_proj,v_proj",
+                        .target_name = llama_lora_target_name,
                         .target_shape = lora_target_shape, .first_block = 1};
     if ((st = ex_lora_configure(cfg, PROGRAM, &m->lora)) != ZS_OK) return st;
     char config[4096] = "";

@@ -12,13 +12,31 @@ static const char *module_of(const char *path) {
     return dot ? dot + 1 : path;
 }
 
+/* PEFT's rule for a target_modules entry: it names the module whose path
+ * is the entry or ends with "." and the entry, so that "c_proj" adapts
+ * both of GPT-2's (attn.c_proj, mlp.c_proj) and "attn.c_proj" one. */
+static int names_target(const char *entry, const char *path) {
+    const size_t n = strlen(entry), len = strlen(path);
+    return n > 0 && (strcmp(entry, path) == 0 ||
+                     (len > n && path[len - n - 1] == '.' && strcmp(path + len - n, entry) == 0));
+}
+
+/* The entry that names exactly target t's module among the family's: its
+ * own name ("q_proj") where no other target shares it, else its path in the
+ * block ("attn.c_proj"). */
+static const char *entry_of(const ex_lora *lora, int t) {
+    const char *module = module_of(lora->target_name(t));
+    for (int u = 0; u < lora->n_targets; u++)
+        if (u != t && names_target(module, lora->target_name(u))) return lora->target_name(t);
+    return module;
+}
+
 /* The model's Linears for a message: "q_proj, k_proj, ...". */
 static void list_modules(const ex_lora *lora, char *out, size_t cap) {
     size_t at = 0;
     out[0] = '\0';
     for (int t = 0; t < lora->n_targets && at < cap; t++)
-        at += (size_t)snprintf(out + at, cap - at, "%s%s", t ? ", " : "",
-                               module_of(lora->target_name(t)));
+        at += (size_t)snprintf(out + at, cap - at, "%s%s", t ? ", " : "", entry_of(lora, t));
 }
 
 static zs_status parse_targets(const char *text, const char *program, ex_lora *lora) {
@@ -35,10 +53,10 @@ static zs_status parse_targets(const char *text, const char *program, ex_lora *l
     }
     char *save = NULL;
     for (char *name = strtok_r(copy, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
-        int found = -1;
-        for (int t = 0; t < lora->n_targets && found < 0; t++)
-            if (strcmp(name, module_of(lora->target_name(t))) == 0) found = t;
-        if (found < 0) {
+        unsigned found = 0;
+        for (int t = 0; t < lora->n_targets; t++)
+            if (names_target(name, lora->target_name(t))) found |= 1u << t;
+        if (found == 0) {
             char modules[512];
             list_modules(lora, modules, sizeof modules);
             fprintf(stderr, "%s: app.lora_target_modules names \"%s\", which is not a Linear of "
@@ -46,7 +64,7 @@ static zs_status parse_targets(const char *text, const char *program, ex_lora *l
                     program, name, modules);
             return ZS_ERR_CONFIG;
         }
-        lora->targets |= 1u << found;
+        lora->targets |= found;
     }
     if (lora->targets == 0) {
         fprintf(stderr, "%s: app.lora_target_modules = \"%s\" names no Linear\n", program, text);
@@ -63,7 +81,8 @@ zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora) 
     if ((st = zs_config_app_int(cfg, "lora_r", 0, 0, 4096, &r)) ||
         (st = zs_config_app_float(cfg, "lora_alpha", 8.0, 1e-6, 1e6, &lora->alpha)) ||
         (st = zs_config_app_float(cfg, "lora_dropout", 0.0, 0.0, 1.0, &dropout)) ||
-        (st = zs_config_app_string(cfg, "lora_target_modules", "q_proj,v_proj", &targets)) ||
+        (st = zs_config_app_string(cfg, "lora_target_modules", lora->default_targets,
+                                   &targets)) ||
         (st = zs_config_app_string(cfg, "lora_init_from", "", &lora->init_from)))
         return st;
     lora->r = (int)r;
@@ -150,7 +169,7 @@ int ex_lora_adapter_config(const ex_lora *lora, const char *base, char *out, siz
     for (int t = 0; t < lora->n_targets && at < sizeof modules; t++)
         if (lora->targets & (1u << t))
             at += (size_t)snprintf(modules + at, sizeof modules - at, "%s\"%s\"",
-                                   at ? ", " : "", module_of(lora->target_name(t)));
+                                   at ? ", " : "", entry_of(lora, t));
     /* The base's path as JSON: no quotes or backslashes to escape in the
      * paths this program writes; anything else is left out. */
     const char *path = base != NULL && strpbrk(base, "\"\\") == NULL ? base : "";
@@ -219,7 +238,7 @@ static zs_status check_peft_config(const ex_lora *lora, const char *path, const 
         for (size_t i = 0; i < json_object_array_length(v); i++) {
             const char *name = json_object_get_string(json_object_array_get_idx(v, i));
             for (int t = 0; name && t < lora->n_targets; t++)
-                if (strcmp(name, module_of(lora->target_name(t))) == 0) targets |= 1u << t;
+                if (names_target(name, lora->target_name(t))) targets |= 1u << t;
         }
     }
     if (st == ZS_OK && targets != lora->targets) {

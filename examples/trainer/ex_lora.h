@@ -16,10 +16,13 @@
  *   app.lora_alpha           alpha (default 8, PEFT's); the scale is alpha / r
  *   app.lora_dropout         dropout on the adapters' input: only 0 is
  *                            supported (refused otherwise, naming the key)
- *   app.lora_target_modules  "q_proj,v_proj" (the default, PEFT's for Llama),
- *                            any list of the family's module names, or
- *                            "all-linear"; an unknown name is refused,
- *                            listing the model's Linears
+ *   app.lora_target_modules  the family's default (PEFT's: "q_proj,v_proj"
+ *                            for Llama), any list of the family's module
+ *                            names, or "all-linear". An entry names each
+ *                            Linear whose path in the block is the entry or
+ *                            ends with "." and the entry (PEFT's rule:
+ *                            "c_proj" is both of GPT-2's); an unknown name is
+ *                            refused, listing the model's Linears
  *   app.lora_init_from       a PEFT adapter directory (adapter_config.json,
  *                            adapter_model.safetensors) to start from: its
  *                            r, lora_alpha and target_modules must be the
@@ -50,6 +53,7 @@ typedef struct ex_lora {
     /* The family's adaptable Linears of a block: module t's path inside the
      * block ("self_attn.q_proj") and its shape over the family's dims. */
     int n_targets;
+    const char *default_targets; /* app.lora_target_modules' default */
     const char *(*target_name)(int t);
     void (*target_shape)(const void *dims, int t, int *in, int *out);
     /* The table's block units: first_block .. first_block + n_blocks - 1. */
