@@ -9,14 +9,19 @@ tests/llama/llama_dump_tiny wrote for each variant directory:
     llama_numpy_ref.py DIR [DIR ...]
 
 For each: the mean loss, every position's loss, every logit, and the
-gradient of every parameter of the mean loss.
+gradient of every parameter of the mean loss. A directory with lora.json
+(r, lora_alpha) is LoRA on a frozen base: each adapted Linear adds PEFT's
+scale (x A^T) B^T (scale = lora_alpha / r; A [r][in], B [out][r]); the
+gradients checked are those of every A and B, and every base tensor's must
+be absent (NaN, as the dump filled it).
 
 Tolerances. C computes in float32, this script in float64. For each tensor
 the error is max |c - numpy| / max |numpy| (the tensor's scale, so that
 elements near zero do not dominate), and must stay below 1e-5; the loss and
 the losses below 1e-5 relative. Measured on these models: about 1e-7 on
 losses and logits and below 1e-6 on gradients; a mistake is far above
-(a RoPE sign flipped: 1e-1; rms_norm_eps ten times larger: 1e-4).
+(a RoPE sign flipped: 1e-1; rms_norm_eps ten times larger: 1e-4; LoRA's
+scale taken as alpha instead of alpha / r: about 1 on logits, dA and dB).
 """
 import json
 import math
@@ -98,24 +103,40 @@ def sigmoid(z):
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def linear(x, p, name):
+def linear(x, p, name, scale):
+    """x W^T (+ b), plus LoRA's scale (x A^T) B^T where the Linear has an
+    adapter (PEFT's update, scale = lora_alpha / r)."""
     y = x @ p[name + ".weight"].T
     if name + ".bias" in p:
         y = y + p[name + ".bias"]
+    if name + ".lora_A.weight" in p:
+        y = y + scale * (x @ p[name + ".lora_A.weight"].T) @ p[name + ".lora_B.weight"].T
     return y
 
 
-def linear_back(dy, x, p, name, grads):
-    """Adds the weight's (and bias's) gradient; returns the input's."""
-    grads[name + ".weight"] = dy.reshape(-1, dy.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+def linear_back(dy, x, p, name, grads, scale):
+    """Adds the weight's (and bias's, and an adapter's A and B) gradient;
+    returns the input's. With y += scale t B^T, t = x A^T: dB = scale dy^T t,
+    dt = scale dy B, dA = dt^T x, dx += dt A."""
+    dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+    grads[name + ".weight"] = dy2.T @ x2
     if name + ".bias" in p:
-        grads[name + ".bias"] = dy.reshape(-1, dy.shape[-1]).sum(axis=0)
-    return dy @ p[name + ".weight"]
+        grads[name + ".bias"] = dy2.sum(axis=0)
+    dx = dy @ p[name + ".weight"]
+    if name + ".lora_A.weight" in p:
+        A, Bm = p[name + ".lora_A.weight"], p[name + ".lora_B.weight"]
+        t = x2 @ A.T
+        dt = scale * dy2 @ Bm
+        grads[name + ".lora_B.weight"] = scale * dy2.T @ t
+        grads[name + ".lora_A.weight"] = dt.T @ x2
+        dx = dx + (dt @ A).reshape(dx.shape)
+    return dx
 
 
-def run(cfg, p, tokens, targets):
-    """Forward and backward of the mean loss. Returns (losses [B, T],
-    logits [B, T, V], gradients by name)."""
+def run(cfg, p, tokens, targets, scale=0.0):
+    """Forward and backward of the mean loss, with LoRA's adapters where p
+    has them (scale = lora_alpha / r). Returns (losses [B, T], logits
+    [B, T, V], gradients by name: every parameter's, the frozen base's too)."""
     B, T = tokens.shape
     C, L = cfg["hidden_size"], cfg["num_hidden_layers"]
     NH = cfg["num_attention_heads"]
@@ -136,9 +157,9 @@ def run(cfg, p, tokens, targets):
     for l in range(L):
         pre = "model.layers.%d." % l
         xn1, r1 = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
-        q = linear(xn1, p, pre + "self_attn.q_proj").reshape(B, T, NH, hd)
-        k = linear(xn1, p, pre + "self_attn.k_proj").reshape(B, T, NKV, hd)
-        v = linear(xn1, p, pre + "self_attn.v_proj").reshape(B, T, NKV, hd)
+        q = linear(xn1, p, pre + "self_attn.q_proj", scale).reshape(B, T, NH, hd)
+        k = linear(xn1, p, pre + "self_attn.k_proj", scale).reshape(B, T, NKV, hd)
+        v = linear(xn1, p, pre + "self_attn.v_proj", scale).reshape(B, T, NKV, hd)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         # Query head h attends with K/V head h // G.
         kh = np.repeat(k, G, axis=2).transpose(0, 2, 1, 3)  # [B, NH, T, hd]
@@ -149,12 +170,12 @@ def run(cfg, p, tokens, targets):
         P = np.exp(s - s.max(axis=-1, keepdims=True))
         P = P / P.sum(axis=-1, keepdims=True)
         y = (P @ vh).transpose(0, 2, 1, 3).reshape(B, T, NH * hd)
-        res1 = x + linear(y, p, pre + "self_attn.o_proj")
+        res1 = x + linear(y, p, pre + "self_attn.o_proj", scale)
         xn2, r2 = rmsnorm(res1, p[pre + "post_attention_layernorm.weight"], eps)
-        gate = linear(xn2, p, pre + "mlp.gate_proj")
-        up = linear(xn2, p, pre + "mlp.up_proj")
+        gate = linear(xn2, p, pre + "mlp.gate_proj", scale)
+        up = linear(xn2, p, pre + "mlp.up_proj", scale)
         h = gate * sigmoid(gate) * up
-        out = res1 + linear(h, p, pre + "mlp.down_proj")
+        out = res1 + linear(h, p, pre + "mlp.down_proj", scale)
         saved.append((x, xn1, r1, qh, kh, vh, P, y, res1, xn2, r2, gate, up, h))
         x = out
     xf, rf = rmsnorm(x, p["model.norm.weight"], eps)
@@ -179,18 +200,18 @@ def run(cfg, p, tokens, targets):
         xin, xn1, r1, qh, kh, vh, P, y, res1, xn2, r2, gate, up, h = saved[l]
         # MLP
         dres1 = dx.copy()
-        dh = linear_back(dx, h, p, pre + "mlp.down_proj", grads)
+        dh = linear_back(dx, h, p, pre + "mlp.down_proj", grads, scale)
         sg = sigmoid(gate)
         dup = dh * gate * sg
         dgate = dh * up * sg * (1 + gate * (1 - sg))
-        dxn2 = linear_back(dgate, xn2, p, pre + "mlp.gate_proj", grads)
-        dxn2 = dxn2 + linear_back(dup, xn2, p, pre + "mlp.up_proj", grads)
+        dxn2 = linear_back(dgate, xn2, p, pre + "mlp.gate_proj", grads, scale)
+        dxn2 = dxn2 + linear_back(dup, xn2, p, pre + "mlp.up_proj", grads, scale)
         d, grads[pre + "post_attention_layernorm.weight"] = rmsnorm_back(
             dxn2, res1, p[pre + "post_attention_layernorm.weight"], r2)
         dres1 = dres1 + d
         # attention
         dxin = dres1.copy()
-        dy = linear_back(dres1, y, p, pre + "self_attn.o_proj", grads)
+        dy = linear_back(dres1, y, p, pre + "self_attn.o_proj", grads, scale)
         dyh = dy.reshape(B, T, NH, hd).transpose(0, 2, 1, 3)
         dvh = P.transpose(0, 1, 3, 2) @ dyh
         dP = dyh @ vh.transpose(0, 1, 3, 2)
@@ -202,9 +223,12 @@ def run(cfg, p, tokens, targets):
         dv = dvh.reshape(B, NKV, G, T, hd).sum(axis=2).transpose(0, 2, 1, 3)
         dq = dqh.transpose(0, 2, 1, 3)
         dq, dk = rope_back(dq, cos, sin), rope_back(dk, cos, sin)
-        dxn1 = linear_back(dq.reshape(B, T, NH * hd), xn1, p, pre + "self_attn.q_proj", grads)
-        dxn1 = dxn1 + linear_back(dk.reshape(B, T, NKV * hd), xn1, p, pre + "self_attn.k_proj", grads)
-        dxn1 = dxn1 + linear_back(dv.reshape(B, T, NKV * hd), xn1, p, pre + "self_attn.v_proj", grads)
+        dxn1 = linear_back(dq.reshape(B, T, NH * hd), xn1, p, pre + "self_attn.q_proj",
+                           grads, scale)
+        dxn1 = dxn1 + linear_back(dk.reshape(B, T, NKV * hd), xn1, p, pre + "self_attn.k_proj",
+                                  grads, scale)
+        dxn1 = dxn1 + linear_back(dv.reshape(B, T, NKV * hd), xn1, p, pre + "self_attn.v_proj",
+                                  grads, scale)
         d, grads[pre + "input_layernorm.weight"] = rmsnorm_back(
             dxn1, xin, p[pre + "input_layernorm.weight"], r1)
         dx = dxin + d
@@ -231,7 +255,10 @@ def check(d):
     c_losses = load(os.path.join(d, "losses.bin"), np.float32).astype(np.float64)
     c_logits = load(os.path.join(d, "logits.bin"), np.float32).astype(np.float64)
     c_loss = float(open(os.path.join(d, "loss.txt")).read())
-    losses, logits, grads = run(cfg, p, tokens, targets)
+    lora_path = os.path.join(d, "lora.json")
+    lora = json.load(open(lora_path)) if os.path.exists(lora_path) else None
+    scale = lora["lora_alpha"] / lora["r"] if lora else 0.0
+    losses, logits, grads = run(cfg, p, tokens, targets, scale)
     failures = []
     name = os.path.basename(os.path.normpath(d))
 
@@ -245,12 +272,23 @@ def check(d):
     expect("logits", rel_err(c_logits, logits.reshape(-1)))
     worst, worst_name = 0.0, ""
     assert sorted(grads) == sorted(order), (sorted(set(grads) ^ set(order)))
-    for k in order:
+    adapters = [k for k in order if ".lora_" in k]
+    if lora:
+        # A frozen base has no gradient: its buffer, NaN before the step,
+        # comes back NaN in every element.
+        for k in order:
+            if k not in adapters and not np.isnan(g[k]).all():
+                failures.append("%s: the frozen %s got a gradient (%d of %d elements written)"
+                                % (name, k, int((~np.isnan(g[k])).sum()), g[k].size))
+        assert adapters, "lora.json but no adapter in the manifest"
+    for k in (adapters if lora else order):
         e = expect("gradient of " + k, rel_err(g[k], grads[k]))
         if e >= worst:
             worst, worst_name = e, k
-    print("%s: loss %.9f (numpy %.9f), %d gradients, worst %.2e (%s)"
-          % (name, c_loss, losses.mean(), len(order), worst, worst_name))
+    print("%s: loss %.9f (numpy %.9f), %d gradients%s, worst %.2e (%s)"
+          % (name, c_loss, losses.mean(), len(adapters) if lora else len(order),
+             " (LoRA r %d alpha %g, the base frozen)" % (lora["r"], lora["lora_alpha"])
+             if lora else "", worst, worst_name))
     return failures
 
 

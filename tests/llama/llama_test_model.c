@@ -68,14 +68,65 @@ void llama_tm_free(llama_tm *m) {
     if (m->dev != NULL) {
         const nn_device_ops *ops = m->dev->ops;
         void *bufs[] = {m->params, m->grads, m->resid, m->acts_mem, m->dres[0], m->dres[1],
-                        m->bscratch, m->hscratch, m->losses, m->tokens, m->targets};
+                        m->bscratch, m->hscratch, m->losses, m->tokens, m->targets,
+                        m->lora_params, m->lora_grads};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(m->dev, bufs[i]);
     }
     free(m->w);
     free(m->g);
     free(m->acts);
     free(m->host_losses);
+    free(m->lora_at);
     memset(m, 0, sizeof(*m));
+}
+
+int llama_tm_set_lora(llama_tm *m, const unsigned *targets) {
+    const llama_dims *d = &m->d;
+    const int L = d->n_layer, r = m->be->lora_r;
+    if (r <= 0 || m->lora_at != NULL) {
+        fprintf(stderr, "llama_tm_set_lora: %s\n",
+                r <= 0 ? "the backend has no LoRA rank (llama_backend_set_lora first)"
+                       : "LoRA is set already");
+        return NN_ERR_ARG;
+    }
+    m->lora_at = malloc(sizeof(int64_t) * (size_t)L * LLAMA_LORA_TARGETS);
+    if (m->lora_at == NULL) return NN_ERR_NOMEM;
+    m->n_lora = 0;
+    for (int l = 0; l < L; l++) {
+        for (int t = 0; t < LLAMA_LORA_TARGETS; t++) {
+            int in, out;
+            llama_lora_target_shape(d, t, &in, &out);
+            const int on = (targets[l] >> t) & 1u;
+            m->lora_at[l * LLAMA_LORA_TARGETS + t] = on ? m->n_lora : -1;
+            if (on) m->n_lora += (int64_t)r * (in + out);
+        }
+    }
+    const size_t bytes = sizeof(float) * (size_t)m->n_lora; /* zero-filled */
+    DEV_TRY(m->dev->ops->alloc(m->dev, bytes, (void **)&m->lora_params));
+    DEV_TRY(m->dev->ops->alloc(m->dev, bytes, (void **)&m->lora_grads));
+    // The frozen base: no gradient pointer anywhere but the adapters'.
+    memset(&m->g0, 0, sizeof m->g0);
+    memset(&m->gh, 0, sizeof m->gh);
+    for (int l = 0; l < L; l++) {
+        memset(&m->g[l], 0, sizeof m->g[l]);
+        for (int t = 0; t < LLAMA_LORA_TARGETS; t++) {
+            const int64_t at = m->lora_at[l * LLAMA_LORA_TARGETS + t];
+            if (at < 0) continue;
+            int in, out;
+            llama_lora_target_shape(d, t, &in, &out);
+            m->w[l].lora_A[t] = m->lora_params + at;
+            m->w[l].lora_B[t] = m->lora_params + at + (int64_t)r * in;
+            m->g[l].lora_A[t] = m->lora_grads + at;
+            m->g[l].lora_B[t] = m->lora_grads + at + (int64_t)r * in;
+        }
+    }
+    return NN_OK;
+}
+
+int llama_tm_set_lora_params(llama_tm *m, const float *host_lora) {
+    DEV_TRY(m->dev->ops->upload(m->dev, m->lora_params, host_lora,
+                                sizeof(float) * (size_t)m->n_lora));
+    return NN_OK;
 }
 
 float *llama_tm_resid(const llama_tm *m, int l) {
@@ -125,7 +176,9 @@ int llama_tm_loss(llama_tm *m, double *mean_loss) {
 int llama_tm_step(llama_tm *m, float dloss_scale, int zero_grads, double *mean_loss) {
     llama_backend *be = m->be;
     const int L = m->d.n_layer;
-    if (zero_grads) {
+    if (zero_grads && m->lora_at != NULL) {
+        DEV_TRY(m->dev->ops->zero(m->dev, m->lora_grads, sizeof(float) * (size_t)m->n_lora));
+    } else if (zero_grads) {
         DEV_TRY(m->dev->ops->zero(m->dev, m->grads, sizeof(float) * (size_t)m->n_params));
     }
     TM_TRY(tm_forward_blocks(m));
@@ -139,7 +192,10 @@ int llama_tm_step(llama_tm *m, float dloss_scale, int zero_grads, double *mean_l
         TM_TRY(be->ops->block_backward(be, m->B, m->T, &m->w[l], &m->g[l], llama_tm_resid(m, l),
                                        &m->acts[l], dy, dx, m->bscratch));
     }
-    TM_TRY(be->ops->embed_backward(be, m->B, m->T, &m->g0, m->tokens, m->dres[L % 2]));
+    // A frozen embedding has no gradient to take (as the trainer skips it).
+    if (m->lora_at == NULL) {
+        TM_TRY(be->ops->embed_backward(be, m->B, m->T, &m->g0, m->tokens, m->dres[L % 2]));
+    }
     return tm_mean_loss(m, mean_loss);
 }
 

@@ -35,6 +35,14 @@ typedef struct llama_tm {
     float *losses;           /* device [BT] */
     int *tokens, *targets;   /* device [BT] */
     float *host_losses;      /* host [BT] */
+    /* LoRA on a frozen base (llama_tm_set_lora): the adapters of every
+     * block in one flat device array each, block by block, targets in
+     * llama_lora_target order, each adapted target's A [r][in] then B
+     * [out][r]; lora_at[l * LLAMA_LORA_TARGETS + t] is the offset of A
+     * (-1: not adapted). NULL and 0 without LoRA. */
+    int64_t n_lora;
+    float *lora_params, *lora_grads; /* device [n_lora] */
+    int64_t *lora_at;                /* host [L][LLAMA_LORA_TARGETS] */
 } llama_tm;
 
 /* 0 or an nn_status (message printed to stderr). */
@@ -56,6 +64,17 @@ int llama_tm_loss(llama_tm *m, double *mean_loss);
  * dloss_scale * sum of the per-position losses (1 / (B T): the mean);
  * without, that gradient is added to what grads held. */
 int llama_tm_step(llama_tm *m, float dloss_scale, int zero_grads, double *mean_loss);
+/* LoRA fine-tuning of the model's base: the backend must have been given
+ * llama_backend_set_lora before llama_tm_init (which sizes the block
+ * scratch). Block l adapts target t where bit t of targets[l] is set.
+ * Allocates the adapters (m->lora_params, m->lora_grads, zeroed) and
+ * freezes the base: every base gradient pointer NULL (blocks, head,
+ * embedding), so that llama_tm_step computes the adapters' gradients
+ * alone, zeroes only lora_grads, and skips the embedding's backward;
+ * m->grads is not touched by a step from then on. 0 or an nn_status. */
+int llama_tm_set_lora(llama_tm *m, const unsigned *targets);
+int llama_tm_set_lora_params(llama_tm *m, const float *host_lora);
+
 /* The logits of row `row` of the head's input into host [V]. */
 int llama_tm_logits(llama_tm *m, int row, float *host_logits);
 

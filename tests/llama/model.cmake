@@ -22,9 +22,10 @@ set_tests_properties(test_llama_backend PROPERTIES LABELS unit TIMEOUT 120
                      ENVIRONMENT "${ZS_TEST_ENV}")
 
 # Loss, logits and every gradient against an independent numpy
-# implementation in float64 (tests/llama/llama_numpy_ref.py), for four tiny
+# implementation in float64 (tests/llama/llama_numpy_ref.py), for five tiny
 # variants: tied and untied, no biases, Qwen2's q/k/v biases, every bias,
-# llama3 RoPE scaling (the test is the family's row of
+# llama3 RoPE scaling, and LoRA on a frozen base (issue 42: the gradients of
+# A and B, none for the base) (the test is the family's row of
 # tests/models/models.cmake: llama_numpy_check).
 add_executable(llama_dump_tiny ${LLAMA_TEST_DIR}/llama_dump_tiny.c)
 target_link_libraries(llama_dump_tiny PRIVATE llama_test_model)
@@ -33,11 +34,24 @@ target_link_libraries(llama_dump_tiny PRIVATE llama_test_model)
 # tests/llama/golden (made by tests/llama/make_golden.py with PyTorch and
 # transformers, which the test itself does not need): loss, logits and every
 # gradient within 1e-5, untied, and tied with every bias and llama3 RoPE.
+# It links zeroshard for one thing, the safetensors reader, which reads
+# PEFT's adapter file for the LoRA check below.
 add_executable(test_llama_golden ${LLAMA_TEST_DIR}/test_llama_golden.c)
-target_link_libraries(test_llama_golden PRIVATE llama_test_model)
+target_link_libraries(test_llama_golden PRIVATE llama_test_model zeroshard_internal)
 add_test(NAME test_llama_golden COMMAND test_llama_golden ${LLAMA_TEST_DIR}/golden)
 set_tests_properties(test_llama_golden PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${ZS_TEST_ENV}")
+
+# LoRA against PEFT (issue 42): the committed fixture tests/llama/golden_lora
+# (made by tests/llama/make_lora_golden.py with PyTorch, transformers and
+# peft over the golden "untied" model): PEFT's adapter_model.safetensors and
+# adapter_config.json read as PEFT wrote them, the base frozen; loss, logits
+# and the gradient of every lora_A and lora_B within 1e-5, and no gradient
+# for the base.
+add_test(NAME test_llama_lora_golden
+         COMMAND test_llama_golden --lora ${LLAMA_TEST_DIR}/golden_lora ${LLAMA_TEST_DIR}/golden)
+set_tests_properties(test_llama_lora_golden PROPERTIES LABELS unit TIMEOUT 60
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${ZS_TEST_ENV}")
 
 # A Hugging Face checkpoint in and out through the family's trainer code
 # (llama_family.c): the golden weights as that library saves them, imported
