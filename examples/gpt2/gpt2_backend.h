@@ -98,8 +98,9 @@ typedef struct gpt2_backend_ops {
                          const gpt2_block_w *w, const void *x, gpt2_block_acts *acts, void *y,
                          void *scratch);
     /* The block's backward from the activations block_forward left for this
-     * x: adds into every tensor of g, writes dx: [BT][C] (dx must not alias
-     * dy, x or acts). scratch: block_scratch_bytes, contents on entry and
+     * x: adds into every tensor of g (with a frozen base, LoRA, g's twelve
+     * base tensors are NULL and only its adapters' gradients are computed),
+     * writes dx: [BT][C] (dx must not alias dy, x or acts). scratch: block_scratch_bytes, contents on entry and
      * return unspecified. */
     int (*block_backward)(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                           const gpt2_block_w *w, gpt2_block_w *g, const void *x,
@@ -109,7 +110,7 @@ typedef struct gpt2_backend_ops {
      * than chunk_rows rows: per chunk, ln_f, logits = ln_f(x) . wte^T,
      * losses[r] = cross-entropy(logits[r], targets[r]), and the backward of
      * sum_r dloss_scale * losses[r]: adds into g->wte, g->lnfw, g->lnfb (not
-     * wpe) and writes dx: [BT][C]. For the gradient of the mean loss times a
+     * wpe; all four NULL: a frozen head, LoRA) and writes dx: [BT][C]. For the gradient of the mean loss times a
      * loss scale, pass dloss_scale = loss_scale / (B*T).
      * x: [BT][C]; targets: [BT] in [0, V); losses: [BT] fp32, written.
      * scratch: head_scratch_bytes(chunk_rows). The weight gradients' sums
@@ -143,8 +144,20 @@ struct gpt2_backend {
     nn_dtype dtype; /* what its tensors are stored in, fixed at creation (dev->dtype) */
     nn_device *dev; /* the device it computes on: its memory and transfers (nn_device.h);
                        the backend's own, created and destroyed with it */
+    /* LoRA (gpt2_backend_set_lora): the adapters' rank (0: none) and scale
+     * alpha / r. */
+    int lora_r;
+    float lora_scale;
     void *impl;     /* the backend's own state */
 };
+
+/* LoRA on the block's Linears from now on: rank r (0 turns it off) and
+ * alpha (scale alpha / r, PEFT's). The blocks' weight structs carry each
+ * adapted Linear's A and B (gpt2_block_w's lora_A, lora_B); the block
+ * scratch grows by two [B T][r] buffers and, for a frozen base, a [4C]
+ * sink for c_fc's bias gradient. Call before sizing the scratch. 0, or
+ * NN_ERR_ARG with a message in err. */
+int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, char *err, size_t cap);
 
 /* The CPU backend on a CPU device of its own (nn_cpu_device_create: host
  * memory), OpenBLAS sgemm and OpenMP loops over rows, in fp32. NULL only

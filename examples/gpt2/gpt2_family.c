@@ -26,6 +26,14 @@
  *   gelu_fusion [-1]      CUDA: GELU in the c_fc GEMM's epilogue: 0 none, 1 forward, 2 forward
  *                         and backward, -1 the device's default (gpt2_backend.h)
  *   tokenizer [""]        llm.c tokenizer file to decode samples when vocab > 256
+ *   lora_r [0], lora_alpha [8], lora_dropout [0], lora_target_modules ["c_attn"],
+ *   lora_init_from [""]
+ *                         LoRA on a frozen base (examples/trainer/ex_lora.h): the targets
+ *                         are Hugging Face's module names c_attn, c_proj (both c_projs;
+ *                         attn.c_proj or mlp.c_proj for one), c_fc, or "all-linear"; the
+ *                         embeddings, norms, biases and the tied head stay frozen; zs-ckpt
+ *                         export --peft writes the adapters as PEFT loads them. Not with
+ *                         init_from yet (the llm.c import cannot skip the adapters)
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -34,6 +42,7 @@
 
 #include "ex_cuda_stream.h"
 #include "ex_decoder.h"
+#include "ex_lora.h"
 #include "ex_model.h"
 #include "ex_trainer.h"
 #include "ex_stream.h"
@@ -54,6 +63,7 @@ struct ex_model {
     int64_t head_chunk_rows, gelu_fusion;
     gpt2_llmc_model *llmc;
     gpt2_llmc_tokenizer *tokenizer;
+    ex_lora lora; /* app.lora_*: LoRA on a frozen base (ex_lora.h) */
     ex_units units;
     gpt2_backend *be; /* its device (be->dev) is the trainer's */
     ex_stream ws; /* the micro-step's workspace on the backend's device */
@@ -66,6 +76,10 @@ _Static_assert(offsetof(struct ex_model, dec) == 0, "ex_decoder.h: the decoder c
  * (app.init_from) the sizes are not read, so zs_config_app_finish rejects
  * n_layer and friends given beside them instead of silently ignoring them. */
 static const ex_decoder_ops decoder_ops; /* below: the adapter over the backend */
+
+static void lora_target_shape(const void *dims, int target, int *in, int *out) {
+    gpt2_lora_target_shape(dims, target, in, out);
+}
 
 static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts) {
     ex_model *m = calloc(1, sizeof *m);
@@ -115,11 +129,36 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
         (st = zs_config_app_bool(cfg, "recompute", 0, &m->recompute)) ||
         (st = zs_config_app_string(cfg, "tokenizer", "", &m->tokenizer_path)))
         return st;
+    /* PEFT's default targets for GPT-2 are c_attn alone. */
+    m->lora = (ex_lora){.n_targets = GPT2_LORA_TARGETS, .default_targets = "c_attn",
+                        .target_name = gpt2_lora_target_name,
+                        .target_shape = lora_target_shape, .first_block = 1,
+                        .n_blocks = d->n_layer};
+    if ((st = ex_lora_configure(cfg, PROGRAM, &m->lora)) != ZS_OK) return st;
+    if (m->lora.r > 0 && m->llmc != NULL) {
+        /* zs_params_import writes every parameter from its source, and an
+         * llm.c file has no adapters: importing it would overwrite PEFT's
+         * initialization of A. That needs an import of the frozen
+         * parameters alone from a source, which the runtime does not offer
+         * yet (zs_params_import_safetensors' frozen_only is for
+         * safetensors). */
+        fprintf(stderr, PROGRAM ": app.lora_r = %d with app.init_from = \"%s\": LoRA on an "
+                        "llm.c model file is not supported yet; train LoRA without "
+                        "app.init_from, or set app.lora_r = 0\n",
+                m->lora.r, m->init_from);
+        return ZS_ERR_CONFIG;
+    }
     snprintf(facts->name, sizeof facts->name, "%s", have_preset ? m->preset : "custom");
     snprintf(facts->description, sizeof facts->description,
              "%d layers, %d heads, %d channels, vocab %d, block %d%s", d->n_layer, d->n_head,
              d->n_embd, d->vocab, d->block_size,
              m->recompute ? "; activations recomputed in backward" : "");
+    if (m->lora.r > 0) {
+        const size_t used = strlen(facts->description);
+        snprintf(facts->description + used, sizeof facts->description - used,
+                 "; LoRA rank %d, alpha %g on a frozen base: %lld trainable adapter parameters",
+                 m->lora.r, m->lora.alpha, (long long)ex_lora_params(&m->lora, d));
+    }
     facts->vocab = d->vocab;
     facts->max_seq = facts->default_seq = d->block_size;
     facts->byte_tokens = d->vocab <= 256;
@@ -128,7 +167,8 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     m->dec = (ex_decoder){.program = PROGRAM, .table = &gpt2_param_table, .dims = &m->dims,
                           .ops = &decoder_ops, .model = m, .units = &m->units, .ws = &m->ws,
                           .n_layer = d->n_layer, .head_unit = 0, .embed_grads = 0x3u,
-                          .recompute = m->recompute};
+                          .recompute = m->recompute, .lora = m->lora.r > 0,
+                          .lora_unit0 = gpt2_param_table.num_units(d), .adapters = &m->lora};
     return ZS_OK;
 }
 
@@ -156,6 +196,7 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
         return -1;
     }
     const int cuda = strcmp(m->be->ops->name, "cuda") == 0;
+    if (gpt2_backend_set_lora(m->be, m->lora.r, m->lora.alpha, err, cap) != 0) return -1;
     if (ex_units_attach(&m->units, m->be->dev, err, cap) != 0) return -1;
     if (m->head_chunk_rows == 0)
         m->head_chunk_rows = cuda ? GPT2_HEAD_CHUNK_ROWS_DEFAULT_GPU : GPT2_HEAD_CHUNK_ROWS_DEFAULT;
@@ -189,13 +230,16 @@ static gpt2_block_acts block_acts(const ex_model *m, int l, int B, int T) {
 /* ------------------------------------------- the decoder's ops (ex_decoder.h) */
 
 /* Unit 0 (wte, wpe, ln_f's weight and bias) and a block's twelve tensors,
- * in registration order, as the backend's structs. */
+ * in registration order, as the backend's structs (no adapters: lora_view
+ * adds them). */
 static gpt2_embed_w embed_view(void *const *p) {
     return (gpt2_embed_w){.wte = p[0], .wpe = p[1], .lnfw = p[2], .lnfb = p[3]};
 }
 
 static gpt2_block_w block_view(void *const *p) {
-    return (gpt2_block_w){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+    return (gpt2_block_w){.ln1w = p[0], .ln1b = p[1], .qkvw = p[2], .qkvb = p[3],
+                          .attprojw = p[4], .attprojb = p[5], .ln2w = p[6], .ln2b = p[7],
+                          .fcw = p[8], .fcb = p[9], .fcprojw = p[10], .fcprojb = p[11]};
 }
 
 static int op_embed_forward(void *model, int B, int T, void *const *p, const int *tokens,
@@ -212,12 +256,21 @@ static int op_embed_backward(void *model, int B, int T, void *const *g, const in
     return m->be->ops->embed_backward(m->be, &m->dims, B, T, &w, tokens, dx);
 }
 
-/* (lora, lora_g: LoRA's adapters, which GPT-2 does not register: NULL.) */
+/* The adapters of a block (its adapter unit's tensors: A and B of each
+ * adapted Linear, in target order) into the struct's lora_A and lora_B. */
+static void lora_view(const ex_model *m, void *const *a, gpt2_block_w *w) {
+    for (int t = 0, i = 0; a != NULL && t < GPT2_LORA_TARGETS; t++) {
+        if (!(m->lora.targets & (1u << t))) continue;
+        w->lora_A[t] = a[i++];
+        w->lora_B[t] = a[i++];
+    }
+}
+
 static int op_block_forward(void *model, int l, int B, int T, void *const *p,
                             void *const *lora, const void *x, void *y) {
-    (void)lora;
     ex_model *m = model;
-    const gpt2_block_w w = block_view(p);
+    gpt2_block_w w = block_view(p);
+    lora_view(m, lora, &w);
     gpt2_block_acts a = block_acts(m, l, B, T);
     return m->be->ops->block_forward(m->be, &m->dims, B, T, &w, x, &a, y, m->ws.block_scratch);
 }
@@ -225,11 +278,10 @@ static int op_block_forward(void *model, int l, int B, int T, void *const *p,
 static int op_block_backward(void *model, int l, int B, int T, void *const *p, void *const *g,
                              void *const *lora, void *const *lora_g, const void *x,
                              const void *dy, void *dx) {
-    (void)lora;
-    (void)lora_g;
     ex_model *m = model;
-    const gpt2_block_w w = block_view(p);
-    gpt2_block_w bg = block_view(g);
+    gpt2_block_w w = block_view(p), bg = block_view(g);
+    lora_view(m, lora, &w);
+    lora_view(m, lora_g, &bg);
     const gpt2_block_acts a = block_acts(m, l, B, T);
     return m->be->ops->block_backward(m->be, &m->dims, B, T, &w, &bg, x, &a, dy, dx,
                                       m->ws.block_scratch);
@@ -287,8 +339,21 @@ static int llmc_source(void *user, const zs_param *p, int64_t first, int64_t cou
                                 err_cap);
 }
 
+/* The base (app.init_from; never with LoRA, configure refuses it), then
+ * the adapters (app.lora_init_from). */
 static zs_status import(ex_model *m, zs_ctx *zs) {
-    return m->llmc ? zs_params_import(zs, llmc_source, m->llmc) : ZS_OK;
+    const zs_status st = m->llmc ? zs_params_import(zs, llmc_source, m->llmc) : ZS_OK;
+    return st != ZS_OK ? st : ex_lora_import(&m->lora, zs, PROGRAM);
+}
+
+/* LoRA: PEFT's adapter_config.json for zs-ckpt export --peft. The base is
+ * this program's own initialization, which no path names. */
+static zs_status save_state(ex_model *m, zs_ctx *zs) {
+    if (m->lora.r == 0) return ZS_OK;
+    char text[4096];
+    const int n = ex_lora_adapter_config(&m->lora, "", text, sizeof text);
+    if (n < 0) return ZS_ERR_INTERNAL;
+    return zs_user_state_set(zs, EX_LORA_CONFIG_STATE, text, (size_t)n, 0);
 }
 
 static double flops_per_token(const ex_model *m, int T) { return gpt2_flops_per_token(&m->dims, T); }
@@ -329,6 +394,7 @@ const ex_model_ops gpt2_model_ops = {
     .start = start,
     .device = device,
     .import = import,
+    .save_state = save_state,
     .flops_per_token = flops_per_token,
     .train_micro_step = ex_decoder_model_train_micro_step,
     .eval_losses = ex_decoder_model_eval_losses,

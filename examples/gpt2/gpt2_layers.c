@@ -16,6 +16,12 @@
  * Backward: the same in reverse, weight gradients accumulated into the
  * gradients, bias gradients by deterministic column sums, the GELU's
  * gradient fused with c_fc's bias sum.
+ *
+ * LoRA (gpt2_backend_set_lora): each adapted Linear's adapter adds its
+ * output to the Linear's (before GELU for c_fc, so c_fc and its GELU run
+ * apart there) and its backward, from the same output gradient, adds into
+ * the same input gradient (so mlp.c_proj's input gradient takes GELU's
+ * derivative after both). Without adapters the calls are the ones above.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -48,11 +54,13 @@ static nn_attn_layout attn_layout(const gpt2_dims *d, int B, int T) {
 }
 
 /* block_backward's scratch: big [BT][4C] (c_fc's gradient, then qkv's),
- * mid [BT][C] (d ln2, d atty, d ln1 in turn), and the attention's (its
- * score gradients; on CUDA also the head-layout buffers, which
- * block_forward uses too). */
+ * mid [BT][C] (d ln2, d atty, d ln1 in turn), with LoRA its t and dt
+ * [BT][r] (forward too) and dfcb [4C], where a frozen c_fc's bias gradient
+ * goes (gelu_backward_colsum always sums one; nobody reads it), and the
+ * attention's (its score gradients; on CUDA also the head-layout buffers,
+ * which block_forward uses too). */
 typedef struct block_parts {
-    void *big, *mid, *attn;
+    void *big, *mid, *t, *dt, *dfcb, *attn;
 } block_parts;
 
 static size_t block_sizes(const gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -60,13 +68,19 @@ static size_t block_sizes(const gpt2_backend *be, const gpt2_dims *d, int B, int
     const nn_device *dev = be->dev;
     const size_t e = nn_dtype_size(dev->dtype), BT = (size_t)B * (size_t)T;
     const size_t C = (size_t)d->n_embd;
+    const size_t lora = BT * (size_t)be->lora_r * e, dfcb = lora > 0 ? 4 * C * e : 0;
     const nn_attn_layout attn = attn_layout(d, B, T);
     unsigned char *cur = scratch;
     const size_t total = nn_scratch_round(dev, BT * 4 * C * e) + nn_scratch_round(dev, BT * C * e) +
+                         (lora > 0 ? 2 * nn_scratch_round(dev, lora) : 0) +
+                         nn_scratch_round(dev, dfcb) +
                          dev->layers->attention_scratch_bytes(dev, &attn);
     if (p != NULL) {
         p->big = nn_scratch_take(dev, &cur, BT * 4 * C * e);
         p->mid = nn_scratch_take(dev, &cur, BT * C * e);
+        p->t = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
+        p->dt = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
+        p->dfcb = dfcb > 0 ? nn_scratch_take(dev, &cur, dfcb) : NULL;
         p->attn = cur;
     }
     return total;
@@ -155,6 +169,58 @@ static int layers_embed_backward(gpt2_backend *be, const gpt2_dims *d, int B, in
     return NN_OK;
 }
 
+/* The adapter of `target`, when the block has one: y += scale (x A^T) B^T
+ * (rows of y ldy apart), and its backward from the Linear's output gradient
+ * dy, which adds into dx. */
+static int lora_forward(gpt2_backend *be, const gpt2_dims *d, const gpt2_block_w *w,
+                        int target, int BT, const void *x, int ldx, void *y, int ldy,
+                        const block_parts *p) {
+    if (w->lora_A[target] == NULL) {
+        return NN_OK;
+    }
+    int in, out;
+    gpt2_lora_target_shape(d, target, &in, &out);
+    LAYER(be->dev->layers->lora_forward(be->dev, gpt2_lora_target_name(target), BT, in, out,
+                                        be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
+                                        w->lora_B[target], p->t, y, ldy));
+    return NN_OK;
+}
+
+static int lora_backward(gpt2_backend *be, const gpt2_dims *d, const gpt2_block_w *w,
+                         gpt2_block_w *g, int target, int BT, const void *x, int ldx,
+                         const void *dy, int lddy, void *dx, int lddx, const block_parts *p) {
+    if (w->lora_A[target] == NULL) {
+        return NN_OK;
+    }
+    int in, out;
+    gpt2_lora_target_shape(d, target, &in, &out);
+    LAYER(be->dev->layers->lora_backward(be->dev, gpt2_lora_target_name(target), BT, in, out,
+                                         be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
+                                         w->lora_B[target], dy, lddy, g->lora_A[target],
+                                         g->lora_B[target], dx, lddx, p->t, p->dt));
+    return NN_OK;
+}
+
+/* Adapters in w need the backend's rank (gpt2_backend_set_lora), and
+ * their gradients in g (backward) where w has them. */
+static int check_lora(gpt2_backend *be, const char *op, const gpt2_block_w *w,
+                      const gpt2_block_w *g) {
+    for (int t = 0; t < GPT2_LORA_TARGETS; t++) {
+        if (w->lora_A[t] == NULL) {
+            continue;
+        }
+        if (be->lora_r < 1 || w->lora_B[t] == NULL ||
+            (g != NULL && (g->lora_A[t] == NULL || g->lora_B[t] == NULL))) {
+            return ex_error(BE_ERR(be), NN_ERR_ARG,
+                            "gpt2 %s: %s's adapter needs A and B%s and the backend's LoRA rank "
+                            "(gpt2_backend_set_lora: %d)",
+                            op, gpt2_lora_target_name(t), g != NULL ? " with gradients" : "",
+                            be->lora_r);
+        }
+    }
+    return NN_OK;
+}
+
 static int layers_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int T,
                                 const gpt2_block_w *w, const void *x, gpt2_block_acts *a,
                                 void *y, void *scratch) {
@@ -162,6 +228,7 @@ static int layers_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int
     nn_device *dev = be->dev;
     NN_TRY(gpt2__check_shape("block_forward", d, B, T, BE_ERR(be)));
     NN_TRY(gpt2__check_block_w("block_forward", "w", w, BE_ERR(be)));
+    NN_TRY(check_lora(be, "block_forward", w, NULL));
     NN_TRY(gpt2__check_acts("block_forward", a, BE_ERR(be)));
     NN_TRY(gpt2__check_ptr("block_forward", "x", x, BE_ERR(be)));
     NN_TRY(gpt2__check_ptr("block_forward", "y", y, BE_ERR(be)));
@@ -174,17 +241,28 @@ static int layers_block_forward(gpt2_backend *be, const gpt2_dims *d, int B, int
                                a->ln1_rstd));
     LAYER(L->linear_forward(dev, "qkv", BT, C, 3 * C, a->ln1, C, w->qkvw, w->qkvb, NULL, 0, a->qkv,
                             3 * C));
+    NN_TRY(lora_forward(be, d, w, GPT2_LORA_C_ATTN, BT, a->ln1, C, a->qkv, 3 * C, &p));
     const nn_attn_layout attn = attn_layout(d, B, T);
     LAYER(L->attention_forward(dev, &attn, a->qkv, a->att, a->atty, p.attn));
     LAYER(L->linear_forward(dev, "attproj", BT, C, C, a->atty, C, w->attprojw, w->attprojb, x, C,
                             a->res1, C));
+    NN_TRY(lora_forward(be, d, w, GPT2_LORA_ATTN_PROJ, BT, a->atty, C, a->res1, C, &p));
     // MLP half: y = res1 + c_proj(gelu(c_fc(ln_2(res1)))).
     LAYER(L->layernorm_forward(dev, BT, C, a->res1, w->ln2w, w->ln2b, a->ln2, a->ln2_mean,
                                a->ln2_rstd));
-    LAYER(L->linear_gelu_forward(dev, "fc", BT, C, 4 * C, a->ln2, C, w->fcw, w->fcb, a->fch,
-                                 a->fch_gelu));
+    if (w->lora_A[GPT2_LORA_C_FC] == NULL) {
+        LAYER(L->linear_gelu_forward(dev, "fc", BT, C, 4 * C, a->ln2, C, w->fcw, w->fcb, a->fch,
+                                     a->fch_gelu));
+    } else {
+        // The adapter adds into GELU's input: c_fc, its adapter, then GELU.
+        LAYER(L->linear_forward(dev, "fc", BT, C, 4 * C, a->ln2, C, w->fcw, w->fcb, NULL, 0,
+                                a->fch, 4 * C));
+        NN_TRY(lora_forward(be, d, w, GPT2_LORA_C_FC, BT, a->ln2, C, a->fch, 4 * C, &p));
+        LAYER(L->gelu_forward(dev, (long long)BT * 4 * C, a->fch, a->fch_gelu));
+    }
     LAYER(L->linear_forward(dev, "fcproj", BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw,
                             w->fcprojb, a->res1, C, y, C));
+    NN_TRY(lora_forward(be, d, w, GPT2_LORA_MLP_PROJ, BT, a->fch_gelu, 4 * C, y, C, &p));
     return NN_OK;
 }
 
@@ -196,7 +274,13 @@ static int layers_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, in
     nn_device *dev = be->dev;
     NN_TRY(gpt2__check_shape("block_backward", d, B, T, BE_ERR(be)));
     NN_TRY(gpt2__check_block_w("block_backward", "w", w, BE_ERR(be)));
-    NN_TRY(gpt2__check_block_w("block_backward", "g", g, BE_ERR(be)));
+    NN_TRY(gpt2__check_ptr("block_backward", "g", g, BE_ERR(be)));
+    // A frozen base (LoRA) has no gradients: every base tensor of g NULL.
+    const int frozen = g->qkvw == NULL;
+    if (!frozen) {
+        NN_TRY(gpt2__check_block_w("block_backward", "g", g, BE_ERR(be)));
+    }
+    NN_TRY(check_lora(be, "block_backward", w, g));
     NN_TRY(gpt2__check_acts("block_backward", a, BE_ERR(be)));
     NN_TRY(gpt2__check_ptr("block_backward", "x", x, BE_ERR(be)));
     NN_TRY(gpt2__check_ptr("block_backward", "dy", dy, BE_ERR(be)));
@@ -205,26 +289,52 @@ static int layers_block_backward(gpt2_backend *be, const gpt2_dims *d, int B, in
     const int BT = B * T, C = d->n_embd;
     block_parts p;
     block_sizes(be, d, B, T, &p, scratch);
+    if (frozen && p.dfcb == NULL) {
+        return ex_error(BE_ERR(be), NN_ERR_ARG,
+                        "gpt2 block_backward: g's base tensors are NULL (a frozen base), which "
+                        "only LoRA trains: call gpt2_backend_set_lora with r > 0 first");
+    }
 
     // MLP half. dy reaches res1 directly (residual) and through the MLP.
-    LAYER(L->colsum_add(dev, BT, C, dy, C, g->fcprojb));
-    LAYER(L->linear_dgelu_backward(dev, "fcproj", BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw,
-                                   dy, C, g->fcprojw, a->fch, p.big, g->fcb));
+    if (!frozen) {
+        LAYER(L->colsum_add(dev, BT, C, dy, C, g->fcprojb));
+    }
+    void *dfcb = frozen ? p.dfcb : g->fcb;
+    if (w->lora_A[GPT2_LORA_MLP_PROJ] == NULL) {
+        LAYER(L->linear_dgelu_backward(dev, "fcproj", BT, 4 * C, C, a->fch_gelu, 4 * C,
+                                       w->fcprojw, dy, C, g->fcprojw, a->fch, p.big, dfcb));
+    } else {
+        // GELU's derivative applies to the sum of the Linear's and its
+        // adapter's input gradients: the three apart.
+        LAYER(L->linear_backward(dev, "fcproj", BT, 4 * C, C, a->fch_gelu, 4 * C, w->fcprojw, dy,
+                                 C, g->fcprojw, p.big, 4 * C, 0.0f));
+        NN_TRY(lora_backward(be, d, w, g, GPT2_LORA_MLP_PROJ, BT, a->fch_gelu, 4 * C, dy, C,
+                             p.big, 4 * C, &p));
+        LAYER(L->gelu_backward_colsum(dev, BT, 4 * C, p.big, a->fch, dfcb));
+    }
     LAYER(L->linear_backward(dev, "fc", BT, C, 4 * C, a->ln2, C, w->fcw, p.big, 4 * C, g->fcw,
                              p.mid, C, 0.0f));
+    NN_TRY(lora_backward(be, d, w, g, GPT2_LORA_C_FC, BT, a->ln2, C, p.big, 4 * C, p.mid, C, &p));
     // dx holds d res1 = dy + ln_2's input gradient from here on.
     LAYER(L->layernorm_backward(dev, BT, C, p.mid, a->res1, a->ln2_mean, a->ln2_rstd, w->ln2w,
                                 dy, dx, g->ln2w, g->ln2b));
 
     // Attention half, the same way with d res1.
-    LAYER(L->colsum_add(dev, BT, C, dx, C, g->attprojb));
+    if (!frozen) {
+        LAYER(L->colsum_add(dev, BT, C, dx, C, g->attprojb));
+    }
     LAYER(L->linear_backward(dev, "attproj", BT, C, C, a->atty, C, w->attprojw, dx, C,
                              g->attprojw, p.mid, C, 0.0f));
+    NN_TRY(lora_backward(be, d, w, g, GPT2_LORA_ATTN_PROJ, BT, a->atty, C, dx, C, p.mid, C, &p));
     const nn_attn_layout attn = attn_layout(d, B, T);
     LAYER(L->attention_backward(dev, &attn, a->qkv, a->att, p.mid, p.big, p.attn));
-    LAYER(L->colsum_add(dev, BT, 3 * C, p.big, 3 * C, g->qkvb));
+    if (!frozen) {
+        LAYER(L->colsum_add(dev, BT, 3 * C, p.big, 3 * C, g->qkvb));
+    }
     LAYER(L->linear_backward(dev, "qkv", BT, C, 3 * C, a->ln1, C, w->qkvw, p.big, 3 * C, g->qkvw,
                              p.mid, C, 0.0f));
+    NN_TRY(lora_backward(be, d, w, g, GPT2_LORA_C_ATTN, BT, a->ln1, C, p.big, 3 * C, p.mid, C,
+                         &p));
     LAYER(L->layernorm_backward(dev, BT, C, p.mid, x, a->ln1_mean, a->ln1_rstd, w->ln1w, dx, dx,
                                 g->ln1w, g->ln1b));
     return NN_OK;
@@ -284,7 +394,12 @@ static int layers_head_forward_backward(gpt2_backend *be, const gpt2_dims *d, in
                                         float *losses, int chunk_rows, void *scratch) {
     const char *op = "head_forward_backward";
     NN_TRY(check_head(be, op, d, B, T, w, x, chunk_rows, scratch));
-    NN_TRY(gpt2__check_embed_w(op, "g", g, BE_ERR(be)));
+    NN_TRY(gpt2__check_ptr(op, "g", g, BE_ERR(be)));
+    // A frozen head (LoRA) has no gradients: g's tensors NULL, and the
+    // classifier and ln_f give the input gradient alone.
+    if (g->wte != NULL) {
+        NN_TRY(gpt2__check_embed_w(op, "g", g, BE_ERR(be)));
+    }
     NN_TRY(gpt2__check_ptr(op, "targets", targets, BE_ERR(be)));
     NN_TRY(gpt2__check_ptr(op, "dx", dx, BE_ERR(be)));
     NN_TRY(gpt2__check_ptr(op, "losses", losses, BE_ERR(be)));
@@ -390,4 +505,15 @@ gpt2_backend *gpt2_cpu_backend_create(void) {
         return NULL;
     }
     return be;
+}
+
+int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, char *err, size_t cap) {
+    if (be == NULL || r < 0 || (r > 0 && !(alpha > 0))) {
+        return ex_error(err, cap, NN_ERR_ARG,
+                        "gpt2 backend: LoRA rank %d and alpha %g; need r >= 0 and alpha > 0", r,
+                        alpha);
+    }
+    be->lora_r = r;
+    be->lora_scale = r > 0 ? (float)(alpha / r) : 0.0f;
+    return NN_OK;
 }

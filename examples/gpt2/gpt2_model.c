@@ -265,6 +265,21 @@ void gpt2_block_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_block_w
     out->fcb = take(&c, 4 * C);          // [4C]
     out->fcprojw = take(&c, 4 * C * C);  // [C][4C]
     out->fcprojb = take(&c, C);          // [C]
+    for (int t = 0; t < GPT2_LORA_TARGETS; t++) out->lora_A[t] = out->lora_B[t] = NULL;
+}
+
+const char *gpt2_lora_target_name(int target) {
+    static const char *const names[GPT2_LORA_TARGETS] = {"attn.c_attn", "attn.c_proj",
+                                                         "mlp.c_fc", "mlp.c_proj"};
+    return target >= 0 && target < GPT2_LORA_TARGETS ? names[target] : NULL;
+}
+
+void gpt2_lora_target_shape(const gpt2_dims *d, int target, int *in, int *out) {
+    const int C = d->n_embd;
+    const int ins[GPT2_LORA_TARGETS] = {C, C, C, 4 * C};
+    const int outs[GPT2_LORA_TARGETS] = {3 * C, C, 4 * C, C};
+    *in = ins[target];
+    *out = outs[target];
 }
 
 /* -------------------------------------------------------- activations */

@@ -133,6 +133,23 @@ typedef struct gpt2_embed_w {
     void *lnfb; /* [C] */
 } gpt2_embed_w;
 
+/* The Linears of a block LoRA can adapt (issue 42), by their paths in the
+ * block as Hugging Face (and PEFT) name them: the fused q/k/v projection,
+ * attention's output projection, the MLP's two. PEFT's target "c_proj"
+ * names both c_projs (ex_lora.h's suffix rule). */
+typedef enum gpt2_lora_target {
+    GPT2_LORA_C_ATTN = 0, /* attn.c_attn: C -> 3C */
+    GPT2_LORA_ATTN_PROJ,  /* attn.c_proj: C -> C */
+    GPT2_LORA_C_FC,       /* mlp.c_fc: C -> 4C (its output is GELU's input) */
+    GPT2_LORA_MLP_PROJ,   /* mlp.c_proj: 4C -> C */
+    GPT2_LORA_TARGETS
+} gpt2_lora_target;
+
+/* "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"; NULL out of range. */
+const char *gpt2_lora_target_name(int target);
+/* The target Linear's inputs and outputs. */
+void gpt2_lora_target_shape(const gpt2_dims *d, int target, int *in, int *out);
+
 typedef struct gpt2_block_w {
     void *ln1w;     /* [C] */
     void *ln1b;     /* [C] */
@@ -146,11 +163,17 @@ typedef struct gpt2_block_w {
     void *fcb;      /* [4C] */
     void *fcprojw;  /* [C][4C] */
     void *fcprojb;  /* [C] */
+    /* LoRA adapters (gpt2_backend_set_lora): A [r][in] and B [out][r] of
+     * each adapted Linear, NULL for the others (and without LoRA). In a
+     * gradient struct the twelve base tensors are NULL when the base is
+     * frozen. */
+    void *lora_A[GPT2_LORA_TARGETS], *lora_B[GPT2_LORA_TARGETS];
 } gpt2_block_w;
 
 /* Point the struct's members into base, laid out in table order without gaps
- * (gpt2_unit_numel(d, 0) or gpt2_unit_numel(d, 1) elements of `t`). base may
- * be host or backend memory: this only does pointer arithmetic. */
+ * (gpt2_unit_numel(d, 0) or gpt2_unit_numel(d, 1) elements of `t`); a
+ * block's adapters are set NULL (none). base may be host or backend memory:
+ * this only does pointer arithmetic. */
 void gpt2_embed_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_embed_w *out);
 void gpt2_block_w_carve(const gpt2_dims *d, nn_dtype t, void *base, gpt2_block_w *out);
 

@@ -52,3 +52,12 @@ add_test(NAME gpt2_offload_cap
          COMMAND bash ${GPT2_E2E}/run_gpt2_offload.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gpt2_train>)
 set_tests_properties(gpt2_offload_cap PROPERTIES LABELS mpi TIMEOUT 300
                      ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# LoRA on a frozen base (issue 42) at np 3 on an odd shape: stages 0-3
+# bitwise, the first loss the base's, the base unchanged bit for bit, the
+# adapters trained, resume bitwise, "c_proj" both c_projs, refusals named.
+add_test(NAME gpt2_lora
+         COMMAND bash ${GPT2_E2E}/run_gpt2_lora.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:gpt2_train> $<TARGET_FILE:zs-ckpt>)
+set_tests_properties(gpt2_lora PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")

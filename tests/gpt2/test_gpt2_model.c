@@ -6,7 +6,11 @@
  *   - determinism: 1 and 2 OpenMP threads give the same bits, block_forward
  *     run twice (activation recomputation) gives the same activations, and
  *     head_forward's losses are head_forward_backward's;
- *   - the accumulate convention (a second step adds) and argument errors.
+ *   - the accumulate convention (a second step adds) and argument errors;
+ *   - LoRA on all four Linears of a block with its base frozen: the
+ *     adapters' gradients and the input gradient against finite
+ *     differences (c_fc's adapter before GELU, mlp.c_proj's gradient through
+ *     GELU's derivative after the adapter's part).
  * Set GPT2_TEST_VERBOSE=1 to print every finite-difference comparison.
  */
 #include <math.h>
@@ -211,6 +215,128 @@ static void test_gradient_check(gpt2_backend *be) {
     free(tokens);
     free(targets);
     gpt2_tm_free(&m);
+}
+
+/* ------------------------------------------------------------------ LoRA */
+
+/* One block with adapters on its four Linears: L = sum y R for a fixed
+ * random R (so dy = R), in double on the host. */
+typedef struct lora_block {
+    gpt2_backend *be;
+    int BT;
+    float *x, *y, *R;
+    gpt2_block_w w;
+    gpt2_block_acts acts;
+    void *scratch;
+} lora_block;
+
+static double lora_loss(lora_block *lb) {
+    REQUIRE(lb->be->ops->block_forward(lb->be, &tiny, TINY_B, TINY_T, &lb->w, lb->x, &lb->acts,
+                                       lb->y, lb->scratch) == 0);
+    double L = 0.0;
+    for (size_t i = 0; i < (size_t)lb->BT * tiny.n_embd; i++) L += (double)lb->y[i] * lb->R[i];
+    return L;
+}
+
+/* The five-point stencil of L in *v (restored after). */
+static double lora_fd(lora_block *lb, float *v) {
+    const float saved = *v, h = 1e-2f;
+    double L[4];
+    const float steps[4] = {h, -h, 2 * h, -2 * h};
+    for (int k = 0; k < 4; k++) {
+        *v = saved + steps[k];
+        L[k] = lora_loss(lb);
+    }
+    *v = saved;
+    return (8.0 * (L[0] - L[1]) - (L[2] - L[3])) / (12.0 * h);
+}
+
+static float *uniform(size_t n, float lo, float hi, uint32_t *state) {
+    float *p = aligned_alloc(NN_ALIGN, (n * sizeof(float) + NN_ALIGN - 1) / NN_ALIGN * NN_ALIGN);
+    REQUIRE(p != NULL);
+    for (size_t i = 0; i < n; i++) {
+        *state = *state * 1664525u + 1013904223u;
+        p[i] = lo + (hi - lo) * (float)(*state >> 8) / (float)(1u << 24);
+    }
+    return p;
+}
+
+static void test_lora_gradients(void) {
+    enum { R = 3 };
+    gpt2_backend *be = gpt2_cpu_backend_create();
+    REQUIRE(be != NULL);
+    char err[256];
+    REQUIRE(gpt2_backend_set_lora(be, R, 6.0, err, sizeof err) == 0);
+    uint32_t seed = 11;
+    const int C = tiny.n_embd, BT = TINY_B * TINY_T;
+    lora_block lb = {.be = be, .BT = BT};
+    // A base of unit-size weights (GELU far from linear), gains near 1.
+    float *base = uniform((size_t)gpt2_unit_numel(&tiny, 1), -0.3f, 0.3f, &seed);
+    gpt2_block_w_carve(&tiny, NN_F32, base, &lb.w);
+    for (int c = 0; c < C; c++) ((float *)lb.w.ln1w)[c] += 1.0f, ((float *)lb.w.ln2w)[c] += 1.0f;
+    float *A[GPT2_LORA_TARGETS], *Bm[GPT2_LORA_TARGETS], *gA[GPT2_LORA_TARGETS],
+        *gB[GPT2_LORA_TARGETS];
+    gpt2_block_w g = {0};
+    for (int t = 0; t < GPT2_LORA_TARGETS; t++) {
+        int in, out;
+        gpt2_lora_target_shape(&tiny, t, &in, &out);
+        // B nonzero (as after some training), so that A has a gradient.
+        lb.w.lora_A[t] = A[t] = uniform((size_t)R * in, -0.3f, 0.3f, &seed);
+        lb.w.lora_B[t] = Bm[t] = uniform((size_t)out * R, -0.3f, 0.3f, &seed);
+        g.lora_A[t] = gA[t] = uniform((size_t)R * in, 0.0f, 0.0f, &seed);
+        g.lora_B[t] = gB[t] = uniform((size_t)out * R, 0.0f, 0.0f, &seed);
+    }
+    lb.x = uniform((size_t)BT * C, -1.0f, 1.0f, &seed);
+    lb.y = uniform((size_t)BT * C, 0.0f, 0.0f, &seed);
+    lb.R = uniform((size_t)BT * C, -1.0f, 1.0f, &seed);
+    float *dx = uniform((size_t)BT * C, 0.0f, 0.0f, &seed);
+    void *acts = aligned_alloc(NN_ALIGN, (size_t)gpt2_block_acts_bytes(&tiny, TINY_B, TINY_T,
+                                                                      NN_F32));
+    const size_t scratch = be->ops->block_scratch_bytes(be, &tiny, TINY_B, TINY_T);
+    lb.scratch = aligned_alloc(NN_ALIGN, (scratch + NN_ALIGN - 1) / NN_ALIGN * NN_ALIGN);
+    REQUIRE(acts != NULL && lb.scratch != NULL);
+    gpt2_block_acts_carve(&tiny, TINY_B, TINY_T, NN_F32, acts, &lb.acts);
+
+    lora_loss(&lb);
+    // The frozen base's gradients are NULL: only the adapters' and dx.
+    REQUIRE(be->ops->block_backward(be, &tiny, TINY_B, TINY_T, &lb.w, &g, lb.x, &lb.acts, lb.R,
+                                    dx, lb.scratch) == 0);
+    int checked = 0;
+    double worst = 0.0;
+    for (int t = 0; t < GPT2_LORA_TARGETS; t++) {
+        int in, out;
+        gpt2_lora_target_shape(&tiny, t, &in, &out);
+        for (int which = 0; which < 2; which++) {
+            float *v = which ? Bm[t] : A[t], *gv = which ? gB[t] : gA[t];
+            const size_t n = which ? (size_t)out * R : (size_t)R * in;
+            for (size_t i = 0; i < n; i += n / 5 + 1) {
+                const double fd = lora_fd(&lb, &v[i]), err = fabs(fd - gv[i]);
+                const double bound = 2e-3 * (1.0 + fabs(fd));
+                worst = fmax(worst, err / bound);
+                CHECK_MSG(err <= bound, "%s lora_%c[%zu]: backward %.6g, finite differences %.6g",
+                          gpt2_lora_target_name(t), which ? 'B' : 'A', i, gv[i], fd);
+                checked++;
+            }
+        }
+    }
+    for (size_t i = 0; i < (size_t)BT * C; i += 97) {
+        const double fd = lora_fd(&lb, &lb.x[i]), err = fabs(fd - dx[i]);
+        const double bound = 2e-3 * (1.0 + fabs(fd));
+        worst = fmax(worst, err / bound);
+        CHECK_MSG(err <= bound, "dx[%zu]: backward %.6g, finite differences %.6g", i, dx[i], fd);
+        checked++;
+    }
+    printf("LoRA gradient check: %d elements of the adapters and dx, worst |diff| / bound %.3f\n",
+           checked, worst);
+    for (int t = 0; t < GPT2_LORA_TARGETS; t++) free(A[t]), free(Bm[t]), free(gA[t]), free(gB[t]);
+    free(base);
+    free(lb.x);
+    free(lb.y);
+    free(lb.R);
+    free(dx);
+    free(acts);
+    free(lb.scratch);
+    be->ops->destroy(be);
 }
 
 /* ---------------------------------------------------------- determinism */
@@ -438,6 +564,7 @@ int main(void) {
     test_recompute(be);
     test_head_and_accumulate(be);
     test_errors(be);
+    test_lora_gradients();
     be->ops->destroy(be);
     return model_check_finish("test_gpt2_model");
 }

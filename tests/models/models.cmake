@@ -20,7 +20,8 @@ set(ZS_MODEL_TESTS
 set(ZS_MODEL_SIM_SHAPES
     "gpt2_odd|gpt2_train|gpt2_demo.cfg|app.n_layer=3|app.n_head=3|app.n_embd=42|app.block_size=24|app.seq_len=24"
     "llama_qwen2|llama_train|llama_demo.cfg|app.model=\"\"|app.config=\"${PROJECT_SOURCE_DIR}/tests/llama/shapes/qwen2_tied.json\"|app.seq_len=24"
-    "llama_lora|llama_train|llama_demo.cfg|app.lora_r=3|app.lora_alpha=6.0|app.lora_target_modules=\"all-linear\"|app.seq_len=24")
+    "llama_lora|llama_train|llama_demo.cfg|app.lora_r=3|app.lora_alpha=6.0|app.lora_target_modules=\"all-linear\"|app.seq_len=24"
+    "gpt2_lora|gpt2_train|gpt2_demo.cfg|app.n_layer=3|app.n_head=3|app.n_embd=42|app.block_size=24|app.seq_len=24|app.lora_r=3|app.lora_alpha=6.0|app.lora_target_modules=\"all-linear\"")
 foreach(row IN LISTS ZS_MODEL_SIM_SHAPES)
   string(REPLACE "|" ";" fields "${row}")
   list(POP_FRONT fields name program config)
