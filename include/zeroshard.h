@@ -385,6 +385,26 @@ zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
                                        const zs_safetensors_import *options,
                                        zs_import_report *report);
 
+/* A fine-tune's frozen base: declares that the frozen parameters'
+ * (ZS_PARAM_FROZEN) values come from the Hugging Face checkpoint at `path`
+ * (as zs_params_import_safetensors reads it, with options' ignore patterns
+ * and name_prefix; frozen_only implied, trainable_only refused). Call
+ * before zs_build; the strings are copied.
+ *
+ * zs_build then imports the base (after the initialization, before
+ * checkpoint.resume) and hashes it: XXH3-64 of each frozen tensor's bytes
+ * in its file (each tensor by one rank, round robin), combined over the
+ * tensors sorted by name, so the hash is the source's content, whatever
+ * the world size, stage or compute dtype. Checkpoints then record the base
+ * (the path as declared, the prefix, the hash) instead of copying the
+ * frozen values: an adapter-sized checkpoint. Loading one refuses a run
+ * whose base has another hash (or that declared none), naming both paths
+ * and hashes; `zs-ckpt export --hf` reads the frozen tensors from the
+ * recorded path after checking its hash. A load or import that writes
+ * other frozen values (a checkpoint that holds them, zs_params_import)
+ * ends the record: later checkpoints copy the values again. */
+zs_status zs_set_frozen_base(zs_ctx *zs, const char *path, const zs_safetensors_import *options);
+
 /* Element-wise operations on the context's backend memory (host memory on
  * the cpu backend; device memory on cuda, ordered on the compute stream),
  * for programs that compute in fp32 on fp16/bf16 parameters and gradients:

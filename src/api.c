@@ -7,6 +7,7 @@
  * that is built on it. */
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/fence.h"
+#include "checkpoint/frozen_base.h"
 #include "core/error.h"
 #include "zero/ground.h"
 #include "zero/job.h"
@@ -20,6 +21,10 @@ zs_status zs_build(zs_ctx *zs) {
     /* An old launch fenced out by a newer one stops here, before it loads
      * or trains anything (checkpoint/fence.h). */
     if (st == ZS_OK) st = zs__checkpoint_fence(zs, "not starting: nothing loaded or committed");
+    /* A declared frozen base (zs_set_frozen_base) over the initial values,
+     * then checkpoint.resume over both: a checkpoint that recorded the base
+     * is checked against it (load.c). */
+    if (st == ZS_OK) st = zs__frozen_base_import(zs);
     /* checkpoint.resume: load a checkpoint over the initial values. */
     if (st == ZS_OK) st = zs__checkpoint_resume(zs);
     zs__job_failed(zs, "zs_build", st);

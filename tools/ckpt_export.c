@@ -120,6 +120,7 @@ struct zs__tool_reader {
     uint64_t piece;      /* elements per pass through the buffers */
     float *wide;         /* [piece] fp32 values as read */
     void *narrow;        /* [piece] converted, when dtype is not fp32 */
+    zs__tool_base *base; /* the recorded frozen base, or NULL */
     zs__progress *progress;
     uint64_t progress_base; /* the work before the data (the verification) */
     uint64_t written;       /* output tensor bytes appended so far */
@@ -157,6 +158,7 @@ zs_status zs__tool_param_spec(const zs__manifest *m, int p, zs_dtype dtype,
 void zs__tool_reader_close(zs__tool_reader *r) {
     if (!r) return;
     if (r->cache_ready) cache_destroy(&r->cache);
+    zs__tool_base_close(r->base);
     free(r->order);
     free(r->first);
     free(r->wide);
@@ -188,6 +190,7 @@ zs_status zs__tool_reader_open(const zs__ckpt_step *step, zs_dtype dtype, uint64
     r->progress_base = verify_bytes;
     ZS_CHECK_GOTO(cache_init(&r->cache, step), s, fail);
     r->cache_ready = 1;
+    ZS_CHECK_GOTO(zs__tool_base_open(m, &r->base), s, fail);
 
     /* Index the master tensors by parameter. */
     r->order = malloc(sizeof *r->order * (size_t)(m->tensor_count > 0 ? m->tensor_count : 1));
@@ -231,6 +234,7 @@ fail:
 static zs_status fill(zs__tool_reader *r, int p, int64_t pos, int64_t len, float *dst,
                       int *cursor) {
     const zs__manifest *m = r->m;
+    if (zs__tool_base_holds(r->base, p)) return zs__tool_base_read(r->base, p, pos, len, dst);
     int ti = *cursor;
     for (int64_t done_in_piece = 0; done_in_piece < len;) {
         const int64_t at = pos + done_in_piece;

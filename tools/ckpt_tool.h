@@ -49,6 +49,17 @@ zs_status zs__tool_export(const zs__ckpt_step *step, zs_dtype dtype, uint64_t bu
  * pieces from the ranks' ranges that cover it, converted to `dtype`
  * (round to nearest even) and appended to a stream, within buffer_bytes
  * of host memory. */
+/* A checkpoint that recorded its frozen base (manifest.h: has_base) holds
+ * no frozen values: the reader takes them from the base (ckpt_base.c),
+ * whose hash it checks when it opens, refusing a base that changed. */
+typedef struct zs__tool_base zs__tool_base;
+/* *out NULL when the manifest recorded no base. */
+zs_status zs__tool_base_open(const zs__manifest *m, zs__tool_base **out);
+int zs__tool_base_holds(const zs__tool_base *b, int p); /* p's values are the base's */
+/* Elements [first, first + count) of parameter p from the base, fp32. */
+zs_status zs__tool_base_read(zs__tool_base *b, int p, int64_t first, int64_t count, float *dst);
+void zs__tool_base_close(zs__tool_base *b); /* NULL is a no-op */
+
 typedef struct zs__tool_reader zs__tool_reader;
 zs_status zs__tool_reader_open(const zs__ckpt_step *step, zs_dtype dtype, uint64_t buffer_bytes,
                                zs__progress *progress, zs__tool_reader **out);

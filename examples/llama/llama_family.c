@@ -429,17 +429,9 @@ static const ex_decoder_ops decoder_ops = {
 
 /* -------------------------------------------------- checkpoints in and out */
 
-static zs_status import_base(ex_model *m, zs_ctx *zs);
-
-/* The base (app.init_from), then the adapters (app.lora_init_from). */
-static zs_status import(ex_model *m, zs_ctx *zs) {
-    const zs_status st = import_base(m, zs);
-    return st != ZS_OK ? st : ex_lora_import(&m->lora, zs, PROGRAM);
-}
-
-static zs_status import_base(ex_model *m, zs_ctx *zs) {
-    if (m->init_from[0] == '\0') return ZS_OK;
-    const char *patterns[2 + IGNORE_MAX];
+/* app.init_from's import options: the ignore patterns into `patterns`
+ * [2 + IGNORE_MAX], the base alone with LoRA. */
+static zs_safetensors_import base_options(const ex_model *m, const char **patterns) {
     int n = 0;
     /* Old checkpoints carry the rotary table's inverse frequencies, which
      * this model computes (llama_rope_table). */
@@ -452,8 +444,29 @@ static zs_status import_base(ex_model *m, zs_ctx *zs) {
     for (int k = 0; k < m->ignore_count; k++) patterns[n++] = m->ignore[k];
     /* With LoRA the file holds the base alone: the adapters keep their
      * initialization (B = 0: training starts from the base exactly). */
-    const zs_safetensors_import options = {.ignore = patterns, .ignore_count = n,
-                                           .frozen_only = m->lora.r > 0};
+    return (zs_safetensors_import){.ignore = patterns, .ignore_count = n,
+                                   .frozen_only = m->lora.r > 0};
+}
+
+/* The units; with LoRA, app.init_from declared as the frozen base, which
+ * zs_build imports (also when it resumes: checkpoints record the base
+ * instead of copying it, zeroshard.h's zs_set_frozen_base). */
+static zs_status describe(ex_model *m, zs_ctx *zs, ex_model_facts *facts) {
+    zs_status st = ex_decoder_model_describe(m, zs, facts);
+    if (st != ZS_OK || m->lora.r == 0 || m->init_from[0] == '\0') return st;
+    const char *patterns[2 + IGNORE_MAX];
+    const zs_safetensors_import options = base_options(m, patterns);
+    facts->init_from_is_base = 1;
+    return zs_set_frozen_base(zs, m->weights, &options);
+}
+
+/* Without LoRA the weights (app.init_from); with it the adapters
+ * (app.lora_init_from), the base being zs_build's. */
+static zs_status import(ex_model *m, zs_ctx *zs) {
+    if (m->lora.r > 0) return ex_lora_import(&m->lora, zs, PROGRAM);
+    if (m->init_from[0] == '\0') return ZS_OK;
+    const char *patterns[2 + IGNORE_MAX];
+    const zs_safetensors_import options = base_options(m, patterns);
     const zs_status st = zs_params_import_safetensors(zs, m->weights, &options, NULL);
     /* The runtime's refusal of a tensor the model has no parameter for
      * advises an ignore pattern in the API's words; a user of this program
@@ -509,7 +522,7 @@ const ex_model_ops llama_model_ops = {
     .program = PROGRAM,
     .family = "llama",
     .configure = configure,
-    .describe = ex_decoder_model_describe,
+    .describe = describe,
     .start = start,
     .device = device,
     .import = import,

@@ -46,6 +46,8 @@ typedef struct ex_model_facts {
     int64_t params;        /* parameters (a tied weight once) */
     int units;
     zs_dtype dtype;        /* zeroshard's compute dtype */
+    int init_from_is_base; /* 1: app.init_from is a frozen base (zs_set_frozen_base), which
+                              zs_build imports on a resume too */
     /* start */
     double activation_bytes; /* device memory the model's workspace took */
 } ex_model_facts;

@@ -715,7 +715,7 @@ int ex_train_main(int argc, char **argv, const ex_model_ops *ops) {
         size_t bytes = 0;
         TRY(zs_user_state_get(tr.zs, tr.pos_name, &tr.pos, sizeof tr.pos, &bytes));
         if (bytes != sizeof tr.pos) abort_job(&tr, "resuming", "the data position has the wrong size");
-        warn_init_from_unused(&tr, cfg, first_step);
+        if (!tr.facts.init_from_is_base) warn_init_from_unused(&tr, cfg, first_step);
     } else if (ops->import) {
         TRY(ops->import(tr.model, tr.zs));
     }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/frozen_base.h"
 #include "checkpoint/hf_index.h"
 #include "checkpoint/safetensors.h"
 #include "core/alloc.h"
@@ -408,9 +409,56 @@ static void hf_import_free(hf_import *imp) {
                           (size_t)HF_NARROW_ELEMENTS * sizeof(uint16_t));
 }
 
-zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
-                                       const zs_safetensors_import *options,
-                                       zs_import_report *report) {
+/* ------------------------------------------------------------- the base */
+
+/* A declared base's hash (frozen_base.h): frozen parameter k (in index
+ * order) hashed by rank k % world from the file that holds its tensor
+ * (opened and checked here if the import did not need it), the hashes
+ * gathered, combined by name. */
+static zs_status hash_frozen(hf_import *imp, uint64_t *digest, int *tensors) {
+    zs_ctx *zs = imp->zs;
+    int n = 0;
+    for (int i = 0; i < zs->param_count; i++) n += (zs->params[i]->flags & ZS_PARAM_FROZEN) != 0;
+    const size_t bytes = sizeof(uint64_t) * (size_t)(n > 0 ? n : 1);
+    uint64_t *mine = zs__calloc(1, bytes), *all = NULL;
+    const char **names = zs__malloc(sizeof *names * (size_t)(n > 0 ? n : 1));
+    zs_status local = mine && names ? ZS_OK
+                                    : zs__fail(ZS_ERR_OUT_OF_MEMORY, "the base's hash: out of "
+                                               "memory");
+    for (int i = 0, k = 0; local == ZS_OK && i < zs->param_count; i++) {
+        if (!(zs->params[i]->flags & ZS_PARAM_FROZEN)) continue;
+        names[k] = zs->params[i]->name;
+        if (k++ % zs->world_size != zs->rank) continue;
+        const int f = imp->params[i].file;
+        if (!imp->files[f]) {
+            local = open_file(imp, f);
+            if (local == ZS_OK) local = check_file(imp, f);
+        }
+        if (local == ZS_OK)
+            local = zs__st_hash_entry(imp->files[f], imp->params[i].entry, &mine[k - 1]);
+    }
+    zs_status st = zs__agree_status(zs, local, "the frozen base's hash");
+    if (st == ZS_OK) st = zs__calloc_agreed(zs, (size_t)zs->world_size, bytes, "the frozen "
+                                            "base's hash", (void **)&all);
+    if (st == ZS_OK)
+        st = zs__comm_all_gather_bytes(zs->comm, mine, bytes, all, "the frozen base's hash");
+    /* Rank k % world's slot k: the owner's hash. */
+    const size_t stride = bytes / sizeof *all;
+    for (int k = 0; st == ZS_OK && k < n; k++)
+        mine[k] = all[(size_t)(k % zs->world_size) * stride + (size_t)k];
+    if (st == ZS_OK && !zs__frozen_base_digest(n, names, mine, digest))
+        st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "the frozen base's hash: out of memory");
+    *tensors = n;
+    free(mine);
+    free(all);
+    free(names);
+    return st;
+}
+
+/* zs_params_import_safetensors, and with `base` the declared base's hash
+ * after the import. */
+static zs_status import_from(zs_ctx *zs, const char *path, const zs_safetensors_import *options,
+                             zs_import_report *report, zs__base_record *base) {
     if (!zs || !path)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT,
                         "zs_params_import_safetensors: a context and a path are required");
@@ -459,6 +507,30 @@ zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
                 (unsigned long long)imp.report.bytes_read, count, count == 1 ? "" : "s", names);
         if (report) *report = imp.report;
     }
+    if (status == ZS_OK && base) {
+        status = hash_frozen(&imp, &base->xxh3, &base->tensors);
+        base->current = status == ZS_OK;
+    }
     hf_import_free(&imp);
     return status;
+}
+
+zs_status zs_params_import_safetensors(zs_ctx *zs, const char *path,
+                                       const zs_safetensors_import *options,
+                                       zs_import_report *report) {
+    return import_from(zs, path, options, report, NULL);
+}
+
+zs_status zs__frozen_base_import(zs_ctx *zs) {
+    zs__base_record *b = &zs->base;
+    if (!b->path) return ZS_OK;
+    const zs_safetensors_import options = {.ignore = (const char *const *)b->ignore,
+                                           .ignore_count = b->ignore_count,
+                                           .frozen_only = 1,
+                                           .name_prefix = b->name_prefix};
+    const zs_status st = import_from(zs, b->path, &options, NULL, b);
+    if (st != ZS_OK) return zs__fail_context(st, "the frozen base (zs_set_frozen_base)");
+    ZS_INFO("frozen base %s: %d tensors, xxh3 %016llx", b->path, b->tensors,
+            (unsigned long long)b->xxh3);
+    return ZS_OK;
 }

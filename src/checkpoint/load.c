@@ -209,6 +209,8 @@ static zs_status read_states(zs_ctx *zs, load_state *ls, const zs__ckpt_state *s
         int64_t b, e;
         if (!zs__plan_owned_range(zs->plan, i, zs->shard_rank, &b, &e)) continue;
         const int frozen = (zs->params[i]->flags & ZS_PARAM_FROZEN) != 0;
+        /* The base's values stay (check_base: the same content). */
+        if (frozen && m->has_base) continue;
         for (int s = 0; s < nstates; s++) {
             /* Frozen: its values from the master tensor, no optimizer state. */
             if (frozen && states[s] != ZS_CKPT_STATE_MASTER) continue;
@@ -291,6 +293,30 @@ static zs_status finish(zs_ctx *zs, const zs__manifest *m) {
     return ZS_OK;
 }
 
+/* A checkpoint that recorded a frozen base (frozen_base.h) holds no frozen
+ * values: this run's must be that base's, the same content. */
+static zs_status check_base(const zs_ctx *zs, const load_state *ls) {
+    const zs__manifest *m = ls->m;
+    if (!m->has_base) return ZS_OK;
+    const zs__base_record *b = &zs->base;
+    if (!b->path || !b->current)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s was saved on the frozen base %s (xxh3 %016" PRIx64
+                        ") and holds no frozen values, but this run %s; declare that base "
+                        "(zs_set_frozen_base; the example trainers: app.init_from = \"%s\")",
+                        ls->dir, m->base_path, m->base_xxh3,
+                        !b->path ? "declared no base"
+                                 : "has other frozen values (its base was overwritten by a load "
+                                   "or an import)",
+                        m->base_path);
+    if (b->xxh3 != m->base_xxh3)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s was saved on the frozen base %s (xxh3 %016" PRIx64
+                        "), but this run's base is %s (xxh3 %016" PRIx64 "): another base's "
+                        "content; resume on %s, or start a new run (a new checkpoint.dir) on "
+                        "this base",
+                        ls->dir, m->base_path, m->base_xxh3, b->path, b->xxh3, m->base_path);
+    return ZS_OK;
+}
+
 /* Loads one step directory; collective; the same status on every rank. */
 static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     load_state ls;
@@ -307,6 +333,7 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
     zs__update_forget(zs);
     zs_status local = open_step(&ls, dir, name);
     if (local == ZS_OK) local = check_layout(zs, &ls);
+    if (local == ZS_OK) local = check_base(zs, &ls);
     if (local == ZS_OK) local = index_tensors(&ls);
     zs_status st = zs__agree_status(zs, local, "checkpoint manifest");
     if (st == ZS_OK) st = zs__agree_status(zs, verify(zs, &ls, keeps), "checkpoint verification");
@@ -321,6 +348,8 @@ static zs_status load_step(zs_ctx *zs, const char *dir, const char *name) {
         st = zs__agree_status(zs, local, "checkpoint read");
     }
     if (st == ZS_OK) st = finish(zs, ls.m);
+    /* Frozen values read from the checkpoint are no longer the base's. */
+    if (st == ZS_OK && !ls.m->has_base) zs->base.current = 0;
     if (st == ZS_OK) {
         if (ls.m->config_hash != zs->config_hash)
             ZS_INFO("%s was saved with another configuration (hash %016" PRIx64 ", now %016" PRIx64

@@ -1,8 +1,9 @@
 /* The checkpoint manifest (manifest.json), written and parsed with json-c.
  *
- * Schema, version 1. Every field is required and no other field is allowed,
- * at every level, so a manifest written by a newer format fails loudly
- * instead of being half understood. "version" is checked before anything else.
+ * Schema, version 1. Every field is required (but "frozen_base") and no
+ * other field is allowed, at every level, so a manifest written by a newer
+ * format fails loudly instead of being half understood. "version" is
+ * checked before anything else.
  *
  * {
  *   "format": "zeroshard-checkpoint",
@@ -26,7 +27,10 @@
  *                "state": "master" | "exp_avg" | "exp_avg_sq" | "momentum" |
  *                         "user_global" | "user_rank",
  *                "param": <index into params; -1 for user states>,
- *                "offset": <int>, "count": <int>, "xxh3": "<16 hex>"}]
+ *                "offset": <int>, "count": <int>, "xxh3": "<16 hex>"}],
+ *   "frozen_base": {"path": <str>, "name_prefix": <str>, "xxh3": "<16 hex>",
+ *                   "tensors": <int >= 0>}      only when the frozen values
+ *                                               are a base's (frozen_base.h)
  * }
  *
  * Integers are JSON integers (json-c int64; the strict lexer refuses any that
@@ -280,7 +284,16 @@ static zs_status check_coverage(const zs__manifest *m, const char *where) {
         k = g;
     }
     for (int p = 0; p < m->param_count; p++) {
-        if (!has_master[p]) {
+        /* A recorded base holds the frozen values: no tensor of them here. */
+        const int from_base = m->has_base && (m->params[p].flags & ZS_PARAM_FROZEN);
+        if (from_base && has_master[p]) {
+            status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                              "%s: params[%d] is frozen and its values are the frozen_base's, "
+                              "but it has a master tensor",
+                              where, p);
+            goto done;
+        }
+        if (!has_master[p] && !from_base) {
             status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                               "%s: params[%d] has no master tensor (the checkpoint cannot "
                               "restore its weights)",
@@ -555,6 +568,14 @@ zs_status zs__manifest_to_json(const zs__manifest *m, char **text, size_t *bytes
         b_push(&b, tensors, o);
     }
     b_put(&b, root, "tensors", tensors);
+    if (m->has_base) {
+        struct json_object *base = json_object_new_object();
+        b_put(&b, base, "path", json_object_new_string(m->base_path));
+        b_put(&b, base, "name_prefix", json_object_new_string(m->base_prefix));
+        b_put(&b, base, "xxh3", hex_string(m->base_xxh3));
+        b_put(&b, base, "tensors", json_object_new_int64(m->base_tensors));
+        b_put(&b, root, "frozen_base", base);
+    }
 
     zs_status status = ZS_OK;
     size_t len = 0;
@@ -786,11 +807,29 @@ static zs_status parse_tensor(parser *ps, struct json_object *obj, zs__ckpt_tens
     return ZS_OK;
 }
 
+static zs_status parse_base(parser *ps, struct json_object *obj, zs__manifest *m) {
+    static const char *const fields[] = {"path", "name_prefix", "xxh3", "tensors"};
+    snprintf(ps->ctx, sizeof ps->ctx, "frozen_base");
+    ZS_CHECK(p_fields(ps, obj, fields, (int)(sizeof fields / sizeof fields[0])));
+    ZS_CHECK(p_string(ps, obj, "path", ZS_CKPT_BASE_PATH_MAX, m->base_path));
+    ZS_CHECK(p_string(ps, obj, "name_prefix", ZS_CKPT_NAME_MAX, m->base_prefix));
+    ZS_CHECK(p_hex(ps, obj, "xxh3", &m->base_xxh3));
+    ZS_CHECK(p_int32(ps, obj, "tensors", 0, INT_MAX, &m->base_tensors));
+    if (m->base_path[0] == '\0')
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s: frozen_base.path is empty", ps->where);
+    m->has_base = 1;
+    return ZS_OK;
+}
+
 static zs_status parse_root(parser *ps, struct json_object *root, zs__manifest **out) {
     static const char *const fields[] = {"format",        "version",    "step",   "skipped_total",
                                          "world_size",    "stage",      "config_hash",
                                          "compute_dtype", "optimizer",  "scaler", "units",
-                                         "params",        "files",      "tensors"};
+                                         "params",        "files",      "tensors",
+                                         "frozen_base"};
+    /* "frozen_base", the last, only where there is one. */
+    const int has_base = member(root, "frozen_base") != NULL;
+    const int field_count = (int)(sizeof fields / sizeof fields[0]) - !has_base;
     zs_status status;
     snprintf(ps->ctx, sizeof ps->ctx, "manifest");
     /* The version first: a newer format must fail as such, not as the first
@@ -806,7 +845,7 @@ static zs_status parse_root(parser *ps, struct json_object *root, zs__manifest *
                         "%s: unsupported version %lld (this build reads version %d; was it "
                         "written by a newer zeroshard?)",
                         ps->where, (long long)json_object_get_int64(version), ZS_CKPT_VERSION);
-    ZS_CHECK(p_fields(ps, root, fields, (int)(sizeof fields / sizeof fields[0])));
+    ZS_CHECK(p_fields(ps, root, fields, field_count));
     struct json_object *fv = member(root, "format");
     if (!json_object_is_type(fv, json_type_string) ||
         (size_t)json_object_get_string_len(fv) != strlen(ZS_CKPT_FORMAT) ||
@@ -869,6 +908,7 @@ static zs_status parse_root(parser *ps, struct json_object *root, zs__manifest *
             parse_tensor(ps, json_object_array_get_idx(tensors, (size_t)i), &m->tensors[i]),
             status, fail);
     }
+    if (has_base) ZS_CHECK_GOTO(parse_base(ps, member(root, "frozen_base"), m), status, fail);
     ZS_CHECK_GOTO(zs__manifest_validate(m, ps->where), status, fail);
     *out = m;
     return ZS_OK;

@@ -52,6 +52,9 @@ typedef struct zs__ckpt_unit {
     char name[ZS_CKPT_NAME_MAX + 1];
 } zs__ckpt_unit;
 
+/* A base's path as declared (zs_set_frozen_base), at most this long. */
+#define ZS_CKPT_BASE_PATH_MAX 4095
+
 typedef struct zs__ckpt_param {
     char name[ZS_CKPT_NAME_MAX + 1];
     int unit;                        /* index into units */
@@ -105,6 +108,14 @@ typedef struct zs__manifest {
     zs__ckpt_file *files;
     int tensor_count;
     zs__ckpt_tensor *tensors;
+    /* The frozen base the saving run's frozen values were (zs_set_frozen_base):
+     * with has_base its frozen parameters have no tensor here; their values
+     * are the base's, whose hash (frozen_base.h) a load or export checks. */
+    int has_base;
+    char base_path[ZS_CKPT_BASE_PATH_MAX + 1];
+    char base_prefix[ZS_CKPT_NAME_MAX + 1];
+    uint64_t base_xxh3;
+    int base_tensors;                /* the frozen parameters */
 } zs__manifest;
 
 const char *zs__ckpt_state_name(zs__ckpt_state state);

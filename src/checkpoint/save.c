@@ -205,6 +205,9 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         int64_t b, e;
         if (!zs__plan_owned_range(zs->plan, i, zs->shard_rank, &b, &e)) continue;
         const int frozen = (zs->params[i]->flags & ZS_PARAM_FROZEN) != 0;
+        /* Frozen values that are the declared base's are not copied: the
+         * manifest records the base (zs_set_frozen_base). */
+        if (frozen && zs->base.current) continue;
         for (int s = 0; s < nstates; s++) {
             /* Frozen: the values (as master), no optimizer state. */
             if (frozen && states[s] != ZS_CKPT_STATE_MASTER) continue;
@@ -300,6 +303,15 @@ static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
     m->config_hash = zs->config_hash;
     m->compute_dtype = zs->compute_dtype;
     m->optimizer = (int)zs->settings.optimizer.kind;
+    /* The frozen values are the declared base's: the base is recorded
+     * instead (plan_files left them out). */
+    if (zs->base.current) {
+        m->has_base = 1;
+        snprintf(m->base_path, sizeof m->base_path, "%s", zs->base.path);
+        snprintf(m->base_prefix, sizeof m->base_prefix, "%s", zs->base.name_prefix);
+        m->base_xxh3 = zs->base.xxh3;
+        m->base_tensors = zs->base.tensors;
+    }
     m->scaler = (zs__ckpt_scaler){zs->scaler.scale, zs->scaler.cur_iter,
                                   zs->scaler.last_overflow_iter, zs->scaler.cur_hysteresis,
                                   zs->scaler.consecutive_overflows, zs->scaler.overflows_total};

@@ -179,7 +179,11 @@ zs_status zs__ckpt_check_manifest(const zs__manifest *m, const char *where) {
             }
         momentum_params += has[(size_t)p * STATES + ZS_CKPT_STATE_MOMENTUM];
     }
-    if (momentum_params != 0 && momentum_params != m->param_count - frozen_params)
+    if (m->has_base && frozen_params != m->base_tensors)
+        status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                          "%s: %d parameters are frozen, but frozen_base holds %d tensors",
+                          where, frozen_params, m->base_tensors);
+    else if (momentum_params != 0 && momentum_params != m->param_count - frozen_params)
         status = zs__fail(ZS_ERR_INVALID_ARGUMENT,
                           "%s: %d of %d parameters have a momentum tensor; SGD keeps it for all "
                           "of them or none",

@@ -133,6 +133,22 @@ typedef struct zs__step_times {
     uint64_t comm_ns, optimizer_ns, checkpoint_ns, offload_wait_ns;
 } zs__step_times;
 
+/* A fine-tune's frozen base (zs_set_frozen_base): the Hugging Face
+ * checkpoint the frozen parameters' values come from. Declared before
+ * zs_build, which imports it (checkpoint/hf_import.c) and fills xxh3.
+ * `current` while the frozen values are the base's: a load or an import
+ * that writes frozen parameters clears it. While it is set, checkpoints
+ * record the base (path, prefix, xxh3) instead of copying its values. */
+typedef struct zs__base_record {
+    char *path;           /* as declared; NULL: no base */
+    char *name_prefix;    /* the tensors' prefix ("" for none) */
+    char **ignore;        /* zs_safetensors_import.ignore, copied */
+    int ignore_count;
+    uint64_t xxh3;        /* zs__frozen_base_digest of its frozen tensors */
+    int tensors;          /* frozen parameters it holds */
+    int current;
+} zs__base_record;
+
 struct zs_ctx {
     zs__settings settings;
     uint64_t config_hash;
@@ -236,6 +252,9 @@ struct zs_ctx {
     int64_t skipped_total;
     int64_t micro;               /* micro-steps done in the current accumulation window */
     zs__loss_scaler scaler;
+
+    /* A fine-tune's frozen base (zs_set_frozen_base), imported by zs_build. */
+    zs__base_record base;
 
     /* Checkpoints (src/checkpoint): user state to save, or as restored. */
     zs__user_entry *user;

@@ -96,6 +96,9 @@ zs_status zs__params_import_some(zs_ctx *zs, zs_param_source source, void *user,
      * stage-1/2 gathers), agreed before anything else happens. */
     ZS_CHECK(zs__agree_status(zs, zs__params_from_master(zs), "zs_params_import"));
     ZS_CHECK(zs__gather_full_params(zs));
+    /* Frozen values from elsewhere are no longer the declared base's (the
+     * base's own import sets it again, checkpoint/hf_import.c). */
+    if (which != ZS__IMPORT_TRAINABLE) zs->base.current = 0;
     ZS_INFO("imported %lld parameters", (long long)zs->plan->numel);
     return ZS_OK;
 }

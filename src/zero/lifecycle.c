@@ -388,6 +388,10 @@ void zs_destroy(zs_ctx *zs) {
     zs__residency_destroy(zs);
     for (int i = 0; i < zs->user_count; i++) free(zs->user[i].data);
     free(zs->user);
+    free(zs->base.path);
+    free(zs->base.name_prefix);
+    for (int i = 0; i < zs->base.ignore_count; i++) free(zs->base.ignore[i]);
+    free(zs->base.ignore);
     zs__plan_destroy(zs->plan);
     if (zs->host_backend != zs->backend) zs__backend_destroy(zs->host_backend);
     zs__backend_destroy(zs->backend);

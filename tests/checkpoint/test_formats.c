@@ -861,7 +861,43 @@ static int manifests_equal(const zs__manifest *a, const zs__manifest *b) {
             x->xxh3 != y->xxh3)
             return 0;
     }
-    return 1;
+    return a->has_base == b->has_base && strcmp(a->base_path, b->base_path) == 0 &&
+           strcmp(a->base_prefix, b->base_prefix) == 0 && a->base_xxh3 == b->base_xxh3 &&
+           a->base_tensors == b->base_tensors;
+}
+
+/* A frozen base recorded (frozen_base.h): w1 frozen, its values the base's
+ * (no tensor of it), the record round trips; a master tensor of a frozen
+ * parameter beside the record, or no record, is refused. */
+static void test_manifest_frozen_base(void) {
+    zs__manifest *m = make_manifest();
+    m->params[2].flags = ZS_PARAM_FROZEN;
+    /* w1's master (tensors[4]) and exp_avg_sq (tensors[8]) become b0's
+     * empty ranges, which cover nothing. */
+    set_tensor(&m->tensors[4], 1, "b0x", ZS_CKPT_STATE_MASTER, 1, 3, 0, 4);
+    set_tensor(&m->tensors[8], 3, "b0:exp_avg_sq", ZS_CKPT_STATE_EXP_AVG_SQ, 1, 0, 3, 8);
+    m->has_base = 1;
+    snprintf(m->base_path, sizeof m->base_path, "/models/base dir/model.safetensors");
+    snprintf(m->base_prefix, sizeof m->base_prefix, "base_model.model.");
+    m->base_xxh3 = 0x0123456789abcdefull;
+    m->base_tensors = 1;
+    char *text = NULL;
+    size_t bytes = 0;
+    ZT_OK(zs__manifest_to_json(m, &text, &bytes));
+    ZT_CHECK(strstr(text, "\"frozen_base\"") != NULL);
+    zs__manifest *back = NULL;
+    ZT_OK(zs__manifest_from_json(text, bytes, "mem", &back));
+    ZT_CHECK(back && back->has_base && manifests_equal(m, back));
+    zs__manifest_free(back);
+    free(text);
+    m->has_base = 0;
+    ZT_FAILS_WITH(zs__manifest_to_json(m, &text, &bytes), ZS_ERR_INVALID_ARGUMENT,
+                  "has no master tensor");
+    m->has_base = 1;
+    set_tensor(&m->tensors[4], 1, "w1", ZS_CKPT_STATE_MASTER, 2, 0, 5, 4);
+    ZT_FAILS_WITH(zs__manifest_to_json(m, &text, &bytes), ZS_ERR_INVALID_ARGUMENT,
+                  "its values are the frozen_base's, but it has a master tensor");
+    zs__manifest_free(m);
 }
 
 static char *g_good_manifest;
@@ -1246,6 +1282,7 @@ int main(void) {
     test_st_flips_and_truncations();
     test_st_crafted();
     test_manifest_roundtrip();
+    test_manifest_frozen_base();
     ZT_REQUIRE(g_good_manifest != NULL);
     test_manifest_hostile();
     free(g_good_manifest);

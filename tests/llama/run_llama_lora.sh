@@ -7,8 +7,11 @@
 #   - the base is frozen: every base tensor after training equals the
 #     imported one bit for bit (fp32), the adapters' B moved off zero;
 #   - the loss falls;
-#   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit (the
-#     checkpoint keeps the frozen base as its values, no moments);
+#   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit;
+#   - the checkpoint records the base (path, hash) and copies none of it;
+#     resuming on another base (one bit changed) is refused naming both,
+#     on a copy of the same base accepted; an export reads the base back
+#     and refuses it once it changed;
 #   - zs-ckpt export --peft writes PEFT's adapter_model.safetensors (names,
 #     shapes, the adapters' bytes) and adapter_config.json (r, alpha,
 #     targets, the base's path); --hf --merge writes W + (alpha / r) B A bit
@@ -69,6 +72,63 @@ PY
 model_config "$work/res.cfg" 3 bf16 "$lora"
 check_resume "$work/res.cfg"
 echo "LoRA: 6 steps straight = 3 + resume + 3, bit for bit"
+
+# The checkpoint records the base instead of copying it: no frozen tensor
+# in its shards, the manifest's frozen_base naming the imported files and
+# their hash (the flat exports above read the base back from there).
+python3 - "$work/split" "$work/base" <<'PY' || fail "the base is recorded, not copied"
+import glob, json, os, sys
+from st_read import tensors
+step = sorted(glob.glob(os.path.join(sys.argv[1], "step_*")))[-1]
+m = json.load(open(os.path.join(step, "manifest.json")))
+base = m["frozen_base"]
+assert base["path"] == os.path.realpath(sys.argv[2]), base
+frozen = [p["name"] for p in m["params"] if p["flags"] & 2]  # ZS_PARAM_FROZEN
+assert frozen and base["tensors"] == len(frozen), (base, len(frozen))
+saved = set()
+for f in glob.glob(os.path.join(step, "*.safetensors")):
+    saved |= {k.split(":")[0] for k in tensors(f)[0]}
+assert not saved & set(frozen), sorted(saved & set(frozen))[:3]
+print(f"checkpoint: {len(frozen)} frozen tensors recorded as the base {base['path']} "
+      f"(xxh3 {base['xxh3']}), none copied; {len(saved)} tensors saved")
+PY
+# Another base (the same shapes, one value changed) is refused on resume,
+# naming both; the same base's unchanged copy elsewhere is accepted (the
+# hash is the content's).
+cp -r "$work/base" "$work/base2"
+python3 - "$work/base2/model.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+begin = header["model.norm.weight"]["data_offsets"][0]
+data[8 + n + begin] ^= 0x01
+open(sys.argv[1], "wb").write(bytes(data))
+PY
+cp -r "$work/base" "$work/base.copy"
+cp -r "$work/split" "$work/split.copy"
+run 2 "$work/same.log" "$work/res.cfg" app.batch_size=2 app.steps=7 checkpoint.resume=auto \
+    "app.init_from=\"$work/base.copy\"" "checkpoint.dir=$work/split.copy"
+grep -q "resumed at step 6" "$work/same.log" || { cat "$work/same.log"; fail "no resume on the base's copy"; }
+if "$MPIEXEC" --oversubscribe --bind-to none -np 2 "$TRAIN" "$work/res.cfg" app.batch_size=2 \
+     app.steps=7 checkpoint.resume=auto "app.init_from=\"$work/base2\"" "checkpoint.dir=$work/split" \
+     > "$work/other.log" 2>&1; then
+  fail "a checkpoint trained on $work/base resumed on another base"
+fi
+grep -q "was saved on the frozen base $(realpath "$work/base") (xxh3 .*), but this run's base is $(realpath "$work/base2") (xxh3 " "$work/other.log" ||
+  { cat "$work/other.log"; fail "resuming on another base was not refused naming both"; }
+echo "resume: the same base's copy accepted, another base refused naming both"
+# The export reads the base back and refuses it once it changed.
+cp "$work/base2/model.safetensors" "$work/base/model.safetensors.changed"
+mv "$work/base/model.safetensors" "$work/base/model.safetensors.orig"
+mv "$work/base/model.safetensors.changed" "$work/base/model.safetensors"
+if "$ZSCKPT" export "$work/split" "$work/changed.safetensors" > "$work/changed.log" 2>&1; then
+  fail "zs-ckpt export read a base that changed since the save"
+fi
+grep -q "the frozen base .* changed since the checkpoint was saved" "$work/changed.log" ||
+  { cat "$work/changed.log"; fail "the changed base was not named"; }
+mv "$work/base/model.safetensors.orig" "$work/base/model.safetensors"
+echo "export: a base changed since the save is refused"
 
 # The adapters as PEFT saves them: names, shapes and adapter_config.json
 # (standard library only; PEFT itself is not installed on CI machines).
