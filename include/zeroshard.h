@@ -323,6 +323,11 @@ int zs_unit_frozen(const zs_unit *unit);   /* 1 when every parameter of the unit
 typedef int (*zs_param_source)(void *user, const zs_param *p, int64_t first, int64_t count,
                                float *dst, char *err, size_t err_cap);
 zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user);
+/* zs_params_import of the frozen parameters (ZS_PARAM_FROZEN) alone: a
+ * fine-tune's base from a source that holds no adapters (an llm.c file);
+ * the trainable parameters are not asked of the source and keep their
+ * values. */
+zs_status zs_params_import_frozen(zs_ctx *zs, zs_param_source source, void *user);
 
 /* Pretrained weights from a Hugging Face checkpoint (what transformers'
  * save_pretrained writes), by name: each parameter is read from the

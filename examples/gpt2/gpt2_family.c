@@ -32,8 +32,8 @@
  *                         are Hugging Face's module names c_attn, c_proj (both c_projs;
  *                         attn.c_proj or mlp.c_proj for one), c_fc, or "all-linear"; the
  *                         embeddings, norms, biases and the tied head stay frozen; zs-ckpt
- *                         export --peft writes the adapters as PEFT loads them. Not with
- *                         init_from yet (the llm.c import cannot skip the adapters)
+ *                         export --peft writes the adapters as PEFT loads them; with
+ *                         init_from the file is the frozen base (zs_params_import_frozen)
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -135,19 +135,6 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
                         .target_shape = lora_target_shape, .first_block = 1,
                         .n_blocks = d->n_layer};
     if ((st = ex_lora_configure(cfg, PROGRAM, &m->lora)) != ZS_OK) return st;
-    if (m->lora.r > 0 && m->llmc != NULL) {
-        /* zs_params_import writes every parameter from its source, and an
-         * llm.c file has no adapters: importing it would overwrite PEFT's
-         * initialization of A. That needs an import of the frozen
-         * parameters alone from a source, which the runtime does not offer
-         * yet (zs_params_import_safetensors' frozen_only is for
-         * safetensors). */
-        fprintf(stderr, PROGRAM ": app.lora_r = %d with app.init_from = \"%s\": LoRA on an "
-                        "llm.c model file is not supported yet; train LoRA without "
-                        "app.init_from, or set app.lora_r = 0\n",
-                m->lora.r, m->init_from);
-        return ZS_ERR_CONFIG;
-    }
     snprintf(facts->name, sizeof facts->name, "%s", have_preset ? m->preset : "custom");
     snprintf(facts->description, sizeof facts->description,
              "%d layers, %d heads, %d channels, vocab %d, block %d%s", d->n_layer, d->n_head,
@@ -339,10 +326,13 @@ static int llmc_source(void *user, const zs_param *p, int64_t first, int64_t cou
                                 err_cap);
 }
 
-/* The base (app.init_from; never with LoRA, configure refuses it), then
- * the adapters (app.lora_init_from). */
+/* The weights (app.init_from: with LoRA the frozen base alone, the
+ * adapters keeping PEFT's initialization), then the adapters
+ * (app.lora_init_from). */
 static zs_status import(ex_model *m, zs_ctx *zs) {
-    const zs_status st = m->llmc ? zs_params_import(zs, llmc_source, m->llmc) : ZS_OK;
+    const zs_status st = !m->llmc         ? ZS_OK
+                         : m->lora.r > 0 ? zs_params_import_frozen(zs, llmc_source, m->llmc)
+                                         : zs_params_import(zs, llmc_source, m->llmc);
     return st != ZS_OK ? st : ex_lora_import(&m->lora, zs, PROGRAM);
 }
 

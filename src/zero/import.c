@@ -57,6 +57,10 @@ zs_status zs_params_import(zs_ctx *zs, zs_param_source source, void *user) {
     return zs__params_import_some(zs, source, user, ZS__IMPORT_ALL);
 }
 
+zs_status zs_params_import_frozen(zs_ctx *zs, zs_param_source source, void *user) {
+    return zs__params_import_some(zs, source, user, ZS__IMPORT_FROZEN);
+}
+
 zs_status zs__params_import_some(zs_ctx *zs, zs_param_source source, void *user,
                                  zs__import_which which) {
     if (!zs || !source)

@@ -11,8 +11,9 @@
 #   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit;
 #   - "c_proj" adapts attn.c_proj and mlp.c_proj of every block and nothing
 #     else, and zs-ckpt export --peft names them as PEFT does;
-#   - an unknown target module is refused, listing the Linears, and so is
-#     LoRA on an llm.c model file (app.init_from).
+#   - on an llm.c model file (app.init_from) the file is the frozen base
+#     and the adapters keep their initialization;
+#   - an unknown target module is refused, listing the Linears.
 # Usage: run_gpt2_lora.sh MPIEXEC gpt2_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
 source "$(dirname "$0")/e2e_common.sh"
@@ -98,30 +99,47 @@ assert sorted(cfg["target_modules"]) == ["attn.c_proj", "mlp.c_proj"], cfg
 print(f"c_proj: {len(got)} adapter tensors, both c_projs of every block; export --peft names them")
 PY
 
-# Refusals, named: an unknown module, and LoRA on an llm.c model file (a
-# zero-filled one of 1 layer, 8 channels, vocab 256, 16 positions, written
-# here with the standard library: llm.c's 256-int header, then the floats).
-python3 - "$work/zero.bin" <<'PY' || fail "writing the llm.c file"
-import struct, sys
+# LoRA on an llm.c model file (app.init_from; 1 layer, 8 channels, vocab
+# 256, 16 positions, written here with the standard library: llm.c's
+# 256-int header, then seeded normal floats): the file is the frozen base
+# (every base tensor after a step at lr 1e-30 equals what the same file
+# gives without LoRA, bit for bit) and the adapters keep PEFT's
+# initialization (no A is zero: the file did not overwrite them).
+python3 - "$work/base.bin" <<'PY' || fail "writing the llm.c file"
+import random, struct, sys
 L, NH, C, V, T = 1, 1, 8, 256, 16
 floats = V * C + T * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C
                               + 4 * C * C + C) + 2 * C
 header = [20240326, 3, T, V, L, NH, C, V] + [0] * 248
+rng = random.Random(7)
 with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *header) + bytes(4 * floats))
+    f.write(struct.pack("<256i", *header))
+    f.write(struct.pack(f"<{floats}f", *[rng.gauss(0.0, 0.1) for _ in range(floats)]))
 PY
-model_config "$work/llmc.cfg" 3 fp32 "init_from = \"$work/zero.bin\"; lora_r = 3;"
-for bad in "lora|app.lora_target_modules=\"c_attn,q_proj\"|not a Linear of this model; its Linears are c_attn, attn.c_proj, c_fc, mlp.c_proj" \
-           "llmc|app.lora_alpha=8|LoRA on an llm.c model file is not supported yet"; do
-  cfg=${bad%%|*} rest=${bad#*|}
-  set_key=${rest%%|*} want=${rest#*|}
-  if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/$cfg.cfg" app.steps=1 \
-       "$set_key" > "$work/bad.log" 2>&1; then
-    fail "$cfg.cfg with $set_key was accepted"
-  fi
-  grep -qF -- "$want" "$work/bad.log" || { cat "$work/bad.log"; fail "$set_key: no \"$want\""; }
+model_config "$work/llmc.cfg" 3 fp32 "init_from = \"$work/base.bin\"; lora_r = 3; lora_target_modules = \"all-linear\";"
+for r in 0 3; do
+  run 1 "$work/llmc.$r.log" "$work/llmc.cfg" app.steps=1 app.lora_r=$r app.batch_size=1 \
+      optimizer.lr=1e-30 "checkpoint.dir=$work/ckpt.llmc.$r" checkpoint.every=1
+  "$ZSCKPT" export "$work/ckpt.llmc.$r" "$work/llmc.$r.safetensors" > /dev/null || fail "export llmc.$r"
 done
-# Without LoRA the same file is a base the trainer takes.
-run 1 "$work/llmc.ok.log" "$work/llmc.cfg" app.steps=1 app.lora_r=0 app.batch_size=1
+python3 - "$work/llmc.0.safetensors" "$work/llmc.3.safetensors" <<'PY' || fail "LoRA on an llm.c file"
+import sys
+from st_read import tensors
+(full, _), (lora, _) = tensors(sys.argv[1]), tensors(sys.argv[2])
+for k, v in full.items():
+    assert k in lora and lora[k].raw == v.raw, f"base tensor {k} is not the file's"
+a = [k for k in lora if k.endswith("lora_A.weight")]
+assert len(a) == 4 and all(any(lora[k].raw) for k in a), "an adapter's A was overwritten"
+print(f"llm.c base under LoRA: {len(full)} base tensors the file's, {len(a)} A kept")
+PY
+
+# Refusals, named: an unknown module.
+model_config "$work/bad.cfg" 3 fp32 "lora_r = 3;"
+if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/bad.cfg" app.steps=1 \
+     'app.lora_target_modules="c_attn,q_proj"' > "$work/bad.log" 2>&1; then
+  fail "an unknown target module was accepted"
+fi
+want="not a Linear of this model; its Linears are c_attn, attn.c_proj, c_fc, mlp.c_proj"
+grep -qF -- "$want" "$work/bad.log" || { cat "$work/bad.log"; fail "no \"$want\""; }
 echo "refusals name the key"
 echo "PASS"
