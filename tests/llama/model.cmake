@@ -93,3 +93,13 @@ add_test(NAME llama_lora
                  $<TARGET_FILE:llama_train> $<TARGET_FILE:zs-ckpt>)
 set_tests_properties(llama_lora PROPERTIES LABELS mpi TIMEOUT 300
                      ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
+# The LoRA exports in the real libraries, where python (PEFT_PYTHON, else
+# python3) has torch, transformers and peft (skipped otherwise): PEFT on the
+# base with --peft's adapters gives --hf --merge's logits in transformers
+# within 1e-5, other logits than the base's, and llama_train's validation loss.
+add_test(NAME llama_lora_peft_load
+         COMMAND bash ${LLAMA_TEST_DIR}/peft_load_check.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:llama_train> $<TARGET_FILE:zs-ckpt>)
+set_tests_properties(llama_lora_peft_load PROPERTIES LABELS mpi TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
