@@ -52,6 +52,7 @@
 #define GPT2_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpt2_model.h"
 #include "nn_device.h"
@@ -148,6 +149,11 @@ struct gpt2_backend {
      * alpha / r. */
     int lora_r;
     float lora_scale;
+    /* Dropout on the adapters' input (gpt2_backend_set_lora_dropout): its
+     * probability, and the current block's seed (0: none, as in
+     * evaluation; each adapted Linear draws from seed and its target). */
+    float lora_dropout;
+    uint64_t lora_seed;
     void *impl;     /* the backend's own state */
 };
 
@@ -158,6 +164,12 @@ struct gpt2_backend {
  * sink for c_fc's bias gradient. Call before sizing the scratch. 0, or
  * NN_ERR_ARG with a message in err. */
 int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, char *err, size_t cap);
+
+/* Dropout p (0 <= p < 1) on the adapters' input from now on; the block
+ * scratch grows by two [B T][the widest adapted input] buffers when p > 0.
+ * The caller sets be->lora_seed before each block's forward and backward
+ * (the same seed for both: the same mask), 0 for none. */
+int gpt2_backend_set_lora_dropout(gpt2_backend *be, double p, char *err, size_t cap);
 
 /* The CPU backend on a CPU device of its own (nn_cpu_device_create: host
  * memory), OpenBLAS sgemm and OpenMP loops over rows, in fp32. NULL only

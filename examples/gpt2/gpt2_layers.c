@@ -60,7 +60,7 @@ static nn_attn_layout attn_layout(const gpt2_dims *d, int B, int T) {
  * attention's (its score gradients; on CUDA also the head-layout buffers,
  * which block_forward uses too). */
 typedef struct block_parts {
-    void *big, *mid, *t, *dt, *dfcb, *attn;
+    void *big, *mid, *t, *dt, *dfcb, *xd, *dxd, *attn;
 } block_parts;
 
 static size_t block_sizes(const gpt2_backend *be, const gpt2_dims *d, int B, int T,
@@ -69,11 +69,14 @@ static size_t block_sizes(const gpt2_backend *be, const gpt2_dims *d, int B, int
     const size_t e = nn_dtype_size(dev->dtype), BT = (size_t)B * (size_t)T;
     const size_t C = (size_t)d->n_embd;
     const size_t lora = BT * (size_t)be->lora_r * e, dfcb = lora > 0 ? 4 * C * e : 0;
+    /* With dropout, the adapters' dropped input and its gradient, [BT][4 C]
+     * (mlp.c_proj's input, the widest). */
+    const size_t drop = lora > 0 && be->lora_dropout > 0.0f ? BT * 4 * C * e : 0;
     const nn_attn_layout attn = attn_layout(d, B, T);
     unsigned char *cur = scratch;
     const size_t total = nn_scratch_round(dev, BT * 4 * C * e) + nn_scratch_round(dev, BT * C * e) +
                          (lora > 0 ? 2 * nn_scratch_round(dev, lora) : 0) +
-                         nn_scratch_round(dev, dfcb) +
+                         nn_scratch_round(dev, dfcb) + 2 * nn_scratch_round(dev, drop) +
                          dev->layers->attention_scratch_bytes(dev, &attn);
     if (p != NULL) {
         p->big = nn_scratch_take(dev, &cur, BT * 4 * C * e);
@@ -81,6 +84,8 @@ static size_t block_sizes(const gpt2_backend *be, const gpt2_dims *d, int B, int
         p->t = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
         p->dt = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
         p->dfcb = dfcb > 0 ? nn_scratch_take(dev, &cur, dfcb) : NULL;
+        p->xd = drop > 0 ? nn_scratch_take(dev, &cur, drop) : NULL;
+        p->dxd = drop > 0 ? nn_scratch_take(dev, &cur, drop) : NULL;
         p->attn = cur;
     }
     return total;
@@ -180,9 +185,11 @@ static int lora_forward(gpt2_backend *be, const gpt2_dims *d, const gpt2_block_w
     }
     int in, out;
     gpt2_lora_target_shape(d, target, &in, &out);
-    LAYER(be->dev->layers->lora_forward(be->dev, gpt2_lora_target_name(target), BT, in, out,
-                                        be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
-                                        w->lora_B[target], p->t, y, ldy));
+    nn_lora_dropout drop;
+    LAYER(be->dev->layers->lora_forward(
+        be->dev, gpt2_lora_target_name(target), BT, in, out, be->lora_r, be->lora_scale, x, ldx,
+        w->lora_A[target], w->lora_B[target], p->t,
+        nn_lora_dropout_of(&drop, be->lora_dropout, be->lora_seed, target, p->xd, p->dxd), y, ldy));
     return NN_OK;
 }
 
@@ -194,10 +201,14 @@ static int lora_backward(gpt2_backend *be, const gpt2_dims *d, const gpt2_block_
     }
     int in, out;
     gpt2_lora_target_shape(d, target, &in, &out);
+    nn_lora_dropout drop;
     LAYER(be->dev->layers->lora_backward(be->dev, gpt2_lora_target_name(target), BT, in, out,
                                          be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
                                          w->lora_B[target], dy, lddy, g->lora_A[target],
-                                         g->lora_B[target], dx, lddx, p->t, p->dt));
+                                         g->lora_B[target], dx, lddx, p->t, p->dt,
+                                         nn_lora_dropout_of(&drop, be->lora_dropout,
+                                                            be->lora_seed, target, p->xd,
+                                                            p->dxd)));
     return NN_OK;
 }
 
@@ -515,5 +526,13 @@ int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, char *err, size
     }
     be->lora_r = r;
     be->lora_scale = r > 0 ? (float)(alpha / r) : 0.0f;
+    return NN_OK;
+}
+
+int gpt2_backend_set_lora_dropout(gpt2_backend *be, double p, char *err, size_t cap) {
+    if (be == NULL || !(p >= 0.0 && p < 1.0))
+        return ex_error(err, cap, NN_ERR_ARG, "gpt2 backend: LoRA dropout %g; need 0 <= p < 1",
+                        p);
+    be->lora_dropout = (float)p;
     return NN_OK;
 }

@@ -28,6 +28,7 @@
 #define LLAMA_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "llama_model.h"
 #include "nn_device.h"
@@ -104,6 +105,11 @@ struct llama_backend {
      * scale alpha / r. */
     int lora_r;
     float lora_scale;
+    /* Dropout on the adapters' input (llama_backend_set_lora_dropout): its
+     * probability, and the current block's seed (0: none, as in
+     * evaluation; each adapted Linear draws from seed and its target). */
+    float lora_dropout;
+    uint64_t lora_seed;
     void *impl;
 };
 
@@ -112,6 +118,12 @@ struct llama_backend {
  * adapted Linear's A and B (llama_block_w); the block scratch grows by two
  * [B T][r] buffers. 0, or NN_ERR_ARG with a message in err. */
 int llama_backend_set_lora(llama_backend *be, int r, double alpha, char *err, size_t cap);
+
+/* Dropout p (0 <= p < 1) on the adapters' input from now on; the block
+ * scratch grows by two [B T][the widest adapted input] buffers when p > 0.
+ * The caller sets be->lora_seed before each block's forward and backward
+ * (the same seed for both: the same mask), 0 for none. */
+int llama_backend_set_lora_dropout(llama_backend *be, double p, char *err, size_t cap);
 
 /* The backend on any device with layers (nn_layers.h: the CPU, the
  * simulated device, CUDA), in its dtype, for sequences of up to max_T <=

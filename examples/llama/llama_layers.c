@@ -56,8 +56,20 @@ static nn_attn_layout attn_layout(const llama__sizes *s, int B, int T) {
  * (its score gradients; on CUDA also the head-layout buffers, which
  * block_forward uses too). */
 typedef struct block_parts {
-    void *big, *mid, *t, *dt, *attn;
+    void *big, *mid, *t, *dt, *xd, *dxd, *attn;
 } block_parts;
+
+/* With dropout, the adapters' dropped input and its gradient: [BT][the
+ * widest adapted input] each (lora_forward). */
+static size_t dropout_bytes(const llama_backend *be, size_t BT, size_t e) {
+    int widest = 0;
+    for (int t = 0; be->lora_r > 0 && be->lora_dropout > 0.0f && t < LLAMA_LORA_TARGETS; t++) {
+        int in, out;
+        llama_lora_target_shape(&be->dims, t, &in, &out);
+        widest = in > widest ? in : widest;
+    }
+    return BT * (size_t)widest * e;
+}
 
 static size_t block_sizes(const llama_backend *be, int B, int T, block_parts *p, void *scratch) {
     const nn_device *dev = be->dev;
@@ -65,17 +77,20 @@ static size_t block_sizes(const llama_backend *be, int B, int T, block_parts *p,
     const size_t e = nn_dtype_size(dev->dtype), BT = (size_t)B * (size_t)T;
     const size_t big = BT * max_size(2 * (size_t)s.F, (size_t)s.W) * e;
     const size_t mid = BT * max_size((size_t)s.C, (size_t)s.Q) * e;
-    const size_t lora = BT * (size_t)be->lora_r * e;
+    const size_t lora = BT * (size_t)be->lora_r * e, drop = dropout_bytes(be, BT, e);
     const nn_attn_layout attn = attn_layout(&s, B, T);
     unsigned char *cur = scratch;
     const size_t total = nn_scratch_round(dev, big) + nn_scratch_round(dev, mid) +
                          (lora > 0 ? 2 * nn_scratch_round(dev, lora) : 0) +
+                         (drop > 0 ? 2 * nn_scratch_round(dev, drop) : 0) +
                          dev->layers->attention_scratch_bytes(dev, &attn);
     if (p != NULL) {
         p->big = nn_scratch_take(dev, &cur, big);
         p->mid = nn_scratch_take(dev, &cur, mid);
         p->t = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
         p->dt = lora > 0 ? nn_scratch_take(dev, &cur, lora) : NULL;
+        p->xd = drop > 0 ? nn_scratch_take(dev, &cur, drop) : NULL;
+        p->dxd = drop > 0 ? nn_scratch_take(dev, &cur, drop) : NULL;
         p->attn = cur;
     }
     return total;
@@ -185,9 +200,11 @@ static int lora_forward(llama_backend *be, const llama_block_w *w, int target, i
     if (w->lora_A[target] == NULL) return NN_OK;
     int in, out;
     llama_lora_target_shape(&be->dims, target, &in, &out);
-    LAYER(be->dev->layers->lora_forward(be->dev, llama_lora_target_name(target), BT, in, out,
-                                        be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
-                                        w->lora_B[target], p->t, y, ldy));
+    nn_lora_dropout drop;
+    LAYER(be->dev->layers->lora_forward(
+        be->dev, llama_lora_target_name(target), BT, in, out, be->lora_r, be->lora_scale, x, ldx,
+        w->lora_A[target], w->lora_B[target], p->t,
+        nn_lora_dropout_of(&drop, be->lora_dropout, be->lora_seed, target, p->xd, p->dxd), y, ldy));
     return NN_OK;
 }
 
@@ -197,10 +214,14 @@ static int lora_backward(llama_backend *be, const llama_block_w *w, llama_block_
     if (w->lora_A[target] == NULL) return NN_OK;
     int in, out;
     llama_lora_target_shape(&be->dims, target, &in, &out);
+    nn_lora_dropout drop;
     LAYER(be->dev->layers->lora_backward(be->dev, llama_lora_target_name(target), BT, in, out,
                                          be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
                                          w->lora_B[target], dy, lddy, g->lora_A[target],
-                                         g->lora_B[target], dx, lddx, p->t, p->dt));
+                                         g->lora_B[target], dx, lddx, p->t, p->dt,
+                                         nn_lora_dropout_of(&drop, be->lora_dropout,
+                                                            be->lora_seed, target, p->xd,
+                                                            p->dxd)));
     return NN_OK;
 }
 
@@ -560,5 +581,13 @@ int llama_backend_set_lora(llama_backend *be, int r, double alpha, char *err, si
     }
     be->lora_r = r;
     be->lora_scale = r > 0 ? (float)(alpha / r) : 0.0f;
+    return NN_OK;
+}
+
+int llama_backend_set_lora_dropout(llama_backend *be, double p, char *err, size_t cap) {
+    if (be == NULL || !(p >= 0.0 && p < 1.0))
+        return ex_error(err, cap, NN_ERR_ARG, "llama backend: LoRA dropout %g; need 0 <= p < 1",
+                        p);
+    be->lora_dropout = (float)p;
     return NN_OK;
 }

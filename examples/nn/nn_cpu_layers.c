@@ -294,6 +294,25 @@ static int cpu_rmsnorm_backward(nn_device *dev, int rows, int C, const void *dou
 
 /* -------------------------------------------------------- activations */
 
+static int cpu_dropout(nn_device *dev, int rows, int cols, float p, uint64_t seed,
+                       const void *src_, int lds, void *dst_, int ldd, int add) {
+    (void)dev;
+    const float *src = src_;
+    float *dst = dst_;
+    const uint32_t threshold = nn_dropout_threshold(p);
+    const float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) {
+            const float v = src[(size_t)r * lds + c] *
+                            nn_dropout_factor(seed, (uint64_t)r * cols + c, threshold, keep);
+            float *o = &dst[(size_t)r * ldd + c];
+            *o = add ? *o + v : v;
+        }
+    }
+    return NN_OK;
+}
+
 static int cpu_scale(nn_device *dev, long long n, float s, void *x_) {
     (void)dev;
     float *x = x_;
@@ -385,6 +404,7 @@ const nn_layer_ops nn_cpu_layer_ops = {
     .linear_dgelu_backward = nn_linear_dgelu_backward_composed,
     .colsum_add = cpu_colsum_add,
     .scale = cpu_scale,
+    .dropout = cpu_dropout,
     .lora_forward = nn_lora_forward_composed,
     .lora_backward = nn_lora_backward_composed,
     .attention_scratch_bytes = cpu_attention_scratch_bytes,

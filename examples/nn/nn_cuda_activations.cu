@@ -73,7 +73,35 @@ __global__ void swiglu_backward_kernel(long long rows, int F, const T *gate, con
     }
 }
 
+// LoRA's dropout: element (r, c) times nn_dropout_factor (the CPU's mask,
+// integer hashing only), written or added; the product rounded once to T.
+template <typename T>
+__global__ void dropout_kernel(int rows, int cols, uint32_t threshold, float keep,
+                               uint64_t seed, const T *src, int lds, T *dst, int ldd, int add) {
+    GRID_STRIDE(k, (long long)rows * cols) {
+        const int r = (int)(k / cols), c = (int)(k % cols);
+        const float v = to_f32(src[(size_t)r * lds + c]) *
+                        nn_dropout_factor(seed, (uint64_t)k, threshold, keep);
+        T *o = &dst[(size_t)r * ldd + c];
+        *o = from_f32<T>(add ? to_f32(*o) + v : v);
+    }
+}
+
 } // namespace
+
+int dropout_elements(ctx *cx, int rows, int cols, float p, uint64_t seed, const void *src,
+                     int lds, void *dst, int ldd, int add) {
+    if (rows <= 0 || cols <= 0) return NN_OK;
+    prof_scope scope(cx, prof_op(cx, "dropout"));
+    return with_type(cx->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        dropout_kernel<T><<<grid_for((long long)rows * cols, kThreads), kThreads, 0, cx->stream>>>(
+            rows, cols, nn_dropout_threshold(p), 1.0f / (1.0f - p), seed, (const T *)src, lds,
+            (T *)dst, ldd, add);
+        LAUNCHED();
+        return (int)NN_OK;
+    });
+}
 
 int scale_elements(ctx *cx, long long n, float s, void *x) {
     if (n <= 0) return NN_OK;

@@ -571,6 +571,8 @@ int rope(ctx *cx, bool backward, long long BT, int T, int heads, int hd, int ld,
 int gelu_forward(ctx *cx, long long n, const void *pre, void *post);
 // x *= s in place, n elements (LoRA's alpha / r).
 int scale_elements(ctx *cx, long long n, float s, void *x);
+int dropout_elements(ctx *cx, int rows, int cols, float p, uint64_t seed, const void *src,
+                     int lds, void *dst, int ldd, int add);
 // d *= gelu'(pre) in place (d, pre: [rows][N]), and out[c] += the column
 // sums of the new d.
 int gelu_backward_colsum(ctx *cx, int rows, int N, void *d, const void *pre, void *out);

@@ -271,6 +271,11 @@ int cuda_scale(nn_device *dev, long long n, float s, void *x) {
     return scale_elements(ctx_of(dev), n, s, x);
 }
 
+int cuda_dropout(nn_device *dev, int rows, int cols, float p, uint64_t seed, const void *src,
+                 int lds, void *dst, int ldd, int add) {
+    return dropout_elements(ctx_of(dev), rows, cols, p, seed, src, lds, dst, ldd, add);
+}
+
 // ------------------------------------------------------------ attention
 
 // The score gradients of the whole batch [B][NH][T][T], then the
@@ -362,6 +367,7 @@ nn_layer_ops make_layer_ops() {
     o.linear_dgelu_backward = cuda_linear_dgelu_backward;
     o.colsum_add = cuda_colsum_add;
     o.scale = cuda_scale;
+    o.dropout = cuda_dropout;
     o.lora_forward = nn_lora_forward_composed;
     o.lora_backward = nn_lora_backward_composed;
     o.attention_scratch_bytes = cuda_attention_scratch_bytes;

@@ -271,4 +271,28 @@ NN_HD void nn_swiglu_backward(float gate, float up, float dh, float *dgate, floa
     *dgate = dh * up * (s * (1.0f + gate * (1.0f - s)));
 }
 
+/* ============================================== dropout (LoRA's input) */
+
+/* Element k of a dropout call with seed s is kept when a 32-bit hash of
+ * (s, k) is at least p 2^32 (nn_dropout_threshold): a counter-based mask,
+ * so backward and recomputation regenerate the forward's without storing
+ * it, and every device draws the same (integer arithmetic only). The hash
+ * is SplitMix64's finalizer over s + (k + 1) times its odd constant. */
+NN_HD uint32_t nn_dropout_bits(uint64_t seed, uint64_t k) {
+    uint64_t z = seed + (k + 1u) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+NN_HD uint32_t nn_dropout_threshold(float p) {
+    const double t = (double)p * 4294967296.0;
+    return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
+}
+
+/* The kept element's factor, 1 / (1 - p), or 0 for a dropped one. */
+NN_HD float nn_dropout_factor(uint64_t seed, uint64_t k, uint32_t threshold, float keep_scale) {
+    return nn_dropout_bits(seed, k) >= threshold ? keep_scale : 0.0f;
+}
+
 #endif /* NN_LAYER_MATH_H */

@@ -41,12 +41,24 @@
 #ifndef NN_LAYERS_H
 #define NN_LAYERS_H
 
+#include <stdint.h>
+
 #include "nn_cpu.h"
 #include "nn_device.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* LoRA's dropout on the adapter's input (lora_forward): probability p, the
+ * call's seed (a new one per micro-step, block and Linear; backward and
+ * recomputation pass the forward's), and two [rows][in] scratch buffers
+ * (the dropped input, then its gradient before the mask). */
+typedef struct nn_lora_dropout {
+    float p;
+    uint64_t seed;
+    void *xd, *dxd;
+} nn_lora_dropout;
 
 typedef struct nn_layer_ops {
     /* Scratch pieces a model carves start at multiples of this many bytes
@@ -133,14 +145,21 @@ typedef struct nn_layer_ops {
     int (*colsum_add)(nn_device *dev, int rows, int N, const void *a, int lda, void *out);
     /* x[k] *= s for k < n. */
     int (*scale)(nn_device *dev, long long n, float s, void *x);
+    /* Dropout of a [rows][cols] block: dst = src * m (add 0) or dst += src
+     * * m (add 1), m = nn_dropout_factor(seed, r * cols + c, ...) with
+     * p's threshold and 1 / (1 - p): the same mask for the same seed and
+     * shape on every device. 0 <= p < 1. */
+    int (*dropout)(nn_device *dev, int rows, int cols, float p, uint64_t seed, const void *src,
+                   int lds, void *dst, int ldd, int add);
     /* LoRA (PEFT's) on a Linear of `in` inputs and `out` outputs: y +=
-     * scale (x A^T) B^T with A [r][in], B [out][r], scale = alpha / r. t:
-     * [rows][r] scratch, which holds scale (x A^T) on return. CPU, sim and
-     * CUDA run the composite of linear_forward and scale
-     * (nn_layers_composed.c). */
+     * scale (dropout(x) A^T) B^T with A [r][in], B [out][r], scale = alpha
+     * / r. t: [rows][r] scratch, which holds scale (x A^T) on return.
+     * drop: the dropout on the adapter's input (NULL or p = 0: none; its
+     * xd and dxd are [rows][in] scratch). CPU, sim and CUDA run the
+     * composite of linear_forward, dropout and scale (nn_layers_composed.c). */
     int (*lora_forward)(nn_device *dev, const char *name, int rows, int in, int out, int r,
                         float scale, const void *x, int ldx, const void *A, const void *B,
-                        void *t, void *y, int ldy);
+                        void *t, const nn_lora_dropout *drop, void *y, int ldy);
     /* Its backward from dy (the Linear's output gradient): dB += dy^T t,
      * d t = scale dy B, dA += dt^T x, dx += dt A (added: the base Linear's
      * backward wrote dx first). t is recomputed from x (the forward saves
@@ -148,7 +167,7 @@ typedef struct nn_layer_ops {
     int (*lora_backward)(nn_device *dev, const char *name, int rows, int in, int out, int r,
                          float scale, const void *x, int ldx, const void *A, const void *B,
                          const void *dy, int lddy, void *dA, void *dB, void *dx, int lddx,
-                         void *t, void *dt);
+                         void *t, void *dt, const nn_lora_dropout *drop);
 
     /* --- attention (nn_cpu.h) --- */
     /* Bytes of scratch the two ops below take for this layout. */
@@ -253,13 +272,17 @@ int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows
                                       int out, const void *x, int ldx, const void *W,
                                       const void *dy, int lddy, void *dW, const void *pre,
                                       void *dx, void *db);
+/* Target t's dropout in a block of seed block_seed into *out (scratch xd
+ * and dxd), or NULL when there is none (p = 0, or seed 0: evaluation). */
+const nn_lora_dropout *nn_lora_dropout_of(nn_lora_dropout *out, float p, uint64_t block_seed,
+                                          int target, void *xd, void *dxd);
 int nn_lora_forward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
                              float scale, const void *x, int ldx, const void *A, const void *B,
-                             void *t, void *y, int ldy);
+                             void *t, const nn_lora_dropout *drop, void *y, int ldy);
 int nn_lora_backward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
                               float scale, const void *x, int ldx, const void *A, const void *B,
                               const void *dy, int lddy, void *dA, void *dB, void *dx, int lddx,
-                              void *t, void *dt);
+                              void *t, void *dt, const nn_lora_dropout *drop);
 
 #ifdef __cplusplus
 }

@@ -59,13 +59,37 @@ int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows
     return L->gelu_backward_colsum(dev, rows, in, dx, pre, db);
 }
 
+const nn_lora_dropout *nn_lora_dropout_of(nn_lora_dropout *out, float p, uint64_t block_seed,
+                                          int target, void *xd, void *dxd) {
+    if (p == 0.0f || block_seed == 0) return NULL;
+    /* Each Linear of the block its own stream (the kernels hash again). */
+    *out = (nn_lora_dropout){p, block_seed ^ ((uint64_t)(target + 1) * 0xd1b54a32d192ed03ull),
+                             xd, dxd};
+    return out;
+}
+
+/* The adapter's input: x itself, or with dropout its dropped copy in
+ * drop->xd ([rows][in]). */
+static int adapter_input(nn_device *dev, int rows, int in, const void *x, int ldx,
+                         const nn_lora_dropout *drop, const void **xa, int *lda) {
+    *xa = x;
+    *lda = ldx;
+    if (drop == NULL || drop->p == 0.0f) return NN_OK;
+    *xa = drop->xd;
+    *lda = in;
+    return dev->layers->dropout(dev, rows, in, drop->p, drop->seed, x, ldx, drop->xd, in, 0);
+}
+
 int nn_lora_forward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
                              float scale, const void *x, int ldx, const void *A, const void *B,
-                             void *t, void *y, int ldy) {
+                             void *t, const nn_lora_dropout *drop, void *y, int ldy) {
     (void)name;
     const nn_layer_ops *L = dev->layers;
+    const void *xa;
+    int lda;
     // t = scale (x A^T), then y += t B^T (y is the product's residual).
-    int s = L->linear_forward(dev, "lora_A", rows, in, r, x, ldx, A, NULL, NULL, 0, t, r);
+    int s = adapter_input(dev, rows, in, x, ldx, drop, &xa, &lda);
+    if (s == NN_OK) s = L->linear_forward(dev, "lora_A", rows, in, r, xa, lda, A, NULL, NULL, 0, t, r);
     if (s == NN_OK) s = L->scale(dev, (long long)rows * r, scale, t);
     if (s == NN_OK) s = L->linear_forward(dev, "lora_B", rows, r, out, t, r, B, NULL, y, ldy, y, ldy);
     return s;
@@ -74,17 +98,27 @@ int nn_lora_forward_composed(nn_device *dev, const char *name, int rows, int in,
 int nn_lora_backward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
                               float scale, const void *x, int ldx, const void *A, const void *B,
                               const void *dy, int lddy, void *dA, void *dB, void *dx, int lddx,
-                              void *t, void *dt) {
+                              void *t, void *dt, const nn_lora_dropout *drop) {
     (void)name;
     const nn_layer_ops *L = dev->layers;
-    // t again as the forward made it; dB += dy^T t and dt = dy B; then the
-    // scale, dA += dt^T x and dx += dt A.
-    int s = L->linear_forward(dev, "lora_A", rows, in, r, x, ldx, A, NULL, NULL, 0, t, r);
+    const void *xa;
+    int lda;
+    const int dropped = drop != NULL && drop->p != 0.0f;
+    // t again as the forward made it (the same mask); dB += dy^T t and dt =
+    // dy B; then the scale, dA += dt^T x and dx += dt A — through the mask
+    // with dropout, whose gradient passes where the input was kept.
+    int s = adapter_input(dev, rows, in, x, ldx, drop, &xa, &lda);
+    if (s == NN_OK) s = L->linear_forward(dev, "lora_A", rows, in, r, xa, lda, A, NULL, NULL, 0, t, r);
     if (s == NN_OK) s = L->scale(dev, (long long)rows * r, scale, t);
     if (s == NN_OK)
         s = L->linear_backward(dev, "lora_B", rows, r, out, t, r, B, dy, lddy, dB, dt, r, 0.0f);
     if (s == NN_OK) s = L->scale(dev, (long long)rows * r, scale, dt);
-    if (s == NN_OK)
+    if (s == NN_OK && !dropped)
         s = L->linear_backward(dev, "lora_A", rows, in, r, x, ldx, A, dt, r, dA, dx, lddx, 1.0f);
+    if (s == NN_OK && dropped)
+        s = L->linear_backward(dev, "lora_A", rows, in, r, xa, lda, A, dt, r, dA, drop->dxd, in,
+                               0.0f);
+    if (s == NN_OK && dropped)
+        s = L->dropout(dev, rows, in, drop->p, drop->seed, drop->dxd, in, dx, lddx, 1);
     return s;
 }

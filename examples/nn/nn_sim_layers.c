@@ -456,6 +456,29 @@ static int sim_scale(nn_device *dev, long long n, float s, void *x) {
     return LAUNCH(dev, "nn_scale", scale_kernel, a, l);
 }
 
+typedef struct dropout_args {
+    int rows, cols, lds, ldd, add;
+    float p;
+    uint64_t seed;
+    const void *src;
+    void *dst;
+} dropout_args;
+
+static int dropout_kernel(const zs_sim_kernel *k, void *args) {
+    const dropout_args *a = args;
+    return cpu()->dropout(NULL, a->rows, a->cols, a->p, a->seed, P(a->src), a->lds, P(a->dst),
+                          a->ldd, a->add);
+}
+
+static int sim_dropout(nn_device *dev, int rows, int cols, float p, uint64_t seed,
+                       const void *src, int lds, void *dst, int ldd, int add) {
+    const dropout_args a = {rows, cols, lds, ldd, add, p, seed, src, dst};
+    accesses l = {0};
+    acc(&l, src, span(rows, lds, cols), 0);
+    acc(&l, dst, span(rows, ldd, cols), 1);
+    return LAUNCH(dev, "nn_dropout", dropout_kernel, a, l);
+}
+
 static int swiglu_forward_kernel(const zs_sim_kernel *k, void *args) {
     const act_args *a = args;
     return cpu()->swiglu_forward(NULL, a->n, P(a->gate), P(a->up), P(a->h));
@@ -502,6 +525,7 @@ const nn_layer_ops nn_sim_layer_ops = {
     .linear_dgelu_backward = nn_linear_dgelu_backward_composed,
     .colsum_add = sim_colsum_add,
     .scale = sim_scale,
+    .dropout = sim_dropout,
     .lora_forward = nn_lora_forward_composed,
     .lora_backward = nn_lora_backward_composed,
     .attention_scratch_bytes = sim_attention_scratch_bytes,

@@ -198,7 +198,12 @@ zs_status ex_decoder_model_describe(ex_model *m, zs_ctx *zs, ex_model_facts *fac
 zs_status ex_decoder_model_train_micro_step(ex_model *m, zs_ctx *zs, const int *tokens,
                                             const int *targets, int B, int T, float dloss,
                                             float *losses) {
-    return ex_decoder_train_micro_step(decoder_of(m), zs, tokens, targets, B, T, dloss, losses);
+    const ex_decoder *dec = decoder_of(m);
+    /* Dropout on the adapters' input in training micro-steps alone. */
+    ex_lora_dropout_begin(dec->adapters, zs);
+    const zs_status st = ex_decoder_train_micro_step(dec, zs, tokens, targets, B, T, dloss, losses);
+    ex_lora_dropout_end(dec->adapters);
+    return st;
 }
 
 zs_status ex_decoder_model_eval_losses(ex_model *m, zs_ctx *zs, const int *tokens,

@@ -75,7 +75,7 @@ typedef struct ex_decoder {
      * backward does not run, the head and the blocks get NULL gradient
      * tensors. */
     int lora, lora_unit0;
-    const ex_lora *adapters; /* the LoRA settings (NULL: none) */
+    ex_lora *adapters; /* the LoRA settings (NULL: none); the dropout key changes */
 } ex_decoder;
 
 /* One micro-step (ex_model.h's train_micro_step): forward, the head's loss

@@ -93,12 +93,12 @@ zs_status ex_lora_configure(zs_config *cfg, const char *program, ex_lora *lora) 
         return ZS_ERR_CONFIG;
     }
     if (lora->r == 0) return ZS_OK;
-    if (dropout != 0.0) {
-        fprintf(stderr, "%s: app.lora_dropout = %g: only 0 is supported (no dropout on the "
-                        "adapters' input); set it to 0\n",
+    if (!(dropout < 1.0)) {
+        fprintf(stderr, "%s: app.lora_dropout = %g: a dropout probability lies in [0, 1)\n",
                 program, dropout);
         return ZS_ERR_CONFIG;
     }
+    lora->dropout = dropout;
     if (lora->n_targets > EX_LORA_MAX_TARGETS) return ZS_ERR_INTERNAL;
     return parse_targets(targets, program, lora);
 }
@@ -180,7 +180,7 @@ int ex_lora_adapter_config(const ex_lora *lora, const char *base, char *out, siz
                            "  \"base_model_name_or_path\": \"%s\",\n"
                            "  \"r\": %d,\n"
                            "  \"lora_alpha\": %.17g,\n"
-                           "  \"lora_dropout\": 0.0,\n"
+                           "  \"lora_dropout\": %.17g,\n"
                            "  \"target_modules\": [%s],\n"
                            "  \"bias\": \"none\",\n"
                            "  \"fan_in_fan_out\": false,\n"
@@ -188,8 +188,36 @@ int ex_lora_adapter_config(const ex_lora *lora, const char *base, char *out, siz
                            "  \"init_lora_weights\": true,\n"
                            "  \"modules_to_save\": null\n"
                            "}\n",
-                           path, lora->r, lora->alpha, modules);
+                           path, lora->r, lora->alpha, lora->dropout, modules);
     return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+/* SplitMix64's step: independent-looking keys from consecutive inputs. */
+static uint64_t mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void ex_lora_dropout_begin(ex_lora *lora, zs_ctx *zs) {
+    if (lora == NULL || lora->r == 0 || lora->dropout == 0.0) return;
+    const int64_t step = zs_step_count(zs);
+    lora->key_micro = step == lora->key_step ? lora->key_micro + 1 : 0;
+    lora->key_step = step;
+    const uint64_t key = mix(mix(mix((uint64_t)step) ^ (uint64_t)lora->key_micro) ^
+                             (uint64_t)zs_rank(zs));
+    lora->dropout_key = key != 0 ? key : 1;
+}
+
+void ex_lora_dropout_end(ex_lora *lora) {
+    if (lora != NULL) lora->dropout_key = 0;
+}
+
+uint64_t ex_lora_block_seed(const ex_lora *lora, int layer) {
+    if (lora == NULL || lora->dropout_key == 0) return 0;
+    const uint64_t seed = mix(lora->dropout_key ^ (uint64_t)layer);
+    return seed != 0 ? seed : 1;
 }
 
 int64_t ex_lora_params(const ex_lora *lora, const void *dims) {

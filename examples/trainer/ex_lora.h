@@ -14,8 +14,12 @@
  *   app.lora_r               the rank (0, the default: no LoRA, everything
  *                            trains)
  *   app.lora_alpha           alpha (default 8, PEFT's); the scale is alpha / r
- *   app.lora_dropout         dropout on the adapters' input: only 0 is
- *                            supported (refused otherwise, naming the key)
+ *   app.lora_dropout         dropout on the adapters' input (default 0, in
+ *                            [0, 1)), as PEFT's lora_dropout: in training
+ *                            micro-steps only, a mask per micro-step, block
+ *                            and Linear drawn from a counter-based hash of
+ *                            (step, micro-step, rank, block, Linear, element),
+ *                            so recomputation, stages and resume see the same
  *   app.lora_target_modules  the family's default (PEFT's: "q_proj,v_proj"
  *                            for Llama), any list of the family's module
  *                            names, or "all-linear". An entry names each
@@ -48,6 +52,12 @@ extern "C" {
 typedef struct ex_lora {
     int r;              /* 0: no LoRA */
     double alpha;
+    double dropout;     /* app.lora_dropout */
+    /* The training micro-step's dropout key (ex_lora_dropout_begin), 0
+     * outside one; the step and micro-step it was drawn for. */
+    uint64_t dropout_key;
+    int64_t key_step;
+    int key_micro;
     const char *init_from; /* app.lora_init_from: a PEFT adapter directory, or "" */
     unsigned targets;   /* bit t: the family's Linear t is adapted */
     /* The family's adaptable Linears of a block: module t's path inside the
@@ -75,6 +85,14 @@ zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
  * "base_model.model." names, the trainable parameters only), after its
  * adapter_config.json was checked against the keys. Collective. */
 zs_status ex_lora_import(const ex_lora *lora, zs_ctx *zs, const char *program);
+
+/* A training micro-step begins (ex_decoder's): its dropout key from the
+ * step count, the micro-step within the step and the rank; _end: none
+ * (evaluation, sampling). Nothing without dropout. */
+void ex_lora_dropout_begin(ex_lora *lora, zs_ctx *zs);
+void ex_lora_dropout_end(ex_lora *lora);
+/* Block `layer`'s dropout seed for the backend (be->lora_seed), 0: none. */
+uint64_t ex_lora_block_seed(const ex_lora *lora, int layer);
 
 /* The adapters' parameters over all blocks (r (in + out) per adapted
  * Linear). */

@@ -18,7 +18,9 @@
 #     for bit; a plain --hf refuses adapters, naming --peft; a run
 #     started from that directory (app.lora_init_from) holds the same
 #     adapters bit for bit, and another rank's are refused naming the key;
-#   - an unknown target module and a dropout are refused, naming the key.
+#   - dropout on the adapters' input: stages 0-3 bitwise with it, resume
+#     bitwise with it, the losses after the first step changed by it;
+#   - an unknown target module and a dropout of 1 are refused, naming the key.
 # Usage: run_llama_lora.sh MPIEXEC llama_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
 source "$(dirname "$0")/../models/model_runs.sh"
@@ -38,8 +40,21 @@ run 2 "$work/base.log" "$work/base.cfg" app.steps=3 app.batch_size=2 \
 lora="init_from = \"$work/base\"; lora_r = 3; lora_alpha = 6.0; lora_target_modules = \"all-linear\";"
 check_stages lora.np2.fp32 2 fp32 "$lora"
 echo "np 2 fp32: stages 0-3 bit-identical with LoRA"
-check_stages lora.np3.bf16 3 bf16 "$lora"
-echo "np 3 bf16: stages 0-3 bit-identical with LoRA"
+# With dropout on the adapters' input (0.2): stages bitwise too (the mask
+# is a function of the step, micro-step, rank, block, Linear and element),
+# and the losses after the first step differ from the run without it (the
+# first is the base's: B = 0).
+check_stages lora.np3.bf16 3 bf16 "$lora lora_dropout = 0.2;"
+echo "np 3 bf16, dropout 0.2: stages 0-3 bit-identical with LoRA"
+model_config "$work/drop.cfg" 0 fp32 "$lora lora_dropout = 0.2;"
+run 2 "$work/drop.log" "$work/drop.cfg" app.steps=3 app.batch_size=2 "app.loss_log=$work/drop.loss"
+python3 - "$work/lora.np2.fp32.s0.loss" "$work/drop.loss" <<'PY' || fail "dropout"
+import sys
+plain, drop = ([line.split()[1] for line in open(p)] for p in sys.argv[1:])
+assert plain[0] == drop[0], "the first step (B = 0) differs with dropout"
+assert plain[1:] != drop[1:], "dropout 0.2 changed no loss"
+print("dropout: the first step's loss the base's, the later ones changed")
+PY
 
 # Frozen base, moved adapters (fp32, stage 3's export: every base tensor's
 # bytes against the imported base's; safetensors read by hand, standard
@@ -68,8 +83,8 @@ print(f"frozen base: {len(base)} tensors unchanged; {len(moved)} adapters moved;
       f"of the first five steps {sum(losses[:5]) / 5:.4f}, of the last five {sum(losses[-5:]) / 5:.4f}")
 PY
 
-# Resume with LoRA: np 2, stage 3, bf16.
-model_config "$work/res.cfg" 3 bf16 "$lora"
+# Resume with LoRA and dropout: np 2, stage 3, bf16.
+model_config "$work/res.cfg" 3 bf16 "$lora lora_dropout = 0.1;"
 check_resume "$work/res.cfg"
 echo "LoRA: 6 steps straight = 3 + resume + 3, bit for bit"
 
@@ -218,7 +233,7 @@ grep -q -- "--peft" "$work/hf.lora.log" || { cat "$work/hf.lora.log"; fail "expo
 # Refusals, named.
 model_config "$work/bad.cfg" 3 fp32 "$lora"
 for bad in 'app.lora_target_modules="q_proj,wq"|not a Linear of this model; its Linears are q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj' \
-           'app.lora_dropout=0.1|app.lora_dropout = 0.1: only 0 is supported'; do
+           'app.lora_dropout=1.0|app.lora_dropout = 1: a dropout probability lies in [0, 1)'; do
   set_key=${bad%%|*} want=${bad#*|}
   if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/bad.cfg" app.steps=1 \
        "$set_key" > "$work/bad.log" 2>&1; then

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model_check.h"
+#include "nn_layer_math.h"
 #include "nn_layers.h"
 
 enum { ROWS = 37, IN = 29, OUT = 23, R = 3, LDX = IN + 5, LDY = OUT + 2 };
@@ -47,7 +48,18 @@ static double rel_err(const float *got, const double *want, int rows, int cols, 
     return scale > 0 ? diff / scale : diff;
 }
 
-static void test_lora(nn_device *dev) {
+/* The dropout mask's factor of element (i, c) of the [ROWS][IN] input:
+ * 1 / (1 - p) where kept, 0 where dropped, 1 without dropout. */
+static double mask(const nn_lora_dropout *drop, int i, int c) {
+    if (drop == NULL) return 1.0;
+    return nn_dropout_factor(drop->seed, (uint64_t)i * IN + c, nn_dropout_threshold(drop->p),
+                             1.0f / (1.0f - drop->p));
+}
+
+/* drop: NULL, or the dropout on the adapter's input (its mask also taken
+ * by the reference, so that forward, dA and dx are checked to use one
+ * mask and dx to pass through it only). */
+static void test_lora(nn_device *dev, const nn_lora_dropout *drop) {
     const nn_layer_ops *L = dev->layers;
     unsigned seed = 7;
     const float scale = 16.0f / R; /* alpha 16 */
@@ -69,7 +81,8 @@ static void test_lora(nn_device *dev) {
     for (int i = 0; i < ROWS; i++)
         for (int k = 0; k < R; k++) {
             double s = 0, g = 0;
-            for (int c = 0; c < IN; c++) s += (double)x[(size_t)i * LDX + c] * A[(size_t)k * IN + c];
+            for (int c = 0; c < IN; c++)
+                s += (double)x[(size_t)i * LDX + c] * mask(drop, i, c) * A[(size_t)k * IN + c];
             for (int o = 0; o < OUT; o++) g += (double)dy[(size_t)i * LDY + o] * B[(size_t)o * R + k];
             rt[(size_t)i * R + k] = scale * s;
             rg[(size_t)i * R + k] = scale * g;
@@ -81,15 +94,16 @@ static void test_lora(nn_device *dev) {
             ry[(size_t)i * OUT + o] = s;
         }
         for (int c = 0; c < IN; c++) {
-            double s = dx0[(size_t)i * LDX + c];
+            double s = 0;
             for (int k = 0; k < R; k++) s += rg[(size_t)i * R + k] * A[(size_t)k * IN + c];
-            rdx[(size_t)i * IN + c] = s;
+            rdx[(size_t)i * IN + c] = dx0[(size_t)i * LDX + c] + mask(drop, i, c) * s;
         }
     }
     for (int k = 0; k < R; k++) {
         for (int c = 0; c < IN; c++) {
             double s = dA0[(size_t)k * IN + c];
-            for (int i = 0; i < ROWS; i++) s += rg[(size_t)i * R + k] * x[(size_t)i * LDX + c];
+            for (int i = 0; i < ROWS; i++)
+                s += rg[(size_t)i * R + k] * x[(size_t)i * LDX + c] * mask(drop, i, c);
             rdA[(size_t)k * IN + c] = s;
         }
         for (int o = 0; o < OUT; o++) {
@@ -99,8 +113,8 @@ static void test_lora(nn_device *dev) {
         }
     }
 
-    REQUIRE(L->lora_forward(dev, "q_proj", ROWS, IN, OUT, R, scale, x, LDX, A, B, t, y, LDY) ==
-            NN_OK);
+    REQUIRE(L->lora_forward(dev, "q_proj", ROWS, IN, OUT, R, scale, x, LDX, A, B, t, drop, y,
+                            LDY) == NN_OK);
     CHECK_MSG(rel_err(y, ry, ROWS, OUT, LDY) < 1e-5, "forward: %.3g",
               rel_err(y, ry, ROWS, OUT, LDY));
     /* The columns past the rows' width are untouched. */
@@ -110,7 +124,7 @@ static void test_lora(nn_device *dev) {
     CHECK_MSG(kept, "forward wrote past the rows' %d columns", OUT);
     memset(t, 0, (size_t)ROWS * R * sizeof(float));
     REQUIRE(L->lora_backward(dev, "q_proj", ROWS, IN, OUT, R, scale, x, LDX, A, B, dy, LDY, dA,
-                             dB, dx, LDX, t, dt) == NN_OK);
+                             dB, dx, LDX, t, dt, drop) == NN_OK);
     CHECK_MSG(rel_err(dx, rdx, ROWS, IN, LDX) < 1e-5, "dx: %.3g", rel_err(dx, rdx, ROWS, IN, LDX));
     CHECK_MSG(rel_err(dA, rdA, R, IN, IN) < 1e-5, "dA: %.3g", rel_err(dA, rdA, R, IN, IN));
     CHECK_MSG(rel_err(dB, rdB, OUT, R, R) < 1e-5, "dB: %.3g", rel_err(dB, rdB, OUT, R, R));
@@ -155,7 +169,19 @@ static void test_frozen_grads(nn_device *dev) {
 int main(void) {
     nn_device *dev = nn_cpu_device_create();
     REQUIRE(dev != NULL && dev->layers != NULL);
-    test_lora(dev);
+    test_lora(dev, NULL);
+    /* Dropout 0.3: about that fraction of the input dropped (a mask that
+     * keeps or drops everything would pass the reference too). */
+    float *xd = calloc((size_t)ROWS * IN, sizeof(float)), *dxd = calloc((size_t)ROWS * IN, sizeof(float));
+    REQUIRE(xd && dxd);
+    const nn_lora_dropout drop = {0.3f, 0x5eedull, xd, dxd};
+    int dropped = 0;
+    for (int i = 0; i < ROWS; i++)
+        for (int c = 0; c < IN; c++) dropped += mask(&drop, i, c) == 0.0;
+    const double share = (double)dropped / (ROWS * IN);
+    CHECK_MSG(share > 0.25 && share < 0.35, "dropout 0.3 dropped %.3f of the input", share);
+    test_lora(dev, &drop);
+    free(xd), free(dxd);
     test_frozen_grads(dev);
     dev->ops->destroy(dev);
     return model_check_finish("test_nn_lora");
