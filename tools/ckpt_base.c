@@ -25,6 +25,7 @@ struct zs__tool_base {
     zs__hf_layout *layout;
     zs__st_file **files;           /* by layout file, opened when first needed */
     const zs__st_entry **entries;  /* by parameter; NULL for a trainable one */
+    const zs__st_file **file_of;   /* by parameter: the file of its entry */
     uint16_t *narrow;
 };
 
@@ -33,6 +34,7 @@ void zs__tool_base_close(zs__tool_base *b) {
     for (int f = 0; b->layout && b->files && f < b->layout->file_count; f++) zs__st_close(b->files[f]);
     free(b->files);
     free(b->entries);
+    free(b->file_of);
     free(b->narrow);
     zs__hf_layout_free(b->layout);
     free(b);
@@ -65,13 +67,8 @@ static zs_status find_tensor(zs__tool_base *b, int p) {
                         zs__st_path(b->files[f]), e ? "a tensor unlike" : "no tensor", name,
                         (long long)zs__ckpt_param_numel(&m->params[p]));
     b->entries[p] = e;
+    b->file_of[p] = b->files[f];
     return ZS_OK;
-}
-
-static zs__st_file *file_of(const zs__tool_base *b, int p) {
-    char name[2 * ZS_CKPT_NAME_MAX + 2];
-    snprintf(name, sizeof name, "%s%s", b->m->base_prefix, b->m->params[p].name);
-    return b->files[zs__hf_layout_file_of(b->layout, name)];
 }
 
 zs_status zs__tool_base_open(const zs__manifest *m, zs__tool_base **out) {
@@ -94,15 +91,16 @@ zs_status zs__tool_base_open(const zs__manifest *m, zs__tool_base **out) {
     if (st == ZS_OK) {
         b->files = calloc((size_t)b->layout->file_count, sizeof *b->files);
         b->entries = calloc((size_t)m->param_count + 1, sizeof *b->entries);
+        b->file_of = calloc((size_t)m->param_count + 1, sizeof *b->file_of);
         b->narrow = malloc(sizeof *b->narrow * BASE_NARROW_ELEMENTS);
-        if (!b->files || !b->entries || !b->narrow)
+        if (!b->files || !b->entries || !b->file_of || !b->narrow)
             st = zs__fail(ZS_ERR_OUT_OF_MEMORY, "no memory for the frozen base");
     }
     int n = 0;
     for (int p = 0; st == ZS_OK && p < m->param_count; p++) {
         if (!(m->params[p].flags & ZS_PARAM_FROZEN)) continue;
         st = find_tensor(b, p);
-        if (st == ZS_OK) st = zs__st_hash_entry(file_of(b, p), b->entries[p], &hashes[n]);
+        if (st == ZS_OK) st = zs__st_hash_entry(b->file_of[p], b->entries[p], &hashes[n]);
         names[n++] = m->params[p].name;
     }
     uint64_t digest = 0;
@@ -131,7 +129,7 @@ int zs__tool_base_holds(const zs__tool_base *b, int p) {
 
 zs_status zs__tool_base_read(zs__tool_base *b, int p, int64_t first, int64_t count, float *dst) {
     const zs__st_entry *e = b->entries[p];
-    const zs__st_file *f = file_of(b, p);
+    const zs__st_file *f = b->file_of[p];
     const size_t size = zs__st_dtype_size(e->dtype);
     if (e->dtype == ZS_ST_F32)
         return zs__st_read(f, e, (uint64_t)first * size, dst, (uint64_t)count * size);

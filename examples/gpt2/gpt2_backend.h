@@ -56,6 +56,7 @@
 
 #include "gpt2_model.h"
 #include "nn_device.h"
+#include "nn_layers.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -145,31 +146,20 @@ struct gpt2_backend {
     nn_dtype dtype; /* what its tensors are stored in, fixed at creation (dev->dtype) */
     nn_device *dev; /* the device it computes on: its memory and transfers (nn_device.h);
                        the backend's own, created and destroyed with it */
-    /* LoRA (gpt2_backend_set_lora): the adapters' rank (0: none) and scale
-     * alpha / r. */
-    int lora_r;
-    float lora_scale;
-    /* Dropout on the adapters' input (gpt2_backend_set_lora_dropout): its
-     * probability, and the current block's seed (0: none, as in
-     * evaluation; each adapted Linear draws from seed and its target). */
-    float lora_dropout;
-    uint64_t lora_seed;
+    /* LoRA (gpt2_backend_set_lora; the caller sets lora.seed per block). */
+    nn_lora lora;
     void *impl;     /* the backend's own state */
 };
 
-/* LoRA on the block's Linears from now on: rank r (0 turns it off) and
- * alpha (scale alpha / r, PEFT's). The blocks' weight structs carry each
- * adapted Linear's A and B (gpt2_block_w's lora_A, lora_B); the block
- * scratch grows by two [B T][r] buffers and, for a frozen base, a [4C]
- * sink for c_fc's bias gradient. Call before sizing the scratch. 0, or
+/* LoRA on the block's Linears from now on: rank r (0 turns it off), alpha
+ * (scale alpha / r, PEFT's) and dropout on the adapters' input (nn_lora).
+ * The blocks' weight structs carry each adapted Linear's A and B
+ * (gpt2_block_w's lora_A, lora_B); the block scratch grows by two [B T][r]
+ * buffers, with dropout two [B T][4C], and, for a frozen base, a [4C] sink
+ * for c_fc's bias gradient. Call before sizing the scratch. 0, or
  * NN_ERR_ARG with a message in err. */
-int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, char *err, size_t cap);
-
-/* Dropout p (0 <= p < 1) on the adapters' input from now on; the block
- * scratch grows by two [B T][the widest adapted input] buffers when p > 0.
- * The caller sets be->lora_seed before each block's forward and backward
- * (the same seed for both: the same mask), 0 for none. */
-int gpt2_backend_set_lora_dropout(gpt2_backend *be, double p, char *err, size_t cap);
+int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, double dropout, char *err,
+                          size_t cap);
 
 /* The CPU backend on a CPU device of its own (nn_cpu_device_create: host
  * memory), OpenBLAS sgemm and OpenMP loops over rows, in fp32. NULL only

@@ -183,8 +183,7 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
         return -1;
     }
     const int cuda = strcmp(m->be->ops->name, "cuda") == 0;
-    if (gpt2_backend_set_lora(m->be, m->lora.r, m->lora.alpha, err, cap) != 0 ||
-        gpt2_backend_set_lora_dropout(m->be, m->lora.dropout, err, cap) != 0)
+    if (gpt2_backend_set_lora(m->be, m->lora.r, m->lora.alpha, m->lora.dropout, err, cap) != 0)
         return -1;
     if (ex_units_attach(&m->units, m->be->dev, err, cap) != 0) return -1;
     if (m->head_chunk_rows == 0)
@@ -258,7 +257,7 @@ static void lora_view(const ex_model *m, void *const *a, gpt2_block_w *w) {
 static int op_block_forward(void *model, int l, int B, int T, void *const *p,
                             void *const *lora, const void *x, void *y) {
     ex_model *m = model;
-    m->be->lora_seed = ex_lora_block_seed(&m->lora, l);
+    m->be->lora.seed = ex_lora_block_seed(&m->lora, l);
     gpt2_block_w w = block_view(p);
     lora_view(m, lora, &w);
     gpt2_block_acts a = block_acts(m, l, B, T);
@@ -269,7 +268,7 @@ static int op_block_backward(void *model, int l, int B, int T, void *const *p, v
                              void *const *lora, void *const *lora_g, const void *x,
                              const void *dy, void *dx) {
     ex_model *m = model;
-    m->be->lora_seed = ex_lora_block_seed(&m->lora, l);
+    m->be->lora.seed = ex_lora_block_seed(&m->lora, l);
     gpt2_block_w w = block_view(p), bg = block_view(g);
     lora_view(m, lora, &w);
     lora_view(m, lora_g, &bg);

@@ -68,10 +68,10 @@ static size_t block_sizes(const gpt2_backend *be, const gpt2_dims *d, int B, int
     const nn_device *dev = be->dev;
     const size_t e = nn_dtype_size(dev->dtype), BT = (size_t)B * (size_t)T;
     const size_t C = (size_t)d->n_embd;
-    const size_t lora = BT * (size_t)be->lora_r * e, dfcb = lora > 0 ? 4 * C * e : 0;
+    const size_t lora = BT * (size_t)be->lora.r * e, dfcb = lora > 0 ? 4 * C * e : 0;
     /* With dropout, the adapters' dropped input and its gradient, [BT][4 C]
      * (mlp.c_proj's input, the widest). */
-    const size_t drop = lora > 0 && be->lora_dropout > 0.0f ? BT * 4 * C * e : 0;
+    const size_t drop = lora > 0 && be->lora.dropout > 0.0f ? BT * 4 * C * e : 0;
     const nn_attn_layout attn = attn_layout(d, B, T);
     unsigned char *cur = scratch;
     const size_t total = nn_scratch_round(dev, BT * 4 * C * e) + nn_scratch_round(dev, BT * C * e) +
@@ -187,9 +187,9 @@ static int lora_forward(gpt2_backend *be, const gpt2_dims *d, const gpt2_block_w
     gpt2_lora_target_shape(d, target, &in, &out);
     nn_lora_dropout drop;
     LAYER(be->dev->layers->lora_forward(
-        be->dev, gpt2_lora_target_name(target), BT, in, out, be->lora_r, be->lora_scale, x, ldx,
+        be->dev, gpt2_lora_target_name(target), BT, in, out, be->lora.r, be->lora.scale, x, ldx,
         w->lora_A[target], w->lora_B[target], p->t,
-        nn_lora_dropout_of(&drop, be->lora_dropout, be->lora_seed, target, p->xd, p->dxd), y, ldy));
+        nn_lora_dropout_of(&drop, &be->lora, target, p->xd, p->dxd), y, ldy));
     return NN_OK;
 }
 
@@ -203,11 +203,10 @@ static int lora_backward(gpt2_backend *be, const gpt2_dims *d, const gpt2_block_
     gpt2_lora_target_shape(d, target, &in, &out);
     nn_lora_dropout drop;
     LAYER(be->dev->layers->lora_backward(be->dev, gpt2_lora_target_name(target), BT, in, out,
-                                         be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
+                                         be->lora.r, be->lora.scale, x, ldx, w->lora_A[target],
                                          w->lora_B[target], dy, lddy, g->lora_A[target],
                                          g->lora_B[target], dx, lddx, p->t, p->dt,
-                                         nn_lora_dropout_of(&drop, be->lora_dropout,
-                                                            be->lora_seed, target, p->xd,
+                                         nn_lora_dropout_of(&drop, &be->lora, target, p->xd,
                                                             p->dxd)));
     return NN_OK;
 }
@@ -220,13 +219,13 @@ static int check_lora(gpt2_backend *be, const char *op, const gpt2_block_w *w,
         if (w->lora_A[t] == NULL) {
             continue;
         }
-        if (be->lora_r < 1 || w->lora_B[t] == NULL ||
+        if (be->lora.r < 1 || w->lora_B[t] == NULL ||
             (g != NULL && (g->lora_A[t] == NULL || g->lora_B[t] == NULL))) {
             return ex_error(BE_ERR(be), NN_ERR_ARG,
                             "gpt2 %s: %s's adapter needs A and B%s and the backend's LoRA rank "
                             "(gpt2_backend_set_lora: %d)",
                             op, gpt2_lora_target_name(t), g != NULL ? " with gradients" : "",
-                            be->lora_r);
+                            be->lora.r);
         }
     }
     return NN_OK;
@@ -518,21 +517,8 @@ gpt2_backend *gpt2_cpu_backend_create(void) {
     return be;
 }
 
-int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, char *err, size_t cap) {
-    if (be == NULL || r < 0 || (r > 0 && !(alpha > 0))) {
-        return ex_error(err, cap, NN_ERR_ARG,
-                        "gpt2 backend: LoRA rank %d and alpha %g; need r >= 0 and alpha > 0", r,
-                        alpha);
-    }
-    be->lora_r = r;
-    be->lora_scale = r > 0 ? (float)(alpha / r) : 0.0f;
-    return NN_OK;
-}
-
-int gpt2_backend_set_lora_dropout(gpt2_backend *be, double p, char *err, size_t cap) {
-    if (be == NULL || !(p >= 0.0 && p < 1.0))
-        return ex_error(err, cap, NN_ERR_ARG, "gpt2 backend: LoRA dropout %g; need 0 <= p < 1",
-                        p);
-    be->lora_dropout = (float)p;
-    return NN_OK;
+int gpt2_backend_set_lora(gpt2_backend *be, int r, double alpha, double dropout, char *err,
+                          size_t cap) {
+    if (be == NULL) return ex_error(err, cap, NN_ERR_ARG, "gpt2 backend: no backend");
+    return nn_lora_set(&be->lora, "gpt2 backend", r, alpha, dropout, err, cap);
 }

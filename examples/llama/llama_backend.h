@@ -32,6 +32,7 @@
 
 #include "llama_model.h"
 #include "nn_device.h"
+#include "nn_layers.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,29 +102,19 @@ struct llama_backend {
     nn_device *dev;  /* the device it computes on (the caller's) */
     llama_dims dims; /* fixed at creation */
     int max_T;       /* the longest sequence it was created for (the RoPE table's rows) */
-    /* LoRA (llama_backend_set_lora): the adapters' rank (0: none) and
-     * scale alpha / r. */
-    int lora_r;
-    float lora_scale;
-    /* Dropout on the adapters' input (llama_backend_set_lora_dropout): its
-     * probability, and the current block's seed (0: none, as in
-     * evaluation; each adapted Linear draws from seed and its target). */
-    float lora_dropout;
-    uint64_t lora_seed;
+    /* LoRA (llama_backend_set_lora; the caller sets lora.seed per block). */
+    nn_lora lora;
     void *impl;
 };
 
-/* LoRA on the block's Linears from now on: rank r (0 turns it off) and
- * alpha (scale alpha / r, PEFT's). The blocks' weight structs carry each
- * adapted Linear's A and B (llama_block_w); the block scratch grows by two
- * [B T][r] buffers. 0, or NN_ERR_ARG with a message in err. */
-int llama_backend_set_lora(llama_backend *be, int r, double alpha, char *err, size_t cap);
-
-/* Dropout p (0 <= p < 1) on the adapters' input from now on; the block
- * scratch grows by two [B T][the widest adapted input] buffers when p > 0.
- * The caller sets be->lora_seed before each block's forward and backward
- * (the same seed for both: the same mask), 0 for none. */
-int llama_backend_set_lora_dropout(llama_backend *be, double p, char *err, size_t cap);
+/* LoRA on the block's Linears from now on: rank r (0 turns it off), alpha
+ * (scale alpha / r, PEFT's) and dropout on the adapters' input (nn_lora).
+ * The blocks' weight structs carry each adapted Linear's A and B
+ * (llama_block_w); the block scratch grows by two [B T][r] buffers, and with
+ * dropout two [B T][the widest adapted input]. Call before sizing the
+ * scratch. 0, or NN_ERR_ARG with a message in err. */
+int llama_backend_set_lora(llama_backend *be, int r, double alpha, double dropout, char *err,
+                          size_t cap);
 
 /* The backend on any device with layers (nn_layers.h: the CPU, the
  * simulated device, CUDA), in its dtype, for sequences of up to max_T <=

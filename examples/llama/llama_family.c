@@ -287,8 +287,7 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
         }
         if (llama_cpu_backend_create(m->dev, d, T, &m->be, err, cap) != 0) return -1;
     }
-    if (llama_backend_set_lora(m->be, m->lora.r, m->lora.alpha, err, cap) != 0 ||
-        llama_backend_set_lora_dropout(m->be, m->lora.dropout, err, cap) != 0)
+    if (llama_backend_set_lora(m->be, m->lora.r, m->lora.alpha, m->lora.dropout, err, cap) != 0)
         return -1;
     if (ex_units_attach(&m->units, m->dev, err, cap) != 0) return -1;
     if (m->head_chunk_rows == 0) m->head_chunk_rows = cuda ? HEAD_CHUNK_ROWS_GPU : HEAD_CHUNK_ROWS_CPU;
@@ -365,7 +364,7 @@ static void lora_view(const ex_model *m, void *const *a, llama_block_w *w) {
 static int op_block_forward(void *model, int l, int B, int T, void *const *p,
                             void *const *lora, const void *x, void *y) {
     ex_model *m = model;
-    m->be->lora_seed = ex_lora_block_seed(&m->lora, l);
+    m->be->lora.seed = ex_lora_block_seed(&m->lora, l);
     llama_block_w w;
     block_view(&m->dims, p, &w);
     lora_view(m, lora, &w);
@@ -377,7 +376,7 @@ static int op_block_backward(void *model, int l, int B, int T, void *const *p, v
                              void *const *lora, void *const *lora_g, const void *x,
                              const void *dy, void *dx) {
     ex_model *m = model;
-    m->be->lora_seed = ex_lora_block_seed(&m->lora, l);
+    m->be->lora.seed = ex_lora_block_seed(&m->lora, l);
     llama_block_w w, bg;
     block_view(&m->dims, p, &w);
     block_view(&m->dims, g, &bg);

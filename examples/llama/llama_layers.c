@@ -63,7 +63,7 @@ typedef struct block_parts {
  * widest adapted input] each (lora_forward). */
 static size_t dropout_bytes(const llama_backend *be, size_t BT, size_t e) {
     int widest = 0;
-    for (int t = 0; be->lora_r > 0 && be->lora_dropout > 0.0f && t < LLAMA_LORA_TARGETS; t++) {
+    for (int t = 0; be->lora.r > 0 && be->lora.dropout > 0.0f && t < LLAMA_LORA_TARGETS; t++) {
         int in, out;
         llama_lora_target_shape(&be->dims, t, &in, &out);
         widest = in > widest ? in : widest;
@@ -77,7 +77,7 @@ static size_t block_sizes(const llama_backend *be, int B, int T, block_parts *p,
     const size_t e = nn_dtype_size(dev->dtype), BT = (size_t)B * (size_t)T;
     const size_t big = BT * max_size(2 * (size_t)s.F, (size_t)s.W) * e;
     const size_t mid = BT * max_size((size_t)s.C, (size_t)s.Q) * e;
-    const size_t lora = BT * (size_t)be->lora_r * e, drop = dropout_bytes(be, BT, e);
+    const size_t lora = BT * (size_t)be->lora.r * e, drop = dropout_bytes(be, BT, e);
     const nn_attn_layout attn = attn_layout(&s, B, T);
     unsigned char *cur = scratch;
     const size_t total = nn_scratch_round(dev, big) + nn_scratch_round(dev, mid) +
@@ -202,9 +202,9 @@ static int lora_forward(llama_backend *be, const llama_block_w *w, int target, i
     llama_lora_target_shape(&be->dims, target, &in, &out);
     nn_lora_dropout drop;
     LAYER(be->dev->layers->lora_forward(
-        be->dev, llama_lora_target_name(target), BT, in, out, be->lora_r, be->lora_scale, x, ldx,
+        be->dev, llama_lora_target_name(target), BT, in, out, be->lora.r, be->lora.scale, x, ldx,
         w->lora_A[target], w->lora_B[target], p->t,
-        nn_lora_dropout_of(&drop, be->lora_dropout, be->lora_seed, target, p->xd, p->dxd), y, ldy));
+        nn_lora_dropout_of(&drop, &be->lora, target, p->xd, p->dxd), y, ldy));
     return NN_OK;
 }
 
@@ -216,11 +216,10 @@ static int lora_backward(llama_backend *be, const llama_block_w *w, llama_block_
     llama_lora_target_shape(&be->dims, target, &in, &out);
     nn_lora_dropout drop;
     LAYER(be->dev->layers->lora_backward(be->dev, llama_lora_target_name(target), BT, in, out,
-                                         be->lora_r, be->lora_scale, x, ldx, w->lora_A[target],
+                                         be->lora.r, be->lora.scale, x, ldx, w->lora_A[target],
                                          w->lora_B[target], dy, lddy, g->lora_A[target],
                                          g->lora_B[target], dx, lddx, p->t, p->dt,
-                                         nn_lora_dropout_of(&drop, be->lora_dropout,
-                                                            be->lora_seed, target, p->xd,
+                                         nn_lora_dropout_of(&drop, &be->lora, target, p->xd,
                                                             p->dxd)));
     return NN_OK;
 }
@@ -573,21 +572,8 @@ int llama_cpu_backend_create(nn_device *dev, const llama_dims *dims, int max_T,
     return layers_create(dev, dims, max_T, out, "llama cpu backend", err, cap);
 }
 
-int llama_backend_set_lora(llama_backend *be, int r, double alpha, char *err, size_t cap) {
-    if (be == NULL || r < 0 || (r > 0 && !(alpha > 0))) {
-        return ex_error(err, cap, NN_ERR_ARG,
-                        "llama backend: LoRA rank %d and alpha %g; need r >= 0 and alpha > 0", r,
-                        alpha);
-    }
-    be->lora_r = r;
-    be->lora_scale = r > 0 ? (float)(alpha / r) : 0.0f;
-    return NN_OK;
-}
-
-int llama_backend_set_lora_dropout(llama_backend *be, double p, char *err, size_t cap) {
-    if (be == NULL || !(p >= 0.0 && p < 1.0))
-        return ex_error(err, cap, NN_ERR_ARG, "llama backend: LoRA dropout %g; need 0 <= p < 1",
-                        p);
-    be->lora_dropout = (float)p;
-    return NN_OK;
+int llama_backend_set_lora(llama_backend *be, int r, double alpha, double dropout, char *err,
+                          size_t cap) {
+    if (be == NULL) return ex_error(err, cap, NN_ERR_ARG, "llama backend: no backend");
+    return nn_lora_set(&be->lora, "llama backend", r, alpha, dropout, err, cap);
 }

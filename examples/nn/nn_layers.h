@@ -50,6 +50,18 @@
 extern "C" {
 #endif
 
+/* A model backend's LoRA settings (llama_backend_set_lora,
+ * gpt2_backend_set_lora): the adapters' rank (0: none), scale alpha / r,
+ * the dropout probability on their input, and the current block's dropout
+ * seed, which the caller sets before each block's forward and backward
+ * (the same for both: the same mask; 0: none, as in evaluation). */
+typedef struct nn_lora {
+    int r;
+    float scale;
+    float dropout;
+    uint64_t seed;
+} nn_lora;
+
 /* LoRA's dropout on the adapter's input (lora_forward): probability p, the
  * call's seed (a new one per micro-step, block and Linear; backward and
  * recomputation pass the forward's), and two [rows][in] scratch buffers
@@ -272,10 +284,14 @@ int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows
                                       int out, const void *x, int ldx, const void *W,
                                       const void *dy, int lddy, void *dW, const void *pre,
                                       void *dx, void *db);
-/* Target t's dropout in a block of seed block_seed into *out (scratch xd
- * and dxd), or NULL when there is none (p = 0, or seed 0: evaluation). */
-const nn_lora_dropout *nn_lora_dropout_of(nn_lora_dropout *out, float p, uint64_t block_seed,
-                                          int target, void *xd, void *dxd);
+/* Rank r >= 0, alpha > 0 (when r > 0) and dropout in [0, 1) into *lora
+ * (its seed left as it is); else NN_ERR_ARG naming `who` in err. */
+int nn_lora_set(nn_lora *lora, const char *who, int r, double alpha, double dropout, char *err,
+                size_t cap);
+/* Target t's dropout in the current block into *out (scratch xd and dxd),
+ * or NULL when there is none (dropout 0, or seed 0: evaluation). */
+const nn_lora_dropout *nn_lora_dropout_of(nn_lora_dropout *out, const nn_lora *lora, int target,
+                                          void *xd, void *dxd);
 int nn_lora_forward_composed(nn_device *dev, const char *name, int rows, int in, int out, int r,
                              float scale, const void *x, int ldx, const void *A, const void *B,
                              void *t, const nn_lora_dropout *drop, void *y, int ldy);

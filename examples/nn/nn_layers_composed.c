@@ -7,6 +7,8 @@
  */
 #include "nn_layers.h"
 
+#include "ex_error.h"
+
 int nn_linears_forward_composed(nn_device *dev, const char *name, int n, const int *outs,
                                 int rows, int in, const void *x, int ldx, const void *const *W,
                                 const void *const *b, void *y, int ldy) {
@@ -59,12 +61,26 @@ int nn_linear_dgelu_backward_composed(nn_device *dev, const char *name, int rows
     return L->gelu_backward_colsum(dev, rows, in, dx, pre, db);
 }
 
-const nn_lora_dropout *nn_lora_dropout_of(nn_lora_dropout *out, float p, uint64_t block_seed,
-                                          int target, void *xd, void *dxd) {
-    if (p == 0.0f || block_seed == 0) return NULL;
+int nn_lora_set(nn_lora *lora, const char *who, int r, double alpha, double dropout, char *err,
+                size_t cap) {
+    if (lora == NULL || r < 0 || (r > 0 && !(alpha > 0)) || !(dropout >= 0.0 && dropout < 1.0))
+        return ex_error(err, cap, NN_ERR_ARG,
+                        "%s: LoRA rank %d, alpha %g and dropout %g; need r >= 0, alpha > 0 and "
+                        "0 <= dropout < 1",
+                        who, r, alpha, dropout);
+    lora->r = r;
+    lora->scale = r > 0 ? (float)(alpha / r) : 0.0f;
+    lora->dropout = (float)dropout;
+    return NN_OK;
+}
+
+const nn_lora_dropout *nn_lora_dropout_of(nn_lora_dropout *out, const nn_lora *lora, int target,
+                                          void *xd, void *dxd) {
+    if (lora->dropout == 0.0f || lora->seed == 0) return NULL;
     /* Each Linear of the block its own stream (the kernels hash again). */
-    *out = (nn_lora_dropout){p, block_seed ^ ((uint64_t)(target + 1) * 0xd1b54a32d192ed03ull),
-                             xd, dxd};
+    *out = (nn_lora_dropout){lora->dropout,
+                             lora->seed ^ ((uint64_t)(target + 1) * 0xd1b54a32d192ed03ull), xd,
+                             dxd};
     return out;
 }
 

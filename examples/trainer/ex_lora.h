@@ -91,7 +91,7 @@ zs_status ex_lora_import(const ex_lora *lora, zs_ctx *zs, const char *program);
  * (evaluation, sampling). Nothing without dropout. */
 void ex_lora_dropout_begin(ex_lora *lora, zs_ctx *zs);
 void ex_lora_dropout_end(ex_lora *lora);
-/* Block `layer`'s dropout seed for the backend (be->lora_seed), 0: none. */
+/* Block `layer`'s dropout seed for the backend (nn_lora.seed), 0: none. */
 uint64_t ex_lora_block_seed(const ex_lora *lora, int layer);
 
 /* The adapters' parameters over all blocks (r (in + out) per adapted

@@ -425,17 +425,17 @@ static zs_status hash_frozen(hf_import *imp, uint64_t *digest, int *tensors) {
     zs_status local = mine && names ? ZS_OK
                                     : zs__fail(ZS_ERR_OUT_OF_MEMORY, "the base's hash: out of "
                                                "memory");
-    for (int i = 0, k = 0; local == ZS_OK && i < zs->param_count; i++) {
+    for (int i = 0, k = -1; local == ZS_OK && i < zs->param_count; i++) {
         if (!(zs->params[i]->flags & ZS_PARAM_FROZEN)) continue;
-        names[k] = zs->params[i]->name;
-        if (k++ % zs->world_size != zs->rank) continue;
+        names[++k] = zs->params[i]->name;
+        if (k % zs->world_size != zs->rank) continue;
         const int f = imp->params[i].file;
         if (!imp->files[f]) {
             local = open_file(imp, f);
             if (local == ZS_OK) local = check_file(imp, f);
         }
         if (local == ZS_OK)
-            local = zs__st_hash_entry(imp->files[f], imp->params[i].entry, &mine[k - 1]);
+            local = zs__st_hash_entry(imp->files[f], imp->params[i].entry, &mine[k]);
     }
     zs_status st = zs__agree_status(zs, local, "the frozen base's hash");
     if (st == ZS_OK) st = zs__calloc_agreed(zs, (size_t)zs->world_size, bytes, "the frozen "

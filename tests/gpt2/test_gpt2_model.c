@@ -266,7 +266,7 @@ static void test_lora_gradients(void) {
     gpt2_backend *be = gpt2_cpu_backend_create();
     REQUIRE(be != NULL);
     char err[256];
-    REQUIRE(gpt2_backend_set_lora(be, R, 6.0, err, sizeof err) == 0);
+    REQUIRE(gpt2_backend_set_lora(be, R, 6.0, 0.0, err, sizeof err) == 0);
     uint32_t seed = 11;
     const int C = tiny.n_embd, BT = TINY_B * TINY_T;
     lora_block lb = {.be = be, .BT = BT};

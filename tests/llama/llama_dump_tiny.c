@@ -91,7 +91,7 @@ static void dump(const char *root, const char *name, const llama_dims *d, uint64
     char err[512];
     if (dev == NULL || llama_cpu_backend_create(dev, d, 7, &be, err, sizeof err) != 0) die(err);
     if (lora_targets != NULL &&
-        llama_backend_set_lora(be, LORA_R, lora_alpha, err, sizeof err) != 0)
+        llama_backend_set_lora(be, LORA_R, lora_alpha, 0.0, err, sizeof err) != 0)
         die(err);
     const int B = 2, T = 7, BT = B * T;
     llama_tm m;

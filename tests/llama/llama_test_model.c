@@ -82,7 +82,7 @@ void llama_tm_free(llama_tm *m) {
 
 int llama_tm_set_lora(llama_tm *m, const unsigned *targets) {
     const llama_dims *d = &m->d;
-    const int L = d->n_layer, r = m->be->lora_r;
+    const int L = d->n_layer, r = m->be->lora.r;
     if (r <= 0 || m->lora_at != NULL) {
         fprintf(stderr, "llama_tm_set_lora: %s\n",
                 r <= 0 ? "the backend has no LoRA rank (llama_backend_set_lora first)"

@@ -117,9 +117,9 @@ static void golden_open(golden *g, const char *root, const char *name, int lora_
     REQUIRE(g->dev != NULL &&
             llama_cpu_backend_create(g->dev, d, g->T, &g->be, err, sizeof err) == 0);
     if (lora_r > 0) {
-        CHECK_MSG(llama_backend_set_lora(g->be, lora_r, lora_alpha, err, sizeof err) == 0, "%s",
+        CHECK_MSG(llama_backend_set_lora(g->be, lora_r, lora_alpha, 0.0, err, sizeof err) == 0, "%s",
                   err);
-        REQUIRE(g->be->lora_r == lora_r);
+        REQUIRE(g->be->lora.r == lora_r);
     }
     llama_tm *m = &g->m;
     REQUIRE(llama_tm_init(m, g->be, g->B, g->T, 5) == 0);
@@ -249,7 +249,7 @@ static void peft_name(char *out, size_t cap, int l, int t, char which) {
 /* The offset in m's adapter arrays of the tensor PEFT names `name`, and its
  * shape (A [r][in], B [out][r]); -1 when no adapter here has that name. */
 static int64_t adapter_offset(const llama_tm *m, const char *name, int64_t shape[2]) {
-    const int r = m->be->lora_r;
+    const int r = m->be->lora.r;
     char ours[512];
     shape[0] = shape[1] = 0;
     for (int l = 0; l < m->d.n_layer; l++) {
