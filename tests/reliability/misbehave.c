@@ -25,12 +25,17 @@
  *             the creation of the communicator
  * A rank whose zeroshard call fails prints "rank R: FAILED <status>: <message>"
  * and exits 3 without MPI_Finalize (which would wait for the missing rank);
- * with comm.on_timeout = "abort" the runtime itself ends the job. */
+ * with comm.on_timeout = "abort" the runtime itself ends the job. Ranks out
+ * of step all fail at the same exchange, so before exiting they wait (10 s
+ * at most) until every rank has printed its report: otherwise the first to
+ * exit has mpirun kill the others before they print theirs. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "blocks.h"
@@ -43,11 +48,25 @@
 
 static int g_rank;
 
+/* Every rank reaches this after printing; bounded so that it cannot hang. */
+static void wait_for_every_report(void) {
+    MPI_Request barrier;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &barrier) != MPI_SUCCESS) return;
+    const double deadline = MPI_Wtime() + 10.0;
+    int done = 0;
+    while (!done && MPI_Wtime() < deadline) {
+        MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+        const struct timespec pause = {0, 1000000};
+        if (!done) nanosleep(&pause, NULL);
+    }
+}
+
 static void check(zs_status st, const char *what) {
     if (st == ZS_OK) return;
     fprintf(stderr, "rank %d: FAILED %s in %s: %s\n", g_rank, zs_status_name(st), what,
             zs_last_error());
     fflush(stderr);
+    if (st == ZS_ERR_MISMATCH) wait_for_every_report();
     _exit(3);
 }
 
