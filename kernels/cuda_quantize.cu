@@ -15,7 +15,7 @@
  *     ZS_CUDA_QUANT_WIDE elements and more.
  *   - values: each thread quantizes 8 consecutive elements (an item),
  *     finding each element's block by walking from the item's first one, and
- *     writes their 8 int8 bytes or 4 int4 bytes (an item starts on an even
+ *     writes their 8 int8 bytes or 4 int4 or NF4 bytes (an item starts on an even
  *     element, so no byte has two writers).
  * Dequantizing is one kernel over the same items. Items read and write whole
  * vectors (16-byte loads and stores of the fp32/fp16/bf16 side, 8- or 4-byte
@@ -94,7 +94,7 @@ __device__ __forceinline__ void zs__cuda_quant_load(const void *base, int64_t e0
 /* The bytes of an item's integers: 8 for int8, 4 for int4. */
 template <int BITS>
 struct zs__cuda_item_bytes {
-    static constexpr int value = BITS == 8 ? ZS_CUDA_VEC : ZS_CUDA_VEC / 2;
+    static constexpr int value = BITS == 8 ? ZS_CUDA_VEC : ZS_CUDA_VEC / 2; /* int4, NF4 */
 };
 
 /* Walks the blocks of an item's elements: `scale` is the scale of the
@@ -136,10 +136,11 @@ zs__cuda_quantize_kernel(uint8_t *q, const float *scales, const void *src, int64
             v[k] = 0;
             if (k < n) {
                 walk.at(e0 + k);
-                v[k] = zs_k_quant_value(x[k], walk.scale, qmax);
+                v[k] = zs_k_quant_code(x[k], walk.scale, qmax, BITS);
             }
         }
-        /* An odd n leaves v[n] = 0: the high nibble of the last int4 byte. */
+        /* An odd n leaves v[n] = 0: the high nibble of the last int4 or NF4
+         * byte. */
         uint8_t bytes[zs__cuda_item_bytes<BITS>::value];
 #pragma unroll
         for (int j = 0; j < zs__cuda_item_bytes<BITS>::value; j++) {
@@ -211,8 +212,8 @@ zs__cuda_dequantize_kernel(void *dst, const uint8_t *q, const float *scales, int
         for (int k = 0; k < ZS_CUDA_VEC; k++) {
             if (k < n) {
                 walk.at(e0 + k);
-                y[k] = ACC ? zs_k_dequant_add(y[k], v[k], walk.scale)
-                           : zs_k_dequant_value(v[k], walk.scale);
+                y[k] = ACC ? zs_k_dequant_code_add(y[k], v[k], walk.scale, BITS)
+                           : zs_k_dequant_code(v[k], walk.scale, BITS);
             }
         }
         if (ALIGNED && n == ZS_CUDA_VEC) {
@@ -225,12 +226,13 @@ zs__cuda_dequantize_kernel(void *dst, const uint8_t *q, const float *scales, int
     }
 }
 
-/* f(std::integral_constant<int, BITS>{}) for bits 8 or 4, and
+/* f(std::integral_constant<int, BITS>{}) for bits 8, 4 or NF4, and
  * f(std::integral_constant<bool, B>{}) for a flag: kernel instances. */
 template <typename F>
 static cudaError_t zs__cuda_with_bits(int bits, F f) {
     if (bits == 8) return f(std::integral_constant<int, 8>{});
     if (bits == 4) return f(std::integral_constant<int, 4>{});
+    if (bits == ZS_K_QUANT_NF4) return f(std::integral_constant<int, ZS_K_QUANT_NF4>{});
     return cudaErrorInvalidValue;
 }
 

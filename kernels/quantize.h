@@ -51,6 +51,26 @@
  *     written.
  *   bytes of the values: zs_k_quant_value_bytes; scales: zs_k_quant_blocks.
  *
+ * NF4 (QLoRA's 4-bit NormalFloat; bits = ZS_K_QUANT_NF4, frozen.storage =
+ * "nf4", issue 43) is a third format of the same blocks: the values are
+ * not a uniform grid but the 16 levels of zs_k_nf4_level (the QLoRA paper's
+ * table, as bitsandbytes defines them: seven negative, an exact 0, eight
+ * positive, -1 and 1 at the ends), and the scale is the block's absmax
+ * itself (qmax 1). A value is normalized the way bitsandbytes does it,
+ * n = x * (1 / amax) (two correctly rounded operations, the same bits on
+ * every backend), and stored as the index of its nearest level: the number
+ * of midpoints between consecutive levels that n exceeds (zs_k_nf4_index;
+ * a value exactly on a midpoint takes the lower level, as bitsandbytes'
+ * comparisons x > midpoint do). The midpoints are the doubles halfway
+ * between consecutive levels, rounded to float, as bitsandbytes writes
+ * them. Dequantized: level * amax, one fp32 multiplication. Zero blocks
+ * store level 0 (index 7) and dequantize to +0; non-finite blocks get the
+ * NaN scale as above. The index c is stored as the int4 nibble of c - 8,
+ * so NF4 packs (and unpacks, zs_k_int4_low/high + 8) exactly like int4.
+ * The error of a finite value is at most half the widest gap between
+ * levels times amax (the gap 0.2770 between 0.7230 and 1: 0.1385 * amax),
+ * plus the fp32 roundings (a few 2^-24 * amax).
+ *
  * Rounding to nearest even, zs_k_quant_rne: (v + 1.5 * 2^23) - 1.5 * 2^23.
  * For |v| <= 2^22 the sum lies in [2^23, 2^24], where floats are the
  * integers, so the addition itself rounds v to an integer, to nearest with
@@ -70,16 +90,65 @@
 #define ZS_K_QUANT_INT8_MAX 127
 #define ZS_K_QUANT_INT4_MAX 7
 
+/* The `bits` of NF4: four bits a value, stored as int4 is, but mapped to
+ * the levels of zs_k_nf4_level. */
+#define ZS_K_QUANT_NF4 (-4)
+
+/* The NF4 index of 0.0 (zero blocks store it). */
+#define ZS_K_NF4_ZERO_INDEX 7
+
 /* The scale of a block holding an Inf or a NaN, and every value dequantized
  * from it: the positive quiet NaN with no payload. */
 #define ZS_K_QUANT_NAN_BITS 0x7fc00000u
 
-/* 1 when `bits` is a supported width (8: int8, 4: int4). */
-ZS_HD int zs_k_quant_bits_valid(int bits) { return bits == 8 || bits == 4; }
+/* 1 when `bits` is a supported format (8: int8, 4: int4, ZS_K_QUANT_NF4). */
+ZS_HD int zs_k_quant_bits_valid(int bits) {
+    return bits == 8 || bits == 4 || bits == ZS_K_QUANT_NF4;
+}
 
-/* qmax of a width (bits 8 or 4). */
+/* 1 when the format stores two values a byte (int4 and NF4). */
+ZS_HD int zs_k_quant_nibbles(int bits) { return bits != 8; }
+
+/* qmax of a format: the scale is amax / qmax (NF4: the amax itself). */
 ZS_HD int zs_k_quant_qmax(int bits) {
-    return bits == 4 ? ZS_K_QUANT_INT4_MAX : ZS_K_QUANT_INT8_MAX;
+    return bits == 4 ? ZS_K_QUANT_INT4_MAX : bits == ZS_K_QUANT_NF4 ? 1 : ZS_K_QUANT_INT8_MAX;
+}
+
+/* The 16 NF4 levels, index 0 .. 15 (the QLoRA paper's table). */
+ZS_HD float zs_k_nf4_level(int index) {
+    switch (index) {
+    case 0: return -1.0f;
+    case 1: return -0.6961928009986877f;
+    case 2: return -0.5250730514526367f;
+    case 3: return -0.39491748809814453f;
+    case 4: return -0.28444138169288635f;
+    case 5: return -0.18477343022823334f;
+    case 6: return -0.09105003625154495f;
+    case 7: return 0.0f;
+    case 8: return 0.07958029955625534f;
+    case 9: return 0.16093020141124725f;
+    case 10: return 0.24611230194568634f;
+    case 11: return 0.33791524171829224f;
+    case 12: return 0.44070982933044434f;
+    case 13: return 0.5626170039176941f;
+    case 14: return 0.7229568362236023f;
+    default: return 1.0f;
+    }
+}
+
+/* The index of the NF4 level nearest n (normalized, in [-1, 1]): how many
+ * of the 15 midpoints n exceeds. Branch-free sums, so the CPU's loops
+ * vectorize; a NaN exceeds none (index 0, but non-finite blocks never get
+ * here). */
+ZS_HD int32_t zs_k_nf4_index(float n) {
+    return (int32_t)(n > -0.8480964004993439f) + (int32_t)(n > -0.6106329262256622f) +
+           (int32_t)(n > -0.4599952697753906f) + (int32_t)(n > -0.33967943489551544f) +
+           (int32_t)(n > -0.23460740596055984f) + (int32_t)(n > -0.13791173323988914f) +
+           (int32_t)(n > -0.045525018125772476f) + (int32_t)(n > 0.03979014977812767f) +
+           (int32_t)(n > 0.1202552504837513f) + (int32_t)(n > 0.2035212516784668f) +
+           (int32_t)(n > 0.2920137718319893f) + (int32_t)(n > 0.3893125355243683f) +
+           (int32_t)(n > 0.5016634166240692f) + (int32_t)(n > 0.6427869200706482f) +
+           (int32_t)(n > 0.8614784181118011f);
 }
 
 /* Blocks, and so scales, of `count` values in blocks of `block` (>= 1):
@@ -89,9 +158,9 @@ ZS_HD int64_t zs_k_quant_blocks(int64_t count, int64_t block) {
 }
 
 /* Bytes that `count` values occupy quantized to `bits`: count for int8,
- * ceil(count / 2) for int4. */
+ * ceil(count / 2) for int4 and NF4. */
 ZS_HD int64_t zs_k_quant_value_bytes(int64_t count, int bits) {
-    return count <= 0 ? 0 : bits == 4 ? (count + 1) / 2 : count;
+    return count <= 0 ? 0 : zs_k_quant_nibbles(bits) ? (count + 1) / 2 : count;
 }
 
 /* |x| as its bit pattern. For non-negative floats, integer order is value
@@ -124,6 +193,18 @@ ZS_HD int32_t zs_k_quant_value(float x, float scale, float qmax) {
     return (int32_t)zs_k_quant_rne(v);
 }
 
+/* The stored integer of x for NF4: the nibble value index - 8 (in
+ * [-8, 7]); zero and non-finite blocks store level 0. */
+ZS_HD int32_t zs_k_nf4_value(float x, float scale) {
+    if (!(scale > 0.0f)) return ZS_K_NF4_ZERO_INDEX - 8;
+    return zs_k_nf4_index(x * (1.0f / scale)) - 8;
+}
+
+/* The stored integer of x in any format (qmax: zs_k_quant_qmax as a float). */
+ZS_HD int32_t zs_k_quant_code(float x, float scale, float qmax, int bits) {
+    return bits == ZS_K_QUANT_NF4 ? zs_k_nf4_value(x, scale) : zs_k_quant_value(x, scale, qmax);
+}
+
 /* value, or the NaN of ZS_K_QUANT_NAN_BITS when it is a NaN (of any sign
  * and payload): x86 propagates an operand's NaN where CUDA returns its own
  * canonical one, so without this a NaN's bits would depend on the backend.
@@ -139,6 +220,22 @@ ZS_HD float zs_k_quant_nan_fixed(float value) {
  * which is NaN exactly when the scale is (then ZS_K_QUANT_NAN_BITS). */
 ZS_HD float zs_k_dequant_value(int32_t q, float scale) {
     return zs_k_quant_nan_fixed((float)q * scale);
+}
+
+/* The value a stored integer q stands for before scaling: q itself, or
+ * the NF4 level of nibble q (index q + 8). */
+ZS_HD float zs_k_quant_unit(int32_t q, int bits) {
+    return bits == ZS_K_QUANT_NF4 ? zs_k_nf4_level(q + 8) : (float)q;
+}
+
+/* The dequantized value of q in any format. */
+ZS_HD float zs_k_dequant_code(int32_t q, float scale, int bits) {
+    return zs_k_quant_nan_fixed(zs_k_quant_unit(q, bits) * scale);
+}
+
+/* acc + the dequantized value of q in any format. */
+ZS_HD float zs_k_dequant_code_add(float acc, int32_t q, float scale, int bits) {
+    return zs_k_quant_nan_fixed(acc + zs_k_quant_unit(q, bits) * scale);
 }
 
 /* acc + the dequantized value, one fp32 multiplication and one fp32 addition

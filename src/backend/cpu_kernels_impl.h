@@ -224,9 +224,14 @@ ZS_CPU_TARGET static uint32_t quant_amax(const float *x, int64_t n) {
 
 /* out[i] = the integer of x[i] in a block of `scale`, i < n. */
 ZS_CPU_TARGET static void quant_run(int8_t *restrict out, const float *restrict x, int64_t n,
-                                    float scale, float qmax) {
-    if (!(scale > 0.0f)) { /* zeros or non-finite: the block stores 0s */
-        memset(out, 0, (size_t)n);
+                                    float scale, float qmax, int bits) {
+    if (!(scale > 0.0f)) { /* zeros or non-finite: the block stores its zero */
+        memset(out, (int8_t)zs_k_quant_code(0.0f, scale, qmax, bits), (size_t)n);
+        return;
+    }
+    if (bits == ZS_K_QUANT_NF4) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) out[i] = (int8_t)zs_k_nf4_value(x[i], scale);
         return;
     }
 #pragma omp simd
@@ -287,10 +292,10 @@ ZS_CPU_TARGET static const float *fp32_view(float *wide, const void *src, zs_dty
 ZS_CPU_TARGET static void quant_store(void *q, int8_t *ints, const float *x, int64_t e, int64_t n,
                                       float scale, float qmax, int bits) {
     if (bits == 8) {
-        quant_run((int8_t *)q + e, x, n, scale, qmax);
+        quant_run((int8_t *)q + e, x, n, scale, qmax, bits);
         return;
     }
-    quant_run(ints, x, n, scale, qmax);
+    quant_run(ints, x, n, scale, qmax, bits);
     pack_int4(q, e, ints, n);
 }
 
@@ -313,9 +318,9 @@ ZS_CPU_TARGET static void kernel_quantize(void *q, float *scales, const void *sr
                 const int64_t m = c - off < block ? c - off : block;
                 const float scale = zs_k_quant_scale(quant_amax(x + off, m), bits);
                 scales[b] = scale;
-                quant_run(out + off, x + off, m, scale, qmax);
+                quant_run(out + off, x + off, m, scale, qmax, bits);
             }
-            if (bits == 4) pack_int4(q, e, ints, c);
+            if (bits != 8) pack_int4(q, e, ints, c);
             e += c;
             continue;
         }
@@ -341,13 +346,24 @@ ZS_CPU_TARGET static void kernel_quantize(void *q, float *scales, const void *sr
 
 /* y[i] = dequantized v[i] (or y[i] += it), i < n, all in one block. */
 ZS_CPU_TARGET static void dequant_run(float *restrict y, const int8_t *restrict v, int64_t n,
-                                      float scale) {
+                                      float scale, int bits) {
+    if (bits == ZS_K_QUANT_NF4) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] = zs_k_dequant_code(v[i], scale, ZS_K_QUANT_NF4);
+        return;
+    }
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) y[i] = zs_k_dequant_value(v[i], scale);
 }
 
 ZS_CPU_TARGET static void dequant_add_run(float *restrict y, const int8_t *restrict v, int64_t n,
-                                          float scale) {
+                                          float scale, int bits) {
+    if (bits == ZS_K_QUANT_NF4) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            y[i] = zs_k_dequant_code_add(y[i], v[i], scale, ZS_K_QUANT_NF4);
+        return;
+    }
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) y[i] = zs_k_dequant_add(y[i], v[i], scale);
 }
@@ -360,7 +376,7 @@ ZS_CPU_TARGET static void kernel_dequantize(void *dst, zs_dtype dst_dtype, int a
     for (int64_t e = 0; e < n;) {
         const int64_t c = n - e < ZS_CPU_CHUNK ? n - e : ZS_CPU_CHUNK;
         const int8_t *v = (const int8_t *)q + e;
-        if (bits == 4) {
+        if (bits != 8) {
             unpack_int4(ints, q, e, c);
             v = ints;
         }
@@ -372,8 +388,8 @@ ZS_CPU_TARGET static void kernel_dequantize(void *dst, zs_dtype dst_dtype, int a
         for (int64_t off = 0; off < c; b++) {
             int64_t end = (b + 1) * block - e;
             if (end > c) end = c;
-            if (accumulate) dequant_add_run(y + off, v + off, end - off, scales[b]);
-            else dequant_run(y + off, v + off, end - off, scales[b]);
+            if (accumulate) dequant_add_run(y + off, v + off, end - off, scales[b], bits);
+            else dequant_run(y + off, v + off, end - off, scales[b], bits);
             off = end;
         }
         if (dst_dtype != ZS_DTYPE_FP32) from_fp32(elem_at(dst, dst_dtype, e), dst_dtype, wide, c);

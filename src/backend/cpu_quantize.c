@@ -22,7 +22,7 @@
 static int64_t blocks_per_task(int64_t block, int bits) {
     int64_t per = ZS_CPU_TASK / block;
     if (per < 1) per = 1;
-    if (bits == 4 && (block & 1) && (per & 1)) per++;
+    if (zs_k_quant_nibbles(bits) && (block & 1) && (per & 1)) per++;
     return per;
 }
 
@@ -35,7 +35,8 @@ zs_status zs__quant_check(const char *backend, const char *what, const void *q,
     if (!zs__cpu_dtype_valid(dtype) || count < 0 || block < 1 || !zs_k_quant_bits_valid(bits))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s backend: %s of %lld elements of dtype %d "
                         "in blocks of %lld to %d bits: the count must be >= 0, the block >= 1 "
-                        "(comm.quant_block), the bits 8 or 4 and the dtype fp32, fp16 or bf16",
+                        "(comm.quant_block), the bits 8, 4 or -4 (NF4) and the dtype fp32, fp16 or "
+                        "bf16",
                         backend, what, (long long)count, (int)dtype, (long long)block, bits);
     if (count > 0 && (!q || !scales || !data))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s backend: %s of %lld elements: the %s "

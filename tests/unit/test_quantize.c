@@ -548,7 +548,7 @@ static void test_arguments(void) {
     ZT_FAILS_WITH(be->ops->quantize(be, q, s, x, ZS_DTYPE_FP32, 4, 0, 8), ZS_ERR_INVALID_ARGUMENT,
                   "block >= 1");
     ZT_FAILS_WITH(be->ops->quantize(be, q, s, x, ZS_DTYPE_FP32, 4, 2, 5), ZS_ERR_INVALID_ARGUMENT,
-                  "bits 8 or 4");
+                  "bits 8, 4 or -4 (NF4)");
     ZT_FAILS_WITH(be->ops->quantize(be, q, s, x, (zs_dtype)7, 4, 2, 8), ZS_ERR_INVALID_ARGUMENT,
                   "dtype 7");
     ZT_FAILS_WITH(be->ops->quantize(be, q, s, x, ZS_DTYPE_FP32, -1, 2, 8), ZS_ERR_INVALID_ARGUMENT,
