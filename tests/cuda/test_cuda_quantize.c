@@ -1,18 +1,20 @@
-/* CUDA block quantization against the CPU backend's, bit for bit: the
- * integers, the scales and every dequantized value (written into each dtype,
- * and added), NaN bits included (every NaN a dequantize writes is replaced
- * by one pattern, zs_k_quant_nan_fixed, so it is the same bits on both,
- * also where the sum already held a NaN of another sign and payload). The
- * CPU side is itself checked against a scalar reference at every SIMD level
- * by tests/unit/test_quantize.c.
+/* CUDA block quantization against the CPU backend's, bit for bit, in every
+ * format (int8, int4, NF4): the integers, the scales and every dequantized
+ * value (written into each dtype, and added), NaN bits included (every NaN
+ * a dequantize writes is replaced by one pattern, zs_k_quant_nan_fixed, so
+ * it is the same bits on both, also where the sum already held a NaN of
+ * another sign and payload). The CPU side is itself checked against a
+ * scalar reference at every SIMD level by tests/unit/test_quantize.c.
  *
  * The kernels read and write whole vectors when every pointer of a call is
  * aligned for them and element by element otherwise, and pick a warp or a
  * 256-thread block per quantization block by its length; so the cases cover
  * views at odd offsets (aligned and not), counts that leave a short last
  * item and a partial block, blocks from 1 to longer than the array, and
- * arrays large enough for the grid-stride loops to wrap. Guard bytes around
- * every output view must stay untouched. Neither op may block the host
+ * arrays large enough for the grid-stride loops to wrap. For NF4 the values
+ * include exact midpoints between levels (x * (1 / amax) on one, where the
+ * comparisons decide the level) and the floats next to them. Guard bytes
+ * around every output view must stay untouched. Neither op may block the host
  * (zs__cuda_backend_waits).
  *
  * Without a usable device: prints SKIP and exits 77 (ctest's skip code). */
@@ -40,6 +42,10 @@ static uint64_t rnd(void) { return zs_k_mix64(rng += 0x9e3779b97f4a7c15ULL); }
 static float rnd_unit(void) { return (float)((double)(rnd() >> 11) * 0x1.0p-52 - 1.0); }
 
 static const zs_dtype dtypes[3] = {ZS_DTYPE_FP32, ZS_DTYPE_FP16, ZS_DTYPE_BF16};
+
+/* The formats: int8, int4 and NF4 (bits -4). */
+static const int formats[3] = {8, 4, ZS_K_QUANT_NF4};
+static const char *fmt_name(int bits) { return bits == 8 ? "int8" : bits == 4 ? "int4" : "nf4"; }
 
 /* ------------------------------------------------ device views with guards */
 
@@ -102,7 +108,22 @@ static int differ(const char *what, const void *want, const void *got, size_t by
 
 /* --------------------------------------------------------------- cases */
 
-static void fill(void *src, zs_dtype d, int64_t n, int64_t block) {
+/* Random values in blocks of random power-of-two magnitude `mag`, with now
+ * and then an Inf, a NaN, a zero or a tie: for the integer formats a half
+ * integer times mag, for NF4 +-mag (then the block's amax, and 1 / amax
+ * exact) or mag times a midpoint between two levels (zs_k_nf4_index's
+ * constants, read back from it) or a float next to one. */
+static void fill(void *src, zs_dtype d, int64_t n, int64_t block, int bits) {
+    float mid[15];
+    for (int k = 0; k < 15; k++) { /* the largest float of index k */
+        float lo = zs_k_nf4_level(k), hi = zs_k_nf4_level(k + 1);
+        while (nextafterf(lo, hi) != hi) {
+            const float m = lo + (hi - lo) / 2;
+            if (zs_k_nf4_index(m) == k) lo = m;
+            else hi = m;
+        }
+        mid[k] = lo;
+    }
     float mag = 1.0f;
     for (int64_t i = 0; i < n; i++) {
         if (i % block == 0)
@@ -113,7 +134,14 @@ static void fill(void *src, zs_dtype d, int64_t n, int64_t block) {
         if (r == 0) x = INFINITY;
         else if (r == 1) x = -NAN;
         else if (r < 64) x = 0.0f;
-        else if (r < 256) x = mag * (float)((int)(rnd() % 255) - 127) * 0.5f; /* ties */
+        else if (bits != ZS_K_QUANT_NF4) {
+            if (r < 256) x = mag * (float)((int)(rnd() % 255) - 127) * 0.5f; /* ties */
+        } else if (r < 256) {
+            x = r % 2 ? mag : -mag;
+        } else if (r < 1024) {
+            const float m = mid[rnd() % 15];
+            x = mag * (r % 3 == 0 ? m : nextafterf(m, r % 3 == 1 ? 2.0f : -2.0f));
+        }
         if (d == ZS_DTYPE_FP32) ((float *)src)[i] = x;
         else zs_convert((uint16_t *)src + i, d, &x, ZS_DTYPE_FP32, 1);
     }
@@ -126,9 +154,9 @@ static void fill(void *src, zs_dtype d, int64_t n, int64_t block) {
 static int run_case(zs_dtype sd, int64_t n, int64_t block, int bits, size_t src_off,
                     size_t q_off, size_t s_off, size_t dst_off) {
     char what[160];
-    snprintf(what, sizeof what, "%s n=%lld block=%lld int%d offsets %zu/%zu/%zu/%zu",
-             zs_dtype_name(sd), (long long)n, (long long)block, bits, src_off, q_off, s_off,
-             dst_off);
+    snprintf(what, sizeof what, "%s n=%lld block=%lld %s offsets %zu/%zu/%zu/%zu",
+             zs_dtype_name(sd), (long long)n, (long long)block, fmt_name(bits), src_off, q_off,
+             s_off, dst_off);
     const size_t ss = zs_dtype_size(sd);
     const size_t vbytes = (size_t)zs_k_quant_value_bytes(n, bits);
     const size_t sbytes = 4 * (size_t)zs_k_quant_blocks(n, block);
@@ -136,7 +164,7 @@ static int run_case(zs_dtype sd, int64_t n, int64_t block, int bits, size_t src_
     unsigned char *q = malloc(vbytes + 1);
     float *s = malloc(sbytes + 4);
     ZT_REQUIRE(src && q && s);
-    fill(src, sd, n, block);
+    fill(src, sd, n, block, bits);
     ZT_OK(cpu->ops->quantize(cpu, q, s, src, sd, n, block, bits));
 
     view gsrc = view_make(src, (size_t)n * ss, src_off * ss);
@@ -228,9 +256,10 @@ int main(void) {
     for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
             for (int sd = 0; sd < 3; sd++)
-                for (int bits = 4; bits <= 8; bits += 4) {
-                    const size_t *o = offs[(b + c + (size_t)sd + (size_t)bits) % 6];
-                    bad += run_case(dtypes[sd], counts[c], blocks[b], bits, o[0], o[1], o[2], o[3]);
+                for (int f = 0; f < 3; f++) {
+                    const size_t *o = offs[(b + c + (size_t)sd + (size_t)f) % 6];
+                    bad += run_case(dtypes[sd], counts[c], blocks[b], formats[f], o[0], o[1], o[2],
+                                    o[3]);
                     cases++;
                 }
     printf("test_cuda_quantize: %d small cases, %d comparisons differ\n", cases, bad);
@@ -240,9 +269,9 @@ int main(void) {
     static const int64_t big[][2] = {{(1 << 24) + 5, 256}, {(1 << 24) + 3, 2048},
                                      {3000001, 3000001}, {1 << 20, 1}, {999999, 1 << 30}};
     for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
-        for (int bits = 4; bits <= 8; bits += 4) {
-            bad += run_case(dtypes[k % 3], big[k][0], big[k][1], bits, 0, 0, 0, 0);
-            bad += run_case(dtypes[(k + 1) % 3], big[k][0], big[k][1], bits, 1, 1, 1, 1);
+        for (int f = 0; f < 3; f++) {
+            bad += run_case(dtypes[k % 3], big[k][0], big[k][1], formats[f], 0, 0, 0, 0);
+            bad += run_case(dtypes[(k + 1) % 3], big[k][0], big[k][1], formats[f], 1, 1, 1, 1);
         }
     printf("test_cuda_quantize: large cases done, %d comparisons differ\n", bad);
 
@@ -251,7 +280,7 @@ int main(void) {
     ZT_FAILS_WITH(gpu->ops->quantize(gpu, &one, &one, &one, ZS_DTYPE_FP32, 1, 0, 8),
                   ZS_ERR_INVALID_ARGUMENT, "block >= 1");
     ZT_FAILS_WITH(gpu->ops->dequantize(gpu, &one, ZS_DTYPE_FP32, 0, &one, &one, 1, 4, 2),
-                  ZS_ERR_INVALID_ARGUMENT, "bits 8 or 4");
+                  ZS_ERR_INVALID_ARGUMENT, "bits 8, 4 or -4 (NF4)");
     ZT_OK(gpu->ops->synchronize(gpu));
     zs__backend_destroy(gpu);
     zs__backend_destroy(cpu);

@@ -3,7 +3,7 @@
  * test_cuda_kernels and test_cuda_quantize check on a GPU): convert between
  * every pair of dtypes, accumulate, sums of squares, the fused optimizer
  * update (AdamW, a bf16 parameter copy, an fp16 gradient), block
- * quantization and dequantization (int8 and int4, written and added),
+ * quantization and dequantization (int8, int4 and NF4, written and added),
  * initialization, zero, and an overlapping copy (memmove semantics). The
  * sim device runs the CPU's kernels on its own thread through its own view
  * of device memory, so equal bits show the plumbing (addresses, sizes, the
@@ -191,9 +191,13 @@ static void update(int64_t n) {
     free(gotp);
 }
 
-static void quantization(int64_t n, int64_t block, int bits) {
+static const char *fmt_name(int bits) { return bits == 8 ? "int8" : bits == 4 ? "int4" : "nf4"; }
+
+/* Quantizes n values in blocks of `block` on both, and dequantizes the
+ * result every way; `specials`: now and then an Inf or a NaN (fill). */
+static void quantization(int64_t n, int64_t block, int bits, int specials) {
     float *x = malloc((size_t)n * 4);
-    fill(x, n, (uint32_t)(n + bits), 1);
+    fill(x, n, (uint32_t)(n + bits), specials);
     const size_t qb = (size_t)zs_k_quant_value_bytes(n, bits);
     const size_t sb = (size_t)zs_k_quant_blocks(n, block) * 4;
     unsigned char *q = malloc(qb + 1), *gq = malloc(qb + 1);
@@ -208,7 +212,7 @@ static void quantization(int64_t n, int64_t block, int bits) {
     from_device(gq, dq, qb);
     from_device(gsc, ds, sb);
     char what[96];
-    snprintf(what, sizeof what, "quantize int%d, block %lld, %lld elements", bits,
+    snprintf(what, sizeof what, "quantize %s, block %lld, %lld elements", fmt_name(bits),
              (long long)block, (long long)n);
     same(gq, q, qb, what);
     same(gsc, sc, sb, what);
@@ -221,7 +225,7 @@ static void quantization(int64_t n, int64_t block, int bits) {
             ZT_OK(g_cpu->ops->dequantize(g_cpu, want, dtypes[d], acc, q, sc, n, block, bits));
             ZT_OK(g_sim->ops->dequantize(g_sim, dd, dtypes[d], acc, dq, ds, n, block, bits));
             from_device(got, dd, (size_t)n * eb);
-            snprintf(what, sizeof what, "dequantize int%d into %s%s", bits,
+            snprintf(what, sizeof what, "dequantize %s into %s%s", fmt_name(bits),
                      zs_dtype_name(dtypes[d]), acc ? " (added)" : "");
             same(got, want, (size_t)n * eb, what);
             drop(dd, (size_t)n * eb);
@@ -273,8 +277,13 @@ int main(void) {
         sums(lengths[i] + 3);
         update(lengths[i]);
         fill_zero_copy(lengths[i] + 8);
-        quantization(lengths[i], 48, 8);
-        quantization(lengths[i], 33, 4);
+        quantization(lengths[i], 48, 8, 1);
+        quantization(lengths[i], 33, 4, 1);
+        /* NF4 in QLoRA's blocks of 64, with and without Inf and NaN, and
+         * in odd blocks (a block starting in a high nibble). */
+        quantization(lengths[i], 64, ZS_K_QUANT_NF4, 1);
+        quantization(lengths[i], 64, ZS_K_QUANT_NF4, 0);
+        quantization(lengths[i], 7, ZS_K_QUANT_NF4, 1);
     }
     ZT_OK(g_sim->ops->synchronize(g_sim));
     zs__backend_destroy(g_sim);

@@ -7,8 +7,8 @@
  *    and isfinite for the block maximum, nearbyintf after the division,
  *    clamping after rounding, nibbles by shifts) against the backend at
  *    every instruction-set level this machine supports, bit for bit: every
- *    input dtype, int8 and int4, blocks from 1 to more than a chunk and a
- *    task, counts that leave a partial block, odd counts, misaligned
+ *    input dtype, int8, int4 and NF4, blocks from 1 to more than a chunk
+ *    and a task, counts that leave a partial block, odd counts, misaligned
  *    pointers, every output dtype written and added, 1 and 2 threads; guard
  *    bytes after every output stay untouched.
  * 3. Properties: blocks of very different magnitude side by side (a scale
@@ -17,7 +17,17 @@
  *    blocks unaffected), subnormal and underflowing scales, ties, and the
  *    error bound of kernels/quantize.h plus the rounding to the output
  *    dtype, derived below and asserted for every element.
- * 4. Argument checks. */
+ * 4. NF4 (QLoRA's 4-bit NormalFloat): the 16 levels against the paper's
+ *    table, the midpoints as bitsandbytes writes them (the reference's,
+ *    derived here from the levels), the index of any float; at every level,
+ *    exact midpoints (the lower level) and the floats either side at
+ *    amaxes that are and are not powers of two, the levels times a scale
+ *    (back bit for bit), zeros, blocks of one repeated value, Inf and NaN,
+ *    blocks whose 1 / amax overflows, known bytes; each against the
+ *    reference in every dtype.
+ * 5. A part of a quantized array from a block boundary is itself one
+ *    (every format).
+ * 6. Argument checks. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -46,7 +56,53 @@ static float from_bits(uint32_t u) { return zs_k_f32_from_bits(u); }
 
 static const zs_dtype dtypes[3] = {ZS_DTYPE_FP32, ZS_DTYPE_FP16, ZS_DTYPE_BF16};
 
+/* The formats: int8, int4 and NF4 (bits -4). */
+static const int formats[3] = {8, 4, ZS_K_QUANT_NF4};
+static const char *fmt_name(int bits) { return bits == 8 ? "int8" : bits == 4 ? "int4" : "nf4"; }
+
 /* ------------------------------------------------------------- reference */
+
+/* NF4: the QLoRA paper's 16 levels as bitsandbytes defines them (its
+ * dDequantizeNF4 table), typed here, not taken from kernels/quantize.h. */
+static const float nf4_table[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+
+/* The 15 midpoints the levels are chosen by: the double halfway between two
+ * float levels, ((double)L[i] + (double)L[i + 1]) / 2 (exact), as
+ * bitsandbytes writes it in its source: the shortest decimal that reads
+ * back as that double (Python's repr), which the compiler then rounds to
+ * float. Four of these doubles (0, 8, 12, 14) lie exactly halfway between
+ * two floats; rounding the double itself to float (ties to even) picks the
+ * other neighbour than rounding its shortest decimal does, so the shortest
+ * decimal is what makes these bitsandbytes' constants (test_nf4_elements
+ * checks that both readings agree except there). */
+static float nf4_mid[15];
+
+static double nf4_exact_mid(int i) { return ((double)nf4_table[i] + (double)nf4_table[i + 1]) / 2; }
+
+static float shortest_decimal_as_float(double d) {
+    char buf[40];
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    return strtof(buf, NULL);
+}
+
+static void nf4_init(void) {
+    for (int i = 0; i < 15; i++) nf4_mid[i] = shortest_decimal_as_float(nf4_exact_mid(i));
+}
+
+/* The index of the level nearest n: the number of midpoints strictly below
+ * n (a value on a midpoint takes the lower level; a NaN exceeds none). */
+static int ref_nf4_index(float n) {
+    int index = 0;
+    for (int i = 0; i < 15; i++) index += nf4_mid[i] < n;
+    return index;
+}
 
 static float get(const void *a, zs_dtype d, int64_t i) {
     if (d == ZS_DTYPE_FP32) return ((const float *)a)[i];
@@ -62,7 +118,10 @@ static void put(void *a, zs_dtype d, int64_t i, float v) {
 
 static int64_t ref_value_bytes(int64_t n, int bits) { return bits == 8 ? n : (n + 1) / 2; }
 
-/* The integer of element i of a quantized array, by shifts. */
+static int ref_qmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 7 : 1; }
+
+/* The integer of element i of a quantized array, by shifts (NF4: the
+ * level's index - 8). */
 static int ref_int(const uint8_t *q, int64_t i, int bits) {
     if (bits == 8) return (int)(int8_t)q[i];
     int nibble = (q[i / 2] >> (4 * (i % 2))) & 0xf;
@@ -71,7 +130,7 @@ static int ref_int(const uint8_t *q, int64_t i, int bits) {
 
 static void ref_quantize(uint8_t *q, float *scales, const void *src, zs_dtype d, int64_t n,
                          int64_t block, int bits) {
-    const int qmax = bits == 8 ? 127 : 7;
+    const int qmax = ref_qmax(bits);
     memset(q, 0, (size_t)ref_value_bytes(n, bits));
     for (int64_t b = 0; b * block < n; b++) {
         const int64_t begin = b * block, end = begin + block < n ? begin + block : n;
@@ -82,11 +141,16 @@ static void ref_quantize(uint8_t *q, float *scales, const void *src, zs_dtype d,
             if (!isfinite(x)) finite = 0;
             else if (fabsf(x) > amax) amax = fabsf(x);
         }
-        const float scale = finite ? amax / (float)qmax : from_bits(0x7fc00000u);
+        const float nan = from_bits(0x7fc00000u);
+        const float scale = !finite ? nan : bits == ZS_K_QUANT_NF4 ? amax : amax / (float)qmax;
         scales[b] = scale;
         for (int64_t i = begin; i < end; i++) {
             int v = 0;
-            if (finite && scale > 0.0f) {
+            if (bits == ZS_K_QUANT_NF4) {
+                /* Zero and non-finite blocks store level 0 (index 7). */
+                const float n_x = finite && scale > 0.0f ? get(src, d, i) * (1.0f / scale) : 0.0f;
+                v = ref_nf4_index(n_x) - 8;
+            } else if (finite && scale > 0.0f) {
                 float r = nearbyintf(get(src, d, i) / scale); /* round, then clamp */
                 if (r > (float)qmax) r = (float)qmax;
                 if (r < (float)-qmax) r = (float)-qmax;
@@ -102,7 +166,8 @@ static void ref_dequantize(void *dst, zs_dtype d, int accumulate, const uint8_t 
                            const float *scales, int64_t n, int64_t block, int bits) {
     for (int64_t i = 0; i < n; i++) {
         const float scale = scales[i / block];
-        float y = (float)ref_int(q, i, bits) * scale;
+        const int v = ref_int(q, i, bits);
+        float y = (bits == ZS_K_QUANT_NF4 ? nf4_table[v + 8] : (float)v) * scale;
         if (accumulate) y = get(dst, d, i) + y;
         if (isnan(y)) y = from_bits(0x7fc00000u); /* one NaN pattern */
         put(dst, d, i, y);
@@ -189,10 +254,22 @@ static int guard_intact(const void *p, size_t bytes) {
     return 1;
 }
 
+/* For NF4 in place of the integer ties: +-mag (mag, a power of two, is then
+ * the block's amax and 1 / amax exact), or mag times a midpoint or a
+ * neighbouring float of one, so that x * (1 / amax) lands exactly on a
+ * midpoint or next to it. */
+static float nf4_tie(float mag) {
+    const uint64_t r = rnd();
+    if (r % 4 == 0) return r % 8 ? mag : -mag;
+    const float m = nf4_mid[(r >> 8) % 15];
+    const int side = (int)((r >> 16) % 3);
+    return mag * (side == 0 ? m : nextafterf(m, side == 1 ? 2.0f : -2.0f));
+}
+
 /* n values for a case: random magnitudes per block (so neighbouring blocks
- * differ by up to 2^30), a few exact ties, zeros, rarely an Inf or a NaN;
- * within fp16's range when the dtype is fp16. */
-static void fill(void *src, zs_dtype d, int64_t n, int64_t block) {
+ * differ by up to 2^30), a few exact ties (NF4: midpoints, nf4_tie), zeros,
+ * rarely an Inf or a NaN; within fp16's range when the dtype is fp16. */
+static void fill(void *src, zs_dtype d, int64_t n, int64_t block, int bits) {
     const int fp16 = d == ZS_DTYPE_FP16;
     float mag = 1.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -200,7 +277,13 @@ static void fill(void *src, zs_dtype d, int64_t n, int64_t block) {
         float x;
         switch (rnd() % 16) {
         case 0: x = 0.0f; break;
-        case 1: x = mag * (float)((int)(rnd() % 255) - 127) * 0.5f; break; /* ties */
+        case 1: /* ties */
+            if (bits == ZS_K_QUANT_NF4) x = nf4_tie(mag);
+            else x = mag * (float)((int)(rnd() % 255) - 127) * 0.5f;
+            break;
+        case 3: /* NF4: twice as many */
+            x = bits == ZS_K_QUANT_NF4 ? nf4_tie(mag) : mag * rnd_unit();
+            break;
         case 2: /* now and then an Inf or a NaN (with a payload and a sign) */
             x = rnd() % 32 ? mag : rnd() % 2 ? -INFINITY : from_bits(0xffc01234u);
             break;
@@ -214,16 +297,12 @@ typedef struct tally {
     long calls, mismatches;
 } tally;
 
-/* One quantize and every dequantize of n values against the reference,
- * with the values at byte offset `mis` from an 8-aligned address (the
- * pointers need no alignment). */
-static void compare_case(tally *t, const char *level, zs_dtype sd, int64_t n, int64_t block,
-                         int bits, int mis) {
-    const size_t ssize = zs_dtype_size(sd);
+/* One quantize and every dequantize of the n values src (of dtype sd)
+ * against the reference, with the quantized values at byte offset `mis`
+ * from an 8-aligned address (the pointers need no alignment). */
+static void compare_src(tally *t, const char *level, const void *src, zs_dtype sd, int64_t n,
+                        int64_t block, int bits, int mis) {
     const int64_t vbytes = ref_value_bytes(n, bits), nscales = zs_k_quant_blocks(n, block);
-    unsigned char *src_base = guarded((size_t)n * ssize);
-    void *src = src_base;
-    fill(src, sd, n, block);
     unsigned char *q_base = guarded((size_t)vbytes + 1), *rq = guarded((size_t)vbytes);
     uint8_t *q = q_base + mis; /* any alignment */
     float *scales = guarded((size_t)nscales * 4), *rs = guarded((size_t)nscales * 4);
@@ -237,16 +316,16 @@ static void compare_case(tally *t, const char *level, zs_dtype sd, int64_t n, in
         if (bits_of(scales[b]) != bits_of(rs[b])) at = vbytes + b;
     if (at >= 0) {
         t->mismatches++;
-        ZT_CHECK_MSG(0, "%s: quantize %s n=%lld block=%lld int%d: %s %lld differs (got 0x%x, "
+        ZT_CHECK_MSG(0, "%s: quantize %s n=%lld block=%lld %s: %s %lld differs (got 0x%x, "
                      "reference 0x%x)", level, zs_dtype_name(sd), (long long)n, (long long)block,
-                     bits, at < vbytes ? "value byte" : "scale",
+                     fmt_name(bits), at < vbytes ? "value byte" : "scale",
                      (long long)(at < vbytes ? at : at - vbytes),
                      at < vbytes ? q[at] : bits_of(scales[at - vbytes]),
                      at < vbytes ? rq[at] : bits_of(rs[at - vbytes]));
     }
     ZT_CHECK_MSG(guard_intact(q, (size_t)vbytes) && guard_intact(scales, (size_t)nscales * 4),
-                 "%s: quantize n=%lld block=%lld int%d wrote past its outputs", level,
-                 (long long)n, (long long)block, bits);
+                 "%s: quantize n=%lld block=%lld %s wrote past its outputs", level,
+                 (long long)n, (long long)block, fmt_name(bits));
     for (int dd = 0; dd < 3; dd++) {
         const zs_dtype d = dtypes[dd];
         const size_t dbytes = (size_t)n * zs_dtype_size(d);
@@ -267,10 +346,11 @@ static void compare_case(tally *t, const char *level, zs_dtype sd, int64_t n, in
                        memcmp((char *)out + i * esize, (char *)ref + i * esize, esize) == 0)
                     i++;
                 t->mismatches++;
-                ZT_CHECK_MSG(0, "%s: dequantize%s %s -> %s n=%lld block=%lld int%d: element "
+                ZT_CHECK_MSG(0, "%s: dequantize%s %s -> %s n=%lld block=%lld %s: element "
                              "%lld is %.9g, reference %.9g", level, acc ? "-add" : "",
                              zs_dtype_name(sd), zs_dtype_name(d), (long long)n,
-                             (long long)block, bits, (long long)i, get(out, d, i), get(ref, d, i));
+                             (long long)block, fmt_name(bits), (long long)i, get(out, d, i),
+                             get(ref, d, i));
             }
             ZT_CHECK_MSG(guard_intact(out, dbytes), "%s: dequantize n=%lld wrote past dst",
                          level, (long long)n);
@@ -278,15 +358,23 @@ static void compare_case(tally *t, const char *level, zs_dtype sd, int64_t n, in
             free(ref);
         }
     }
-    free(src_base);
     free(q_base);
     free(rq);
     free(scales);
     free(rs);
 }
 
+/* compare_src on random values (fill). */
+static void compare_case(tally *t, const char *level, zs_dtype sd, int64_t n, int64_t block,
+                         int bits, int mis) {
+    void *src = guarded((size_t)n * zs_dtype_size(sd));
+    fill(src, sd, n, block, bits);
+    compare_src(t, level, src, sd, n, block, bits, mis);
+    free(src);
+}
+
 static void test_against_reference(const char *level) {
-    static const int64_t blocks[] = {1, 2, 3, 7, 32, 33, 255, 256, 511, 512, 513, 1000, 4099};
+    static const int64_t blocks[] = {1, 2, 3, 7, 32, 33, 64, 255, 256, 511, 512, 513, 1000, 4099};
     tally t = {0, 0};
     for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
         const int64_t block = blocks[bi];
@@ -294,19 +382,22 @@ static void test_against_reference(const char *level) {
                                   3 * block + 1, 1537 + (int64_t)(rnd() % 977)};
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
             for (int sd = 0; sd < 3; sd++)
-                for (int bits = 4; bits <= 8; bits += 4)
-                    compare_case(&t, level, dtypes[sd], counts[ci], block, bits, (int)(rnd() % 8));
+                for (int f = 0; f < 3; f++)
+                    compare_case(&t, level, dtypes[sd], counts[ci], block, formats[f],
+                                 (int)(rnd() % 8));
     }
     /* Blocks longer than a chunk (two passes per block), and more than one
      * OpenMP task with 1 and 2 threads: whole blocks per task, an even
-     * number of elements per int4 task. */
+     * number of elements per int4 and NF4 task. */
     static const int64_t big[][2] = {{200003, 40001}, {140001, 600}, {131072 + 77, 255},
                                      {100000, 100000}, {70001, 1}};
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
         for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
-            for (int bits = 4; bits <= 8; bits += 4)
-                compare_case(&t, level, dtypes[k % 3], big[k][0], big[k][1], bits, (int)k);
+            for (int f = 0; f < 3; f++) /* NF4 splits as int4: 2 threads suffice */
+                if (formats[f] != ZS_K_QUANT_NF4 || threads == 2)
+                    compare_case(&t, level, dtypes[k % 3], big[k][0], big[k][1], formats[f],
+                                 (int)k);
     }
     omp_set_num_threads(1);
     printf("level %s: %ld quantize/dequantize calls, %ld differ from the reference\n", level,
@@ -315,9 +406,27 @@ static void test_against_reference(const char *level) {
 
 /* --------------------------------------------------------- properties */
 
-/* The bound of kernels/quantize.h before any output rounding. */
+/* Half the widest gap between NF4 levels: 0.1519, the gap between -1 and
+ * -0.6961928 (0.3038; the widest positive one, 0.7229568 .. 1, is
+ * 0.2770). */
+static double nf4_half_gap(void) {
+    double widest = 0;
+    for (int i = 0; i < 15; i++)
+        widest = fmax(widest, (double)nf4_table[i + 1] - (double)nf4_table[i]);
+    return widest / 2;
+}
+
+/* The bound of kernels/quantize.h before any output rounding. NF4 (scale =
+ * amax): the nearest level is at most half the widest gap from x / amax,
+ * and the fp32 roundings (1 / amax, the product n, the float midpoints,
+ * the product level * amax) add a few 2^-24 of amax, up to 2^-21 where
+ * 1 / amax is subnormal (amax >= 2^126); 2^-16 covers them all. 2^-149
+ * covers a subnormal product level * amax. The bound is attained: a value
+ * just below the first midpoint, -0.848 * amax, goes to -amax
+ * (test_nf4_cases). */
 static double bound_fp32(float scale, int bits) {
-    const int qmax = bits == 8 ? 127 : 7;
+    if (bits == ZS_K_QUANT_NF4) return (double)scale * (nf4_half_gap() + 0x1p-16) + 0x1p-149;
+    const int qmax = ref_qmax(bits);
     return (double)scale * (0.5 + 0x1p-16) + (qmax + 1) * 0x1p-150;
 }
 
@@ -338,7 +447,7 @@ static double bound_round(double xprime, zs_dtype d) {
  * the scales in scales_out (optional). */
 static void round_trip(const char *what, const float *x32, zs_dtype sd, int64_t n, int64_t block,
                        int bits, float *scales_out) {
-    const int qmax = bits == 8 ? 127 : 7;
+    const int qmax = ref_qmax(bits);
     void *src = malloc((size_t)n * 4 + 1);
     uint8_t *q = malloc((size_t)n + 1);
     const int64_t nb = zs_k_quant_blocks(n, block);
@@ -368,7 +477,9 @@ static void round_trip(const char *what, const float *x32, zs_dtype sd, int64_t 
                              "non-finite block is %g, want NaN", what, (long long)i, y32[i]);
             continue;
         }
-        ZT_CHECK_MSG(bits_of(scales[b]) == bits_of(amax / (float)qmax), "%s: block %lld: "
+        ZT_CHECK_MSG(bits_of(scales[b]) == bits_of(bits == ZS_K_QUANT_NF4 ? amax
+                                                                            : amax / (float)qmax),
+                     "%s: block %lld: "
                      "scale %.9g, want amax / %d = %.9g", what, (long long)b, scales[b], qmax,
                      amax / (float)qmax);
         for (int64_t i = begin; i < end; i++) {
@@ -444,7 +555,8 @@ static void test_properties(void) {
     float *x = malloc(sizeof(float) * (size_t)n);
     ZT_REQUIRE(x != NULL);
     for (int sd = 0; sd < 3; sd++)
-        for (int bits = 4; bits <= 8; bits += 4) {
+        for (int f = 0; f < 3; f++) {
+            const int bits = formats[f];
             const zs_dtype d = dtypes[sd];
             const int fp16 = d == ZS_DTYPE_FP16;
             char what[96];
@@ -461,8 +573,8 @@ static void test_properties(void) {
                 if (b == 4) x[i] = -0.0f;
                 if (b == 5) x[i] = i % 64 == 17 ? (fp16 ? 60000.0f : 3e30f) : 1e-3f * rnd_unit();
             }
-            snprintf(what, sizeof what, "magnitudes side by side, %s int%d", zs_dtype_name(d),
-                     bits);
+            snprintf(what, sizeof what, "magnitudes side by side, %s %s", zs_dtype_name(d),
+                     fmt_name(bits));
             float *clean_scales = malloc(sizeof(float) * 27);
             float *dirty_scales = malloc(sizeof(float) * 27);
             ZT_REQUIRE(clean_scales && dirty_scales);
@@ -472,7 +584,7 @@ static void test_properties(void) {
             x[2 * 64 + 5] = INFINITY;
             x[7 * 64 + 63] = -INFINITY;
             x[9 * 64] = NAN;
-            snprintf(what, sizeof what, "Inf and NaN, %s int%d", zs_dtype_name(d), bits);
+            snprintf(what, sizeof what, "Inf and NaN, %s %s", zs_dtype_name(d), fmt_name(bits));
             round_trip(what, x, d, n, 64, bits, dirty_scales);
             for (int b = 0; b < 27; b++) {
                 const int spoiled = b == 2 || b == 7 || b == 9;
@@ -488,23 +600,380 @@ static void test_properties(void) {
                 for (int64_t i = 0; i < n; i++)
                     x[i] = ldexpf(rnd_unit(),
                                   fp16 ? (int)(rnd() % 20) - 10 : (int)(rnd() % 80) - 40);
-                snprintf(what, sizeof what, "random, block %lld, %s int%d", (long long)block,
-                         zs_dtype_name(d), bits);
+                snprintf(what, sizeof what, "random, block %lld, %s %s", (long long)block,
+                         zs_dtype_name(d), fmt_name(bits));
                 round_trip(what, x, d, n, block, bits, NULL);
             }
             if (d == ZS_DTYPE_FP16) continue;
-            /* Subnormal and underflowing scales, and FLT_MAX. */
+            /* Subnormal and underflowing scales, and FLT_MAX. NF4's scale is
+             * amax itself: subnormal values in blocks of amax >= 2^-128
+             * (1 / amax finite), 2^-127 pinning it for the tiniest;
+             * blocks of amax below that: test_nf4_cases. */
+            const int nf4 = bits == ZS_K_QUANT_NF4;
             for (int64_t i = 0; i < n; i++) {
                 const int64_t b = i / 64;
-                x[i] = b % 3 == 0 ? ldexpf(rnd_unit(), -130 - (int)(b % 20))
-                     : b % 3 == 1 ? ldexpf(rnd_unit(), -146)
+                const int e = nf4 ? -120 - (int)(b % 7) : -130 - (int)(b % 20);
+                x[i] = b % 3 == 0 ? ldexpf(rnd_unit(), e)
+                     : b % 3 == 1 ? (nf4 && i % 64 == 9 ? 0x1p-127f : ldexpf(rnd_unit(), -146))
                                   : (i % 64 == 0 ? FLT_MAX : rnd_unit() * 1e37f);
             }
-            snprintf(what, sizeof what, "subnormal scales and FLT_MAX, %s int%d",
-                     zs_dtype_name(d), bits);
+            snprintf(what, sizeof what, "subnormal scales and FLT_MAX, %s %s",
+                     zs_dtype_name(d), fmt_name(bits));
             round_trip(what, x, d, n, 64, bits, NULL);
         }
     free(x);
+}
+
+/* ------------------------------------------------------------------ NF4 */
+
+/* kernels/quantize.h's NF4 element functions against the table and the
+ * reference: the levels, the midpoints, the index of any float, the
+ * format's sizes and scale, the value of every stored integer. */
+static void test_nf4_elements(void) {
+    /* The levels: bitsandbytes' table, increasing: 7 negative, an exact +0
+     * (bits 0), 8 positive, -1 and 1 at the ends. */
+    int negative = 0, zeros = 0, positive = 0;
+    for (int i = 0; i < 16; i++) {
+        const float level = zs_k_nf4_level(i);
+        ZT_CHECK_MSG(bits_of(level) == bits_of(nf4_table[i]), "zs_k_nf4_level(%d) = %.9g "
+                     "(0x%08x), want %.9g (0x%08x)", i, level, bits_of(level), nf4_table[i],
+                     bits_of(nf4_table[i]));
+        negative += level < 0.0f;
+        zeros += bits_of(level) == 0;
+        positive += level > 0.0f;
+        if (i > 0) ZT_CHECK(nf4_table[i - 1] < nf4_table[i]);
+    }
+    ZT_CHECK_MSG(negative == 7 && zeros == 1 && positive == 8, "levels: %d negative, %d +0, %d "
+                 "positive; want 7, 1, 8", negative, zeros, positive);
+    ZT_CHECK(nf4_table[0] == -1.0f && bits_of(nf4_table[7]) == 0 && nf4_table[15] == 1.0f);
+    ZT_EQ_INT(ZS_K_NF4_ZERO_INDEX, 7);
+
+    /* The midpoints: each one of the two floats around the exact double
+     * midpoint, the nearer one unless the double is a tie between them;
+     * rounding the double itself (ties to even) gives the other float at
+     * exactly those ties, 0, 8, 12 and 14. */
+    int ties = 0, tie_at[15] = {0};
+    for (int i = 0; i < 15; i++) {
+        const double exact = nf4_exact_mid(i);
+        float lo = (float)exact;
+        if ((double)lo > exact) lo = nextafterf(lo, -INFINITY);
+        const float hi = nextafterf(lo, INFINITY);
+        const double below = exact - (double)lo, above = (double)hi - exact;
+        const float nearest = below < above ? lo : hi;
+        const int tie = below == above;
+        ZT_CHECK_MSG(tie ? bits_of(nf4_mid[i]) == bits_of(lo) || bits_of(nf4_mid[i]) == bits_of(hi)
+                         : bits_of(nf4_mid[i]) == bits_of(nearest),
+                     "midpoint %d: %.9g is not the float nearest %.17g", i, nf4_mid[i], exact);
+        ZT_CHECK(nf4_table[i] < nf4_mid[i] && nf4_mid[i] < nf4_table[i + 1]);
+        if (bits_of((float)exact) != bits_of(nf4_mid[i])) {
+            ZT_CHECK_MSG(tie, "midpoint %d: the double rounded to float differs without a tie", i);
+            if (ties < 15) tie_at[ties] = i;
+            ties++;
+        }
+    }
+    ZT_CHECK_MSG(ties == 4 && tie_at[0] == 0 && tie_at[1] == 8 && tie_at[2] == 12 &&
+                 tie_at[3] == 14, "midpoints where the shortest decimal rounds otherwise than "
+                 "the double: %d of them (want 0, 8, 12, 14)", ties);
+
+    /* The reference's own rule on the midpoints: on one, the lower level;
+     * one float above, the upper. */
+    for (int i = 0; i < 15; i++) {
+        ZT_EQ_INT(ref_nf4_index(nf4_mid[i]), i);
+        ZT_EQ_INT(ref_nf4_index(nextafterf(nf4_mid[i], INFINITY)), i + 1);
+        ZT_EQ_INT(ref_nf4_index(nextafterf(nf4_mid[i], -INFINITY)), i);
+    }
+
+    /* The error bound: half the widest gap, -1 .. -0.6961928, plus the
+     * fp32 roundings: 0.1519 of amax (not 0.1385, half of 0.7229568 .. 1). */
+    const double half_gap = nf4_half_gap();
+    ZT_CHECK_MSG(half_gap > 0.1519 && half_gap + 0x1p-16 <= 0.1520, "half the widest NF4 gap is "
+                 "%.9g", half_gap);
+
+    /* zs_k_nf4_index against the reference: every midpoint and the floats
+     * two either side, every level, +-0, +-1 and the floats beyond (n may
+     * exceed 1 by a rounding), +-Inf, NaN, and random n. */
+    int bad = 0;
+    float first_bad = 0.0f;
+    float tries[15 * 5 + 16 + 9];
+    int count = 0;
+    for (int i = 0; i < 15; i++) {
+        const float m = nf4_mid[i];
+        const float up = nextafterf(m, INFINITY), down = nextafterf(m, -INFINITY);
+        tries[count++] = m;
+        tries[count++] = up;
+        tries[count++] = nextafterf(up, INFINITY);
+        tries[count++] = down;
+        tries[count++] = nextafterf(down, -INFINITY);
+    }
+    for (int i = 0; i < 16; i++) tries[count++] = nf4_table[i];
+    const float special[9] = {-0.0f, 1.0f, -1.0f, nextafterf(1.0f, 2.0f), nextafterf(-1.0f, -2.0f),
+                              INFINITY, -INFINITY, NAN, FLT_MIN};
+    for (int i = 0; i < 9; i++) tries[count++] = special[i];
+    for (int k = 0; k < count + 200000; k++) {
+        const float n = k < count ? tries[k] : rnd_unit() * (k % 3 ? 1.0f : 0.1f);
+        if (zs_k_nf4_index(n) != ref_nf4_index(n) && bad++ == 0) first_bad = n;
+    }
+    ZT_CHECK_MSG(bad == 0, "zs_k_nf4_index differs from the reference on %d values, first "
+                 "%.9g (0x%08x): %d, want %d", bad, first_bad, bits_of(first_bad),
+                 zs_k_nf4_index(first_bad), ref_nf4_index(first_bad));
+
+    /* The format: four bits a value stored as int4 nibbles, qmax 1 (the
+     * scale is amax), the scale of special blocks, the integer stored for
+     * zero and non-finite blocks (level 0: index 7, nibble value -1), and
+     * the value of every stored integer, written and added. */
+    ZT_CHECK(zs_k_quant_bits_valid(ZS_K_QUANT_NF4) && zs_k_quant_nibbles(ZS_K_QUANT_NF4));
+    ZT_EQ_INT(zs_k_quant_qmax(ZS_K_QUANT_NF4), 1);
+    ZT_EQ_INT(zs_k_quant_value_bytes(5, ZS_K_QUANT_NF4), 3);
+    ZT_EQ_INT(zs_k_quant_value_bytes(64, ZS_K_QUANT_NF4), 32);
+    ZT_EQ_INT(zs__quant_bytes(1001, 64, ZS_K_QUANT_NF4), 501 + 16 * 4);
+    ZT_CHECK(bits_of(zs_k_quant_scale(bits_of(3.5f), ZS_K_QUANT_NF4)) == bits_of(3.5f));
+    ZT_CHECK(bits_of(zs_k_quant_scale(0, ZS_K_QUANT_NF4)) == 0);
+    ZT_EQ_U64(bits_of(zs_k_quant_scale(0x7f800000u, ZS_K_QUANT_NF4)), ZS_K_QUANT_NAN_BITS);
+    ZT_EQ_INT(zs_k_nf4_value(0.0f, 0.0f), -1);
+    ZT_EQ_INT(zs_k_nf4_value(0.0f, from_bits(ZS_K_QUANT_NAN_BITS)), -1);
+    ZT_EQ_INT(zs_k_nf4_value(-3.0f, 3.0f), -8);
+    ZT_EQ_INT(zs_k_nf4_value(3.0f, 3.0f), 7);
+    for (int v = -8; v <= 7; v++) {
+        const float want = nf4_table[v + 8] * 2.5f, acc = 0.25f + want;
+        ZT_CHECK_MSG(bits_of(zs_k_dequant_code(v, 2.5f, ZS_K_QUANT_NF4)) == bits_of(want) &&
+                     bits_of(zs_k_dequant_code_add(0.25f, v, 2.5f, ZS_K_QUANT_NF4)) ==
+                         bits_of(acc) &&
+                     bits_of(zs_k_dequant_code(v, from_bits(ZS_K_QUANT_NAN_BITS),
+                                               ZS_K_QUANT_NF4)) == ZS_K_QUANT_NAN_BITS &&
+                     bits_of(zs_k_dequant_code_add(from_bits(0xffc0abcdu), v, 2.5f,
+                                                   ZS_K_QUANT_NF4)) == ZS_K_QUANT_NAN_BITS,
+                     "the dequantized value of NF4 integer %d", v);
+    }
+}
+
+/* NF4 through the backend: x[0..n) (fp32) quantized in blocks of `block`,
+ * the indices (the stored integer + 8), the scales and the values
+ * dequantized into fp32. */
+static void nf4_backend(const float *x, int64_t n, int64_t block, int *index, float *scales,
+                        float *y) {
+    uint8_t *q = malloc((size_t)ref_value_bytes(n, ZS_K_QUANT_NF4) + 1);
+    ZT_REQUIRE(q != NULL);
+    ZT_OK(be->ops->quantize(be, q, scales, x, ZS_DTYPE_FP32, n, block, ZS_K_QUANT_NF4));
+    ZT_OK(be->ops->dequantize(be, y, ZS_DTYPE_FP32, 0, q, scales, n, block, ZS_K_QUANT_NF4));
+    for (int64_t i = 0; i < n; i++) index[i] = ref_int(q, i, ZS_K_QUANT_NF4) + 8;
+    free(q);
+}
+
+/* compare_src for fp32 values x, converted to every source dtype. */
+static void nf4_compare(tally *t, const char *level, const float *x, int64_t n, int64_t block) {
+    void *src = malloc((size_t)n * 4 + 4);
+    ZT_REQUIRE(src != NULL);
+    for (int sd = 0; sd < 3; sd++) {
+        for (int64_t i = 0; i < n; i++) put(src, dtypes[sd], i, x[i]);
+        compare_src(t, level, src, dtypes[sd], n, block, ZS_K_QUANT_NF4, (int)(rnd() % 8));
+    }
+    free(src);
+}
+
+/* The cases of NF4 at one SIMD level, each checked for known indices and
+ * values, and against the reference in every source and output dtype. */
+static void test_nf4_cases(const char *level) {
+    enum { B = 64, MAXN = 8 * B };
+    float x[MAXN], y[MAXN], s[MAXN], x2[MAXN], y2[MAXN], s2[MAXN];
+    int index[MAXN], index2[MAXN];
+    tally t = {0, 0};
+
+    /* Exact midpoints: amax a power of two (so 1 / amax is exact), x the
+     * midpoint times amax and the floats either side of it. On the
+     * midpoint: the lower level; one float above: the upper. */
+    static const int exps[5] = {0, -20, 7, 100, -100};
+    int64_t n = 0;
+    for (int e = 0; e < 5; e++) {
+        const float scale = ldexpf(1.0f, exps[e]);
+        x[n] = e % 2 ? -scale : scale; /* the amax */
+        for (int k = 0; k < 15; k++) {
+            x[n + 1 + 3 * k] = nf4_mid[k] * scale;
+            x[n + 2 + 3 * k] = nextafterf(nf4_mid[k], INFINITY) * scale;
+            x[n + 3 + 3 * k] = nextafterf(nf4_mid[k], -INFINITY) * scale;
+        }
+        for (int64_t i = n + 46; i < n + B; i++) x[i] = 0.0f;
+        n += B;
+    }
+    nf4_backend(x, n, B, index, s, y);
+    for (int e = 0; e < 5; e++) {
+        const int64_t b0 = (int64_t)e * B;
+        ZT_CHECK(s[e] == ldexpf(1.0f, exps[e]) && index[b0] == (e % 2 ? 0 : 15));
+        for (int k = 0; k < 15; k++) {
+            const int *got = index + b0 + 1 + 3 * k;
+            ZT_CHECK_MSG(got[0] == k && got[1] == k + 1 && got[2] == k, "%s: scale 2^%d, "
+                         "midpoint %d (%.9g): indices %d (on it), %d (above), %d (below); want "
+                         "%d, %d, %d", level, exps[e], k, nf4_mid[k], got[0], got[1], got[2], k,
+                         k + 1, k);
+            for (int j = 0; j < 3; j++)
+                ZT_CHECK(bits_of(y[b0 + 1 + 3 * k + j]) == bits_of(nf4_table[got[j]] * s[e]));
+        }
+        /* On the first midpoint: -amax, an error of half the widest gap. */
+        const double err = fabs((double)y[b0 + 1] - (double)x[b0 + 1]);
+        ZT_CHECK_MSG(err > 0.1519 * s[e] && err <= bound_fp32(s[e], ZS_K_QUANT_NF4),
+                     "%s: the first midpoint times 2^%d came back %.9g off", level, exps[e], err);
+    }
+    nf4_compare(&t, level, x, n, B);
+
+    /* Midpoints at amaxes that are not powers of two: x found (near
+     * midpoint * amax) such that x * (1 / amax) is the midpoint exactly. */
+    static const float amaxes[5] = {3.0f, 0.7f, 1e-3f, 12345.678f, -0.1f};
+    int found = 0;
+    for (int a = 0; a < 5; a++) {
+        const float amax = amaxes[a], r = 1.0f / fabsf(amax);
+        int64_t m = 1;
+        x[0] = amax;
+        for (int k = 0; k < 15; k++) {
+            float c = (float)((double)nf4_mid[k] / (double)r);
+            for (int step = 0; step < 16 && c * r != nf4_mid[k]; step++)
+                c = nextafterf(c, c * r < nf4_mid[k] ? INFINITY : -INFINITY);
+            if (c * r != nf4_mid[k]) continue;
+            found++;
+            x[m++] = c;
+            x[m++] = nextafterf(c, INFINITY);
+            x[m++] = nextafterf(c, -INFINITY);
+        }
+        nf4_backend(x, m, m, index, s, y);
+        ZT_CHECK(bits_of(s[0]) == bits_of(fabsf(amax)));
+        for (int64_t i = 1; i < m; i += 3)
+            ZT_CHECK_MSG(index[i] == ref_nf4_index(x[i] * r) && x[i] * r == nf4_mid[index[i]],
+                         "%s: amax %.9g: %.9g * (1 / amax) is a midpoint; index %d, want the "
+                         "lower level %d", level, amax, x[i], index[i], ref_nf4_index(x[i] * r));
+        nf4_compare(&t, level, x, m, m);
+    }
+    ZT_CHECK_MSG(found >= 30, "%s: only %d exact midpoints found at the amaxes that are not "
+                 "powers of two", level, found);
+
+    /* The levels times a scale: amax is the scale (levels -1 and 1), every
+     * value maps to its own level and comes back bit for bit. */
+    static const float scales[7] = {1.0f, 0.5f, 3.0f, 1e-3f, 7.77e20f, 1e-38f, FLT_MAX};
+    for (int c = 0; c < 7; c++)
+        for (int i = 0; i < 16; i++) x[16 * c + i] = nf4_table[i] * scales[c];
+    nf4_backend(x, 16 * 7, 16, index, s, y);
+    for (int64_t i = 0; i < 16 * 7; i++)
+        ZT_CHECK_MSG(index[i] == i % 16 && bits_of(y[i]) == bits_of(x[i]), "%s: level %d times "
+                     "%.9g: index %d, value %.9g; want %d and %.9g", level, (int)(i % 16),
+                     scales[i / 16], index[i], y[i], (int)(i % 16), x[i]);
+    nf4_compare(&t, level, x, 16 * 7, 16);
+
+    /* Zeros (+0 and -0 mixed, and a short last block of them): scale 0,
+     * level 0 (index 7) stored, +0 back. */
+    for (int64_t i = 0; i < B + 13; i++) x[i] = i % 3 ? 0.0f : -0.0f;
+    nf4_backend(x, B + 13, B, index, s, y);
+    for (int64_t i = 0; i < B + 13; i++)
+        ZT_CHECK_MSG(index[i] == 7 && bits_of(y[i]) == 0, "%s: zero %lld: index %d, value "
+                     "0x%08x", level, (long long)i, index[i], bits_of(y[i]));
+    ZT_CHECK(bits_of(s[0]) == 0 && bits_of(s[1]) == 0);
+    nf4_compare(&t, level, x, B + 13, B);
+
+    /* A block of one repeated value: x * (1 / x) is 1 or just below (all
+     * the same above the last midpoint), so level 1 or -1 and x itself
+     * back; also where 1 / x overflows (a subnormal x). */
+    static const float reps[12] = {1.0f, -1.0f, 0.1f, -0.1f, 3.3f, -7.77f, 1e-20f, -123456.7f,
+                                   FLT_MAX, -FLT_MIN, 0x1p-140f, -0x1p-149f};
+    for (int c = 0; c < 12; c++)
+        for (int i = 0; i < 40; i++) x[40 * c + i] = reps[c];
+    nf4_backend(x, 40 * 12, 40, index, s, y);
+    for (int64_t i = 0; i < 40 * 12; i++)
+        ZT_CHECK_MSG(index[i] == (x[i] > 0 ? 15 : 0) && bits_of(y[i]) == bits_of(x[i]), "%s: "
+                     "a block of %.9g: index %d, value %.9g", level, x[i], index[i], y[i]);
+    nf4_compare(&t, level, x, 40 * 12, 40);
+
+    /* Inf and NaN in blocks 1, 3 and 5 of 7 and a short one: those blocks
+     * get the NaN scale, level 0 and the NaN back; the others exactly what
+     * they get without them. */
+    n = 7 * B + 21;
+    for (int64_t i = 0; i < n; i++) x[i] = x2[i] = ldexpf(rnd_unit(), (int)(i / B) * 5 - 15);
+    x2[B + 17] = INFINITY;
+    x2[3 * B] = from_bits(0xffc01234u); /* a NaN with a sign and a payload */
+    x2[5 * B + 63] = -INFINITY;
+    x2[7 * B + 20] = NAN;
+    nf4_backend(x, n, B, index, s, y);
+    nf4_backend(x2, n, B, index2, s2, y2);
+    for (int64_t b = 0; b < 8; b++) {
+        const int spoiled = b == 1 || b == 3 || b == 5 || b == 7;
+        ZT_CHECK_MSG(spoiled ? bits_of(s2[b]) == ZS_K_QUANT_NAN_BITS
+                             : bits_of(s2[b]) == bits_of(s[b]),
+                     "%s: Inf/NaN: block %lld's scale 0x%08x", level, (long long)b,
+                     bits_of(s2[b]));
+        for (int64_t i = b * B; i < n && i < (b + 1) * B; i++)
+            ZT_CHECK_MSG(spoiled ? index2[i] == 7 && bits_of(y2[i]) == ZS_K_QUANT_NAN_BITS
+                                 : index2[i] == index[i] && bits_of(y2[i]) == bits_of(y[i]),
+                         "%s: Inf/NaN: element %lld: index %d, value 0x%08x", level, (long long)i,
+                         index2[i], bits_of(y2[i]));
+    }
+    nf4_compare(&t, level, x2, n, B);
+
+    /* The documented bound where 1 / amax overflows (amax < 2^-128, a
+     * subnormal block): a 0 among them, small values of either sign. */
+    const float tiny[6] = {0.0f, 0x1p-140f, -0x1p-143f, 0x1p-141f, -0.0f, -0x1p-146f};
+    nf4_backend(tiny, 6, 6, index, s, y);
+    int beyond = 0, at = 0;
+    for (int i = 5; i >= 0; i--)
+        if (!(fabs((double)y[i] - (double)tiny[i]) <= bound_fp32(s[0], ZS_K_QUANT_NF4))) {
+            beyond++;
+            at = i;
+        }
+    ZT_CHECK_MSG(beyond == 0, "%s: a block of amax %.9g (1 / amax = %g): %d of 6 values beyond "
+                 "the bound %.3g, first x = %.9g, which came back as %.9g (index %d)", level,
+                 s[0], 1.0f / s[0], beyond, bound_fp32(s[0], ZS_K_QUANT_NF4), tiny[at], y[at],
+                 index[at]);
+    nf4_compare(&t, level, tiny, 6, 6);
+
+    printf("level %s: nf4 cases: %ld quantize/dequantize calls, %ld differ from the reference\n",
+           level, t.calls, t.mismatches);
+}
+
+/* A part of a quantized array that starts on a block boundary (an even
+ * element for the nibble formats) is itself a quantized array: its bytes
+ * and scales are a slice of the whole array's, and dequantizing that slice
+ * gives the slice of the whole dequantized array. Every format. */
+static void test_parts(const char *level) {
+    const int64_t n = 64 * 12 + 37;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *yp = malloc((size_t)n * 4);
+    float *s = malloc((size_t)n * 4), *sp = malloc((size_t)n * 4);
+    uint8_t *q = malloc((size_t)n), *qp = malloc((size_t)n);
+    ZT_REQUIRE(x && y && yp && s && sp && q && qp);
+    static const int64_t blocks[3] = {64, 33, 7};
+    int parts = 0;
+    for (int f = 0; f < 3; f++)
+        for (int k = 0; k < 3; k++) {
+            const int bits = formats[f];
+            const int64_t block = blocks[k], nb = zs_k_quant_blocks(n, block);
+            fill(x, ZS_DTYPE_FP32, n, block, bits);
+            ZT_OK(be->ops->quantize(be, q, s, x, ZS_DTYPE_FP32, n, block, bits));
+            ZT_OK(be->ops->dequantize(be, y, ZS_DTYPE_FP32, 0, q, s, n, block, bits));
+            for (int64_t b0 = 1; b0 < nb; b0 += 1 + b0 / 3) {
+                const int64_t first = b0 * block;
+                if (bits != 8 && first % 2) continue;
+                const int64_t ends[3] = {b0 + 1, (b0 + nb + 1) / 2, nb};
+                for (int e = 0; e < 3; e++) {
+                    const int64_t last = ends[e] * block < n ? ends[e] * block : n;
+                    if (last <= first || (bits != 8 && last % 2 && last != n)) continue;
+                    const int64_t m = last - first, vb = ref_value_bytes(m, bits);
+                    const uint8_t *qs = q + ref_value_bytes(first, bits);
+                    parts++;
+                    ZT_OK(be->ops->dequantize(be, yp, ZS_DTYPE_FP32, 0, qs, s + b0, m, block,
+                                              bits));
+                    ZT_OK(be->ops->quantize(be, qp, sp, x + first, ZS_DTYPE_FP32, m, block,
+                                            bits));
+                    ZT_CHECK_MSG(memcmp(yp, y + first, (size_t)m * 4) == 0 &&
+                                     memcmp(qp, qs, (size_t)vb) == 0 &&
+                                     memcmp(sp, s + b0, 4 * (size_t)zs_k_quant_blocks(m, block)) ==
+                                         0,
+                                 "%s: %s, block %lld: the part [%lld, %lld) is not a slice of "
+                                 "the whole", level, fmt_name(bits), (long long)block,
+                                 (long long)first, (long long)last);
+                }
+            }
+        }
+    ZT_CHECK(parts > 30);
+    free(x);
+    free(y);
+    free(yp);
+    free(s);
+    free(sp);
+    free(q);
+    free(qp);
 }
 
 /* Known bytes: the layout of int8 and int4 (low nibble first), an odd count
@@ -537,9 +1006,31 @@ static void test_known_bytes(void) {
     ZT_OK(be->ops->quantize(be, q, s, ties, ZS_DTYPE_FP32, 4, 4, 8));
     ZT_CHECK_MSG((int8_t)q[0] == 2 && (int8_t)q[1] == 0 && (int8_t)q[3] == 2,
                  "ties: %d %d %d", (int8_t)q[0], (int8_t)q[1], (int8_t)q[3]);
-    float y[5];
+    float y[6];
     ZT_OK(be->ops->dequantize(be, y, ZS_DTYPE_FP32, 0, q, s, 4, 4, 8));
     ZT_CHECK(y[0] == 2.0f && bits_of(y[1]) == 0 && y[2] == 127.0f && y[3] == 2.0f);
+    /* NF4, amax 1: indices 15, 0, 7, 12 (0.5 is below the midpoint
+     * 0.5016634), 14; nibbles (index - 8) 7, 8, f, 4, 6. */
+    const float xn[5] = {1.0f, -1.0f, 0.0f, 0.5f, 0.7229568362236023f};
+    memset(q, 0xee, sizeof q);
+    ZT_OK(be->ops->quantize(be, q, s, xn, ZS_DTYPE_FP32, 5, 5, ZS_K_QUANT_NF4));
+    ZT_CHECK(s[0] == 1.0f);
+    ZT_CHECK_MSG(q[0] == 0x87 && q[1] == 0x4f && q[2] == 0x06 && q[3] == 0xee,
+                 "nf4 bytes %02x %02x %02x %02x, want 87 4f 06 and ee untouched", q[0], q[1], q[2],
+                 q[3]);
+    ZT_OK(be->ops->dequantize(be, y, ZS_DTYPE_FP32, 0, q, s, 5, 5, ZS_K_QUANT_NF4));
+    ZT_CHECK(y[0] == 1.0f && y[1] == -1.0f && bits_of(y[2]) == 0 &&
+             y[3] == 0.44070982933044434f && y[4] == 0.7229568362236023f);
+    /* Block 1 of [1, -1, 0.5 | -2, 0, 1] (amax 2) starts in a high nibble:
+     * indices 15, 0, 12 | 0, 7, 12. */
+    const float xn6[6] = {1.0f, -1.0f, 0.5f, -2.0f, 0.0f, 1.0f};
+    memset(q, 0xee, sizeof q);
+    ZT_OK(be->ops->quantize(be, q, s, xn6, ZS_DTYPE_FP32, 6, 3, ZS_K_QUANT_NF4));
+    ZT_CHECK(s[0] == 1.0f && s[1] == 2.0f);
+    ZT_CHECK_MSG(q[0] == 0x87 && q[1] == 0x84 && q[2] == 0x4f && q[3] == 0xee,
+                 "nf4 bytes (block 3) %02x %02x %02x", q[0], q[1], q[2]);
+    ZT_OK(be->ops->dequantize(be, y, ZS_DTYPE_FP32, 0, q, s, 6, 3, ZS_K_QUANT_NF4));
+    ZT_CHECK(y[3] == -2.0f && bits_of(y[4]) == 0 && y[5] == 0.44070982933044434f * 2.0f);
 }
 
 static void test_arguments(void) {
@@ -571,7 +1062,9 @@ int main(void) {
     memset(&mem, 0, sizeof mem);
     ZT_OK(zs__cpu_backend_create(&mem, &be));
     ZT_REQUIRE(be != NULL);
+    nf4_init();
     test_elements();
+    test_nf4_elements();
     int tested = 0;
     for (int level = 0; level < ZS_CPU_ISA_COUNT; level++) {
         const char *name = zs__cpu_isa_name((zs__cpu_isa)level);
@@ -582,6 +1075,8 @@ int main(void) {
         ZT_OK(zs__cpu_set_isa((zs__cpu_isa)level));
         test_against_reference(name);
         test_known_bytes();
+        test_nf4_cases(name);
+        test_parts(name);
         tested++;
     }
     ZT_CHECK(tested >= 1);
