@@ -281,6 +281,15 @@ typedef struct zs_init {
  * parameters is refused by zs_build (register them in separate units: a
  * unit is reduced and updated as one). */
 #define ZS_PARAM_FROZEN 0x2u
+/* Quantizable: a frozen weight matrix that zero.frozen_storage = "int8" or
+ * "nf4" may store quantized (QLoRA's base; issue 43). A unit is stored
+ * quantized when all its parameters are ZS_PARAM_FROZEN | ZS_PARAM_QUANTIZE
+ * and the setting is not "compute"; zs_build refuses the flag on a
+ * trainable parameter and a unit mixing it with frozen parameters without
+ * it (keep norms and embeddings, which QLoRA leaves in the compute dtype,
+ * in units of their own). A quantized parameter has no zs_param_data: its
+ * layers read it through zs_param_quantized or zs_param_dequantize. */
+#define ZS_PARAM_QUANTIZE 0x4u
 
 /* Units are registered in forward order between zs_build's predecessors:
  *   zs_unit_begin; zs_param_create...; zs_unit_end;   (repeat) ; zs_build.
@@ -463,6 +472,50 @@ zs_status zs_eval_end(zs_ctx *zs);
 /* The unit's full parameters (compute dtype), valid between zs_fetch and
  * zs_release. NULL (with zs_last_error set) if the unit is not fetched. */
 void *zs_param_data(const zs_param *p);
+
+/* A quantized frozen parameter's storage (ZS_PARAM_QUANTIZE under
+ * zero.frozen_storage = "int8" or "nf4"), valid between zs_fetch and
+ * zs_release. The unit is `records` records, one per shard of
+ * `shard_numel` elements of the unit, `record_bytes` apart (a multiple of
+ * 4); record r holds the unit's elements [r * shard_numel, (r + 1) *
+ * shard_numel) as
+ *   [values: int8, one byte each; or NF4, two per byte, low nibble first,
+ *    each the 4-bit two's complement of (level index - 8)]
+ *   [zero bytes up to `scales_at`]
+ *   [scales: fp32, one per `block` elements counted from the record's
+ *    first element; NF4's is the block's absmax, int8's absmax / 127]
+ * (kernels/quantize.h gives the levels and the rules). The parameter is
+ * the unit's elements [offset, offset + numel); `offset` and
+ * `shard_numel` are multiples of `block`, so every block belongs to one
+ * parameter and to one record, and the blocks are the parameter's own,
+ * counted from its first element, whatever the world size. `data` is
+ * device memory on cuda (host memory on cpu). */
+typedef struct zs_quantized {
+    int bits;              /* 8 (int8) or -4 (NF4) */
+    int64_t block;         /* elements per scale (zero.frozen_block) */
+    int records;           /* shards of the unit */
+    int64_t shard_numel;   /* elements per record */
+    int64_t record_bytes;  /* bytes from one record to the next */
+    int64_t scales_at;     /* bytes from a record's start to its scales */
+    int64_t offset;        /* the parameter's first element in the unit */
+    int64_t numel;
+    const void *data;      /* the first record */
+} zs_quantized;
+
+/* Fills *out for a quantized parameter of a fetched unit. Fails
+ * (ZS_ERR_INVALID_ARGUMENT) on a parameter that is not stored quantized and
+ * (ZS_ERR_STATE) on a unit that is not fetched. */
+zs_status zs_param_quantized(const zs_param *p, zs_quantized *out);
+
+/* 1 when the parameter is stored quantized (zs_param_data is then NULL). */
+int zs_param_is_quantized(const zs_param *p);
+
+/* Dequantizes the parameter into dst (numel elements of the compute dtype,
+ * backend memory: device memory on cuda, ordered on the compute stream) so
+ * that a layer computes on one weight matrix in full precision at a time.
+ * Bitwise the same on every backend and stage. A parameter stored in the
+ * compute dtype is copied. Not collective; the unit must be fetched. */
+zs_status zs_param_dequantize(zs_ctx *zs, const zs_param *p, void *dst);
 
 /* The unit's full gradient (compute dtype) for this micro-step. Backward passes
  * ADD into it (it starts at zero). Callable while the unit is fetched; the

@@ -58,18 +58,21 @@
  * positive, -1 and 1 at the ends), and the scale is the block's absmax
  * itself (qmax 1). A value is normalized the way bitsandbytes does it,
  * n = x * (1 / amax) (two correctly rounded operations, the same bits on
- * every backend), and stored as the index of its nearest level: the number
- * of midpoints between consecutive levels that n exceeds (zs_k_nf4_index;
- * a value exactly on a midpoint takes the lower level, as bitsandbytes'
- * comparisons x > midpoint do). The midpoints are the doubles halfway
- * between consecutive levels, rounded to float, as bitsandbytes writes
- * them. Dequantized: level * amax, one fp32 multiplication. Zero blocks
- * store level 0 (index 7) and dequantize to +0; non-finite blocks get the
- * NaN scale as above. The index c is stored as the int4 nibble of c - 8,
- * so NF4 packs (and unpacks, zs_k_int4_low/high + 8) exactly like int4.
- * The error of a finite value is at most half the widest gap between
- * levels times amax (the gap 0.2770 between 0.7230 and 1: 0.1385 * amax),
- * plus the fp32 roundings (a few 2^-24 * amax).
+ * every backend; x / amax where 1 / amax overflows, below 2^-128), and
+ * stored as the index of its nearest level: the number of midpoints
+ * between consecutive levels that n exceeds (zs_k_nf4_index; a value
+ * exactly on a midpoint takes the lower level, as bitsandbytes'
+ * comparisons x > midpoint do). The midpoints are bitsandbytes' own
+ * constants: the shortest decimal of each double halfway between two
+ * float levels, read as a float literal (for four of them that float is
+ * one ulp from the double's own rounding; tests/unit/test_quantize.c
+ * checks which). Dequantized: level * amax, one fp32 multiplication. Zero
+ * blocks store level 0 (index 7) and dequantize to +0; non-finite blocks
+ * get the NaN scale as above. The index c is stored as the int4 nibble of
+ * c - 8, so NF4 packs (and unpacks, zs_k_int4_low/high + 8) exactly like
+ * int4. The error of a finite value is at most half the widest gap
+ * between levels times amax (the gap 0.3038 between -1 and -0.6962:
+ * 0.1519 * amax, attained), plus the fp32 roundings (a few 2^-24 * amax).
  *
  * Rounding to nearest even, zs_k_quant_rne: (v + 1.5 * 2^23) - 1.5 * 2^23.
  * For |v| <= 2^22 the sum lies in [2^23, 2^24], where floats are the
@@ -193,11 +196,21 @@ ZS_HD int32_t zs_k_quant_value(float x, float scale, float qmax) {
     return (int32_t)zs_k_quant_rne(v);
 }
 
+/* x normalized by its block's scale (> 0): x * (1 / scale), as
+ * bitsandbytes computes it, or x / scale where 1 / scale overflows (a
+ * subnormal amax below 2^-128, whose reciprocal is Inf: 0 * Inf would be a
+ * NaN, and every other value +-Inf). A select, not a branch, so the CPU's
+ * loops vectorize. */
+ZS_HD float zs_k_nf4_normalized(float x, float scale) {
+    const float inverse = 1.0f / scale;
+    return inverse <= 3.40282346638528859811704183484516925e38f ? x * inverse : x / scale;
+}
+
 /* The stored integer of x for NF4: the nibble value index - 8 (in
  * [-8, 7]); zero and non-finite blocks store level 0. */
 ZS_HD int32_t zs_k_nf4_value(float x, float scale) {
     if (!(scale > 0.0f)) return ZS_K_NF4_ZERO_INDEX - 8;
-    return zs_k_nf4_index(x * (1.0f / scale)) - 8;
+    return zs_k_nf4_index(zs_k_nf4_normalized(x, scale)) - 8;
 }
 
 /* The stored integer of x in any format (qmax: zs_k_quant_qmax as a float). */

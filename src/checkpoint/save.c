@@ -324,7 +324,10 @@ static zs_status build_manifest(const zs_ctx *zs, const rank_summary *summaries,
         cp->unit = p->unit->index;
         cp->ndim = p->ndim;
         memcpy(cp->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim);
-        cp->flags = p->flags;
+        /* ZS_PARAM_QUANTIZE is how a run stores the values, not what they
+         * are: the checkpoint holds them in fp32 and loads into a run that
+         * stores them either way. */
+        cp->flags = p->flags & ~ZS_PARAM_QUANTIZE;
     }
     int t = 0;
     for (int r = 0; r < zs->world_size; r++) {

@@ -115,6 +115,14 @@ typedef enum zs__quantize {
     ZS_QUANTIZE_INT4 = 2
 } zs__quantize;
 
+/* zero.frozen_storage: how frozen units marked ZS_PARAM_QUANTIZE are
+ * stored (zero/frozen_store.h). The value is not a bit width. */
+typedef enum zs__frozen_storage {
+    ZS_FROZEN_COMPUTE = 0, /* the compute dtype, as every other parameter */
+    ZS_FROZEN_INT8 = 1,
+    ZS_FROZEN_NF4 = 2
+} zs__frozen_storage;
+
 typedef struct zs__settings {
     zs__backend_kind backend;      /* backend = "cpu" | "cuda"; default "cpu" */
     uint64_t seed;                 /* seed; 0..2^63-1; default 42; parameter initialization */
@@ -144,6 +152,10 @@ typedef struct zs__settings {
         zs__shard_group shard_group; /* zero.shard_group = "world" | "node"; default "world" */
         zs__secondary_partition secondary_partition; /* zero.secondary_partition = "none" |
                                       "node"; stage 3; default "none" */
+        zs__frozen_storage frozen_storage; /* zero.frozen_storage = "compute" | "int8" |
+                                      "nf4"; default "compute" */
+        int64_t frozen_block;      /* zero.frozen_block; elements per scale; power of two
+                                      2..4096; default 64 */
     } zero;
 
     struct {

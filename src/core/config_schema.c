@@ -60,6 +60,9 @@ _Static_assert(ZS_STOP_SIGNAL_USR1 == 0 && ZS_STOP_SIGNAL_USR2 == 1 && ZS_STOP_S
 static const char *const shard_group_values[] = {"world", "node", NULL};
 static const char *const secondary_partition_values[] = {"none", "node", NULL};
 static const char *const quantize_weights_values[] = {"none", "int8", NULL};
+static const char *const frozen_storage_values[] = {"compute", "int8", "nf4", NULL};
+_Static_assert(ZS_FROZEN_COMPUTE == 0 && ZS_FROZEN_INT8 == 1 && ZS_FROZEN_NF4 == 2,
+               "frozen storage values follow the enum");
 static const char *const quantize_grads_values[] = {"none", "int8", "int4", NULL};
 _Static_assert(ZS_SHARD_GROUP_WORLD == 0 && ZS_SHARD_GROUP_NODE == 1 && ZS_SECONDARY_NONE == 0 &&
                    ZS_SECONDARY_NODE == 1 && ZS_QUANTIZE_NONE == 0 && ZS_QUANTIZE_INT8 == 1 &&
@@ -168,6 +171,20 @@ const zs__key zs__config_keys[] = {
              "backward's, the next micro-steps', evaluation's) stay inside the node and see "
              "exactly the weights the forward saw; changes no value (docs/NODES.md); costs one "
              "node slice of every unit (memory tag secondary); nodes of equal size."),
+    ENUM_KEY("zero.frozen_storage", zero.frozen_storage, "compute", frozen_storage_values,
+             "How frozen units whose parameters are all ZS_PARAM_FROZEN and ZS_PARAM_QUANTIZE (a "
+             "fine-tune's base weight matrices) are stored, gathered and kept (QLoRA): "
+             "\"compute\" in the compute dtype; \"int8\" or \"nf4\" (QLoRA's 4-bit "
+             "NormalFloat) with one fp32 scale per zero.frozen_block elements, quantized once "
+             "where they are written (import, load, initialization: each rank its own shard), "
+             "gathered in that form in stage 3, and dequantized one parameter at a time by "
+             "the model's layers (zs_param_dequantize); every stage and backend computes with "
+             "the same values."),
+    {.path = "zero.frozen_block", .type = ZS__KEY_INT, FIELD(zero.frozen_block),
+     .int_default = 64, .int_min = 2, .int_max = 4096, .power_of_two = 1,
+     .doc = "Elements per scale of zero.frozen_storage = \"int8\" or \"nf4\" (QLoRA's 64), "
+            "counted from each parameter's first element; shards and parameter offsets are "
+            "aligned to it (zero.align is raised to it)."},
 
     ENUM_KEY("optimizer.type", optimizer.kind, "adamw", optimizer_values,
              "Optimizer: sgd (with optional momentum), adam (L2 decay added to the gradient) "

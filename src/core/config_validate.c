@@ -360,6 +360,12 @@ static zs_status check_sharding(const validation *v) {
         fail = "zero.secondary_partition = \"node\" with zero.shard_group = \"node\": hybrid "
                "sharding already gathers inside the node only, so a secondary partition would "
                "hold a second copy of the same shard; drop one of the two";
+    } else if (s->zero.frozen_storage != ZS_FROZEN_COMPUTE &&
+               s->zero.secondary_partition == ZS_SECONDARY_NODE) {
+        key = "zero.frozen_storage";
+        fail = "zero.frozen_storage = \"int8\" or \"nf4\" with zero.secondary_partition = "
+               "\"node\": hpZ keeps every unit's node slice in the compute dtype, which would "
+               "hold the quantized base in full precision; drop one of the two";
     } else if (s->comm.quantize_weights != ZS_QUANTIZE_NONE && s->zero.stage != 3) {
         key = "comm.quantize_weights";
         fail = "comm.quantize_weights = \"int8\" needs zero.stage = 3: it quantizes the "

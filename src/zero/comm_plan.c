@@ -158,9 +158,12 @@ zs_status zs__comm_plan_rank(const zs__comm_plan_input *in, int rank, zs__step_b
             ring(&t, out, ZS_COMM_ALL_GATHER, shard_ring, n, 1, S * elem, 1);
         } else if (stage == 3) {
             const uint64_t gathers = (uint64_t)in->gathers_per_micro * micro;
+            /* A quantized frozen unit moves its own records (frozen_store.h),
+             * whatever qwZ does to the others. */
             const uint64_t chunk =
-                weight_bits ? (uint64_t)zs__quant_record_bytes((int64_t)S, block, weight_bits)
-                            : S * elem;
+                pu->quantized ? (uint64_t)pu->record_bytes
+                : weight_bits ? (uint64_t)zs__quant_record_bytes((int64_t)S, block, weight_bits)
+                              : S * elem;
             /* hpZ: one gather over the shard group fills the node slices,
              * the others go round the node with them. */
             const uint64_t wide = use.secondary && gathers > 0 ? 1 : gathers;
@@ -213,7 +216,7 @@ zs_status zs__comm_plan_estimate(const zs__settings *s, int world, int unit_coun
     if (!node_of) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "bytes per step: out of host memory");
     for (int r = 0; r < world; r++) node_of[r] = r / per_node;
     zs__plan *plan = NULL;
-    zs_status st = zs__plan_create_replicated(shard, replicas, s->zero.align, unit_count,
+    zs_status st = zs__plan_create_replicated(shard, replicas, zs__plan_align_of(s), unit_count,
                                               params_per_unit, param_numel, &plan);
     const zs__comm_plan_input in = {s, plan, world, node_of, gathers_per_micro};
     uint64_t most = 0;

@@ -17,7 +17,7 @@ int zs_is_accumulation_boundary(const zs_ctx *zs) {
 }
 
 size_t zs__unit_bytes(const zs_ctx *zs, const zs_unit *unit) {
-    return (size_t)zs->plan->units[unit->index].padded_numel * zs_dtype_size(zs->compute_dtype);
+    return (size_t)zs__plan_unit_bytes(zs->plan, unit->index, zs_dtype_size(zs->compute_dtype));
 }
 
 /* A buffer of the memory plan: device tags in the backend's memory; host

@@ -265,6 +265,7 @@ struct zs_ctx {
      * read only through its functions. */
     struct zs__carves *carves;   /* the live budget and the units holding carves of it */
     struct zs__unit_staging *staging; /* the unit's collectives' staging (unit_ops.c) */
+    struct zs__frozen_store *frozen_store; /* quantized frozen units (frozen_store.c) */
     struct zs__step_norms *norms; /* what the step's one norm call reads (step.c) */
     struct zs__buckets *buckets; /* the open gradient bucket (comm.bucket_bytes) */
     struct zs__prefetch *prefetch; /* the fetch orders stage-3 prefetch follows */

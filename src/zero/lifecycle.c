@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "zero/agree.h"
+#include "zero/frozen_store.h"
 #include "zero/ground.h"
 #include "zero/job.h"
 #include "zero/kernels_agree.h"
@@ -378,6 +379,7 @@ void zs_destroy(zs_ctx *zs) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         zs__buf_free(bufs[i]);
     zs__unit_ops_destroy(zs);
+    zs__frozen_store_destroy(zs);
     zs__store_destroy(&zs->store);
     zs__zeropp_destroy(zs);
     for (int i = 0; i < zs->param_count; i++) free(zs->params[i]);

@@ -26,7 +26,9 @@ static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t
     if (stage < 2 || plan->unit_count == 0) return ZS_OK;
     int largest = -1, largest_grad = -1;
     for (int u = 0; u < plan->unit_count; u++) {
-        if (largest < 0 || plan->units[u].padded_numel > plan->units[largest].padded_numel)
+        /* Gathered in stage 3: quantized units as their records. */
+        if (largest < 0 ||
+            zs__plan_unit_bytes(plan, u, elem) > zs__plan_unit_bytes(plan, largest, elem))
             largest = u;
         if (!plan->units[u].frozen &&
             (largest_grad < 0 ||
@@ -40,8 +42,8 @@ static zs_status live_budget(const zs__settings *s, const zs__plan *plan, size_t
     const char *name = names ? names[named] : fallback;
     size_t unit_bytes, grad_bytes, span, grad_span, needed, automatic;
     /* Parameters and gradient, or the gradient alone. */
-    if (!zs__mul_size((size_t)plan->units[largest].padded_numel, elem, &unit_bytes) ||
-        !zs__mul_size((size_t)plan->units[largest_grad].padded_numel, elem, &grad_bytes) ||
+    unit_bytes = (size_t)zs__plan_unit_bytes(plan, largest, elem);
+    if (!zs__mul_size((size_t)plan->units[largest_grad].padded_numel, elem, &grad_bytes) ||
         (span = zs__live_span(unit_bytes)) == 0 || (grad_span = zs__live_span(grad_bytes)) == 0 ||
         !zs__add_size(stage == 3 ? span : 0, grad_span, &needed) ||
         !zs__mul_size(needed, (size_t)max_units, &automatic))
@@ -166,7 +168,8 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
      * already, and the fp32 staging would go unused. */
     if (out->grad_bits) out->reduce_dtype = dt;
     out->moments = s->optimizer.kind == ZS_OPTIMIZER_SGD ? (s->optimizer.momentum > 0 ? 1 : 0) : 2;
-    out->params_numel = stage < 3 ? plan->padded_numel : plan->shard_numel;
+    /* Quantized frozen units are not in the parameter buffer (frozen_store.h). */
+    out->params_numel = stage < 3 ? plan->store_padded_numel : plan->store_shard_numel;
     out->frozen_numel = stage < 3 ? plan->frozen_padded_numel : plan->frozen_shard_numel;
     /* Frozen units have no gradient and no state. */
     out->grads_numel = stage < 2 ? plan->grad_padded_numel : plan->grad_shard_numel;
@@ -227,6 +230,11 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
         b[out->params_tag] += (uint64_t)(out->params_numel - out->frozen_numel) * elem;
         b[out->frozen_tag] += (uint64_t)out->frozen_numel * elem;
     }
+    /* The frozen store's records: every shard's in stages 0-2, this rank's
+     * in stage 3. */
+    out->frozen_store_bytes =
+        (stage < 3 ? (uint64_t)plan->world_size : 1u) * (uint64_t)plan->quantized_record_bytes;
+    b[out->frozen_tag] += out->frozen_store_bytes;
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
     b[ZS_MEM_HOST_STATE] += (uint64_t)out->grads_host_numel * elem;
@@ -264,4 +272,18 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
     for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
         if (zs__mem_tag_on_device((zs_mem_tag)t)) out->device_bytes += b[t];
     return ZS_OK;
+}
+
+int zs__frozen_bits_of(const zs__settings *s) {
+    switch (s->zero.frozen_storage) {
+    case ZS_FROZEN_INT8: return 8;
+    case ZS_FROZEN_NF4: return ZS_K_QUANT_NF4;
+    default: return 0;
+    }
+}
+
+int64_t zs__plan_align_of(const zs__settings *s) {
+    const int64_t align = s->zero.align;
+    if (s->zero.frozen_storage == ZS_FROZEN_COMPUTE || align >= s->zero.frozen_block) return align;
+    return s->zero.frozen_block; /* both powers of two: a multiple of align */
 }

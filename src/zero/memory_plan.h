@@ -21,6 +21,8 @@ typedef struct zs__memory_plan {
     int moments;                 /* fp32 optimizer state buffers: 0, 1 (SGD momentum) or 2 (Adam) */
     int64_t params_numel;        /* full (stages 0-2) or the shard (stage 3) */
     int64_t frozen_numel;        /* the frozen units' part of it (ZS_MEM_FROZEN) */
+    uint64_t frozen_store_bytes; /* quantized frozen units' records (frozen_store.h), also
+                                    charged to frozen_tag */
     int64_t grads_numel;         /* full (stages 0-1) or the shard (stages 2-3) */
     int64_t state_numel;         /* master and each moment: full in stage 0, else the shard */
     int has_master;              /* the compute dtype is not fp32, or the optimizer is offloaded
@@ -95,6 +97,14 @@ const char *zs__zeropp_needs_equal_nodes(const zs__settings *s, int world);
  * largest unit, from unit_names when given, and the bytes needed) when
  * zero.live_bytes cannot hold it, or when those settings meet a node size
  * that does not divide the ranks. */
+/* zero.frozen_storage as the `bits` of kernels/quantize.h (0: the compute
+ * dtype, 8, ZS_K_QUANT_NF4). */
+int zs__frozen_bits_of(const zs__settings *s);
+/* The plan's alignment: zero.align, raised to zero.frozen_block when frozen
+ * units may be quantized (blocks then never cross a parameter's start or a
+ * shard's). Every plan of a run is made with it. */
+int64_t zs__plan_align_of(const zs__settings *s);
+
 zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int node_size,
                                const char *const *unit_names, zs__memory_plan *out);
 

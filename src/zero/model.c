@@ -16,6 +16,7 @@
 #include "kernels/init.h"
 #include "zero/agree.h"
 #include "zero/carves.h"
+#include "zero/frozen_store.h"
 #include "zero/ground.h"
 #include "zero/memory_plan.h"
 #include "zero/model.h"
@@ -116,7 +117,7 @@ zs_status zs_param_create(zs_ctx *zs, const char *name, int ndim, const int64_t 
     if (init.kind == ZS_INIT_NORMAL && !(init.b >= 0))
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': normal init needs std >= 0 "
                         "(got %g)", name, init.b);
-    const unsigned known = ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN;
+    const unsigned known = ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN | ZS_PARAM_QUANTIZE;
     if (flags & ~known)
         return zs__fail(ZS_ERR_INVALID_ARGUMENT, "parameter '%s': unknown flags 0x%x", name,
                         flags & ~known);
@@ -206,6 +207,29 @@ static zs_status init_range(zs_ctx *zs, zs__backend *be, const zs_param *p, void
                                   scratch.ptr, ZS_DTYPE_FP32, n);
     }
     zs__buf_free(&scratch);
+    return st;
+}
+
+/* Elements [first, first + count) of a quantized frozen parameter: their
+ * initial values generated in fp32 host memory a round at a time, written
+ * to the frozen store (which quantizes them with their unit). */
+static zs_status init_quantized(zs_ctx *zs, int param, int64_t first, int64_t count) {
+    const zs_param *p = zs->params[param];
+    zs__backend *be = zs->backend;
+    const int64_t chunk = count < ZS_INIT_CHUNK ? count : ZS_INIT_CHUNK;
+    float *values = NULL;
+    zs__buf generated = {0};
+    ZS_CHECK(zs__mem_host_alloc(&zs->mem, ZS_MEM_SCRATCH, (size_t)chunk * sizeof(float),
+                                (void **)&values));
+    zs_status st = zs__buf_alloc(be, &generated, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, chunk);
+    for (int64_t done = 0; done < count && st == ZS_OK; done += chunk) {
+        const int64_t n = count - done < chunk ? count - done : chunk;
+        st = init_range(zs, be, p, generated.ptr, ZS_DTYPE_FP32, first + done, n);
+        if (st == ZS_OK) st = be->ops->download(be, values, generated.ptr, (size_t)n * sizeof(float));
+        if (st == ZS_OK) st = zs__frozen_store_write(zs, param, first + done, n, values);
+    }
+    zs__buf_free(&generated);
+    zs__mem_host_free(&zs->mem, ZS_MEM_SCRATCH, values, (size_t)chunk * sizeof(float));
     return st;
 }
 
@@ -316,6 +340,7 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         zs__mem_move(&zs->mem, mp.params_tag, mp.frozen_tag, zs->frozen_bytes, params_peak);
     }
     zs->params_on_nvme = mp.params_on_nvme;
+    ZS_CHECK(zs__frozen_store_create(zs, mp.frozen_tag));
     ZS_CHECK(zs__unit_ops_create(zs, &mp));
     if (stage < 2) ZS_CHECK(zs__plan_buf(zs, &zs->grads_full, mp.grads_tag, dt, mp.grads_numel));
     else ZS_CHECK(zs__plan_buf(zs, &zs->grads_shard, mp.grads_tag, zs->grad_shard_dtype, mp.grads_numel));
@@ -360,6 +385,11 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         int owned = zs__plan_owned_range(plan, i, zs->shard_rank, &b, &e);
         int64_t shard_index =
             pu->shard_offset + pp->offset + b - (int64_t)zs->shard_rank * pu->shard_numel;
+        if (pu->quantized) { /* quantized where it lands, as an import's values are */
+            if (stage == 0) ZS_CHECK(init_quantized(zs, i, 0, p->numel));
+            else if (owned) ZS_CHECK(init_quantized(zs, i, b, e - b));
+            continue;
+        }
         if (stage < 3)
             ZS_CHECK(init_range(zs, zs->params_full.be, p, zs__buf_at(&zs->params_full, full_index),
                                 dt, 0, p->numel));
@@ -370,8 +400,11 @@ static zs_status allocate_and_initialize(zs_ctx *zs, const char *runid) {
         if (mp.has_master && stage == 0) ZS_CHECK(init_master(zs, i, 0, p->numel));
         else if (mp.has_master && owned) ZS_CHECK(init_master(zs, i, b, e - b));
     }
-    /* The last chunk of master weights leaves the tier's cache for the disk. */
+    /* The last chunk of master weights leaves the tier's cache for the disk;
+     * the last quantized unit is quantized, and stages 1-2 gather every
+     * rank's records. */
     ZS_CHECK(zs__store_flush(&zs->store));
+    ZS_CHECK(zs__frozen_store_gather_full(zs));
     ZS_CHECK(zs__update_create(zs));
     ZS_INFO("zs_build: buffers allocated in %.2f s, initialized in %.2f s (%s tier%s)", allocated,
             1e-9 * (double)(zs__clock_ns() - t0) - allocated, zs__tier_name(zs->store.tier),
@@ -403,7 +436,9 @@ static zs_status measure_all_gather(zs_ctx *zs) {
         /* Below stage 3 only trainable units are ever gathered (frozen ones
          * never change), and the buffer holds those alone. */
         if (zs->plan->units[u].frozen && zs->settings.zero.stage < 3) continue;
-        const size_t chunk = (size_t)zs->plan->units[u].shard_numel * elem;
+        /* Each rank's piece as gathered: a quantized unit's record. */
+        const size_t chunk = (size_t)zs__plan_unit_bytes(zs->plan, u, elem) /
+                             (size_t)zs->plan->world_size;
         int seen = 0;
         for (int k = 0; k < n && !seen; k++) seen = sizes[k] == chunk;
         if (!seen && chunk > 0) sizes[n++] = chunk;
@@ -495,9 +530,13 @@ zs_status zs__build_model(zs_ctx *zs) {
         }
         st = shard_group_choose(zs);
         if (st == ZS_OK)
-            st = zs__plan_create_replicated(zs->shard_size, zs->replicas, zs->settings.zero.align,
-                                            zs->unit_count, per_unit, numels, &zs->plan);
+            st = zs__plan_create_replicated(zs->shard_size, zs->replicas,
+                                            zs__plan_align_of(&zs->settings), zs->unit_count,
+                                            per_unit, numels, &zs->plan);
         if (st == ZS_OK) st = zs__plan_freeze_flags(zs->plan, flags, unit_names, param_names);
+        if (st == ZS_OK)
+            st = zs__plan_quantize(zs->plan, flags, zs__frozen_bits_of(&zs->settings),
+                                   zs->settings.zero.frozen_block, unit_names, param_names);
     }
     free(per_unit);
     free(numels);

@@ -2,6 +2,7 @@
  * context; owns nothing beyond the plan it returns, calls nothing of zero/.
  */
 #include "zero/plan.h"
+#include "zero/quant_record.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,8 @@ zs_status zs__plan_create_replicated(int world_size, int replicas, int64_t align
 }
 
 void zs__plan_freeze(zs__plan *plan, const unsigned char *unit_frozen) {
+    plan->store_padded_numel = plan->padded_numel;
+    plan->store_shard_numel = plan->shard_numel;
     plan->grad_padded_numel = plan->grad_shard_numel = plan->max_grad_unit_padded_numel = 0;
     plan->frozen_padded_numel = plan->frozen_shard_numel = 0;
     plan->frozen_units = 0;
@@ -212,4 +215,82 @@ zs_status zs__plan_freeze_flags(zs__plan *plan, const unsigned *param_flags,
     zs__plan_freeze(plan, frozen);
     free(frozen);
     return ZS_OK;
+}
+
+/* The name of unit u or parameter i for a message: the given name, or its index. */
+static const char *name_of(const char *const *names, int i, char *buf, size_t cap) {
+    if (names) return names[i];
+    snprintf(buf, cap, "#%d", i);
+    return buf;
+}
+
+zs_status zs__plan_quantize(zs__plan *plan, const unsigned *param_flags, int bits, int64_t block,
+                            const char *const *unit_names, const char *const *param_names) {
+    plan->quant_bits = 0;
+    plan->quant_block = block;
+    plan->quantized_units = 0;
+    plan->quantized_record_bytes = plan->max_record_bytes = 0;
+    char a[32], b[32];
+    for (int u = 0; u < plan->unit_count; u++) {
+        zs__plan_unit *unit = &plan->units[u];
+        unit->quantized = 0;
+        unit->record_bytes = 0;
+        int marked = -1, unmarked = -1;
+        for (int i = unit->first_param; param_flags && i < unit->first_param + unit->param_count;
+             i++) {
+            if (!(param_flags[i] & ZS_PARAM_QUANTIZE)) {
+                if (unmarked < 0) unmarked = i;
+                continue;
+            }
+            if (!(param_flags[i] & ZS_PARAM_FROZEN))
+                return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                                "parameter '%s' is ZS_PARAM_QUANTIZE but not ZS_PARAM_FROZEN: "
+                                "only frozen parameters are stored quantized",
+                                name_of(param_names, i, a, sizeof a));
+            if (marked < 0) marked = i;
+        }
+        if (marked >= 0 && unmarked >= 0)
+            return zs__fail(ZS_ERR_INVALID_ARGUMENT,
+                            "unit '%s' mixes quantized and unquantized frozen parameters ('%s' "
+                            "is ZS_PARAM_QUANTIZE, '%s' is not): a unit is stored in one "
+                            "format, so register the parameters kept in the compute dtype "
+                            "(norms, embeddings) in a unit of their own",
+                            name_of(unit_names, u, a, sizeof a),
+                            name_of(param_names, marked, b, sizeof b),
+                            param_names ? param_names[unmarked] : "another");
+        if (marked < 0 || bits == 0) continue;
+        if (plan->align % block != 0)
+            return zs__fail(ZS_ERR_INTERNAL, "partition plan: align %lld is not a multiple of "
+                            "the quantization block %lld", (long long)plan->align,
+                            (long long)block);
+        unit->quantized = 1;
+        unit->record_bytes = zs__quant_record_bytes(unit->shard_numel, block, bits);
+        plan->quantized_units++;
+        plan->quantized_record_bytes += unit->record_bytes;
+        if (unit->record_bytes > plan->max_record_bytes)
+            plan->max_record_bytes = unit->record_bytes;
+        plan->frozen_padded_numel -= unit->padded_numel;
+        plan->frozen_shard_numel -= unit->shard_numel;
+    }
+    if (plan->quantized_units > 0) plan->quant_bits = bits;
+    /* The parameter buffers without the quantized units. */
+    plan->store_padded_numel = plan->store_shard_numel = 0;
+    for (int u = 0; u < plan->unit_count; u++) {
+        zs__plan_unit *unit = &plan->units[u];
+        if (unit->quantized) {
+            unit->full_offset = unit->shard_offset = -1;
+            continue;
+        }
+        unit->full_offset = plan->store_padded_numel;
+        unit->shard_offset = plan->store_shard_numel;
+        plan->store_padded_numel += unit->padded_numel;
+        plan->store_shard_numel += unit->shard_numel;
+    }
+    return ZS_OK;
+}
+
+int64_t zs__plan_unit_bytes(const zs__plan *plan, int u, size_t elem) {
+    const zs__plan_unit *unit = &plan->units[u];
+    if (unit->quantized) return (int64_t)plan->world_size * unit->record_bytes;
+    return unit->padded_numel * (int64_t)elem;
 }

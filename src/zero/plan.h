@@ -18,7 +18,16 @@
  * their place among the parameters but have no gradient and no optimizer
  * state: the gradient buffers and the state index space concatenate the
  * trainable units only, at grad_full_offset[u] and grad_shard_offset[u].
- * Without frozen units these equal full_offset and shard_offset. */
+ * Without frozen units these equal full_offset and shard_offset.
+ *
+ * Quantized frozen units (zero.frozen_storage = "int8" or "nf4", every
+ * parameter ZS_PARAM_FROZEN | ZS_PARAM_QUANTIZE; zs__plan_quantize) are
+ * not in the parameter buffers at all: they live in the frozen store
+ * (zero/frozen_store.h) as one record per shard, `record_bytes` each, and
+ * the parameter buffers concatenate the other units only (full_offset and
+ * shard_offset skip them; store_padded_numel and store_shard_numel are the
+ * buffers' lengths). Without them these equal padded_numel and
+ * shard_numel. */
 #ifndef ZS_ZERO_PLAN_H
 #define ZS_ZERO_PLAN_H
 
@@ -37,6 +46,8 @@ typedef struct zs__plan_unit {
     int frozen;            /* no gradient, no state (zs__plan_freeze) */
     int64_t grad_full_offset;  /* trainable: its start in a full gradient buffer, and in */
     int64_t grad_shard_offset; /* the shard gradient buffer (= the state index space) */
+    int quantized;             /* stored quantized in the frozen store (zs__plan_quantize) */
+    int64_t record_bytes;      /* quantized: one shard's record (zero/quant_record.h) */
 } zs__plan_unit;
 
 typedef struct zs__plan_param {
@@ -63,6 +74,16 @@ typedef struct zs__plan {
     int64_t grad_padded_numel, grad_shard_numel, max_grad_unit_padded_numel;
     int64_t frozen_padded_numel, frozen_shard_numel;
     int frozen_units;
+    /* Quantized frozen units (zs__plan_quantize): their format (`bits` of
+     * kernels/quantize.h, 0: none), block, count, the sum of their records
+     * (one shard each) and the largest; the parameter buffers' lengths
+     * without them. frozen_padded_numel and frozen_shard_numel count the
+     * frozen units kept in the compute dtype only. */
+    int quant_bits;
+    int64_t quant_block;
+    int quantized_units;
+    int64_t quantized_record_bytes, max_record_bytes;
+    int64_t store_padded_numel, store_shard_numel;
 } zs__plan;
 
 /* Lays out `unit_count` units; unit u holds params_per_unit[u] parameters whose
@@ -90,6 +111,21 @@ void zs__plan_freeze(zs__plan *plan, const unsigned char *unit_frozen);
  * names when given, else by index), and when every unit is frozen. */
 zs_status zs__plan_freeze_flags(zs__plan *plan, const unsigned *param_flags,
                                 const char *const *unit_names, const char *const *param_names);
+
+/* Stores the frozen units whose parameters all carry ZS_PARAM_QUANTIZE
+ * quantized to `bits` (8 or ZS_K_QUANT_NF4) in blocks of `block`, and lays
+ * out the parameter buffers without them (after zs__plan_freeze_flags; the
+ * plan's align must be a multiple of `block`, so that blocks never cross a
+ * parameter's start or a shard's). bits 0: nothing is quantized. Fails
+ * (ZS_ERR_INVALID_ARGUMENT) on ZS_PARAM_QUANTIZE on a trainable parameter,
+ * or on a unit mixing quantized and unquantized frozen parameters, naming
+ * them. */
+zs_status zs__plan_quantize(zs__plan *plan, const unsigned *param_flags, int bits, int64_t block,
+                            const char *const *unit_names, const char *const *param_names);
+
+/* The bytes of unit u whole (gathered, or a gradient's): padded_numel
+ * elements of `elem` bytes, or, quantized, every shard's record. */
+int64_t zs__plan_unit_bytes(const zs__plan *plan, int u, size_t elem);
 
 /* The part of parameter p that rank `rank` owns, as [*begin, *end) in the
  * parameter's own element indices. Returns 0 (and an empty range) if the rank

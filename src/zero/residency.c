@@ -23,7 +23,9 @@
 #include "core/log.h"
 #include "zero/bucket.h"
 #include "zero/carves.h"
+#include "zero/frozen_store.h"
 #include "zero/ground.h"
+#include "zero/quant_record.h"
 #include "zero/prefetch.h"
 #include "zero/residency.h"
 #include "zero/update.h"
@@ -226,9 +228,74 @@ void *zs_param_data(const zs_param *p) {
         return NULL;
     }
     const zs__plan_param *pp = &zs->plan->params[p->index];
+    if (zs->plan->units[unit->index].quantized) {
+        zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_param_data('%s'): the parameter is stored "
+                 "quantized (zero.frozen_storage); read it with zs_param_dequantize or "
+                 "zs_param_quantized", p->name);
+        return NULL;
+    }
     if (unit->live_params)
         return (char *)unit->live_params + (size_t)pp->offset * zs_dtype_size(zs->compute_dtype);
     return zs__buf_at(&zs->params_full, zs->plan->units[unit->index].full_offset + pp->offset);
+}
+
+int zs_param_is_quantized(const zs_param *p) {
+    return p && p->ctx->plan && p->ctx->plan->units[p->unit->index].quantized;
+}
+
+/* The records of a fetched quantized parameter's unit: gathered (stage 3)
+ * or kept (stages 0-2). */
+static zs_status fetched_records(const zs_param *p, const char *what, const void **out) {
+    const zs_ctx *zs = p->ctx;
+    const zs_unit *unit = p->unit;
+    if (!zs->plan || !zs->plan->units[unit->index].quantized)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "%s('%s'): the parameter is not stored "
+                        "quantized (it needs ZS_PARAM_FROZEN | ZS_PARAM_QUANTIZE and "
+                        "zero.frozen_storage = \"int8\" or \"nf4\")", what, p->name);
+    if (!unit->fetched)
+        return zs__fail(ZS_ERR_STATE, "%s('%s'): unit '%s' is not fetched; call zs_fetch first",
+                        what, p->name, unit->name);
+    *out = unit->live_params ? unit->live_params : zs__frozen_store_records(zs, unit->index);
+    return ZS_OK;
+}
+
+zs_status zs_param_quantized(const zs_param *p, zs_quantized *out) {
+    if (!p || !out)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_param_quantized: parameter and output "
+                        "are required");
+    const void *records = NULL;
+    ZS_CHECK(fetched_records(p, "zs_param_quantized", &records));
+    const zs__plan *plan = p->ctx->plan;
+    const zs__plan_unit *pu = &plan->units[p->unit->index];
+    const zs__plan_param *pp = &plan->params[p->index];
+    *out = (zs_quantized){
+        .bits = plan->quant_bits,
+        .block = plan->quant_block,
+        .records = plan->world_size,
+        .shard_numel = pu->shard_numel,
+        .record_bytes = pu->record_bytes,
+        .scales_at = zs__quant_record_scales_at(pu->shard_numel, plan->quant_bits),
+        .offset = pp->offset,
+        .numel = pp->numel,
+        .data = records,
+    };
+    return ZS_OK;
+}
+
+zs_status zs_param_dequantize(zs_ctx *zs, const zs_param *p, void *dst) {
+    if (!zs || !p || !dst)
+        return zs__fail(ZS_ERR_INVALID_ARGUMENT, "zs_param_dequantize: context, parameter and "
+                        "destination are required");
+    if (!zs_param_is_quantized(p)) { /* the compute dtype: a copy */
+        const void *data = zs_param_data(p);
+        if (!data) return zs__fail(ZS_ERR_STATE, "%s", zs_last_error());
+        return zs->backend->ops->copy(zs->backend, dst, data,
+                                      (size_t)p->numel * zs_dtype_size(zs->compute_dtype));
+    }
+    const void *records = NULL;
+    ZS_CHECK(fetched_records(p, "zs_param_dequantize", &records));
+    return zs__frozen_store_dequantize(zs, zs->backend, p->index, records, dst,
+                                       zs->compute_dtype);
 }
 
 void *zs_param_grad(zs_param *p) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "zero/agree.h"
+#include "zero/frozen_store.h"
 #include "zero/full_params.h"
 #include "zero/ground.h"
 #include "zero/residency.h"
@@ -93,12 +94,22 @@ static zs_status frozen_move(zs_ctx *zs, int param, int64_t first, int64_t count
     return st;
 }
 
+/* 1 when the parameter lives in the frozen store, quantized. */
+static int quantized(const zs_ctx *zs, int param) {
+    return zs->plan->units[zs->plan->params[param].unit].quantized;
+}
+
 zs_status zs__frozen_write(zs_ctx *zs, int param, int64_t first, int64_t count,
                            const float *src) {
+    if (quantized(zs, param)) {
+        ZS_CHECK(zs__update_finish(zs));
+        return zs__frozen_store_write(zs, param, first, count, src);
+    }
     return frozen_move(zs, param, first, count, src, NULL);
 }
 
 zs_status zs__frozen_read(zs_ctx *zs, int param, int64_t first, int64_t count, float *dst) {
+    if (quantized(zs, param)) return zs__frozen_store_read(zs, param, first, count, dst);
     return frozen_move(zs, param, first, count, NULL, dst);
 }
 
@@ -202,9 +213,11 @@ uint64_t zs__state_digest(zs_ctx *zs) {
     XXH3_state_t *state = XXH3_createState();
     if (!state) return 0;
     XXH3_64bits_reset(state);
-    /* The parameters (host-accessible memory: the CPU backend, for tests),
-     * then the store's arrays. */
-    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard};
+    /* The parameters (host-accessible memory: the CPU backend, for tests)
+     * and the quantized frozen units' records, then the store's arrays. */
+    const zs__buf none = {0};
+    const zs__buf *records = zs__frozen_store_buf(zs);
+    const zs__buf *bufs[] = {&zs->params_full, &zs->params_shard, records ? records : &none};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->ptr && bufs[i]->be->ops->host_accessible)
             XXH3_64bits_update(state, bufs[i]->ptr,

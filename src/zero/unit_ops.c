@@ -15,6 +15,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "zero/frozen_store.h"
 #include "zero/ground.h"
 #include "zero/memory_plan.h"
 #include "zero/unit_ops.h"
@@ -208,6 +209,8 @@ static zs_status run_gather(zs__engine_op *op) {
         return zs__secondary_gather(zs, u->unit->index, u->buf);
     zs__backend *be = zs->backend;
     const zs__plan_unit *pu = &zs->plan->units[u->unit->index];
+    /* A quantized frozen unit moves its records as they are stored. */
+    if (pu->quantized) return zs__frozen_store_gather(zs, u->unit->index, u->buf);
     const size_t elem = zs_dtype_size(zs->compute_dtype);
     void *mine = (char *)u->buf + (size_t)(zs->shard_rank * pu->shard_numel) * elem;
     if (zs->params_on_nvme) {

@@ -147,8 +147,12 @@ static void ref_quantize(uint8_t *q, float *scales, const void *src, zs_dtype d,
         for (int64_t i = begin; i < end; i++) {
             int v = 0;
             if (bits == ZS_K_QUANT_NF4) {
-                /* Zero and non-finite blocks store level 0 (index 7). */
-                const float n_x = finite && scale > 0.0f ? get(src, d, i) * (1.0f / scale) : 0.0f;
+                /* Zero and non-finite blocks store level 0 (index 7); where
+                 * 1 / scale overflows (amax < 2^-128) x / scale instead. */
+                const float x = get(src, d, i), inverse = 1.0f / scale;
+                const float n_x = !(finite && scale > 0.0f) ? 0.0f
+                                  : isinf(inverse)           ? x / scale
+                                                             : x * inverse;
                 v = ref_nf4_index(n_x) - 8;
             } else if (finite && scale > 0.0f) {
                 float r = nearbyintf(get(src, d, i) / scale); /* round, then clamp */
