@@ -507,6 +507,11 @@ typedef struct zs_quantized {
  * (ZS_ERR_STATE) on a unit that is not fetched. */
 zs_status zs_param_quantized(const zs_param *p, zs_quantized *out);
 
+/* 1 when zero.frozen_storage is "int8" or "nf4": frozen units of
+ * ZS_PARAM_QUANTIZE parameters will be stored quantized (a program asks
+ * before describing its model, to register them so). */
+int zs_quantizes_frozen(const zs_ctx *zs);
+
 /* 1 when the parameter is stored quantized (zs_param_data is then NULL). */
 int zs_param_is_quantized(const zs_param *p);
 

@@ -59,7 +59,7 @@ int llama__check_head_w(const char *op, const char *what, const llama_head_w *w,
 }
 
 int llama__check_block_w(const char *op, const char *what, const llama_dims *d,
-                         const llama_block_w *w, char *err, size_t cap) {
+                         const llama_block_w *w, int sourced, char *err, size_t cap) {
     if (w == NULL) {
         return ex_error(err, cap, NN_ERR_ARG, "llama %s: %s is NULL", op, what);
     }
@@ -68,20 +68,20 @@ int llama__check_block_w(const char *op, const char *what, const llama_dims *d,
         const void *p;
         int present;
     } t[] = {{"input_layernorm.weight", w->attn_norm, 1},
-             {"self_attn.q_proj.weight", w->wq, 1},
+             {"self_attn.q_proj.weight", w->wq, !sourced},
              {"self_attn.q_proj.bias", w->bq, d->qkv_bias},
-             {"self_attn.k_proj.weight", w->wk, 1},
+             {"self_attn.k_proj.weight", w->wk, !sourced},
              {"self_attn.k_proj.bias", w->bk, d->qkv_bias},
-             {"self_attn.v_proj.weight", w->wv, 1},
+             {"self_attn.v_proj.weight", w->wv, !sourced},
              {"self_attn.v_proj.bias", w->bv, d->qkv_bias},
-             {"self_attn.o_proj.weight", w->wo, 1},
+             {"self_attn.o_proj.weight", w->wo, !sourced},
              {"self_attn.o_proj.bias", w->bo, d->o_bias},
              {"post_attention_layernorm.weight", w->mlp_norm, 1},
-             {"mlp.gate_proj.weight", w->wgate, 1},
+             {"mlp.gate_proj.weight", w->wgate, !sourced},
              {"mlp.gate_proj.bias", w->bgate, d->mlp_bias},
-             {"mlp.up_proj.weight", w->wup, 1},
+             {"mlp.up_proj.weight", w->wup, !sourced},
              {"mlp.up_proj.bias", w->bup, d->mlp_bias},
-             {"mlp.down_proj.weight", w->wdown, 1},
+             {"mlp.down_proj.weight", w->wdown, !sourced},
              {"mlp.down_proj.bias", w->bdown, d->mlp_bias}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (t[i].present && t[i].p == NULL) {

@@ -40,6 +40,17 @@ extern "C" {
 
 typedef struct llama_backend llama_backend;
 
+/* QLoRA: where a block's matrices come from when the runtime stores them
+ * quantized (zs_param_dequantize). get() puts matrix `slot` (a
+ * llama_block_param) of the block being computed, in the device's dtype,
+ * into memory of its own and points *out at it; that memory is reused by
+ * the next get(), so the full-precision copy is one matrix at a time. 0,
+ * or an nn_status with a message in err. */
+typedef struct llama_weight_source {
+    int (*get)(void *user, int slot, const void **out, char *err, size_t cap);
+    void *user;
+} llama_weight_source;
+
 typedef struct llama_backend_ops {
     const char *name; /* "cpu" or "cuda" */
 
@@ -104,6 +115,10 @@ struct llama_backend {
     int max_T;       /* the longest sequence it was created for (the RoPE table's rows) */
     /* LoRA (llama_backend_set_lora; the caller sets lora.seed per block). */
     nn_lora lora;
+    /* QLoRA: a block's matrices that are NULL in its weight struct come
+     * from here, one at a time, each just before its products (forward
+     * and backward); get NULL: every matrix is in the struct. */
+    llama_weight_source weights;
     void *impl;
 };
 

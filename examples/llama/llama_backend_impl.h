@@ -44,8 +44,10 @@ int llama__check_embed_w(const char *op, const char *what, const llama_embed_w *
                          size_t cap);
 int llama__check_head_w(const char *op, const char *what, const llama_head_w *w, char *err,
                         size_t cap);
+/* sourced: the block's matrices may be NULL (llama_backend.weights gives
+ * them). */
 int llama__check_block_w(const char *op, const char *what, const llama_dims *d,
-                         const llama_block_w *w, char *err, size_t cap);
+                         const llama_block_w *w, int sourced, char *err, size_t cap);
 int llama__check_acts(const char *op, const llama_block_acts *a, char *err, size_t cap);
 /* NN_ERR_ARG when p is NULL. */
 int llama__check_ptr(const char *op, const char *what, const void *p, char *err, size_t cap);

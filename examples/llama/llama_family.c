@@ -86,6 +86,12 @@ struct ex_model {
     nn_device *dev;
     llama_backend *be;
     ex_stream ws; /* the micro-step's workspace on the device */
+    /* QLoRA: the block being computed, and one matrix dequantized from its
+     * quantized unit (compute dtype; fp32 too where the device computes in
+     * fp32 on lower-precision parameters), on the device. */
+    zs_ctx *zs;
+    int block;
+    void *matrix, *matrix32;
 };
 _Static_assert(offsetof(struct ex_model, dec) == 0, "ex_decoder.h: the decoder comes first");
 
@@ -194,7 +200,8 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
     if (split_patterns(m) != 0) return ZS_ERR_CONFIG;
     m->lora = (ex_lora){.n_targets = LLAMA_LORA_TARGETS, .default_targets = "q_proj,v_proj",
                         .target_name = llama_lora_target_name,
-                        .target_shape = lora_target_shape, .first_block = 1};
+                        .target_shape = lora_target_shape, .first_block = 1,
+                        .quantizable = 1};
     if ((st = ex_lora_configure(cfg, PROGRAM, &m->lora)) != ZS_OK) return st;
     char config[4096] = "";
     if (m->preset[0] != '\0') {
@@ -266,6 +273,48 @@ static zs_status configure(zs_config *cfg, ex_model **out, ex_model_facts *facts
 
 /* ------------------------------------------------------- workspace */
 
+/* QLoRA's weight source (llama_backend.weights): matrix `slot` of the
+ * block being computed, dequantized from its unit's records into one
+ * matrix's memory (zs_param_dequantize, on the device's stream). */
+static int dequantized_matrix(void *user, int slot, const void **out, char *err, size_t cap) {
+    ex_model *m = user;
+    const int unit = 1 + m->block, i = llama_block_index(&m->dims, (llama_block_param)slot);
+    if (i < 0 || !m->units.view[unit])
+        return ex_error(err, cap, NN_ERR_ARG, "llama: block %d has no quantized matrix %d",
+                        m->block, slot);
+    const zs_param *p = m->units.param[m->units.view[unit][i]];
+    if (zs_param_dequantize(m->zs, p, m->matrix) != ZS_OK)
+        return ex_error(err, cap, NN_ERR_DEVICE, "zs_param_dequantize('%s'): %s",
+                        zs_param_name(p), zs_last_error());
+    *out = m->matrix;
+    if (m->units.direct) return 0;
+    if (zs_backend_convert(m->zs, m->matrix32, ZS_DTYPE_FP32, m->matrix, m->units.dtype,
+                           zs_param_numel(p)) != ZS_OK)
+        return ex_error(err, cap, NN_ERR_DEVICE, "zs_backend_convert('%s'): %s",
+                        zs_param_name(p), zs_last_error());
+    *out = m->matrix32;
+    return 0;
+}
+
+/* With quantized blocks: the weight source and its memory, one matrix (the
+ * largest) in the compute dtype, and in fp32 where the device computes so. */
+static int quantized_matrices(ex_model *m, zs_ctx *zs, char *err, size_t cap) {
+    m->zs = zs;
+    int64_t largest = 0;
+    for (int k = 0; k < m->units.param_count; k++)
+        if (zs_param_is_quantized(m->units.param[k]) && m->units.numel[k] > largest)
+            largest = m->units.numel[k];
+    if (largest == 0) return 0;
+    const size_t elem = zs_dtype_size(m->units.dtype);
+    if (m->dev->ops->alloc(m->dev, (size_t)largest * elem, &m->matrix) != 0 ||
+        (!m->units.direct &&
+         m->dev->ops->alloc(m->dev, (size_t)largest * sizeof(float), &m->matrix32) != 0))
+        return ex_fail(err, cap, "one dequantized matrix (%lld elements): %s",
+                       (long long)largest, m->dev->ops->last_error(m->dev));
+    m->be->weights = (llama_weight_source){.get = dequantized_matrix, .user = m};
+    return 0;
+}
+
 static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, char *err,
                  size_t cap) {
     const llama_dims *d = &m->dims;
@@ -290,6 +339,7 @@ static int start(ex_model *m, zs_ctx *zs, int B, int T, ex_model_facts *facts, c
     if (llama_backend_set_lora(m->be, m->lora.r, m->lora.alpha, m->lora.dropout, err, cap) != 0)
         return -1;
     if (ex_units_attach(&m->units, m->dev, err, cap) != 0) return -1;
+    if (quantized_matrices(m, zs, err, cap) != 0) return -1;
     if (m->head_chunk_rows == 0) m->head_chunk_rows = cuda ? HEAD_CHUNK_ROWS_GPU : HEAD_CHUNK_ROWS_CPU;
     const size_t acts_bytes = (size_t)llama_block_acts_bytes(d, B, T, m->dev->dtype);
     if (ex_stream_alloc(&m->ws, m->dev, d->n_layer, B, T,
@@ -365,6 +415,7 @@ static int op_block_forward(void *model, int l, int B, int T, void *const *p,
                             void *const *lora, const void *x, void *y) {
     ex_model *m = model;
     m->be->lora.seed = ex_lora_block_seed(&m->lora, l);
+    m->block = l;
     llama_block_w w;
     block_view(&m->dims, p, &w);
     lora_view(m, lora, &w);
@@ -377,6 +428,7 @@ static int op_block_backward(void *model, int l, int B, int T, void *const *p, v
                              const void *dy, void *dx) {
     ex_model *m = model;
     m->be->lora.seed = ex_lora_block_seed(&m->lora, l);
+    m->block = l;
     llama_block_w w, bg;
     block_view(&m->dims, p, &w);
     block_view(&m->dims, g, &bg);
@@ -514,6 +566,10 @@ static int start_token(ex_model *m) {
 static void destroy(ex_model *m) {
     if (!m) return;
     ex_stream_free(&m->ws);
+    if (m->dev) {
+        m->dev->ops->free(m->dev, m->matrix);
+        m->dev->ops->free(m->dev, m->matrix32);
+    }
     ex_units_free(&m->units);
     if (m->be) m->be->ops->destroy(m->be);
     if (m->dev) m->dev->ops->destroy(m->dev);

@@ -193,6 +193,19 @@ static int layers_embed_backward(llama_backend *be, int B, int T, llama_embed_w 
 
 /* -------------------------------------------------------------- blocks */
 
+/* Matrix `slot` (a llama_block_param) of the block: the struct's pointer,
+ * or, stored quantized (QLoRA), the weight source's full-precision copy,
+ * made now and valid until the next one. */
+static int matrix(llama_backend *be, const void *stored, int slot, const void **out) {
+    if (stored != NULL) {
+        *out = stored;
+        return NN_OK;
+    }
+    if (be->weights.get == NULL)
+        return ex_error(BE_ERR(be), NN_ERR_ARG, "llama: the block's matrix %d is NULL", slot);
+    return be->weights.get(be->weights.user, slot, out, BE_ERR(be));
+}
+
 /* The adapter of `target`, when the block has one: y += scale (x A^T) B^T
  * (rows of y ldy apart), and its backward, which adds into dx. */
 static int lora_forward(llama_backend *be, const llama_block_w *w, int target, int BT,
@@ -231,7 +244,7 @@ static int layers_block_forward(llama_backend *be, int B, int T, const llama_blo
     const char *op = "block_forward";
     const llama_dims *d = &be->dims;
     NN_TRY(llama__check_shape(op, be, B, T, BE_ERR(be)));
-    NN_TRY(llama__check_block_w(op, "w", d, w, BE_ERR(be)));
+    NN_TRY(llama__check_block_w(op, "w", d, w, be->weights.get != NULL, BE_ERR(be)));
     NN_TRY(llama__check_acts(op, a, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "x", x, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "y", y, BE_ERR(be)));
@@ -250,8 +263,19 @@ static int layers_block_forward(llama_backend *be, int B, int T, const llama_blo
         const int outs[3] = {s.Q, s.KV, s.KV};
         const void *const W[3] = {w->wq, w->wk, w->wv};
         const void *const b[3] = {w->bq, w->bk, w->bv};
-        LAYER(L->linears_forward(dev, "qkv", 3, outs, BT, C, a->xn1, C, W,
-                                 d->qkv_bias ? b : NULL, a->qkv, s.W));
+        if (W[0] && W[1] && W[2]) {
+            LAYER(L->linears_forward(dev, "qkv", 3, outs, BT, C, a->xn1, C, W,
+                                     d->qkv_bias ? b : NULL, a->qkv, s.W));
+        } else { /* quantized: one matrix at a time, side by side in qkv */
+            const int slots[3] = {LLAMA_P_WQ, LLAMA_P_WK, LLAMA_P_WV};
+            for (int j = 0, col = 0; j < 3; col += outs[j], j++) {
+                const void *Wj = NULL;
+                NN_TRY(matrix(be, W[j], slots[j], &Wj));
+                LAYER(L->linear_forward(dev, "qkv", BT, C, outs[j], a->xn1, C, Wj,
+                                        d->qkv_bias ? b[j] : NULL, NULL, 0,
+                                        nn_at(dev, a->qkv, (size_t)col), s.W));
+            }
+        }
     }
     NN_TRY(lora_forward(be, w, LLAMA_LORA_Q, BT, a->xn1, C, a->qkv, s.W, &p));
     NN_TRY(lora_forward(be, w, LLAMA_LORA_K, BT, a->xn1, C, nn_at(dev, a->qkv, (size_t)s.Q), s.W,
@@ -261,20 +285,25 @@ static int layers_block_forward(llama_backend *be, int B, int T, const llama_blo
     NN_TRY(rope(be, &s, BT, T, a->qkv, 0));
     const nn_attn_layout attn = attn_layout(&s, B, T);
     LAYER(L->attention_forward(dev, &attn, a->qkv, a->att, a->atty, p.attn));
-    LAYER(L->linear_forward(dev, "o", BT, s.Q, C, a->atty, s.Q, w->wo, bo, x, C, a->res1, C));
+    const void *wo = NULL, *wgate = NULL, *wup = NULL, *wdown = NULL;
+    NN_TRY(matrix(be, w->wo, LLAMA_P_WO, &wo));
+    LAYER(L->linear_forward(dev, "o", BT, s.Q, C, a->atty, s.Q, wo, bo, x, C, a->res1, C));
     NN_TRY(lora_forward(be, w, LLAMA_LORA_O, BT, a->atty, s.Q, a->res1, C, &p));
 
     // MLP half: y = res1 + down_proj(silu(gate_proj(m)) * up_proj(m)), m =
     // post_attention_layernorm(res1).
     LAYER(L->rmsnorm_forward(dev, BT, C, a->res1, w->mlp_norm, eps, a->xn2, a->rstd2));
-    LAYER(L->linear_forward(dev, "gate_up", BT, C, F, a->xn2, C, w->wgate,
+    NN_TRY(matrix(be, w->wgate, LLAMA_P_WGATE, &wgate));
+    LAYER(L->linear_forward(dev, "gate_up", BT, C, F, a->xn2, C, wgate,
                             d->mlp_bias ? w->bgate : NULL, NULL, 0, a->gate, F));
-    LAYER(L->linear_forward(dev, "gate_up", BT, C, F, a->xn2, C, w->wup,
+    NN_TRY(matrix(be, w->wup, LLAMA_P_WUP, &wup));
+    LAYER(L->linear_forward(dev, "gate_up", BT, C, F, a->xn2, C, wup,
                             d->mlp_bias ? w->bup : NULL, NULL, 0, a->up, F));
     NN_TRY(lora_forward(be, w, LLAMA_LORA_GATE, BT, a->xn2, C, a->gate, F, &p));
     NN_TRY(lora_forward(be, w, LLAMA_LORA_UP, BT, a->xn2, C, a->up, F, &p));
     LAYER(L->swiglu_forward(dev, (long long)BT * F, a->gate, a->up, a->h));
-    LAYER(L->linear_forward(dev, "down", BT, F, C, a->h, F, w->wdown, bdown, a->res1, C, y, C));
+    NN_TRY(matrix(be, w->wdown, LLAMA_P_WDOWN, &wdown));
+    LAYER(L->linear_forward(dev, "down", BT, F, C, a->h, F, wdown, bdown, a->res1, C, y, C));
     NN_TRY(lora_forward(be, w, LLAMA_LORA_DOWN, BT, a->h, F, y, C, &p));
     return NN_OK;
 }
@@ -287,11 +316,11 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
     const char *op = "block_backward";
     const llama_dims *d = &be->dims;
     NN_TRY(llama__check_shape(op, be, B, T, BE_ERR(be)));
-    NN_TRY(llama__check_block_w(op, "w", d, w, BE_ERR(be)));
+    NN_TRY(llama__check_block_w(op, "w", d, w, be->weights.get != NULL, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "g", g, BE_ERR(be)));
     /* A frozen base (LoRA) has no gradients: every base tensor of g NULL. */
     const int frozen = g->wq == NULL;
-    if (!frozen) NN_TRY(llama__check_block_w(op, "g", d, g, BE_ERR(be)));
+    if (!frozen) NN_TRY(llama__check_block_w(op, "g", d, g, 0, BE_ERR(be)));
     NN_TRY(llama__check_acts(op, a, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "x", x, BE_ERR(be)));
     NN_TRY(llama__check_ptr(op, "dy", dy, BE_ERR(be)));
@@ -308,8 +337,10 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
         LAYER(L->colsum_add(dev, BT, C, dy, C, g->bdown));
     }
     // dh = dy Wdown (+ the adapter's), into d gate's columns.
-    LAYER(L->linear_backward(dev, "down", BT, F, C, a->h, F, w->wdown, dy, C, g->wdown, dgu,
-                             2 * F, 0.0f));
+    const void *M = NULL; /* the matrix of the product at hand */
+    NN_TRY(matrix(be, w->wdown, LLAMA_P_WDOWN, &M));
+    LAYER(L->linear_backward(dev, "down", BT, F, C, a->h, F, M, dy, C, g->wdown, dgu, 2 * F,
+                             0.0f));
     NN_TRY(lora_backward(be, w, g, LLAMA_LORA_DOWN, BT, a->h, F, dy, C, dgu, 2 * F, &p));
     LAYER(L->swiglu_backward(dev, BT, F, a->gate, a->up, dgu));
     if (d->mlp_bias && !frozen) {
@@ -321,8 +352,18 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
         const int outs[2] = {F, F};
         const void *const W[2] = {w->wgate, w->wup};
         void *const gW[2] = {g->wgate, g->wup};
-        LAYER(L->linears_backward(dev, "gate_up", 2, outs, BT, C, a->xn2, C, W, dgu, 2 * F, gW,
-                                  p.mid, C));
+        if (W[0] && W[1]) {
+            LAYER(L->linears_backward(dev, "gate_up", 2, outs, BT, C, a->xn2, C, W, dgu, 2 * F,
+                                      gW, p.mid, C));
+        } else { /* quantized: one matrix at a time, dx summed in the same order */
+            const int slots[2] = {LLAMA_P_WGATE, LLAMA_P_WUP};
+            for (int j = 0; j < 2; j++) {
+                NN_TRY(matrix(be, W[j], slots[j], &M));
+                LAYER(L->linear_backward(dev, "gate_up", BT, C, F, a->xn2, C, M,
+                                         nn_at(dev, dgu, (size_t)j * (size_t)F), 2 * F, gW[j],
+                                         p.mid, C, j == 0 ? 0.0f : 1.0f));
+            }
+        }
     }
     NN_TRY(lora_backward(be, w, g, LLAMA_LORA_GATE, BT, a->xn2, C, dgu, 2 * F, p.mid, C, &p));
     NN_TRY(lora_backward(be, w, g, LLAMA_LORA_UP, BT, a->xn2, C, nn_at(dev, dgu, (size_t)F), 2 * F,
@@ -336,7 +377,8 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
     if (d->o_bias && !frozen) {
         LAYER(L->colsum_add(dev, BT, C, dx, C, g->bo));
     }
-    LAYER(L->linear_backward(dev, "o", BT, s.Q, C, a->atty, s.Q, w->wo, dx, C, g->wo, p.mid, s.Q,
+    NN_TRY(matrix(be, w->wo, LLAMA_P_WO, &M));
+    LAYER(L->linear_backward(dev, "o", BT, s.Q, C, a->atty, s.Q, M, dx, C, g->wo, p.mid, s.Q,
                              0.0f));
     NN_TRY(lora_backward(be, w, g, LLAMA_LORA_O, BT, a->atty, s.Q, dx, C, p.mid, s.Q, &p));
     const nn_attn_layout attn = attn_layout(&s, B, T);
@@ -354,8 +396,18 @@ static int layers_block_backward(llama_backend *be, int B, int T, const llama_bl
         const int outs[3] = {s.Q, s.KV, s.KV};
         const void *const W[3] = {w->wq, w->wk, w->wv};
         void *const gW[3] = {g->wq, g->wk, g->wv};
-        LAYER(L->linears_backward(dev, "qkv", 3, outs, BT, C, a->xn1, C, W, dqkv, s.W, gW, p.mid,
-                                  C));
+        if (W[0] && W[1] && W[2]) {
+            LAYER(L->linears_backward(dev, "qkv", 3, outs, BT, C, a->xn1, C, W, dqkv, s.W, gW,
+                                      p.mid, C));
+        } else { /* quantized: one matrix at a time, dx summed in the same order */
+            const int slots[3] = {LLAMA_P_WQ, LLAMA_P_WK, LLAMA_P_WV};
+            for (int j = 0, col = 0; j < 3; col += outs[j], j++) {
+                NN_TRY(matrix(be, W[j], slots[j], &M));
+                LAYER(L->linear_backward(dev, "qkv", BT, C, outs[j], a->xn1, C, M,
+                                         nn_at(dev, dqkv, (size_t)col), s.W, gW[j], p.mid, C,
+                                         j == 0 ? 0.0f : 1.0f));
+            }
+        }
     }
     NN_TRY(lora_backward(be, w, g, LLAMA_LORA_Q, BT, a->xn1, C, dqkv, s.W, p.mid, C, &p));
     NN_TRY(lora_backward(be, w, g, LLAMA_LORA_K, BT, a->xn1, C, nn_at(dev, dqkv, (size_t)s.Q), s.W,

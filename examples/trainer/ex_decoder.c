@@ -29,6 +29,9 @@ static zs_status fetch_block(const ex_decoder *dec, zs_ctx *zs, int l, void **p,
     char err[1024];
     zs_status st = zs_fetch(zs, dec->units->unit[1 + l]);
     if (st != ZS_OK) return st;
+    /* QLoRA: the block's norms live in a unit of their own (ex_lora.h). */
+    const int norms = dec->units->companion[1 + l];
+    if (norms >= 0 && (st = zs_fetch(zs, dec->units->unit[norms])) != ZS_OK) return st;
     units_or_abort(dec, ex_units_params(dec->units, 1 + l, p, err, sizeof err), "block", err);
     *ap = NULL;
     if (!dec->lora) return ZS_OK;
@@ -40,7 +43,9 @@ static zs_status fetch_block(const ex_decoder *dec, zs_ctx *zs, int l, void **p,
 }
 
 static zs_status release_block(const ex_decoder *dec, zs_ctx *zs, int l) {
-    zs_status st = zs_release(zs, dec->units->unit[1 + l]);
+    const int norms = dec->units->companion[1 + l];
+    zs_status st = norms >= 0 ? zs_release(zs, dec->units->unit[norms]) : ZS_OK;
+    if (st == ZS_OK) st = zs_release(zs, dec->units->unit[1 + l]);
     if (st == ZS_OK && dec->lora) st = zs_release(zs, adapter_unit(dec, l));
     return st;
 }

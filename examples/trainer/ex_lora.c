@@ -132,6 +132,43 @@ static zs_status describe_adapters(ex_units *u, const void *dims, const ex_lora 
     return st == ZS_OK ? ex_units_end(u) : st;
 }
 
+static int is_block(const ex_lora *lora, int unit) {
+    return unit >= lora->first_block && unit < lora->first_block + lora->n_blocks;
+}
+
+/* QLoRA: block `unit`'s 1-D tensors in a unit "<block>.norms" (registered
+ * after every other unit), and the block's view (ex_units_set_view): the
+ * table's order over both units. */
+static zs_status describe_norms(ex_units *u, const nn_param_table *table, const void *dims,
+                                int unit) {
+    char name[NN_PARAM_NAME_MAX + 8];
+    table->unit_name(dims, unit, name, sizeof name);
+    strncat(name, ".norms", sizeof name - strlen(name) - 1);
+    zs_status st = ex_units_begin(u, name);
+    const int norms = u->unit_count, n = table->unit_num_params(dims, unit);
+    int view[EX_UNIT_MAX_PARAMS];
+    int matrix = u->first[unit], vector = u->param_count;
+    for (int i = 0; st == ZS_OK && i < n; i++) {
+        nn_param_spec spec;
+        table->param_spec(dims, unit, i, &spec);
+        if (spec.ndim == 2) {
+            view[i] = matrix++;
+            continue;
+        }
+        view[i] = vector++;
+        st = ex_units_add(u, spec.name, spec.ndim, spec.shape, ex_units_initializer(&spec),
+                          ZS_PARAM_NO_DECAY | ZS_PARAM_FROZEN);
+    }
+    if (st == ZS_OK) st = ex_units_end(u);
+    if (st != ZS_OK) return st;
+    ex_units_set_kind(u, norms, EX_UNITS_NORMS);
+    if (ex_units_set_view(u, unit, view, n, norms) != 0) {
+        fprintf(stderr, "ex_lora: out of host memory\n");
+        return ZS_ERR_OUT_OF_MEMORY;
+    }
+    return ZS_OK;
+}
+
 zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
                            const void *dims, const ex_lora *lora, int *units_out) {
     const int lora_on = lora != NULL && lora->r > 0;
@@ -139,7 +176,14 @@ zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
     int params = 0, per_block = 0;
     for (int unit = 0; unit < base; unit++) params += table->unit_num_params(dims, unit);
     for (int t = 0; lora_on && t < lora->n_targets; t++) per_block += 2 * !!(lora->targets & (1u << t));
-    const int units = base + (lora_on ? lora->n_blocks : 0);
+    const int split = lora_on && zs_quantizes_frozen(zs);
+    if (split && !lora->quantizable) {
+        fprintf(stderr, "zero.frozen_storage: this model family's layers do not dequantize "
+                        "a quantized base (QLoRA runs on the Llama family); set "
+                        "zero.frozen_storage = \"compute\"\n");
+        return ZS_ERR_CONFIG;
+    }
+    const int units = base + (lora_on ? lora->n_blocks : 0) + (split ? lora->n_blocks : 0);
     if (units_out) *units_out = units;
     zs_status st = ex_units_init(u, zs, units, params + (lora_on ? lora->n_blocks * per_block : 0));
     const unsigned frozen = lora_on ? ZS_PARAM_FROZEN : 0u;
@@ -147,11 +191,15 @@ zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
         char name[NN_PARAM_NAME_MAX];
         table->unit_name(dims, unit, name, sizeof name);
         st = ex_units_begin(u, name);
+        /* QLoRA: a block's unit holds its matrices alone (norms_of's). */
+        const int block = split && is_block(lora, unit);
         for (int i = 0; st == ZS_OK && i < table->unit_num_params(dims, unit); i++) {
             nn_param_spec spec;
             table->param_spec(dims, unit, i, &spec);
+            if (block && spec.ndim != 2) continue;
             st = ex_units_add(u, spec.name, spec.ndim, spec.shape, ex_units_initializer(&spec),
-                              (spec.no_decay ? ZS_PARAM_NO_DECAY : 0u) | frozen);
+                              (spec.no_decay ? ZS_PARAM_NO_DECAY : 0u) | frozen |
+                                  (block ? ZS_PARAM_QUANTIZE : 0u));
         }
         if (st == ZS_OK) st = ex_units_end(u);
     }
@@ -159,7 +207,10 @@ zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
         char block[NN_PARAM_NAME_MAX];
         table->unit_name(dims, lora->first_block + l, block, sizeof block);
         st = describe_adapters(u, dims, lora, block);
+        if (st == ZS_OK) ex_units_set_kind(u, u->unit_count - 1, EX_UNITS_ADAPTERS);
     }
+    for (int l = 0; st == ZS_OK && split && l < lora->n_blocks; l++)
+        st = describe_norms(u, table, dims, lora->first_block + l);
     return st;
 }
 

@@ -68,6 +68,12 @@ typedef struct ex_lora {
     void (*target_shape)(const void *dims, int t, int *in, int *out);
     /* The table's block units: first_block .. first_block + n_blocks - 1. */
     int first_block, n_blocks;
+    /* QLoRA (zero.frozen_storage = "int8" or "nf4", zs_quantizes_frozen):
+     * each block's matrices are registered ZS_PARAM_QUANTIZE in the block's
+     * unit, and its 1-D tensors (norms, biases), which QLoRA keeps in the
+     * compute dtype, in a unit "<block>.norms" of their own, fetched with
+     * it. Only for families whose layers dequantize (quantizable: 1). */
+    int quantizable;
 } ex_lora;
 
 /* Reads the app keys above into lora (whose family fields are set);

@@ -18,7 +18,14 @@ zs_status ex_units_init(ex_units *u, zs_ctx *zs, int unit_count, int param_count
     u->offset = calloc((size_t)param_count, sizeof *u->offset);
     u->numel = calloc((size_t)param_count, sizeof *u->numel);
     u->grad = calloc((size_t)param_count, sizeof *u->grad);
-    if (!u->unit || !u->first || !u->param || !u->offset || !u->numel || !u->grad) {
+    u->kind = calloc((size_t)unit_count, sizeof *u->kind);
+    u->view_at = calloc((size_t)unit_count, sizeof *u->view_at);
+    u->view = calloc((size_t)unit_count, sizeof *u->view);
+    u->view_n = calloc((size_t)unit_count, sizeof *u->view_n);
+    u->companion = malloc((size_t)unit_count * sizeof *u->companion);
+    for (int i = 0; u->companion && i < unit_count; i++) u->companion[i] = -1;
+    if (!u->unit || !u->first || !u->param || !u->offset || !u->numel || !u->grad || !u->kind ||
+        !u->view_at || !u->view || !u->view_n || !u->companion) {
         ex_units_free(u);
         fprintf(stderr, "ex_units: out of host memory\n");
         return ZS_ERR_OUT_OF_MEMORY;
@@ -58,6 +65,18 @@ zs_status ex_units_end(ex_units *u) {
     return st;
 }
 
+void ex_units_set_kind(ex_units *u, int unit, int kind) { u->kind[unit] = kind; }
+
+int ex_units_set_view(ex_units *u, int unit, const int *params, int n, int companion) {
+    free(u->view[unit]);
+    u->view[unit] = malloc((size_t)n * sizeof *u->view[unit]);
+    if (!u->view[unit]) return -1;
+    memcpy(u->view[unit], params, (size_t)n * sizeof *params);
+    u->view_n[unit] = n;
+    u->companion[unit] = companion;
+    return 0;
+}
+
 int ex_units_num_params(const ex_units *u, int unit) { return u->first[unit + 1] - u->first[unit]; }
 
 zs_param *ex_units_param(const ex_units *u, int unit, int index) {
@@ -83,9 +102,17 @@ int ex_units_attach(ex_units *u, nn_device *dev, char *err, size_t cap) {
                  zs_dtype_name(u->dtype));
         return -1;
     }
-    int64_t largest = 0;
+    /* The largest unit of each kind, one region per kind. */
+    int64_t per_kind[EX_UNITS_KINDS] = {0}, largest = 0;
     for (int unit = 0; unit < u->unit_count; unit++)
-        if (unit_numel(u, unit) > largest) largest = unit_numel(u, unit);
+        if (unit_numel(u, unit) > per_kind[u->kind[unit]])
+            per_kind[u->kind[unit]] = unit_numel(u, unit);
+    int64_t region[EX_UNITS_KINDS];
+    for (int k = 0; k < EX_UNITS_KINDS; k++) {
+        region[k] = largest;
+        largest += per_kind[k];
+    }
+    for (int unit = 0; unit < u->unit_count; unit++) u->view_at[unit] = region[u->kind[unit]];
     void *p = NULL, *g = NULL;
     if (dev->ops->alloc(dev, (size_t)largest * sizeof(float), &p) != 0 ||
         dev->ops->alloc(dev, (size_t)largest * sizeof(float), &g) != 0) {
@@ -110,6 +137,12 @@ void ex_units_free(ex_units *u) {
     free(u->offset);
     free(u->numel);
     free(u->grad);
+    for (int unit = 0; u->view && unit < u->units_cap; unit++) free(u->view[unit]);
+    free(u->view);
+    free(u->view_n);
+    free(u->kind);
+    free(u->view_at);
+    free(u->companion);
     memset(u, 0, sizeof *u);
 }
 
@@ -118,15 +151,28 @@ static int zs_failed(const char *what, const char *name, char *err, size_t cap) 
     return -1;
 }
 
+/* The registration unit of global parameter k. */
+static int unit_of(const ex_units *u, int k) {
+    int unit = 0;
+    while (unit + 1 < u->unit_count && u->first[unit + 1] <= k) unit++;
+    return unit;
+}
+
 int ex_units_params(ex_units *u, int unit, void **ptrs, char *err, size_t cap) {
-    for (int i = 0, k = u->first[unit]; k < u->first[unit + 1]; i++, k++) {
+    const int n = u->view[unit] ? u->view_n[unit] : u->first[unit + 1] - u->first[unit];
+    for (int i = 0; i < n; i++) {
+        const int k = u->view[unit] ? u->view[unit][i] : u->first[unit] + i;
+        if (zs_param_is_quantized(u->param[k])) { /* its layers dequantize it */
+            ptrs[i] = NULL;
+            continue;
+        }
         void *data = zs_param_data(u->param[k]);
         if (!data) return zs_failed("zs_param_data", zs_param_name(u->param[k]), err, cap);
         if (u->direct) {
             ptrs[i] = data;
             continue;
         }
-        ptrs[i] = u->param32 + u->offset[k];
+        ptrs[i] = u->param32 + u->view_at[unit_of(u, k)] + u->offset[k];
         if (zs_backend_convert(u->zs, ptrs[i], ZS_DTYPE_FP32, data, u->dtype, u->numel[k]) != ZS_OK)
             return zs_failed("zs_backend_convert", zs_param_name(u->param[k]), err, cap);
     }

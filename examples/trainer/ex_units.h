@@ -46,9 +46,22 @@ typedef struct ex_units {
     int64_t *numel;      /* [params_cap] */
     void **grad;         /* [params_cap]: zeroshard's gradients, kept by ex_units_grads */
     /* Converted views only: one unit's fp32 parameters and gradient
-     * contributions ([largest unit] floats each, device memory). */
+     * contributions ([largest unit] floats each, device memory); the
+     * parameters of units fetched together with a block (its adapters, its
+     * norms) get regions of their own: the unit's views start at
+     * param32 + view_at[unit] (ex_units_set_kind). */
     float *param32, *grad32;
+    int *kind;           /* [units_cap]: EX_UNITS_PRIMARY or a companion kind */
+    int64_t *view_at;    /* [units_cap] */
+    /* A unit's parameters as its family's table lists them, where that is
+     * not its own registration (ex_units_set_view): global indices. */
+    int **view;          /* [units_cap]: NULL = the unit's own parameters */
+    int *view_n;         /* [units_cap] */
+    int *companion;      /* [units_cap]: the unit fetched with it (-1: none) */
 } ex_units;
+
+/* Kinds of units whose views coexist with a primary unit's. */
+enum { EX_UNITS_PRIMARY = 0, EX_UNITS_ADAPTERS = 1, EX_UNITS_NORMS = 2, EX_UNITS_KINDS = 3 };
 
 /* Describing (before zs_build): room for unit_count units and param_count
  * parameters, then for each unit begin, its parameters, end. */
@@ -72,11 +85,23 @@ zs_status ex_units_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table
 int ex_units_attach(ex_units *u, nn_device *dev, char *err, size_t cap);
 void ex_units_free(ex_units *u);
 
+/* Describing: `unit` is fetched together with primary units (kind
+ * EX_UNITS_ADAPTERS or EX_UNITS_NORMS), so its fp32 views need a region of
+ * their own. */
+void ex_units_set_kind(ex_units *u, int unit, int kind);
+/* Describing: ex_units_params(unit) lists these n global parameter indices
+ * (the family's table order, spread over `unit` and its companion unit
+ * `companion`, fetched with it). 0, or -1 out of memory. */
+int ex_units_set_view(ex_units *u, int unit, const int *params, int n, int companion);
+
 int ex_units_num_params(const ex_units *u, int unit);
 zs_param *ex_units_param(const ex_units *u, int unit, int index);
 
 /* The fetched unit's parameters in the device's dtype: ptrs[i] for
- * parameter i. 0, or -1 with a message (not fetched, a conversion failed). */
+ * parameter i (of its view, ex_units_set_view: its companion must be
+ * fetched too), NULL for a parameter stored quantized (its layers
+ * dequantize it, zs_param_dequantize). 0, or -1 with a message (not
+ * fetched, a conversion failed). */
 int ex_units_params(ex_units *u, int unit, void **ptrs, char *err, size_t cap);
 /* The gradients to ADD into for the unit: zeroshard's own (direct) or a
  * zeroed fp32 scratch; zeroshard's pointers are kept for commit and

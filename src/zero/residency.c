@@ -239,6 +239,10 @@ void *zs_param_data(const zs_param *p) {
     return zs__buf_at(&zs->params_full, zs->plan->units[unit->index].full_offset + pp->offset);
 }
 
+int zs_quantizes_frozen(const zs_ctx *zs) {
+    return zs != NULL && zs->settings.zero.frozen_storage != ZS_FROZEN_COMPUTE;
+}
+
 int zs_param_is_quantized(const zs_param *p) {
     return p && p->ctx->plan && p->ctx->plan->units[p->unit->index].quantized;
 }

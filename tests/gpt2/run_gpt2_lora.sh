@@ -32,13 +32,7 @@ echo "np 3 bf16, dropout 0.2: stages 0-3 bit-identical with LoRA"
 # B = 0: the first step's loss is the base model's.
 model_config "$work/full.cfg" 3 fp32 "$ODD"
 model_config "$work/lora.cfg" 3 fp32 "$lora"
-for run in full lora; do
-  run 3 "$work/$run.first.log" "$work/$run.cfg" app.steps=1 app.batch_size=2 \
-      "app.loss_log=$work/$run.first.loss"
-done
-[ "$(cut -d' ' -f2 "$work/full.first.loss")" = "$(cut -d' ' -f2 "$work/lora.first.loss")" ] ||
-  { paste "$work/full.first.loss" "$work/lora.first.loss"; fail "LoRA's first loss is not the base's"; }
-echo "the first step's loss is the base model's, bit for bit"
+same_first_loss 3 "$work/full.cfg" "$work/lora.cfg" "fp32"
 
 # The initial base (a checkpoint before any step), then 40 steps on one
 # sentence repeated, which the adapters alone can fit: the base unchanged

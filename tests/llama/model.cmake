@@ -94,6 +94,15 @@ add_test(NAME llama_lora
 set_tests_properties(llama_lora PROPERTIES LABELS mpi TIMEOUT 300
                      ENVIRONMENT "${ZS_MPI_TEST_ENV}")
 
+# QLoRA (issue 43): the base stored in NF4 or int8, stages bitwise at np 3
+# (bf16), resume bitwise, the first loss within the first-order bound of the
+# quantization error, the live-unit refusal named.
+add_test(NAME llama_qlora
+         COMMAND bash ${LLAMA_TEST_DIR}/run_llama_qlora.sh ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:llama_train> $<TARGET_FILE:zs-ckpt>)
+set_tests_properties(llama_qlora PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+
 # The LoRA exports in the real libraries, where python (PEFT_PYTHON, else
 # python3) has torch, transformers and peft (skipped otherwise): PEFT on the
 # base with --peft's adapters gives --hf --merge's logits in transformers

@@ -27,12 +27,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 source "$here/../models/model_runs.sh"
 
 # The base: 3 steps of full training from the shape, in Hugging Face's layout.
-cp "$SRC/tests/llama/shapes/untied.json" "$work/untied.json"
-model_config "$work/base.cfg" 3 fp32 "config = \"$work/untied.json\";"
-run 2 "$work/base.log" "$work/base.cfg" app.steps=3 app.batch_size=2 \
-    "checkpoint.dir=$work/ckpt.base" checkpoint.every=3
-"$ZSCKPT" export --hf "$work/base" "$work/ckpt.base" > "$work/base.export.log" 2>&1 ||
-  { cat "$work/base.export.log"; fail "export --hf of the base"; }
+llama_hf_base "$work/base"
 
 # LoRA on it: 4 steps at a learning rate that moves the adapters well off
 # zero, then the two exports.

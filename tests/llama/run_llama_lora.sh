@@ -20,6 +20,7 @@
 #     adapters bit for bit, and another rank's are refused naming the key;
 #   - dropout on the adapters' input: stages 0-3 bitwise with it, resume
 #     bitwise with it, the losses after the first step changed by it;
+#   - bf16 on the CPU: the first step's loss (B = 0) is the base model's;
 #   - an unknown target module and a dropout of 1 are refused, naming the key.
 # Usage: run_llama_lora.sh MPIEXEC llama_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
@@ -29,12 +30,7 @@ export PYTHONPATH="$SRC/tests/models${PYTHONPATH:+:$PYTHONPATH}"
 
 # The base: 3 steps of full training from the shape, exported as a
 # Hugging Face directory (config.json + model.safetensors).
-cp "$SRC/tests/llama/shapes/untied.json" "$work/untied.json"
-model_config "$work/base.cfg" 3 fp32 "config = \"$work/untied.json\";"
-run 2 "$work/base.log" "$work/base.cfg" app.steps=3 app.batch_size=2 \
-    "checkpoint.dir=$work/ckpt.base" checkpoint.every=3
-"$ZSCKPT" export --hf "$work/base" "$work/ckpt.base" > "$work/base.export.log" 2>&1 ||
-  { cat "$work/base.export.log"; fail "export --hf of the base"; }
+llama_hf_base "$work/base"
 "$ZSCKPT" export "$work/ckpt.base" "$work/base.safetensors" > /dev/null || fail "export of the base"
 
 lora="init_from = \"$work/base\"; lora_r = 3; lora_alpha = 6.0; lora_target_modules = \"all-linear\";"
@@ -55,6 +51,13 @@ assert plain[0] == drop[0], "the first step (B = 0) differs with dropout"
 assert plain[1:] != drop[1:], "dropout 0.2 changed no loss"
 print("dropout: the first step's loss the base's, the later ones changed")
 PY
+
+# bf16 on the CPU (fp32 views of the block's and its adapters' tensors,
+# made at once): the first step's loss with LoRA (B = 0) is the base
+# model's own, bit for bit (the adapters' views once overwrote the block's).
+model_config "$work/b16.full.cfg" 3 bf16 "init_from = \"$work/base\";"
+model_config "$work/b16.lora.cfg" 3 bf16 "$lora"
+same_first_loss 2 "$work/b16.full.cfg" "$work/b16.lora.cfg" "bf16"
 
 # Frozen base, moved adapters (fp32, stage 3's export: every base tensor's
 # bytes against the imported base's; safetensors read by hand, standard

@@ -23,12 +23,12 @@ run() {
   fi
 }
 
-# model_config FILE STAGE DTYPE MODEL — the runtime settings of the tiny
-# runs; MODEL is the app group's model keys ("" when they come from a file
-# given later).
+# model_config FILE STAGE DTYPE MODEL [ZERO] — the runtime settings of the
+# tiny runs; MODEL is the app group's model keys ("" when they come from a
+# file given later), ZERO more keys of the zero group.
 model_config() {
   cat > "$1" <<CFG
-zero: { stage = $2; align = 16; };
+zero: { stage = $2; align = 16; ${5:-} };
 precision: { dtype = "$3"; };
 optimizer: { type = "adamw"; lr = 3e-3; weight_decay = 0.1; };
 gradient_clipping = 1.0;
@@ -90,4 +90,32 @@ check_resume() {
   export_ckpt "$work/split" "$work/split.safetensors"
   cmp -s "$work/straight.safetensors" "$work/split.safetensors" ||
     fail "parameters after 6 steps differ between the straight and the resumed run"
+}
+
+# llama_hf_base DIR — the fine-tuning tests' base: 3 steps of full training
+# from the untied test shape (np 2, fp32), exported into DIR in Hugging
+# Face's layout (config.json + model.safetensors). Needs ZSCKPT.
+llama_hf_base() {
+  cp "$SRC/tests/llama/shapes/untied.json" "$work/untied.json"
+  model_config "$work/base.cfg" 3 fp32 "config = \"$work/untied.json\";"
+  run 2 "$work/base.log" "$work/base.cfg" app.steps=3 app.batch_size=2 \
+      "checkpoint.dir=$work/ckpt.base" checkpoint.every=3
+  "$ZSCKPT" export --hf "$1" "$work/ckpt.base" > "$work/base.export.log" 2>&1 ||
+    { cat "$work/base.export.log"; fail "export --hf of the base"; }
+}
+
+# same_first_loss NP FULL_CFG LORA_CFG WHAT — one step of each on NP ranks:
+# with LoRA (B = 0 adds nothing) the first loss is the base model's, bit
+# for bit.
+same_first_loss() {
+  local np=$1 which
+  for which in full lora; do
+    local cfg=$2
+    [ $which = lora ] && cfg=$3
+    run "$np" "$work/first.$which.log" "$cfg" app.steps=1 app.batch_size=2 \
+        "app.loss_log=$work/first.$which.loss"
+  done
+  [ "$(cut -d' ' -f2 "$work/first.full.loss")" = "$(cut -d' ' -f2 "$work/first.lora.loss")" ] ||
+    { paste "$work/first.full.loss" "$work/first.lora.loss"; fail "$4: LoRA's first loss is not the base's"; }
+  echo "$4: the first step's loss is the base model's, bit for bit"
 }
