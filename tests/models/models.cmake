@@ -16,11 +16,13 @@ set(ZS_MODEL_TESTS
 # spans: name | program | config | overrides... GPT-2 with 3 heads of 14
 # channels (C = 42: no 8-lane or 64-column multiple) and Qwen2's shape from
 # tests/llama/shapes (head size 10, MLP 72, q/k/v biases, a tied head);
-# and LoRA at rank 3 on every Linear of the Llama demo's frozen base.
+# LoRA at rank 3 on every Linear of the Llama demo's frozen base, and the
+# same on the base stored in NF4 (QLoRA: the dequantize kernels on sim).
 set(ZS_MODEL_SIM_SHAPES
     "gpt2_odd|gpt2_train|gpt2_demo.cfg|app.n_layer=3|app.n_head=3|app.n_embd=42|app.block_size=24|app.seq_len=24"
     "llama_qwen2|llama_train|llama_demo.cfg|app.model=\"\"|app.config=\"${PROJECT_SOURCE_DIR}/tests/llama/shapes/qwen2_tied.json\"|app.seq_len=24"
     "llama_lora|llama_train|llama_demo.cfg|app.lora_r=3|app.lora_alpha=6.0|app.lora_target_modules=\"all-linear\"|app.seq_len=24"
+    "llama_qlora|llama_train|llama_demo.cfg|app.lora_r=3|app.lora_alpha=6.0|app.lora_target_modules=\"all-linear\"|app.seq_len=24|zero.frozen_storage=\"nf4\"|zero.max_live_units=3"
     "gpt2_lora|gpt2_train|gpt2_demo.cfg|app.n_layer=3|app.n_head=3|app.n_embd=42|app.block_size=24|app.seq_len=24|app.lora_r=3|app.lora_alpha=6.0|app.lora_target_modules=\"all-linear\"")
 foreach(row IN LISTS ZS_MODEL_SIM_SHAPES)
   string(REPLACE "|" ";" fields "${row}")

@@ -17,6 +17,8 @@
  *   - memory per tag equals zs_estimate_memory_flags on the same settings,
  *     and the frozen tag holds the records (every shard's below stage 3,
  *     this rank's in stage 3) plus the norms;
+ *   - stage 3 with offload.params = "host" (and the optimizer): the records
+ *     in host memory, the same bits and gathered bytes, memory = estimate;
  *   - a checkpoint saved in stage 1 after step 3 (the base as dequantized
  *     fp32 tensors) resumed in stage 3 gives the uninterrupted run's bits
  *     (quantizing dequantized values gives the same records back);
@@ -81,15 +83,16 @@ typedef struct run_opts {
     unsigned base_flags; /* of the base weights */
     const char *save_dir; /* save after step 3 (then stop) */
     const char *load_dir; /* load before step 3 (then go on) */
+    const char *offload;  /* an offload group's keys, or NULL */
 } run_opts;
 
 /* The run's configuration. */
 static zs_config *config_of(const run_opts *o) {
-    char text[512];
+    char text[768];
     snprintf(text, sizeof text,
              "zero = { stage = %d; frozen_storage = \"%s\"; max_live_units = 3; }; "
-             "optimizer = { type = \"adamw\"; lr = 1e-2; };",
-             o->stage, o->storage);
+             "optimizer = { type = \"adamw\"; lr = 1e-2; }; offload = { %s };",
+             o->stage, o->storage, o->offload ? o->offload : "");
     return zt_config_text(text);
 }
 
@@ -372,9 +375,13 @@ static void check_memory(const char *what, const run_opts *ro, int bits, const o
     const int64_t norms = padded(round64(NORM) * (BASES - 1) + NORM);
     const uint64_t want = ro->stage < 3 ? (uint64_t)g_world * records + (uint64_t)norms * 4
                                         : records + (uint64_t)(norms / g_world) * 4;
-    ZT_CHECK_MSG(o->memory.current[ZS_MEM_FROZEN] == want,
-                 "%s: frozen tag %llu bytes, want %llu (the records and the norms)", what,
-                 (unsigned long long)o->memory.current[ZS_MEM_FROZEN], (unsigned long long)want);
+    /* offload.params = "host": the records and the norms' shard live in
+     * host memory, with the trainable parameters. */
+    const zs_mem_tag tag = ro->offload ? ZS_MEM_HOST_PARAMS : ZS_MEM_FROZEN;
+    ZT_CHECK_MSG(o->memory.current[tag] >= want && (ro->offload || o->memory.current[tag] == want),
+                 "%s: tag %s %llu bytes, want %llu (the records and the norms)", what,
+                 zs_mem_tag_name(tag), (unsigned long long)o->memory.current[tag],
+                 (unsigned long long)want);
 }
 
 static void check_misuse(void) {
@@ -436,6 +443,25 @@ int main(int argc, char **argv) {
             ZT_CHECK_MSG(memcmp(by_stage[0].checksum, by_stage[stage].checksum,
                                 sizeof by_stage[0].checksum) == 0,
                          "%s: the dequantized base's sums differ from stage 0's", what);
+        }
+        /* Stage 3 with the base (and the optimizer) in host memory: the
+         * records copied up per unit, the same bits. */
+        {
+            char what[64];
+            snprintf(what, sizeof what, "np %d, %s, stage 3 offloaded", g_world,
+                     formats[f].storage);
+            const run_opts o = {.stage = 3, .storage = formats[f].storage, .base_flags = q,
+                                .offload = "params = \"host\"; optimizer = \"host\";"};
+            outcome off;
+            ZT_REQUIRE(run(&o, &off) == 0);
+            check_reference(what, formats[f].bits, &off);
+            check_memory(what, &o, formats[f].bits, &off);
+            check_bytes(what, formats[f].bits, &off);
+            check_same(what, &by_stage[3], &off);
+            ZT_CHECK_MSG(off.memory.current[ZS_MEM_FROZEN] == 0,
+                         "%s: %llu bytes of the frozen tag on the device", what,
+                         (unsigned long long)off.memory.current[ZS_MEM_FROZEN]);
+            outcome_free(&off);
         }
         /* Saved in stage 1 after step 3, resumed in stage 3. */
         char dir[256] = "";
