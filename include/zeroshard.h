@@ -484,7 +484,11 @@ void *zs_param_data(const zs_param *p);
  *   [zero bytes up to `scales_at`]
  *   [scales: fp32, one per `block` elements counted from the record's
  *    first element; NF4's is the block's absmax, int8's absmax / 127]
- * (kernels/quantize.h gives the levels and the rules). The parameter is
+ * (kernels/quantize.h gives the levels and the rules). With
+ * zero.frozen_double_quant (`double_quant` 1) the scales are themselves
+ * quantized: at `scales_at` one int8 code per block, zero bytes up to a
+ * multiple of 4, then one fp32 scale per `scale_group` codes (int8's rule:
+ * a block's scale is code x its group's scale). The parameter is
  * the unit's elements [offset, offset + numel); `offset` and
  * `shard_numel` are multiples of `block`, so every block belongs to one
  * parameter and to one record, and the blocks are the parameter's own,
@@ -497,6 +501,8 @@ typedef struct zs_quantized {
     int64_t shard_numel;   /* elements per record */
     int64_t record_bytes;  /* bytes from one record to the next */
     int64_t scales_at;     /* bytes from a record's start to its scales */
+    int double_quant;      /* the scales are int8 codes (zero.frozen_double_quant) */
+    int64_t scale_group;   /* codes per fp32 scale of theirs (256), with double_quant */
     int64_t offset;        /* the parameter's first element in the unit */
     int64_t numel;
     const void *data;      /* the first record */

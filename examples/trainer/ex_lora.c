@@ -177,6 +177,10 @@ zs_status ex_lora_describe(ex_units *u, zs_ctx *zs, const nn_param_table *table,
     for (int unit = 0; unit < base; unit++) params += table->unit_num_params(dims, unit);
     for (int t = 0; lora_on && t < lora->n_targets; t++) per_block += 2 * !!(lora->targets & (1u << t));
     const int split = lora_on && zs_quantizes_frozen(zs);
+    if (!lora_on && zs_quantizes_frozen(zs) && zs_rank(zs) == 0)
+        fprintf(stderr, "warning: zero.frozen_storage quantizes a frozen base, and without "
+                        "app.lora_r nothing is frozen: every parameter stays in the compute "
+                        "dtype\n");
     if (split && !lora->quantizable) {
         fprintf(stderr, "zero.frozen_storage: this model family's layers do not dequantize "
                         "a quantized base (QLoRA runs on the Llama family); set "

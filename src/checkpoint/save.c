@@ -196,6 +196,17 @@ static zs_status plan_files(zs_ctx *zs, file_plan files[FILES_PER_RANK]) {
         add_meta(&files[k], "kind", zs__ckpt_file_kind_name(file_kinds[k]));
     }
     char key[2 * ZS_CKPT_NAME_MAX + 16];
+    /* Double-quantized frozen values are saved as their dequantization;
+     * quantizing those again on a load does not give the same scales'
+     * codes back (the single-level records do), so say how to keep the
+     * base exact: record it. */
+    if (!zs->base.current && zs->plan->quant_double && zs->plan->quantized_units > 0 &&
+        zs->rank == 0)
+        ZS_WARN("zs_save: the frozen base is stored double-quantized "
+                "(zero.frozen_double_quant) and saved as its dequantized values, which a load "
+                "quantizes again into slightly different scales; declare the base with "
+                "zs_set_frozen_base (llama_train: app.init_from) to record it instead, and "
+                "every start quantizes it from the same source");
     /* Replicated across nodes (zero.shard_group = "node"), the replicas of
      * a slice hold the same state: replica 0 writes it, the others write
      * files without it (and their own per-rank user state), so the

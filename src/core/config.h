@@ -156,6 +156,7 @@ typedef struct zs__settings {
                                       "nf4"; default "compute" */
         int64_t frozen_block;      /* zero.frozen_block; elements per scale; power of two
                                       2..4096; default 64 */
+        int frozen_double_quant;   /* zero.frozen_double_quant; bool; default false */
     } zero;
 
     struct {

@@ -185,6 +185,11 @@ const zs__key zs__config_keys[] = {
      .doc = "Elements per scale of zero.frozen_storage = \"int8\" or \"nf4\" (QLoRA's 64), "
             "counted from each parameter's first element; shards and parameter offsets are "
             "aligned to it (zero.align is raised to it)."},
+    BOOL_KEY("zero.frozen_double_quant", zero.frozen_double_quant, 0,
+             "With zero.frozen_storage = \"int8\" or \"nf4\", QLoRA's double quantization: "
+             "the fp32 scales stored as int8 codes with one fp32 scale per 256 of them "
+             "(4.127 bits a weight with NF4 instead of 4.5); values dequantize with their "
+             "block's scale as decoded."),
 
     ENUM_KEY("optimizer.type", optimizer.kind, "adamw", optimizer_values,
              "Optimizer: sgd (with optional momentum), adam (L2 decay added to the gradient) "

@@ -360,6 +360,11 @@ static zs_status check_sharding(const validation *v) {
         fail = "zero.secondary_partition = \"node\" with zero.shard_group = \"node\": hybrid "
                "sharding already gathers inside the node only, so a secondary partition would "
                "hold a second copy of the same shard; drop one of the two";
+    } else if (s->zero.frozen_double_quant && s->zero.frozen_storage == ZS_FROZEN_COMPUTE) {
+        key = "zero.frozen_double_quant";
+        fail = "zero.frozen_double_quant quantizes the scales of a quantized frozen base, and "
+               "zero.frozen_storage = \"compute\" keeps none; set zero.frozen_storage = "
+               "\"nf4\" or \"int8\", or zero.frozen_double_quant = false";
     } else if (s->zero.frozen_storage != ZS_FROZEN_COMPUTE &&
                s->zero.secondary_partition == ZS_SECONDARY_NODE) {
         key = "zero.frozen_storage";

@@ -46,6 +46,7 @@ zs_status zs_estimate_memory_flags(const zs_config *cfg, int world_size, int uni
                                         params_per_unit, param_numel, &plan));
     zs__memory_plan mp;
     zs_status st = zs__plan_freeze_flags(plan, param_flags, NULL, NULL);
+    zs__plan_double_quant(plan, s->zero.frozen_double_quant);
     if (st == ZS_OK)
         st = zs__plan_quantize(plan, param_flags, zs__frozen_bits_of(s), s->zero.frozen_block,
                                NULL, NULL);

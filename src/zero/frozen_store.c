@@ -16,6 +16,11 @@ typedef struct zs__frozen_store {
      * memory of the records' backend, allocated per unit. */
     int pending_unit;
     zs__buf pending;
+    /* Double quantization: one record's fp32 scales (and a group more),
+     * quantized from or decoded into here, on the records' backend; and on
+     * the context's backend when that is another (the records in host
+     * memory, a gathered unit decoded on the device). */
+    zs__buf scales, device_scales;
 } zs__frozen_store;
 
 static const zs__plan_unit *unit_of(const zs_ctx *zs, int u) { return &zs->plan->units[u]; }
@@ -58,17 +63,48 @@ zs_status zs__frozen_store_create(zs_ctx *zs, zs_mem_tag tag) {
         fs->at[u] = bytes;
         bytes += (int64_t)fs->kept * plan->units[u].record_bytes;
     }
-    return zs__plan_buf(zs, &fs->records, tag, ZS_DTYPE_FP32, bytes / 4);
+    ZS_CHECK(zs__plan_buf(zs, &fs->records, tag, ZS_DTYPE_FP32, bytes / 4));
+    const int64_t scales = zs__plan_frozen_scales_numel(plan);
+    if (scales == 0) return ZS_OK;
+    ZS_CHECK(zs__buf_alloc(fs->records.be, &fs->scales, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, scales));
+    if (fs->records.be == zs->backend) return ZS_OK;
+    return zs__buf_alloc(zs->backend, &fs->device_scales, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, scales);
 }
 
 void zs__frozen_store_destroy(zs_ctx *zs) {
     zs__frozen_store *fs = zs->frozen_store;
     if (!fs) return;
     zs__buf_free(&fs->pending);
+    zs__buf_free(&fs->scales);
+    zs__buf_free(&fs->device_scales);
     zs__buf_free(&fs->records);
     free(fs->at);
     free(fs);
     zs->frozen_store = NULL;
+}
+
+/* The fp32 scales of blocks [b0, b1) of a record of S elements: in the
+ * record, or (double quantization) decoded from its codes into the store's
+ * scratch on be, from the first code of b0's group. */
+static zs_status record_scales(zs_ctx *zs, zs__backend *be, const char *rec, int64_t S,
+                               int64_t b0, int64_t b1, const float **out) {
+    const zs__plan *plan = zs->plan;
+    const int64_t scales_at = zs__quant_record_scales_at(S, plan->quant_bits);
+    if (!plan->quant_double) {
+        *out = (const float *)(rec + scales_at) + b0;
+        return ZS_OK;
+    }
+    const int64_t blocks = zs_k_quant_blocks(S, plan->quant_block);
+    const int64_t g0 = b0 / ZS_FROZEN_SCALE_GROUP * ZS_FROZEN_SCALE_GROUP;
+    const char *codes = rec + scales_at;
+    const float *groups =
+        (const float *)(codes + zs__quant_record_scales_at(blocks, 8)) + g0 / ZS_FROZEN_SCALE_GROUP;
+    const zs__frozen_store *fs = zs->frozen_store;
+    float *scratch = be == fs->scales.be ? fs->scales.ptr : fs->device_scales.ptr;
+    ZS_CHECK(be->ops->dequantize(be, scratch, ZS_DTYPE_FP32, 0, codes + g0, groups, b1 - g0,
+                                 ZS_FROZEN_SCALE_GROUP, 8));
+    *out = scratch + (b0 - g0);
+    return ZS_OK;
 }
 
 /* Dequantizes elements [first, first + count) of unit u, all inside
@@ -80,16 +116,17 @@ static zs_status dequantize_range(zs_ctx *zs, zs__backend *be, int u, const void
     const zs__plan_unit *pu = unit_of(zs, u);
     const int64_t S = pu->shard_numel, block = plan->quant_block;
     const int bits = plan->quant_bits;
-    const int64_t scales_at = zs__quant_record_scales_at(S, bits);
     const size_t elem = zs_dtype_size(dtype);
     for (int64_t at = first; at < first + count;) {
         const int r = (int)(at / S);
         const int64_t j0 = at - (int64_t)r * S; /* a block boundary */
         const int64_t j1 = first + count < (int64_t)(r + 1) * S ? first + count - (int64_t)r * S : S;
         const char *rec = (const char *)records + (int64_t)r * pu->record_bytes;
+        const float *scales = NULL;
+        ZS_CHECK(record_scales(zs, be, rec, S, j0 / block, zs_k_quant_blocks(j1, block),
+                               &scales));
         ZS_CHECK(be->ops->dequantize(be, (char *)dst + (size_t)(at - first) * elem, dtype, 0,
-                                     rec + zs_k_quant_value_bytes(j0, bits),
-                                     (const float *)(rec + scales_at) + j0 / block, j1 - j0,
+                                     rec + zs_k_quant_value_bytes(j0, bits), scales, j1 - j0,
                                      block, bits));
         at += j1 - j0;
     }
@@ -115,12 +152,20 @@ zs_status zs__frozen_store_flush(zs_ctx *zs) {
     zs__backend *be = fs->records.be;
     int64_t first, count;
     quantized_part(zs, u, &first, &count);
+    const int64_t blocks = zs_k_quant_blocks(S, zs->plan->quant_block);
     zs_status st = ZS_OK;
     for (int64_t at = first; at < first + count && st == ZS_OK; at += S) {
         char *rec = record_at(zs, u, (int)(at / S));
-        st = be->ops->quantize(be, rec, (float *)(rec + scales_at),
-                               (const float *)fs->pending.ptr + (at - first), ZS_DTYPE_FP32, S,
-                               zs->plan->quant_block, bits);
+        /* Double quantization: the fp32 scales go to scratch, then their
+         * codes and group scales into the record. */
+        float *scales = zs->plan->quant_double ? fs->scales.ptr : (float *)(rec + scales_at);
+        st = be->ops->quantize(be, rec, scales, (const float *)fs->pending.ptr + (at - first),
+                               ZS_DTYPE_FP32, S, zs->plan->quant_block, bits);
+        if (st == ZS_OK && zs->plan->quant_double) {
+            char *codes = rec + scales_at;
+            st = be->ops->quantize(be, codes, (float *)(codes + zs__quant_record_scales_at(blocks, 8)),
+                                   scales, ZS_DTYPE_FP32, blocks, ZS_FROZEN_SCALE_GROUP, 8);
+        }
     }
     zs__buf_free(&fs->pending);
     fs->pending_unit = -1;

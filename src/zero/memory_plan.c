@@ -235,6 +235,11 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
     out->frozen_store_bytes =
         (stage < 3 ? (uint64_t)plan->world_size : 1u) * (uint64_t)plan->quantized_record_bytes;
     b[out->frozen_tag] += out->frozen_store_bytes;
+    /* Double quantization's scratch for decoded scales: beside the records,
+     * and on the device too when they are in host memory (a gathered
+     * unit's decode there). */
+    b[ZS_MEM_SCRATCH] += (uint64_t)zs__plan_frozen_scales_numel(plan) * 4 *
+                         (out->frozen_tag == ZS_MEM_FROZEN ? 1u : 2u);
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
     b[ZS_MEM_HOST_STATE] += (uint64_t)out->grads_host_numel * elem;

@@ -224,10 +224,15 @@ static const char *name_of(const char *const *names, int i, char *buf, size_t ca
     return buf;
 }
 
+void zs__plan_double_quant(zs__plan *plan, int double_quant) {
+    plan->quant_double = double_quant;
+}
+
 zs_status zs__plan_quantize(zs__plan *plan, const unsigned *param_flags, int bits, int64_t block,
                             const char *const *unit_names, const char *const *param_names) {
     plan->quant_bits = 0;
     plan->quant_block = block;
+    const int double_quant = plan->quant_double;
     plan->quantized_units = 0;
     plan->quantized_record_bytes = plan->max_record_bytes = 0;
     char a[32], b[32];
@@ -264,7 +269,7 @@ zs_status zs__plan_quantize(zs__plan *plan, const unsigned *param_flags, int bit
                             "the quantization block %lld", (long long)plan->align,
                             (long long)block);
         unit->quantized = 1;
-        unit->record_bytes = zs__quant_record_bytes(unit->shard_numel, block, bits);
+        unit->record_bytes = zs__frozen_record_bytes(unit->shard_numel, block, bits, double_quant);
         plan->quantized_units++;
         plan->quantized_record_bytes += unit->record_bytes;
         if (unit->record_bytes > plan->max_record_bytes)
@@ -293,4 +298,14 @@ int64_t zs__plan_unit_bytes(const zs__plan *plan, int u, size_t elem) {
     const zs__plan_unit *unit = &plan->units[u];
     if (unit->quantized) return (int64_t)plan->world_size * unit->record_bytes;
     return unit->padded_numel * (int64_t)elem;
+}
+
+int64_t zs__plan_frozen_scales_numel(const zs__plan *plan) {
+    if (!plan->quant_double || plan->quantized_units == 0) return 0;
+    int64_t most = 0;
+    for (int u = 0; u < plan->unit_count; u++)
+        if (plan->units[u].quantized &&
+            zs_k_quant_blocks(plan->units[u].shard_numel, plan->quant_block) > most)
+            most = zs_k_quant_blocks(plan->units[u].shard_numel, plan->quant_block);
+    return most + ZS_FROZEN_SCALE_GROUP;
 }

@@ -81,6 +81,7 @@ typedef struct zs__plan {
      * frozen units kept in the compute dtype only. */
     int quant_bits;
     int64_t quant_block;
+    int quant_double;       /* the scales quantized too (zero.frozen_double_quant) */
     int quantized_units;
     int64_t quantized_record_bytes, max_record_bytes;
     int64_t store_padded_numel, store_shard_numel;
@@ -116,12 +117,22 @@ zs_status zs__plan_freeze_flags(zs__plan *plan, const unsigned *param_flags,
  * quantized to `bits` (8 or ZS_K_QUANT_NF4) in blocks of `block`, and lays
  * out the parameter buffers without them (after zs__plan_freeze_flags; the
  * plan's align must be a multiple of `block`, so that blocks never cross a
- * parameter's start or a shard's). bits 0: nothing is quantized. Fails
+ * parameter's start or a shard's), the scales too after
+ * zs__plan_double_quant (zero/quant_record.h). bits 0: nothing is
+ * quantized. Fails
  * (ZS_ERR_INVALID_ARGUMENT) on ZS_PARAM_QUANTIZE on a trainable parameter,
  * or on a unit mixing quantized and unquantized frozen parameters, naming
  * them. */
 zs_status zs__plan_quantize(zs__plan *plan, const unsigned *param_flags, int bits, int64_t block,
                             const char *const *unit_names, const char *const *param_names);
+/* Double quantization of the scales (zero.frozen_double_quant) for the
+ * next zs__plan_quantize: call it before. */
+void zs__plan_double_quant(zs__plan *plan, int double_quant);
+
+/* Double quantization: the fp32 scales one record's codes decode into, a
+ * group more than the largest record's blocks (the frozen store's scratch;
+ * 0 without it). */
+int64_t zs__plan_frozen_scales_numel(const zs__plan *plan);
 
 /* The bytes of unit u whole (gathered, or a gradient's): padded_numel
  * elements of `elem` bytes, or, quantized, every shard's record. */

@@ -36,6 +36,25 @@ static inline int64_t zs__quant_record_bytes(int64_t count, int64_t block, int b
     return zs__quant_record_scales_at(count, bits) + 4 * zs_k_quant_blocks(count, block);
 }
 
+/* The frozen store's records (zero/frozen_store.h, issue 43): a record as
+ * above, or, with double quantization (zero.frozen_double_quant, QLoRA's),
+ * its fp32 scales replaced by their own int8 record: one int8 code per
+ * scale and one fp32 scale per ZS_FROZEN_SCALE_GROUP codes
+ *
+ *   [values: zs_k_quant_value_bytes(count, bits), zero-padded to 4]
+ *   [codes: blocks bytes, zero-padded to 4][group scales: fp32]
+ *
+ * (blocks = zs_k_quant_blocks(count, block)); a value dequantizes with its
+ * block's scale as dequantized from its code. */
+#define ZS_FROZEN_SCALE_GROUP 256
+
+static inline int64_t zs__frozen_record_bytes(int64_t count, int64_t block, int bits,
+                                              int double_quant) {
+    if (!double_quant) return zs__quant_record_bytes(count, block, bits);
+    return zs__quant_record_scales_at(count, bits) +
+           zs__quant_record_bytes(zs_k_quant_blocks(count, block), ZS_FROZEN_SCALE_GROUP, 8);
+}
+
 /* qwZ's staging for a unit whose shard is `shard` elements on a shard
  * group of `ranks`: one int8 record per rank, gathered in place. */
 static inline int64_t zs__qwz_staging_bytes(int ranks, int64_t shard, int64_t block) {

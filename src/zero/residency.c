@@ -279,6 +279,8 @@ zs_status zs_param_quantized(const zs_param *p, zs_quantized *out) {
         .shard_numel = pu->shard_numel,
         .record_bytes = pu->record_bytes,
         .scales_at = zs__quant_record_scales_at(pu->shard_numel, plan->quant_bits),
+        .double_quant = plan->quant_double,
+        .scale_group = plan->quant_double ? ZS_FROZEN_SCALE_GROUP : 0,
         .offset = pp->offset,
         .numel = pp->numel,
         .data = records,

@@ -5,8 +5,8 @@
 # layout (app.init_from), the untied test shape, every Linear adapted:
 #   - stages 0-3 give bit-identical losses and adapters at np 3 (bf16, more
 #     ranks than cores), NF4 and int8;
-#   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit (NF4,
-#     stage 3), the checkpoint recording the base, not copying it;
+#   - 6 steps straight = 3 + checkpoint + resume + 3, bit for bit (NF4 with
+#     double quantization, stage 3), the checkpoint recording the base;
 #   - the first step's loss (the adapters' B is zero, so it is the base's)
 #     moves off the bf16 base's by at most the first-order bound of the
 #     quantization error: |L_q - L| <= 2 |g| |dW|, g the bf16 base's
@@ -49,10 +49,12 @@ for storage in nf4 int8; do
   echo "np 3 bf16 $storage: stages 0-3 bit-identical"
 done
 
-# Resume: np 2, stage 3, NF4.
-model_config "$work/res.cfg" 3 bf16 "$lora" "frozen_storage = \"nf4\"; max_live_units = 3;"
+# Resume: np 2, stage 3, NF4 with its scales double-quantized (the base is
+# recorded, and quantized from the same file on every start).
+model_config "$work/res.cfg" 3 bf16 "$lora" \
+    "frozen_storage = \"nf4\"; frozen_double_quant = true; max_live_units = 3;"
 check_resume "$work/res.cfg"
-echo "QLoRA: 6 steps straight = 3 + resume + 3, bit for bit"
+echo "QLoRA (double-quantized): 6 steps straight = 3 + resume + 3, bit for bit"
 
 # The first step against the bf16 base (np 2, stage 3): the base model's
 # own loss and gradient norm, then LoRA on the quantized base.
