@@ -11,7 +11,13 @@
  *   - determinism: 1 and 2 OpenMP threads give the same bits;
  *     block_forward run twice (activation recomputation) gives the same
  *     activations; head_forward's losses are head_forward_backward's;
- *   - the accumulate convention and argument errors.
+ *   - the accumulate convention and argument errors;
+ *   - QLoRA's weight source: a block whose matrices come one at a time
+ *     from be->weights (one scratch, poisoned with NaN before each copy)
+ *     gives the bits of the block with its matrices in the struct, frozen
+ *     with adapters, partly sourced, and with the base's gradients; each
+ *     matrix asked once in the forward and once in the backward; a failing
+ *     get() fails the op with its message.
  * Set LLAMA_TEST_VERBOSE=1 to print every finite-difference comparison.
  */
 #include <math.h>
@@ -298,6 +304,37 @@ static void test_threads(nn_device *dev) {
     mt_step_result_free(&two);
 }
 
+/* The first difference between two copies (ref, got) of one block's
+ * activations, tensor by tensor: the copies hold what `a` points into at
+ * base (llama_block_acts_carve's layout), at the same offsets. */
+static void compare_acts(const char *label, const llama_dims *d, int B, int T,
+                         const llama_block_acts *a, const float *base, const float *ref,
+                         const float *got) {
+    const size_t BT = (size_t)B * T, C = (size_t)d->n_embd, F = (size_t)d->n_ff;
+    const struct {
+        const char *name;
+        const void *at;
+        size_t n;
+    } parts[] = {{"xn1", a->xn1, BT * C},
+                 {"rstd1", a->rstd1, BT},
+                 {"qkv", a->qkv, BT * (size_t)llama_qkv_width(d)},
+                 {"att", a->att, (size_t)B * d->n_head * T * T},
+                 {"atty", a->atty, BT * (size_t)(d->n_head * d->head_dim)},
+                 {"res1", a->res1, BT * C},
+                 {"xn2", a->xn2, BT * C},
+                 {"rstd2", a->rstd2, BT},
+                 {"gate", a->gate, BT * F},
+                 {"up", a->up, BT * F},
+                 {"h", a->h, BT * F}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        const size_t off = (size_t)((const float *)parts[i].at - base);
+        const long long k = mt_first_diff(ref + off, got + off, parts[i].n);
+        CHECK_MSG(k < 0, "%s: %s [%lld] differs (%.9g, then %.9g)", label, parts[i].name, k,
+                  k < 0 ? 0.0 : (double)ref[off + (size_t)k],
+                  k < 0 ? 0.0 : (double)got[off + (size_t)k]);
+    }
+}
+
 /* block_forward again on the same input (activation recomputation) rewrites
  * the same activations and output, bit for bit, even over garbage. */
 static void test_recompute(nn_device *dev) {
@@ -327,28 +364,7 @@ static void test_recompute(nn_device *dev) {
     for (size_t i = 0; i < ny; i++) y[i] = -(float)i;
     REQUIRE(be->ops->block_forward(be, B, T, &m.w[1], llama_tm_resid(&m, 1), &m.acts[1], y,
                                    m.bscratch) == 0);
-    const llama_block_acts *a = &m.acts[1];
-    const size_t C = (size_t)d.n_embd, F = (size_t)d.n_ff;
-    const struct {
-        const char *name;
-        const void *at;
-        size_t n;
-    } parts[] = {{"xn1", a->xn1, BT * C},
-                 {"rstd1", a->rstd1, BT},
-                 {"qkv", a->qkv, BT * (size_t)llama_qkv_width(&d)},
-                 {"att", a->att, (size_t)B * d.n_head * T * T},
-                 {"atty", a->atty, BT * (size_t)(d.n_head * d.head_dim)},
-                 {"res1", a->res1, BT * C},
-                 {"xn2", a->xn2, BT * C},
-                 {"rstd2", a->rstd2, BT},
-                 {"gate", a->gate, BT * F},
-                 {"up", a->up, BT * F},
-                 {"h", a->h, BT * F}};
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        const size_t off = (size_t)((const float *)parts[i].at - acts);
-        const long long k = mt_first_diff(acts1 + off, acts + off, parts[i].n);
-        CHECK_MSG(k < 0, "recomputed %s [%lld] differs", parts[i].name, k);
-    }
+    compare_acts("recomputed", &d, B, T, &m.acts[1], acts, acts1, acts);
     const long long k = mt_first_diff(y1, y, ny);
     CHECK_MSG(k < 0, "recomputed output [%lld] differs", k);
     free(acts1);
@@ -414,6 +430,270 @@ static void test_head_and_accumulate(nn_device *dev) {
     llama_tm_free(&m);
     llama_tm_free(&m2);
     be->ops->destroy(be);
+}
+
+/* ----------------------------------------- matrices from a weight source */
+
+/*
+ * QLoRA's path (llama_backend.h's weight source): a block whose matrices
+ * are NULL in its struct takes each from be->weights.get just before its
+ * products, q, k, v and gate, up one matrix at a time. On the CPU the
+ * batched linears are those same linear ops in the same order, so the
+ * block must compute what it computes with every matrix in the struct, bit
+ * for bit: activations, y, dx and every gradient. The source below keeps
+ * the contract's one matrix of memory: get() fills one scratch of the
+ * largest matrix's size with NaN, then copies the asked matrix into it, so
+ * that a layer using a pointer after the next get() reads another matrix
+ * or NaN.
+ */
+static const int block_matrices[] = {LLAMA_P_WQ,    LLAMA_P_WK,  LLAMA_P_WV,   LLAMA_P_WO,
+                                      LLAMA_P_WGATE, LLAMA_P_WUP, LLAMA_P_WDOWN};
+#define N_MATRICES ((int)(sizeof block_matrices / sizeof block_matrices[0]))
+#define MATRIX_BIT(slot) (1u << (slot))
+#define ALL_MATRICES                                                                          \
+    (MATRIX_BIT(LLAMA_P_WQ) | MATRIX_BIT(LLAMA_P_WK) | MATRIX_BIT(LLAMA_P_WV) |                \
+     MATRIX_BIT(LLAMA_P_WO) | MATRIX_BIT(LLAMA_P_WGATE) | MATRIX_BIT(LLAMA_P_WUP) |            \
+     MATRIX_BIT(LLAMA_P_WDOWN))
+
+static void **block_matrix(llama_block_w *w, int slot) {
+    switch (slot) {
+    case LLAMA_P_WQ: return &w->wq;
+    case LLAMA_P_WK: return &w->wk;
+    case LLAMA_P_WV: return &w->wv;
+    case LLAMA_P_WO: return &w->wo;
+    case LLAMA_P_WGATE: return &w->wgate;
+    case LLAMA_P_WUP: return &w->wup;
+    case LLAMA_P_WDOWN: return &w->wdown;
+    default: return NULL;
+    }
+}
+
+typedef struct copy_source {
+    nn_device *dev;
+    const void *mat[LLAMA_BLOCK_SLOTS]; /* the block's matrices, by slot */
+    size_t bytes[LLAMA_BLOCK_SLOTS];
+    void *scratch, *nans; /* [the largest matrix] each; nans all NaN */
+    size_t max_bytes;
+    int calls[LLAMA_BLOCK_SLOTS]; /* get()s of each slot */
+    int fail_slot;                /* get() of this slot fails (-1: none) */
+} copy_source;
+
+static int source_get(void *user, int slot, const void **out, char *err, size_t cap) {
+    copy_source *s = user;
+    if (slot < 0 || slot >= LLAMA_BLOCK_SLOTS || s->mat[slot] == NULL) {
+        snprintf(err, cap, "test source: no matrix in slot %d", slot);
+        return NN_ERR_ARG;
+    }
+    s->calls[slot]++;
+    if (slot == s->fail_slot) {
+        snprintf(err, cap, "test source: slot %d cannot be read", slot);
+        return NN_ERR_DEVICE;
+    }
+    nn_device *dev = s->dev;
+    if (dev->ops->copy(dev, s->scratch, s->nans, s->max_bytes) != NN_OK ||
+        dev->ops->copy(dev, s->scratch, s->mat[slot], s->bytes[slot]) != NN_OK) {
+        snprintf(err, cap, "test source: %s", dev->ops->last_error(dev));
+        return NN_ERR_DEVICE;
+    }
+    *out = s->scratch;
+    return NN_OK;
+}
+
+/* The source of block w's matrices (fp32, on be's device), installed in
+ * be; *stripped = w without the matrices of `mask` (MATRIX_BIT(slot)s). */
+static void source_init(copy_source *s, llama_backend *be, const llama_block_w *w,
+                        unsigned mask, llama_block_w *stripped) {
+    memset(s, 0, sizeof *s);
+    s->dev = be->dev;
+    s->fail_slot = -1;
+    *stripped = *w;
+    for (int i = 0; i < N_MATRICES; i++) {
+        const int slot = block_matrices[i];
+        llama_param_spec spec;
+        REQUIRE(llama_param_spec_get(&be->dims, 1, llama_block_index(&be->dims, slot), &spec) ==
+                0);
+        s->mat[slot] = *block_matrix((llama_block_w *)w, slot);
+        s->bytes[slot] = sizeof(float) * (size_t)spec.numel;
+        s->max_bytes = s->bytes[slot] > s->max_bytes ? s->bytes[slot] : s->max_bytes;
+        if (mask & MATRIX_BIT(slot)) *block_matrix(stripped, slot) = NULL;
+    }
+    const size_t n = s->max_bytes / sizeof(float);
+    float *nans = malloc(s->max_bytes);
+    REQUIRE(nans != NULL);
+    for (size_t i = 0; i < n; i++) nans[i] = NAN;
+    REQUIRE(s->dev->ops->alloc(s->dev, s->max_bytes, &s->scratch) == NN_OK &&
+            s->dev->ops->alloc(s->dev, s->max_bytes, &s->nans) == NN_OK &&
+            s->dev->ops->upload(s->dev, s->nans, nans, s->max_bytes) == NN_OK);
+    free(nans);
+    be->weights = (llama_weight_source){source_get, s};
+}
+
+static void source_free(copy_source *s, llama_backend *be) {
+    s->dev->ops->free(s->dev, s->scratch);
+    s->dev->ops->free(s->dev, s->nans);
+    be->weights = (llama_weight_source){NULL, NULL};
+}
+
+/* Every slot asked `times` times if in mask, never otherwise. */
+static void check_calls(const char *label, const char *when, const copy_source *s, unsigned mask,
+                        int times) {
+    for (int slot = 0; slot < LLAMA_BLOCK_SLOTS; slot++) {
+        const int want = (mask & MATRIX_BIT(slot)) ? times : 0;
+        CHECK_MSG(s->calls[slot] == want, "%s: after %s, slot %d asked %d times, not %d", label,
+                  when, slot, s->calls[slot], want);
+    }
+}
+
+/* A model whose block 0 the weight-source tests run: every bias or none;
+ * with `adapters` (bits of llama_lora_target) LoRA on a frozen base (g's
+ * base tensors NULL, as QLoRA's), rank 4 with dropout, random adapters. */
+typedef struct src_model {
+    llama_dims d;
+    llama_backend *be;
+    llama_tm m;
+    float *ref[4], *got[4]; /* acts, y, dx, gradients: (a), then (b) */
+    size_t n[4];
+} src_model;
+
+static void src_model_init(src_model *f, nn_device *dev, int bias, unsigned adapters) {
+    memset(f, 0, sizeof *f);
+    f->d = fd_dims(0, bias);
+    char err[512];
+    REQUIRE(llama_cpu_backend_create(dev, &f->d, f->d.max_seq, &f->be, err, sizeof err) == 0);
+    if (adapters != 0) {
+        REQUIRE(llama_backend_set_lora(f->be, 4, 8.0, 0.1, err, sizeof err) == 0);
+        f->be->lora.seed = 77;
+    }
+    const int B = 2, T = 13;
+    llama_tm *m = &f->m;
+    REQUIRE(llama_tm_init(m, f->be, B, T, 7) == 0);
+    float *params = malloc(sizeof(float) * (size_t)m->n_params);
+    REQUIRE(params != NULL);
+    mt_init_params(&llama_param_table, &f->d, params, 41, 3.0, 0.1);
+    REQUIRE(llama_tm_set_params(m, params) == 0);
+    free(params);
+    if (adapters != 0) {
+        const unsigned targets[2] = {adapters, 0};
+        REQUIRE(llama_tm_set_lora(m, targets) == 0);
+        uint64_t rng = 43;
+        for (int64_t i = 0; i < m->n_lora; i++) m->lora_params[i] = (float)(0.3 * mt_normal(&rng));
+    }
+    // x into the residual stream, dy into dres[0].
+    const size_t BT = (size_t)B * T, C = (size_t)f->d.n_embd;
+    uint64_t rng = 45;
+    for (size_t i = 0; i < BT * C; i++) llama_tm_resid(m, 0)[i] = (float)mt_normal(&rng);
+    for (size_t i = 0; i < BT * C; i++) m->dres[0][i] = (float)(0.1 * mt_normal(&rng));
+    f->n[0] = m->acts_bytes / sizeof(float);
+    f->n[1] = f->n[2] = BT * C;
+    f->n[3] = adapters != 0 ? (size_t)m->n_lora : (size_t)m->n_params;
+    for (int i = 0; i < 4; i++) {
+        f->ref[i] = malloc(sizeof(float) * f->n[i]);
+        f->got[i] = malloc(sizeof(float) * f->n[i]);
+        REQUIRE(f->ref[i] && f->got[i]);
+    }
+}
+
+static void src_model_free(src_model *f) {
+    for (int i = 0; i < 4; i++) {
+        free(f->ref[i]);
+        free(f->got[i]);
+    }
+    llama_tm_free(&f->m);
+    f->be->ops->destroy(f->be);
+}
+
+/* The model's block 0 forward then backward with weights w, over garbage
+ * activations, y and dx and from zeroed gradients, into out[4]; with a
+ * source, it is asked each matrix of `mask` once in each. */
+static void src_block_pass(src_model *f, const llama_block_w *w, copy_source *s, unsigned mask,
+                           const char *label, float **out) {
+    llama_tm *m = &f->m;
+    llama_backend *be = f->be;
+    float *acts = (float *)m->acts_mem, *y = llama_tm_resid(m, 1), *dx = m->dres[1];
+    float *grads = m->lora_at != NULL ? m->lora_grads : m->grads;
+    float *const where[4] = {acts, y, dx, grads};
+    for (size_t i = 0; i < f->n[0]; i++) acts[i] = (float)i * 0.37f - 5.0f;
+    for (size_t i = 0; i < f->n[1]; i++) y[i] = dx[i] = -(float)i;
+    memset(grads, 0, sizeof(float) * f->n[3]);
+    const int B = m->B, T = m->T;
+    int st = be->ops->block_forward(be, B, T, w, llama_tm_resid(m, 0), &m->acts[0], y,
+                                    m->bscratch);
+    CHECK_MSG(st == 0, "%s: block_forward: %s", label, be->ops->last_error(be));
+    REQUIRE(st == 0);
+    if (s != NULL) check_calls(label, "block_forward", s, mask, 1);
+    st = be->ops->block_backward(be, B, T, w, &m->g[0], llama_tm_resid(m, 0), &m->acts[0],
+                                 m->dres[0], dx, m->bscratch);
+    CHECK_MSG(st == 0, "%s: block_backward: %s", label, be->ops->last_error(be));
+    REQUIRE(st == 0);
+    if (s != NULL) check_calls(label, "block_backward", s, mask, 2);
+    for (int i = 0; i < 4; i++) memcpy(out[i], where[i], sizeof(float) * f->n[i]);
+}
+
+/* The block with the matrices of `mask` from a source against the block
+ * with all of them in its struct: the same bits everywhere. */
+static void test_weight_source(nn_device *dev, const char *label, int bias, unsigned adapters,
+                               unsigned mask) {
+    src_model f;
+    src_model_init(&f, dev, bias, adapters);
+    llama_tm *m = &f.m;
+    src_block_pass(&f, &m->w[0], NULL, 0, label, f.ref);
+    copy_source s;
+    llama_block_w w;
+    source_init(&s, f.be, &m->w[0], mask, &w);
+    src_block_pass(&f, &w, &s, mask, label, f.got);
+    compare_acts(label, &f.d, m->B, m->T, &m->acts[0], (const float *)m->acts_mem, f.ref[0],
+                 f.got[0]);
+    const char *names[4] = {"acts", "y", "dx", adapters ? "adapter gradient" : "gradient"};
+    double gmax = 0.0;
+    for (size_t i = 0; i < f.n[3]; i++) gmax = fmax(gmax, fabs(f.ref[3][i]));
+    CHECK_MSG(gmax > 0.0 && isfinite(gmax), "%s: the gradients are %g at most", label, gmax);
+    for (int i = 1; i < 4; i++) {
+        const long long k = mt_first_diff(f.ref[i], f.got[i], f.n[i]);
+        CHECK_MSG(k < 0, "%s: %s [%lld] differs (%.9g, then %.9g)", label, names[i], k,
+                  k < 0 ? 0.0 : (double)f.ref[i][k], k < 0 ? 0.0 : (double)f.got[i][k]);
+    }
+    printf("weight source (%s): same bits as the matrices in the struct\n", label);
+    source_free(&s, f.be);
+    src_model_free(&f);
+}
+
+/* A get() that fails fails the op with the source's message; a NULL matrix
+ * without a source is named. */
+static void test_weight_source_errors(nn_device *dev) {
+    src_model f;
+    src_model_init(&f, dev, 1, 1u << LLAMA_LORA_Q);
+    llama_tm *m = &f.m;
+    llama_backend *be = f.be;
+    const int B = m->B, T = m->T;
+    float *x = llama_tm_resid(m, 0), *y = llama_tm_resid(m, 1);
+    copy_source s;
+    llama_block_w w;
+    source_init(&s, be, &m->w[0], ALL_MATRICES, &w);
+    char want[64];
+    s.fail_slot = LLAMA_P_WUP;
+    snprintf(want, sizeof want, "slot %d cannot be read", LLAMA_P_WUP);
+    int st = be->ops->block_forward(be, B, T, &w, x, &m->acts[0], y, m->bscratch);
+    CHECK_MSG(st == NN_ERR_DEVICE && strstr(be->ops->last_error(be), want), "%d \"%s\"", st,
+              be->ops->last_error(be));
+    s.fail_slot = -1;
+    REQUIRE(be->ops->block_forward(be, B, T, &w, x, &m->acts[0], y, m->bscratch) == 0);
+    s.fail_slot = LLAMA_P_WK;
+    snprintf(want, sizeof want, "slot %d cannot be read", LLAMA_P_WK);
+    st = be->ops->block_backward(be, B, T, &w, &m->g[0], x, &m->acts[0], m->dres[0], m->dres[1],
+                                 m->bscratch);
+    CHECK_MSG(st == NN_ERR_DEVICE && strstr(be->ops->last_error(be), want), "%d \"%s\"", st,
+              be->ops->last_error(be));
+    source_free(&s, be);
+    st = be->ops->block_forward(be, B, T, &w, x, &m->acts[0], y, m->bscratch);
+    CHECK_MSG(st == NN_ERR_ARG && strstr(be->ops->last_error(be), "q_proj.weight is NULL"),
+              "%d \"%s\"", st, be->ops->last_error(be));
+    w = m->w[0];
+    w.wdown = NULL;
+    st = be->ops->block_backward(be, B, T, &w, &m->g[0], x, &m->acts[0], m->dres[0], m->dres[1],
+                                 m->bscratch);
+    CHECK_MSG(st == NN_ERR_ARG && strstr(be->ops->last_error(be), "down_proj.weight is NULL"),
+              "%d \"%s\"", st, be->ops->last_error(be));
+    src_model_free(&f);
 }
 
 /* ------------------------------------------------------------- errors */
@@ -484,6 +764,13 @@ int main(void) {
     test_threads(dev);
     test_recompute(dev);
     test_head_and_accumulate(dev);
+    test_weight_source(dev, "QLoRA: frozen base, adapters on every Linear, every matrix sourced",
+                       1, (1u << LLAMA_LORA_TARGETS) - 1, ALL_MATRICES);
+    test_weight_source(dev, "frozen base, adapters on q, v, down; no biases; k, o, up sourced", 0,
+                       (1u << LLAMA_LORA_Q) | (1u << LLAMA_LORA_V) | (1u << LLAMA_LORA_DOWN),
+                       MATRIX_BIT(LLAMA_P_WK) | MATRIX_BIT(LLAMA_P_WO) | MATRIX_BIT(LLAMA_P_WUP));
+    test_weight_source(dev, "base gradients, every matrix sourced", 1, 0, ALL_MATRICES);
+    test_weight_source_errors(dev);
     test_errors(dev);
     dev->ops->destroy(dev);
     return model_check_finish("test_llama_backend");

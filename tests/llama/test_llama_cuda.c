@@ -14,8 +14,10 @@
  * take every 16-byte vector path. On the GPU also: the same step twice
  * gives the same bits in both dtypes (no atomics), head_forward's losses
  * are head_forward_backward's, the backend refuses a CPU device, and
- * LLAMA_CUDA_PROFILE's table comes out in the format scripts parse. Exits
- * 77 (skipped) without a usable CUDA device.
+ * LLAMA_CUDA_PROFILE's table comes out in the format scripts parse. And
+ * QLoRA's path: a block whose matrices come one at a time from the
+ * backend's weight source matches the CPU's block with them in its struct
+ * (fp32). Exits 77 (skipped) without a usable CUDA device.
  *
  * fp32 tolerances, as tests/gpt2/test_gpt2_cuda.c's: both backends run
  * nn_layer_math.h's and nn_math.h's element functions bit for bit (nvcc with
@@ -485,6 +487,176 @@ static void test_bf16(const char *name, nn_device *cpu, nn_device *gpu16, const 
     free_backends(&be);
 }
 
+/* ------------------------------------------------ QLoRA's weight source */
+
+/*
+ * Block 0 with its seven matrices NULL, taken from be->weights
+ * (llama_backend.h) as llama_train's QLoRA takes them: one device buffer of
+ * the largest matrix's size, filled with NaN and then overwritten with the
+ * asked matrix on each get() (device copies on the stream, ordered with the
+ * products), so a product reading a pointer after the next get() reads
+ * another matrix or NaN. The layers then run q, k, v and gate, up as
+ * separate GEMMs where the matrices in the struct, adjacent, run as one:
+ * not the same bits, so it is held to the CPU (every matrix in the struct)
+ * within the fp32 tolerance: activations, y, dx and the gradients (the
+ * adapters' on a frozen base, as QLoRA's; the base's otherwise).
+ */
+typedef struct one_matrix {
+    nn_device *dev;
+    const void *mat[LLAMA_BLOCK_SLOTS]; /* by slot; NULL: not the source's */
+    size_t bytes[LLAMA_BLOCK_SLOTS];
+    void *mem, *nans; /* device [cap bytes] each */
+    size_t cap;
+    int asked; /* get()s so far */
+} one_matrix;
+
+static int one_matrix_get(void *user, int slot, const void **out, char *err, size_t cap) {
+    one_matrix *s = user;
+    s->asked++;
+    if (slot < 0 || slot >= LLAMA_BLOCK_SLOTS || s->mat[slot] == NULL)
+        return snprintf(err, cap, "no matrix in slot %d", slot), NN_ERR_ARG;
+    int st = s->dev->ops->copy(s->dev, s->mem, s->nans, s->cap);
+    if (st == NN_OK) st = s->dev->ops->copy(s->dev, s->mem, s->mat[slot], s->bytes[slot]);
+    if (st != NN_OK) return snprintf(err, cap, "%s", s->dev->ops->last_error(s->dev)), st;
+    *out = s->mem;
+    return NN_OK;
+}
+
+/* Moves block w's matrices into the source s and installs it in be. */
+static void one_matrix_take(one_matrix *s, llama_backend *be, llama_block_w *w) {
+    void **field[7] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->wgate, &w->wup, &w->wdown};
+    const int slot[7] = {LLAMA_P_WQ,    LLAMA_P_WK,  LLAMA_P_WV,   LLAMA_P_WO,
+                         LLAMA_P_WGATE, LLAMA_P_WUP, LLAMA_P_WDOWN};
+    memset(s, 0, sizeof *s);
+    s->dev = be->dev;
+    for (int i = 0; i < 7; i++) {
+        llama_param_spec spec;
+        REQUIRE(llama_param_spec_get(&be->dims, 1, llama_block_index(&be->dims, slot[i]),
+                                     &spec) == 0);
+        s->mat[slot[i]] = *field[i];
+        s->bytes[slot[i]] = sizeof(float) * (size_t)spec.numel;
+        s->cap = s->bytes[slot[i]] > s->cap ? s->bytes[slot[i]] : s->cap;
+        *field[i] = NULL;
+    }
+    float *nans = malloc(s->cap);
+    REQUIRE(nans != NULL);
+    for (size_t i = 0; i < s->cap / sizeof(float); i++) nans[i] = NAN;
+    REQUIRE(s->dev->ops->alloc(s->dev, s->cap, &s->mem) == NN_OK &&
+            s->dev->ops->alloc(s->dev, s->cap, &s->nans) == NN_OK &&
+            s->dev->ops->upload(s->dev, s->nans, nans, s->cap) == NN_OK);
+    free(nans);
+    be->weights = (llama_weight_source){one_matrix_get, s};
+}
+
+/* What block 0's forward and backward leave, on the host: its activations
+ * (carved in acts_host), y, dx and the gradients. */
+typedef struct block_result {
+    unsigned char *acts_host;
+    llama_block_acts acts;
+    float *y, *dx, *grads;
+    size_t n_io, n_grads;
+} block_result;
+
+/* Block 0 of a model of d on dev (fp32), from the same inputs whatever the
+ * device: with `lora`, adapters on every Linear of a frozen base; with
+ * `sourced`, the matrices from a one_matrix source. */
+static void block_run(nn_device *dev, const llama_dims *d, int lora, int sourced,
+                      block_result *out) {
+    const int B = 2, T = 13, BT = B * T;
+    llama_backend *be = NULL;
+    char err[512];
+    if (llama_layers_backend_create(dev, d, d->max_seq, &be, err, sizeof err) != NN_OK ||
+        (lora && llama_backend_set_lora(be, 4, 8.0, 0.1, err, sizeof err) != NN_OK)) {
+        fprintf(stderr, "test_llama_cuda: %s\n", err);
+        exit(1);
+    }
+    be->lora.seed = 77;
+    llama_tm m;
+    REQUIRE(llama_tm_init(&m, be, B, T, 7) == NN_OK);
+    inputs in;
+    make_inputs(d, BT, 3.0, 0, 71, &in);
+    REQUIRE(llama_tm_set_params(&m, in.params) == NN_OK);
+    const unsigned targets[4] = {(1u << LLAMA_LORA_TARGETS) - 1, 0, 0, 0};
+    REQUIRE(!lora || llama_tm_set_lora(&m, targets) == NN_OK);
+    const size_t C = (size_t)d->n_embd, n = (size_t)BT * C;
+    out->n_io = n;
+    out->n_grads = lora ? (size_t)m.n_lora : (size_t)m.n_params;
+    float *host = malloc(sizeof(float) * (n > out->n_grads ? n : out->n_grads));
+    float *garbage = malloc(m.acts_bytes);
+    REQUIRE(host && garbage);
+    uint64_t rng = 73;
+    for (size_t i = 0; i < out->n_grads; i++) host[i] = (float)(0.3 * mt_normal(&rng));
+    REQUIRE(!lora || llama_tm_set_lora_params(&m, host) == NN_OK);
+    for (size_t i = 0; i < m.acts_bytes / sizeof(float); i++) garbage[i] = (float)i * 0.37f;
+    REQUIRE(dev->ops->upload(dev, m.acts_mem, garbage, m.acts_bytes) == NN_OK);
+    for (size_t i = 0; i < n; i++) host[i] = (float)mt_normal(&rng);
+    REQUIRE(dev->ops->upload(dev, llama_tm_resid(&m, 0), host, sizeof(float) * n) == NN_OK);
+    for (size_t i = 0; i < n; i++) host[i] = (float)(0.1 * mt_normal(&rng));
+    REQUIRE(dev->ops->upload(dev, m.dres[0], host, sizeof(float) * n) == NN_OK);
+    float *grads = lora ? m.lora_grads : m.grads;
+    REQUIRE(dev->ops->zero(dev, grads, sizeof(float) * out->n_grads) == NN_OK);
+    llama_block_w w = m.w[0];
+    one_matrix src = {0};
+    if (sourced) one_matrix_take(&src, be, &w);
+    float *x = llama_tm_resid(&m, 0), *y = llama_tm_resid(&m, 1);
+    int st = be->ops->block_forward(be, B, T, &w, x, &m.acts[0], y, m.bscratch);
+    CHECK_MSG(st == NN_OK && src.asked == 7 * sourced, "block_forward: %d, %d get()s: %s", st,
+              src.asked, be->ops->last_error(be));
+    st = be->ops->block_backward(be, B, T, &w, &m.g[0], x, &m.acts[0], m.dres[0], m.dres[1],
+                                 m.bscratch);
+    CHECK_MSG(st == NN_OK && src.asked == 14 * sourced, "block_backward: %d, %d get()s: %s", st,
+              src.asked, be->ops->last_error(be));
+    out->acts_host = malloc(m.acts_bytes);
+    out->y = malloc(sizeof(float) * n);
+    out->dx = malloc(sizeof(float) * n);
+    out->grads = malloc(sizeof(float) * out->n_grads);
+    REQUIRE(out->acts_host && out->y && out->dx && out->grads);
+    REQUIRE(dev->ops->download(dev, out->acts_host, m.acts_mem, m.acts_bytes) == NN_OK &&
+            dev->ops->download(dev, out->y, y, sizeof(float) * n) == NN_OK &&
+            dev->ops->download(dev, out->dx, m.dres[1], sizeof(float) * n) == NN_OK &&
+            dev->ops->download(dev, out->grads, grads, sizeof(float) * out->n_grads) == NN_OK);
+    llama_block_acts_carve(d, B, T, NN_F32, out->acts_host, &out->acts);
+    if (sourced) {
+        dev->ops->free(dev, src.mem);
+        dev->ops->free(dev, src.nans);
+    }
+    free(host);
+    free(garbage);
+    free_inputs(&in);
+    llama_tm_free(&m);
+    be->ops->destroy(be);
+}
+
+static void test_weight_source(const char *name, nn_device *cpu, nn_device *gpu,
+                               const llama_dims *d, int lora) {
+    block_result c, g;
+    block_run(cpu, d, lora, 0, &c);
+    block_run(gpu, d, lora, 1, &g);
+    const size_t BT = c.n_io / (size_t)d->n_embd, F = (size_t)d->n_ff;
+    const struct {
+        const char *what;
+        const void *cuda, *cpu;
+        size_t n;
+    } t[] = {{"qkv", g.acts.qkv, c.acts.qkv, BT * (size_t)llama_qkv_width(d)},
+             {"res1", g.acts.res1, c.acts.res1, c.n_io},
+             {"gate", g.acts.gate, c.acts.gate, BT * F},
+             {"up", g.acts.up, c.acts.up, BT * F},
+             {"h", g.acts.h, c.acts.h, BT * F},
+             {"y", g.y, c.y, c.n_io},
+             {"dx", g.dx, c.dx, c.n_io},
+             {lora ? "adapter gradients" : "gradients", g.grads, c.grads, c.n_grads}};
+    printf("weight source (%s): matrices one at a time on CUDA against the CPU\n", name);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        compare(name, t[i].what, t[i].cuda, t[i].cpu, t[i].n, TOL_REL);
+    block_result *r[2] = {&c, &g};
+    for (int i = 0; i < 2; i++) {
+        free(r[i]->acts_host);
+        free(r[i]->y);
+        free(r[i]->dx);
+        free(r[i]->grads);
+    }
+}
+
 /* ------------------------------------------------------------- others */
 
 /* head_forward and head_forward_backward give the same losses. */
@@ -671,6 +843,8 @@ int main(void) {
     test_bf16("every bias", cpu, gpu16, &biases, 2, 17, 7, 5.0);
     test_bf16("one K/V head, llama3 RoPE", cpu, gpu16, &mqa, 2, 61, 40, 5.0);
     test_bf16("wide", cpu, gpu16, &wide, 2, 32, 24, 5.0);
+    test_weight_source("QLoRA: frozen base, adapters on every Linear", cpu, gpu, &plain, 1);
+    test_weight_source("every bias, the base's gradients", cpu, gpu, &biases, 0);
     test_head_consistency(gpu, &plain);
     test_head_consistency(gpu16, &biases);
     test_refuses_cpu_device(cpu, &plain);
