@@ -2,15 +2,21 @@
  * running anything.
  *
  *   zs-estimate <layout> [--config FILE] [--set group.key=value]... [--dtype D]
- *               [--world N] [--device-memory SIZE] [--gathers N]
+ *               [--world N] [--device-memory SIZE] [--stage N] [--gathers N]
+ *               [--lora R [--lora-targets LIST] [--lora-dropout P] [--qlora nf4|int8]]
+ *               [--batch B] [--seq T] [--recompute]
  *
  * The numbers are zs_estimate_memory's, which runs the memory plan zs_build
  * allocates from (src/zero/memory_plan.c): a built context's
  * zs_memory_report shows exactly these bytes right after zs_build (a test,
  * tests/estimate, checks it for many layouts and configurations). Layout
  * sources, the output and the inverse questions are described in
- * usage_text below. Exit status: 0 success, 1 a file or the configuration
- * cannot be used (the message names the file and what is wrong), 2 usage. */
+ * usage_text below. For Llama layouts, --batch/--seq add llama_train's own
+ * device memory (workspace_make: its activations, as tests/estimate/
+ * test_estimate_workspace.c checks against the trainer's code on the CPU),
+ * and --qlora registers QLoRA's quantized base (docs/QLORA.md). Exit
+ * status: 0 success, 1 a file or the configuration cannot be used (the
+ * message names the file and what is wrong), 2 usage. */
 #include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -28,6 +34,7 @@
 #include "checkpoint/safetensors.h"
 #include "ckpt_tool.h"
 #include "core/config.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/number.h"
 #include "gpt2_llmc.h"
@@ -35,6 +42,7 @@
 #include "llama_model.h"
 #include "zero/comm_plan.h"
 #include "zero/memory_plan.h"
+#include "zero/quant_record.h"
 #include "zeroshard.h"
 
 #define EXIT_FAILED 1
@@ -53,9 +61,11 @@ static const char usage_text[] =
     "Prints, per rank, the bytes zs_build allocates for every memory tag under\n"
     "ZeRO stages 0-3 (the same planning code as zs_build, so a built context's\n"
     "zs_memory_report shows exactly these numbers), the model-state total, and\n"
-    "the ZeRO paper's formula beside it. Activations, the program's own buffers\n"
-    "and the CUDA context are not included; the numbers are the CPU backend's\n"
-    "(on CUDA the same buffers live on the device, plus small staging buffers).\n"
+    "the ZeRO paper's formula beside it. Activations and the program's own buffers\n"
+    "are not included, except llama_train's for a Llama layout given --batch or\n"
+    "--seq (below); the CUDA context never is. The runtime's numbers are the CPU\n"
+    "backend's (on CUDA the same buffers live on the device, plus small staging\n"
+    "buffers).\n"
     "The comm row follows the collectives: MPI's ring staging (comm.segment_bytes);\n"
     "with --set backend=\"cuda\", none for NCCL (comm.impl \"auto\" is planned as one\n"
     "GPU per rank), or that plus comm.staging_bytes of pinned host staging with\n"
@@ -113,10 +123,35 @@ static const char usage_text[] =
     "  --lora-targets LIST the adapted Linears: q_proj,v_proj (default, PEFT's), any\n"
     "                      of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj,\n"
     "                      or all-linear\n"
+    "  --lora-dropout P    app.lora_dropout = P (0 <= P < 1): the dropout's scratch in\n"
+    "                      llama_train's workspace (--batch, --seq)\n"
+    "  --qlora nf4|int8    (with --lora) QLoRA as llama_train registers it: each block's\n"
+    "                      matrices ZS_PARAM_FROZEN | ZS_PARAM_QUANTIZE, stored quantized\n"
+    "                      (zero.frozen_storage, set to this unless the configuration\n"
+    "                      sets it: 4- or 8-bit values and one fp32 scale per\n"
+    "                      zero.frozen_block elements, in the frozen tag, or host_params\n"
+    "                      with offload.params = \"host\" in stage 3), and the block's\n"
+    "                      1-D tensors (norms, biases) in a frozen unit \"<block>.norms\"\n"
+    "                      (registered after the adapters); the embedding and the head\n"
+    "                      stay in the compute dtype\n"
+    "  --batch B, --seq T  (Llama layouts) add llama_train's own device memory for\n"
+    "                      micro-batches of B sequences of T tokens (defaults: app.batch_size\n"
+    "                      and app.seq_len of the configuration, else 8 and the model's\n"
+    "                      longest up to 2048): the activations it prints (the residual\n"
+    "                      stream, each block's saved activations, the stream's gradient,\n"
+    "                      the blocks' scratch with the attention's T x T scores, the\n"
+    "                      head's), sized as the configured backend's layers size them\n"
+    "                      (backend \"cuda\", else the CPU's), its RoPE table, QLoRA's one\n"
+    "                      dequantized matrix and its token buffers: rows \"device total\"\n"
+    "                      (the device's tags and these) and \"host total\" follow each\n"
+    "                      table, and --device-memory counts them\n"
+    "  --recompute         app.recompute = true: one block's saved activations,\n"
+    "                      recomputed in backward (default: the configuration's)\n"
     "  --freeze GLOB       freeze the units whose names match GLOB (fnmatch; repeatable):\n"
     "                      every parameter ZS_PARAM_FROZEN, as a fine-tune's base. They\n"
     "                      have no gradient, master or moments, and count under the\n"
     "                      frozen tag (\"model.layers.*\" freezes every Llama block).\n"
+    "  --stage N           print stage N's table and fit only (default: stages 0-3)\n"
     "  --gathers N         stage-3 gathers of each unit per micro-step, for the\n"
     "                      bytes per step (default 2: the forward's and the\n"
     "                      backward's)\n"
@@ -144,6 +179,13 @@ typedef struct layout {
     char (*unit_names)[256];
     unsigned *param_flags; /* [param_count]: ZS_PARAM_FROZEN from --freeze */
     int frozen_units;
+    /* A Llama layout: its dims (llama_train's workspace), and with --qlora
+     * the block units of ZS_PARAM_QUANTIZE matrices and the largest of
+     * those matrices (the one dequantized copy), in elements. */
+    int llama;
+    llama_dims dims;
+    int quantizable_units;
+    int64_t largest_quantizable;
     int64_t numel;        /* Psi */
     int skipped_empty;    /* safetensors tensors of no elements */
     /* From a checkpoint, when no --config replaces them. */
@@ -227,9 +269,15 @@ static int load_llmc(layout *l, const char *path) {
  * llama_train registers them with app.lora_r (examples/trainer/ex_lora.h):
  * every unit of the model frozen, then per block a unit of A [R][in] and B
  * [out][R] for each adapted Linear (bit t of lora_targets: Linear t in
- * llama_lora_target order; default q_proj and v_proj, PEFT's). */
+ * llama_lora_target order; default q_proj and v_proj, PEFT's). --qlora
+ * (QLoRA, ex_lora.h's quantizable families): each block's matrices
+ * ZS_PARAM_QUANTIZE in its unit, its 1-D tensors in a unit "<block>.norms"
+ * of their own, registered after every other unit (ex_lora.c); the format
+ * is zero.frozen_storage's. */
 static int lora_r = 0;
 static unsigned lora_targets = (1u << LLAMA_LORA_Q) | (1u << LLAMA_LORA_V);
+static const char *qlora = NULL; /* "nf4" or "int8" */
+static int only_stage = -1;      /* --stage: one stage's table and fit, -1: all four */
 
 /* --lora-targets: "all-linear" or module names separated by commas (the
  * last component of llama_lora_target_name); 0 on anything else. */
@@ -255,6 +303,28 @@ static int parse_lora_targets(const char *text, unsigned *out) {
     return 1;
 }
 
+/* Appends table unit u of a Llama layout as a unit named its name and
+ * `suffix`, with its tensors of `ndim` dimensions (0: all), each flagged
+ * `flags`. */
+static void llama_unit_add(layout *l, const llama_dims *d, int u, const char *suffix, int ndim,
+                           unsigned flags) {
+    const int unit = l->unit_count++;
+    char name[200];
+    llama_unit_name(d, u, name, sizeof name);
+    snprintf(l->unit_names[unit], sizeof l->unit_names[unit], "%s%s", name, suffix);
+    for (int i = 0; i < llama_unit_num_params(d, u); i++) {
+        llama_param_spec spec;
+        llama_param_spec_get(d, u, i, &spec);
+        if (ndim && spec.ndim != ndim) continue;
+        l->params_per_unit[unit]++;
+        l->param_flags[l->param_count] = flags;
+        l->param_numel[l->param_count++] = spec.numel;
+        l->numel += spec.numel;
+        if ((flags & ZS_PARAM_QUANTIZE) && spec.numel > l->largest_quantizable)
+            l->largest_quantizable = spec.numel;
+    }
+}
+
 /* The Llama family through llama_model's table: the trainer's units, in its
  * order (examples/llama/llama_family.c), and LoRA's adapters when asked. */
 static int layout_llama(layout *l, const llama_dims *d) {
@@ -263,28 +333,23 @@ static int layout_llama(layout *l, const llama_dims *d) {
         fprintf(stderr, "zs-estimate: %s: %s\n", l->source, err);
         return 0;
     }
-    const int base_units = llama_num_units(d), lora = lora_r > 0;
+    const int base_units = llama_num_units(d), lora = lora_r > 0, split = lora && qlora;
     int base_params = 0, per_block = 0;
     for (int u = 0; u < base_units; u++) base_params += llama_unit_num_params(d, u);
     for (int t = 0; lora && t < LLAMA_LORA_TARGETS; t++)
         per_block += 2 * !!(lora_targets & (1u << t));
-    const int units = base_units + (lora ? d->n_layer : 0);
+    const int units = base_units + (lora ? d->n_layer : 0) + (split ? d->n_layer : 0);
     if (!layout_alloc(l, units, base_params + (lora ? d->n_layer * per_block : 0))) return 0;
-    l->unit_count = units;
+    l->llama = 1;
+    l->dims = *d;
+    const unsigned frozen = lora ? ZS_PARAM_FROZEN : 0u;
     for (int u = 0; u < base_units; u++) {
-        const int n = llama_unit_num_params(d, u);
-        l->params_per_unit[u] = n;
-        llama_unit_name(d, u, l->unit_names[u], sizeof l->unit_names[u]);
-        for (int i = 0; i < n; i++) {
-            llama_param_spec spec;
-            llama_param_spec_get(d, u, i, &spec);
-            l->param_flags[l->param_count] = lora ? ZS_PARAM_FROZEN : 0u;
-            l->param_numel[l->param_count++] = spec.numel;
-            l->numel += spec.numel;
-        }
+        const int block = split && llama_unit_block(d, u) >= 0;
+        llama_unit_add(l, d, u, "", block ? 2 : 0, frozen | (block ? ZS_PARAM_QUANTIZE : 0u));
+        l->quantizable_units += block;
     }
     for (int b = 0; lora && b < d->n_layer; b++) {
-        const int u = base_units + b;
+        const int u = l->unit_count++;
         char block[200];
         llama_unit_name(d, 1 + b, block, sizeof block);
         snprintf(l->unit_names[u], sizeof l->unit_names[u], "%s.lora", block);
@@ -298,6 +363,8 @@ static int layout_llama(layout *l, const llama_dims *d) {
             l->numel += (int64_t)lora_r * (in + out);
         }
     }
+    /* QLoRA: each block's 1-D tensors, after every other unit. */
+    for (int b = 0; split && b < d->n_layer; b++) llama_unit_add(l, d, 1 + b, ".norms", 1, frozen);
     return 1;
 }
 
@@ -484,6 +551,145 @@ static const offload_mode offload_modes[] = {
     {"nvme", {"offload.nvme_path=\"/\"", "offload.optimizer=\"nvme\"", NULL}}};
 #define OFFLOAD_MODES ((int)(sizeof offload_modes / sizeof offload_modes[0]))
 
+/* llama_train's own device memory beside the runtime's (--batch, --seq):
+ * what examples/llama/llama_family.c's start() allocates, in its order,
+ * sized as the layers of its backend size it:
+ *   the activations (ex_stream_alloc, examples/trainer/ex_stream.c; what
+ *   llama_train prints as "activations"): the residual stream [L + 1][BT][C],
+ *   the saved activations (llama_block_acts_bytes: L blocks, or one with
+ *   app.recompute), the stream's gradient 2 x [BT][C], the blocks' scratch
+ *   and the head's (llama_layers.c: block_sizes, head_sizes, over the
+ *   device's attention and classifier scratch: nn_cpu_layers.c, or
+ *   nn_cuda_layers.cu, nn_cuda_attention.cu and nn_cuda_classifier.cu);
+ *   the RoPE table (2 x [T][hd / 2] fp32); with QLoRA one dequantized
+ *   matrix, the largest, in the compute dtype (and in fp32 where the device
+ *   computes in fp32 on other parameters: the CPU's); the trainer's token
+ *   buffers (tokens, targets, losses: 3 x [BT] x 4 bytes).
+ * The CUDA layers compute in the compute dtype and align scratch to
+ * NN_ALIGN; the CPU's (and the simulated device's) compute in fp32 and
+ * align to 4 bytes. tests/estimate/test_estimate_workspace.c checks the CPU's
+ * against the trainer's own code; the CUDA formulas follow its sources. */
+enum {
+    WS_RESIDUAL, WS_SAVED, WS_GRAD, WS_BLOCK, WS_HEAD, WS_ACTIVATIONS, WS_ROPE, WS_MATRIX,
+    WS_TOKENS, WS_TOTAL, WS_ROWS
+};
+static const char *const ws_row[WS_ROWS] = {
+    "residual stream", "saved activations", "stream gradient", "block scratch", "head scratch",
+    "activations", "RoPE table", "dequantized matrix", "token buffers", "workspace total"};
+
+typedef struct workspace {
+    int on;              /* a Llama layout with --batch or --seq (or their app keys) */
+    int B, T, recompute, cuda;
+    double dropout;
+    int64_t chunk_rows;  /* app.head_chunk_rows, 0: the backend's default */
+    nn_dtype t;          /* the layers' dtype */
+    uint64_t bytes[WS_ROWS];
+} workspace;
+
+static uint64_t round_to(uint64_t bytes, uint64_t align) {
+    return (bytes + align - 1) / align * align;
+}
+
+static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static void workspace_make(const layout *l, const zs__settings *s, workspace *w) {
+    const llama_dims *d = &l->dims;
+    w->cuda = s->backend == ZS_BACKEND_CUDA;
+    w->t = !w->cuda                                 ? NN_F32
+           : s->precision.dtype == ZS_DTYPE_BF16 ? NN_BF16
+           : s->precision.dtype == ZS_DTYPE_FP16 ? NN_F16
+                                                 : NN_F32;
+    if (w->chunk_rows == 0) w->chunk_rows = w->cuda ? 1024 : 128; /* llama_family.c */
+    const uint64_t e = nn_dtype_size(w->t), a = w->cuda ? NN_ALIGN : sizeof(float);
+    const uint64_t B = (uint64_t)w->B, T = (uint64_t)w->T, BT = B * T, L = (uint64_t)d->n_layer;
+    const uint64_t C = (uint64_t)d->n_embd, F = (uint64_t)d->n_ff, V = (uint64_t)d->vocab;
+    const uint64_t NH = (uint64_t)d->n_head, NKV = (uint64_t)d->n_kv_head;
+    const uint64_t hd = (uint64_t)d->head_dim, Q = NH * hd, W = (NH + 2 * NKV) * hd;
+    uint64_t *b = w->bytes;
+    memset(b, 0, sizeof w->bytes);
+    b[WS_RESIDUAL] = (L + 1) * BT * C * e;
+    b[WS_SAVED] = (w->recompute ? 1 : L) * (uint64_t)llama_block_acts_bytes(d, w->B, w->T, w->t);
+    b[WS_GRAD] = 2 * BT * C * e;
+    /* The block: d gate | d up or d qkv, d xn2 / d atty / d xn1, LoRA's
+     * [BT][r] pair, the dropout's pair over the widest input of any
+     * target, and the attention's: CPU one sequence's fp32 score
+     * gradients; CUDA the batch's score gradients and the head-layout
+     * buffers. */
+    b[WS_BLOCK] = round_to(BT * u64max(2 * F, W) * e, a) + round_to(BT * u64max(C, Q) * e, a);
+    if (lora_r > 0) b[WS_BLOCK] += 2 * round_to(BT * (uint64_t)lora_r * e, a);
+    if (lora_r > 0 && w->dropout > 0) {
+        int widest = 0;
+        for (int t = 0; t < LLAMA_LORA_TARGETS; t++) {
+            int in = 0, out = 0;
+            llama_lora_target_shape(d, t, &in, &out);
+            widest = in > widest ? in : widest;
+        }
+        b[WS_BLOCK] += 2 * round_to(BT * (uint64_t)widest * e, a);
+    }
+    b[WS_BLOCK] += w->cuda ? round_to(B * NH * T * T * e, NN_ALIGN) +
+                                 3 * round_to(B * NH * T * hd * e, NN_ALIGN) +
+                                 4 * round_to(B * NKV * T * hd * e, NN_ALIGN)
+                           : 4 * NH * T * T;
+    /* The head, per chunk of R rows: model.norm's output and its input
+     * gradient, the rstd, and the logits (CUDA: rows padded to 64 columns,
+     * then one fp32 row). */
+    const uint64_t R = (uint64_t)w->chunk_rows < BT ? (uint64_t)w->chunk_rows : BT;
+    const uint64_t Vp = (V + 63) / 64 * 64;
+    b[WS_HEAD] = 2 * round_to(R * C * e, a) + round_to(R * 4, a) +
+                 (w->cuda ? round_to(R * Vp * e, NN_ALIGN) + round_to(Vp * 4, NN_ALIGN)
+                          : 4 * R * V);
+    for (int i = WS_RESIDUAL; i < WS_ACTIVATIONS; i++) b[WS_ACTIVATIONS] += b[i];
+    b[WS_ROPE] = 2 * T * (hd / 2) * 4;
+    if (l->quantizable_units > 0 && s->zero.frozen_storage != ZS_FROZEN_COMPUTE) {
+        const uint64_t n = (uint64_t)l->largest_quantizable;
+        const uint64_t elem = zs_dtype_size(s->precision.dtype);
+        b[WS_MATRIX] = n * elem + (nn_dtype_size(w->t) != elem ? n * 4 : 0);
+    }
+    b[WS_TOKENS] = 3 * BT * 4;
+    b[WS_TOTAL] = b[WS_ACTIVATIONS] + b[WS_ROPE] + b[WS_MATRIX] + b[WS_TOKENS];
+}
+
+static void print_workspace(const layout *l, const workspace *w) {
+    const llama_dims *d = &l->dims;
+    char h[32];
+    printf("workspace      llama_train's own device memory (examples/llama/llama_family.c): "
+           "%s layers in %s,\n               B = %d, T = %d, %s", w->cuda ? "CUDA" : "CPU",
+           nn_dtype_name(w->t), w->B, w->T,
+           w->recompute ? "one block's activations, recomputed in backward (app.recompute)"
+                        : "every block's activations kept (app.recompute = false)");
+    if (lora_r > 0) printf(", LoRA r %d, dropout %g", lora_r, w->dropout);
+    printf(";\n               L = %d, C = %d, NH = %d, hd = %d, V = %d\n", d->n_layer, d->n_embd,
+           d->n_head, d->head_dim, d->vocab);
+    char what[WS_ROWS][160];
+    memset(what, 0, sizeof what);
+    snprintf(what[WS_RESIDUAL], sizeof what[0], "(L + 1) x B T x C");
+    snprintf(what[WS_SAVED], sizeof what[0], "%s the softmax B x NH x T x T",
+             w->recompute ? "one block's set, with" : "L blocks' sets, each with");
+    snprintf(what[WS_GRAD], sizeof what[0], "2 x B T x C");
+    snprintf(what[WS_BLOCK], sizeof what[0], "%s",
+             w->cuda ? "with the score gradients B x NH x T x T" : "with one sequence's fp32 "
+                                                                  "score gradients NH x T x T");
+    snprintf(what[WS_HEAD], sizeof what[0], "%" PRId64 " rows of logits (app.head_chunk_rows)",
+             w->chunk_rows < (int64_t)w->B * w->T ? w->chunk_rows : (int64_t)w->B * w->T);
+    snprintf(what[WS_ACTIVATIONS], sizeof what[0], "the above: what llama_train prints as "
+             "\"activations\"");
+    snprintf(what[WS_ROPE], sizeof what[0], "2 x T x hd / 2 fp32");
+    if (w->bytes[WS_MATRIX])
+        snprintf(what[WS_MATRIX], sizeof what[0], "QLoRA: one matrix at a time, the largest "
+                 "(%" PRId64 " elements), in %s", l->largest_quantizable,
+                 w->cuda ? nn_dtype_name(w->t) : "the compute dtype and fp32");
+    else
+        snprintf(what[WS_MATRIX], sizeof what[0], "none: no quantized base");
+    snprintf(what[WS_TOKENS], sizeof what[0], "tokens, targets, losses: 3 x B T x 4 bytes");
+    snprintf(what[WS_TOTAL], sizeof what[0], "activations, RoPE table, matrix, token buffers");
+    for (int i = 0; i < WS_ROWS; i++)
+        printf("  %-24s  %10s %18" PRIu64 "   %s\n", ws_row[i],
+               zs__bytes_text(h, sizeof h, (double)w->bytes[i]), w->bytes[i], what[i]);
+    printf("               not counted: the CUDA context, cuBLASLt's workspace and the CUDA "
+           "layers' grow-on-demand buffers%s\n",
+           w->cuda ? "" : "; on the CPU, the fp32 views of a unit's parameters");
+}
+
 typedef struct run_info {
     zs_config *cfg;
     const layout *l;
@@ -491,6 +697,7 @@ typedef struct run_info {
     int moments;    /* fp32 optimizer buffers per element: the paper's K = 4 + 4 x moments */
     int accumulate; /* the stage-2/3 gradient shard is fp32 (accumulation) */
     int gathers;    /* --gathers: stage-3 gathers of each unit per micro-step */
+    uint64_t workspace; /* llama_train's device memory (--batch, --seq), 0: not counted */
 } run_info;
 
 /* The estimate of one stage and offload mode on `world` ranks. The stage and
@@ -530,20 +737,77 @@ static void print_cell(int planned, uint64_t bytes) {
     else printf("  %10s %18" PRIu64, zs__bytes_text(h, sizeof h, (double)bytes), bytes);
 }
 
-/* The bytes one step sends (zero/comm_plan.h), under the stage's settings
- * without offload (where the optimizer runs moves nothing between ranks). */
+/* The layout's plan on `world` ranks as zs_build lays it out (hybrid
+ * sharding, frozen and quantized units), and *per_node the ranks of a node. */
+static zs_status layout_plan(const run_info *r, int world, zs__plan **out, int *per_node) {
+    const zs__settings *s = zs__config_settings(r->cfg);
+    *out = NULL;
+    *per_node = world;
+    ZS_CHECK(zs__estimate_node_size(s, world, per_node));
+    const int hybrid = s->zero.shard_group == ZS_SHARD_GROUP_NODE;
+    if (hybrid && world % *per_node != 0)
+        return zs__fail(ZS_ERR_CONFIG, "zero.shard_group = \"node\" needs nodes of equal "
+                        "size; %d ranks in nodes of %d do not make them", world, *per_node);
+    const int shard = hybrid ? *per_node : world;
+    const layout *l = r->l;
+    ZS_CHECK(zs__plan_create_replicated(shard, world / shard, zs__plan_align_of(s), l->unit_count,
+                                        l->params_per_unit, l->param_numel, out));
+    /* As zs_estimate_memory_flags (src/zero/estimate.c) plans it. */
+    zs_status st = zs__plan_freeze_flags(*out, l->param_flags, NULL, NULL);
+    zs__plan_double_quant(*out, s->zero.frozen_double_quant);
+    if (st == ZS_OK)
+        st = zs__plan_quantize(*out, l->param_flags, zs__frozen_bits_of(s), s->zero.frozen_block,
+                               NULL, NULL);
+    if (st != ZS_OK) {
+        zs__plan_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* The bytes one step sends (zero/comm_plan.h), every rank's and the
+ * busiest's, over the plan with the layout's flags: frozen units reduce
+ * nothing, quantized ones gather their records (zs__comm_plan_estimate
+ * takes no flags). */
+static zs_status step_bytes(const run_info *r, int world, zs__step_bytes *job,
+                            zs__step_bytes *busiest, int *per_node) {
+    memset(job, 0, sizeof *job);
+    memset(busiest, 0, sizeof *busiest);
+    zs__plan *plan = NULL;
+    ZS_CHECK(layout_plan(r, world, &plan, per_node));
+    int *node_of = calloc((size_t)world, sizeof *node_of);
+    zs_status st = node_of ? ZS_OK : zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (int rank = 0; node_of && rank < world; rank++) node_of[rank] = rank / *per_node;
+    const zs__comm_plan_input in = {zs__config_settings(r->cfg), plan, world, node_of, r->gathers};
+    uint64_t most = 0;
+    for (int rank = 0; rank < world && st == ZS_OK; rank++) {
+        zs__step_bytes b;
+        if ((st = zs__comm_plan_rank(&in, rank, &b)) != ZS_OK) break;
+        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
+            job->intra[op] += b.intra[op];
+            job->inter[op] += b.inter[op];
+        }
+        if (rank == 0 || zs__step_bytes_inter(&b) > most) {
+            most = zs__step_bytes_inter(&b);
+            *busiest = b;
+        }
+    }
+    free(node_of);
+    zs__plan_destroy(plan);
+    return st;
+}
+
+/* The bytes one step sends, under the stage's settings without offload
+ * (where the optimizer runs moves nothing between ranks). */
 static void print_bytes(const run_info *r, int stage, int world) {
     zs_memory_stats m;
     if (estimate(r, stage, 0, world, &m) != ZS_OK) return;
-    const zs__settings *s = zs__config_settings(r->cfg);
     zs__step_bytes job, busiest;
-    if (zs__comm_plan_estimate(s, world, r->l->unit_count, r->l->params_per_unit,
-                               r->l->param_numel, r->gathers, &job, &busiest) != ZS_OK) {
+    int per_node = world;
+    if (step_bytes(r, world, &job, &busiest, &per_node) != ZS_OK) {
         printf("  %-24s  cannot be worked out: %s\n", "bytes per step", zs_last_error());
         return;
     }
-    int per_node = world;
-    if (zs__estimate_node_size(s, world, &per_node) != ZS_OK) return; /* as estimate() said */
     char a[32], b[32];
     printf("  %-24s  inside nodes %s (%" PRIu64 "), across nodes %s (%" PRIu64 "): every rank, "
            "%d node%s of %d\n", "bytes per step",
@@ -557,6 +821,15 @@ static void print_bytes(const run_info *r, int stage, int world) {
            zs__step_bytes_intra(&busiest),
            zs__bytes_text(b, sizeof b, (double)zs__step_bytes_inter(&busiest)),
            zs__step_bytes_inter(&busiest));
+}
+
+/* What must fit the device: the tags that live there (offloaded state and
+ * host buffers do not). */
+static uint64_t device_share(const zs_memory_stats *m) {
+    uint64_t sum = 0;
+    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
+        if (zs__mem_tag_on_device((zs_mem_tag)t)) sum += m->current[t];
+    return sum;
 }
 
 static int print_stage(const run_info *r, int stage, int world) {
@@ -591,18 +864,30 @@ static int print_stage(const run_info *r, int stage, int world) {
     printf("\n  %-24s", "total per rank");
     for (int o = 0; o < OFFLOAD_MODES; o++) print_cell(planned[o], m[o].total_current);
     printf("\n");
-    if (stage == 3) {
-        /* The shard every rank owns: the stage-3 parameters, in elements
-         * (in host memory with offload.params = "host"). */
-        const uint64_t shard = (m[0].current[ZS_MEM_PARAMS] + m[0].current[ZS_MEM_HOST_PARAMS]) /
-                               zs_dtype_size(r->dtype);
-        const zs__settings *set = zs__config_settings(r->cfg);
-        const int n = set->zero.shard_group == ZS_SHARD_GROUP_NODE && set->comm.ranks_per_node > 0
-                          ? (int)set->comm.ranks_per_node
-                          : world;
-        printf("  %-24s  %" PRIu64 " elements (Psi/N = %.0f, plus padding)\n", "shard per rank",
-               shard, ceil((double)r->l->numel / n));
+    if (r->workspace) {
+        /* What must fit the device: its tags and llama_train's workspace. */
+        printf("  %-24s", "llama_train workspace");
+        for (int o = 0; o < OFFLOAD_MODES; o++) print_cell(planned[o], r->workspace);
+        printf("\n  %-24s", "device total");
+        for (int o = 0; o < OFFLOAD_MODES; o++)
+            print_cell(planned[o], device_share(&m[o]) + r->workspace);
+        /* The rest of the total: host memory (the disk is not in it). */
+        printf("\n  %-24s", "host total");
+        for (int o = 0; o < OFFLOAD_MODES; o++)
+            print_cell(planned[o], m[o].total_current - device_share(&m[o]));
+        printf("\n");
     }
+    zs__plan *plan = NULL;
+    int per_node = world;
+    if (stage == 3 && layout_plan(r, world, &plan, &per_node) == ZS_OK) {
+        /* The shard every rank owns, in elements: of every unit, frozen and
+         * quantized ones included (whatever tags hold them). */
+        const zs__settings *set = zs__config_settings(r->cfg);
+        const int n = set->zero.shard_group == ZS_SHARD_GROUP_NODE ? per_node : world;
+        printf("  %-24s  %" PRId64 " elements (Psi/N = %.0f, plus padding)\n", "shard per rank",
+               plan->shard_numel, ceil((double)r->l->numel / n));
+    }
+    zs__plan_destroy(plan);
     const double k = 4.0 + 4.0 * r->moments;
     /* Hybrid sharding (zero.shard_group = "node") shards over one node's
      * ranks: the paper's N is the node, not the world. */
@@ -620,7 +905,9 @@ static int print_stage(const run_info *r, int stage, int world) {
     printf("  %-24s  %+.0f bytes: ", "estimate - paper", diff);
     if (r->l->frozen_units)
         printf("frozen units keep only their parameters (frozen), no gradient, master or "
-               "moments, where the formula trains every parameter; and padding\n");
+               "moments, where the formula trains every parameter;%s and padding\n",
+               r->l->quantizable_units && zs__frozen_bits_of(zs__config_settings(r->cfg))
+                   ? " quantized ones as their records;" : "");
     else if (r->dtype == ZS_DTYPE_FP32)
         printf("in fp32 zeroshard keeps no separate master copy (parameters and gradients "
                "take 4 bytes instead of the paper's 2 plus a 4-byte master); the rest is "
@@ -636,23 +923,32 @@ static int print_stage(const run_info *r, int stage, int world) {
     return 1;
 }
 
-/* What must fit the device: the tags that live there (offloaded state and
- * host buffers do not). */
-static uint64_t device_share(const zs_memory_stats *m) {
-    uint64_t sum = 0;
-    for (int t = 0; t < ZS_MEM_TAG_COUNT; t++)
-        if (zs__mem_tag_on_device((zs_mem_tag)t)) sum += m->current[t];
-    return sum;
+/* What must fit the device: its share of the estimate and llama_train's
+ * workspace. "X per rank", with the parts when there is a workspace. */
+static uint64_t device_need(const run_info *r, const zs_memory_stats *m) {
+    return device_share(m) + r->workspace;
+}
+
+static const char *need_text(char *out, size_t cap, const run_info *r, uint64_t runtime) {
+    char a[32], b[32], c[32];
+    zs__bytes_text(a, sizeof a, (double)(runtime + r->workspace));
+    if (!r->workspace) snprintf(out, cap, "%s per rank", a);
+    else
+        snprintf(out, cap, "%s per rank (runtime %s + llama_train workspace %s)", a,
+                 zs__bytes_text(b, sizeof b, (double)runtime),
+                 zs__bytes_text(c, sizeof c, (double)r->workspace));
+    return out;
 }
 
 /* --device-memory: fits with the given world, or the smallest world, for
- * every offload mode; what must fit is the device's share of the estimate. */
+ * every offload mode. */
 static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mode) {
-    char h[32], hm[32];
+    char h[128], hm[32];
     zs__bytes_text(hm, sizeof hm, (double)memory);
     printf("device memory %s (%" PRIu64 " bytes) per rank, offload %s:\n", hm, memory,
            offload_modes[mode].name);
     for (int stage = 0; stage < 4; stage++) {
+        if (only_stage >= 0 && stage != only_stage) continue;
         zs_memory_stats m;
         if (world > 0) {
             if (estimate(r, stage, mode, world, &m) != ZS_OK) {
@@ -660,9 +956,14 @@ static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mo
                        zs_last_error());
                 continue;
             }
-            printf("  stage %d %s on %d rank%s: %s per rank\n", stage,
-                   device_share(&m) <= memory ? "fits" : "does not fit", world, world == 1 ? "" : "s",
-                   zs__bytes_text(h, sizeof h, (double)device_share(&m)));
+            printf("  stage %d %s on %d rank%s: %s\n", stage,
+                   device_need(r, &m) <= memory ? "fits" : "does not fit", world,
+                   world == 1 ? "" : "s", need_text(h, sizeof h, r, device_share(&m)));
+            continue;
+        }
+        if (r->workspace >= memory) {
+            printf("  stage %d does not fit on any number of ranks: llama_train's workspace "
+                   "alone is %s\n", stage, zs__bytes_text(h, sizeof h, (double)r->workspace));
             continue;
         }
         int found = 0;
@@ -676,19 +977,19 @@ static void print_fit_mode(const run_info *r, uint64_t memory, int world, int mo
                 break;
             }
             if (device_share(&m) < smallest) smallest = device_share(&m);
-            if (device_share(&m) <= memory) {
+            if (device_need(r, &m) <= memory) {
                 found = n;
                 break;
             }
         }
         if (found)
-            printf("  stage %d fits from %d rank%s: %s per rank\n", stage, found,
-                   found == 1 ? "" : "s", zs__bytes_text(h, sizeof h, (double)device_share(&m)));
+            printf("  stage %d fits from %d rank%s: %s\n", stage, found, found == 1 ? "" : "s",
+                   need_text(h, sizeof h, r, device_share(&m)));
         else if (error)
             printf("  stage %d cannot be planned: %s\n", stage, error);
         else
-            printf("  stage %d does not fit on up to %d ranks (at least %s per rank)\n", stage,
-                   ZS_ESTIMATE_MAX_WORLD, zs__bytes_text(h, sizeof h, (double)smallest));
+            printf("  stage %d does not fit on up to %d ranks (at least %s)\n", stage,
+                   ZS_ESTIMATE_MAX_WORLD, need_text(h, sizeof h, r, smallest));
     }
 }
 
@@ -729,7 +1030,9 @@ static int takes_value(const char *option) {
                                            "--hf-config",
                                            "--safetensors", "--config", "--set",
                                            "--dtype", "--world", "--device-memory", "--gathers",
-                                           "--freeze", "--lora", "--lora-targets"};
+                                           "--freeze", "--lora", "--lora-targets",
+                                           "--lora-dropout", "--qlora", "--batch", "--seq",
+                                           "--stage"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         if (strcmp(option, options[i]) == 0) return 1;
     return 0;
@@ -743,6 +1046,8 @@ int main(int argc, char **argv) {
     const char *freeze[ZS_ESTIMATE_MAX_SETS];
     int freeze_count = 0;
     int set_count = 0, world = 0, unit_per_tensor = 0, sources = 0, gathers = 2;
+    int batch = 0, seq = 0, recompute = -1; /* llama_train's (0, -1: the configuration's) */
+    double dropout = -1.0;
     uint64_t memory = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -797,6 +1102,27 @@ int main(int argc, char **argv) {
                 return usage_error("--lora-targets \"%s\": a comma-separated list of q_proj, "
                                    "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or "
                                    "all-linear", v);
+        } else if (strcmp(a, "--lora-dropout") == 0) {
+            const char *v = VALUE(a);
+            char *end = NULL;
+            dropout = strtod(v, &end);
+            if (end == v || *end != '\0' || !(dropout >= 0.0 && dropout < 1.0))
+                return usage_error("--lora-dropout \"%s\": a probability, 0 <= P < 1", v);
+        } else if (strcmp(a, "--qlora") == 0) {
+            qlora = VALUE(a);
+            if (strcmp(qlora, "nf4") && strcmp(qlora, "int8"))
+                return usage_error("unknown --qlora \"%s\" (nf4 or int8)", qlora);
+        } else if (strcmp(a, "--batch") == 0) {
+            if (zs__number_option_int(a, VALUE(a), 1, 1 << 16, &batch) != ZS_OK)
+                return usage_error("%s", zs_last_error());
+        } else if (strcmp(a, "--seq") == 0) {
+            if (zs__number_option_int(a, VALUE(a), 1, 1 << 20, &seq) != ZS_OK)
+                return usage_error("%s", zs_last_error());
+        } else if (strcmp(a, "--stage") == 0) {
+            if (zs__number_option_int(a, VALUE(a), 0, 3, &only_stage) != ZS_OK)
+                return usage_error("%s", zs_last_error());
+        } else if (strcmp(a, "--recompute") == 0) {
+            recompute = 1;
         } else if (strcmp(a, "--freeze") == 0) {
             if (freeze_count == ZS_ESTIMATE_MAX_SETS) return usage_error("%s", "too many --freeze");
             freeze[freeze_count++] = VALUE(a);
@@ -825,6 +1151,9 @@ int main(int argc, char **argv) {
                                  "world size fits)");
     if (unit_per_tensor && !safetensors && !bare)
         return usage_error("%s", "--unit-per-tensor applies to safetensors files");
+    if (qlora && lora_r == 0)
+        return usage_error("%s", "--qlora needs --lora R: QLoRA trains LoRA adapters on the "
+                                 "quantized base");
 
     layout l;
     memset(&l, 0, sizeof l);
@@ -839,6 +1168,11 @@ int main(int argc, char **argv) {
         layout_free(&l);
         return -rc;
     }
+    if (!l.llama && (lora_r || batch || seq || recompute > 0 || dropout >= 0)) {
+        layout_free(&l);
+        return usage_error("%s", "--lora, --qlora, --batch, --seq and --recompute apply to "
+                                 "Llama layouts (--llama, --hf-config)");
+    }
 
     zs_config *cfg = NULL;
     if (config_path) {
@@ -852,10 +1186,20 @@ int main(int argc, char **argv) {
         return EXIT_FAILED;
     }
     /* Overrides in order: the checkpoint's dtype and optimizer (when no
-     * file says otherwise), --dtype, then every --set. */
-    char saved[2][64], dtype_set[64];
-    const char *all[ZS_ESTIMATE_MAX_SETS + 3];
-    int n = 0;
+     * file says otherwise), --dtype, --qlora's format (unless the file sets
+     * one), then every --set. */
+    char saved[2][64], dtype_set[64], qlora_set[64];
+    const char *all[ZS_ESTIMATE_MAX_SETS + 4];
+    int n = 0, qlora_at = -1;
+    const int file_storage = zs__config_settings(cfg)->zero.frozen_storage;
+    if (qlora && file_storage != ZS_FROZEN_COMPUTE &&
+        (file_storage == ZS_FROZEN_NF4) != (strcmp(qlora, "nf4") == 0)) {
+        fprintf(stderr, "zs-estimate: --qlora %s, but %s sets zero.frozen_storage = \"%s\"\n",
+                qlora, config_path, file_storage == ZS_FROZEN_NF4 ? "nf4" : "int8");
+        zs_config_destroy(cfg);
+        layout_free(&l);
+        return EXIT_USAGE;
+    }
     if (l.have_saved && !config_path) {
         snprintf(saved[0], sizeof saved[0], "precision.dtype=%s", zs_dtype_name(l.saved_dtype));
         snprintf(saved[1], sizeof saved[1], "optimizer.type=%s", optimizer_text(l.saved_optimizer));
@@ -865,6 +1209,11 @@ int main(int argc, char **argv) {
     if (dtype_text) {
         snprintf(dtype_set, sizeof dtype_set, "precision.dtype=%s", dtype_text);
         all[n++] = dtype_set;
+    }
+    if (qlora && file_storage == ZS_FROZEN_COMPUTE) {
+        snprintf(qlora_set, sizeof qlora_set, "zero.frozen_storage=\"%s\"", qlora);
+        qlora_at = n;
+        all[n++] = qlora_set;
     }
     for (int i = 0; i < set_count; i++) all[n++] = sets[i];
     if (n > 0 && zs_config_override_list(cfg, n, all) != ZS_OK) {
@@ -906,7 +1255,45 @@ int main(int argc, char **argv) {
                       : 2,
                   settings->gradient_accumulation_steps > 1 &&
                       settings->precision.accumulate_dtype == ZS_ACCUMULATE_DTYPE_FP32,
-                  gathers};
+                  gathers, 0};
+
+    /* llama_train's workspace: --batch, --seq, --recompute, --lora-dropout,
+     * or the app keys of the configuration the trainer would read. */
+    workspace ws;
+    memset(&ws, 0, sizeof ws);
+    if (l.llama) {
+        int64_t v[3] = {0, 0, 0};
+        int app_recompute = 0;
+        double app_dropout = 0.0;
+        if (zs_config_app_int(cfg, "batch_size", 0, 0, 1 << 16, &v[0]) != ZS_OK ||
+            zs_config_app_int(cfg, "seq_len", 0, 0, 1 << 20, &v[1]) != ZS_OK ||
+            zs_config_app_int(cfg, "head_chunk_rows", 0, 0, 1 << 16, &v[2]) != ZS_OK ||
+            zs_config_app_bool(cfg, "recompute", 0, &app_recompute) != ZS_OK ||
+            zs_config_app_float(cfg, "lora_dropout", 0.0, 0.0, 0.999999, &app_dropout) != ZS_OK) {
+            fprintf(stderr, "zs-estimate: %s\n", zs_last_error());
+            zs_config_destroy(cfg);
+            layout_free(&l);
+            return EXIT_FAILED;
+        }
+        ws.on = batch || seq || v[0] || v[1];
+        ws.B = batch ? batch : v[0] ? (int)v[0] : 8;
+        const int longest = l.dims.max_seq < 2048 ? l.dims.max_seq : 2048;
+        ws.T = seq ? seq : v[1] ? (int)v[1] : longest;
+        ws.chunk_rows = v[2];
+        ws.recompute = recompute >= 0 ? recompute : app_recompute;
+        ws.dropout = dropout >= 0 ? dropout : app_dropout;
+        if (ws.on && ws.T > l.dims.max_seq) {
+            fprintf(stderr, "zs-estimate: a sequence of %d tokens is longer than %s takes "
+                            "(max_position_embeddings = %d)\n", ws.T, l.source, l.dims.max_seq);
+            zs_config_destroy(cfg);
+            layout_free(&l);
+            return EXIT_USAGE;
+        }
+        if (ws.on) {
+            workspace_make(&l, settings, &ws);
+            r.workspace = ws.bytes[WS_TOTAL];
+        }
+    }
 
     char h[32];
     int64_t largest = 0;
@@ -925,17 +1312,41 @@ int main(int argc, char **argv) {
     if (l.frozen_units)
         printf("               %d of %d units frozen: no gradient, master or "
                "moments\n", l.frozen_units, l.unit_count);
+    if (l.quantizable_units) {
+        const int bits = zs__frozen_bits_of(settings);
+        /* Bits per element: the value, and its block's scale: fp32, or
+         * with double quantization an int8 code and an fp32 scale per
+         * ZS_FROZEN_SCALE_GROUP codes (zero/quant_record.h). */
+        const double block = (double)settings->zero.frozen_block;
+        const int dq = settings->zero.frozen_double_quant;
+        const double per = (bits == 8 ? 8.0 : 4.0) +
+                           (dq ? (8.0 + 32.0 / ZS_FROZEN_SCALE_GROUP) / block : 32.0 / block);
+        if (bits)
+            printf("               QLoRA: the matrices of %d blocks stored %s (%.3f bits per "
+                   "element: %s per zero.frozen_block = %" PRId64 "), their 1-D tensors in %d "
+                   "units \"<block>.norms\"; the embedding and the head in %s\n",
+                   l.quantizable_units, bits == 8 ? "int8" : "nf4", per,
+                   dq ? "a double-quantized scale (zero.frozen_double_quant)" : "an fp32 scale",
+                   (int64_t)settings->zero.frozen_block, l.quantizable_units,
+                   zs_dtype_name(r.dtype));
+        else
+            printf("               QLoRA's layout, but zero.frozen_storage = \"compute\": the "
+                   "block matrices are kept in %s\n", zs_dtype_name(r.dtype));
+    }
     printf("config         %s: %s, %s\n",
            config_path ? config_path : "defaults (optimizer.lr set)", zs_dtype_name(r.dtype),
            optimizer_text(settings->optimizer.kind));
     for (int i = 0; i < n; i++)
         printf("               override %s%s\n", all[i],
-               i < 2 && l.have_saved && !config_path ? " (as the checkpoint was saved)" : "");
+               i == qlora_at ? " (--qlora)"
+               : i < 2 && l.have_saved && !config_path ? " (as the checkpoint was saved)" : "");
+    if (ws.on) print_workspace(&l, &ws);
     printf("\n");
 
     rc = 0;
     if (world > 0)
-        for (int stage = 0; stage < 4; stage++) print_stage(&r, stage, world);
+        for (int stage = 0; stage < 4; stage++)
+            if (only_stage < 0 || stage == only_stage) print_stage(&r, stage, world);
     if (memory > 0) print_fit(&r, memory, world);
     zs_config_destroy(cfg);
     layout_free(&l);

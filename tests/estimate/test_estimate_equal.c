@@ -9,7 +9,13 @@
  *
  * Run under 1, 2 and 3 ranks (tests/estimate/CMakeLists.txt). Every rank
  * checks its own report (with uneven shards a rank's figures could differ;
- * the plan says they do not). */
+ * the plan says they do not). A QLoRA layout (issue 43: a frozen embedding
+ * and norms in the compute dtype, a unit of ZS_PARAM_FROZEN |
+ * ZS_PARAM_QUANTIZE matrices, a trainable adapter unit) runs under its own
+ * variants: zero.frozen_storage nf4 and int8 (other blocks, double
+ * quantization), with the parameters on the host, the optimizer on the
+ * host, and accumulation,
+ * through zs_estimate_memory_flags as zs-estimate calls it. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,22 +32,37 @@ typedef struct layout {
     int unit_count;
     int params_per_unit[8];
     int64_t numel[MAX_PARAMS];
+    unsigned flags[MAX_PARAMS]; /* ZS_PARAM_*; all 0 but in the QLoRA layout */
 } layout;
 
 /* Uneven units; prime element counts (no unit divides by a world size or
  * the alignment); a GPT-2-like model whose first unit (embeddings) is far
  * larger than the blocks, so live budgets are sized by one unit. */
 static const layout layouts[] = {
-    {"uneven", 3, {3, 1, 2}, {7, 130, 1, 1000, 33, 64}},
-    {"primes", 4, {2, 3, 1, 2}, {97, 101, 13, 7919, 3, 2, 65521, 5}},
+    {"uneven", 3, {3, 1, 2}, {7, 130, 1, 1000, 33, 64}, {0}},
+    {"primes", 4, {2, 3, 1, 2}, {97, 101, 13, 7919, 3, 2, 65521, 5}, {0}},
     {"gpt2_tiny",
      3,
      {4, 12, 12},
      {257 * 24, 16 * 24, 24, 24,                                              /* embed */
       24, 24, 72 * 24, 72, 24 * 24, 24, 24, 24, 96 * 24, 96, 24 * 96, 24,     /* block 0 */
-      24, 24, 72 * 24, 72, 24 * 24, 24, 24, 24, 96 * 24, 96, 24 * 96, 24}},   /* block 1 */
+      24, 24, 72 * 24, 72, 24 * 24, 24, 24, 24, 96 * 24, 96, 24 * 96, 24},    /* block 1 */
+     {0}},
 };
 #define LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
+
+/* QLoRA as llama_train registers it (examples/trainer/ex_lora.c): the
+ * frozen embedding in the compute dtype, a block's norms in a frozen unit
+ * of their own, its matrices quantizable (one of 1000 elements: a short
+ * last block), the block's adapters trainable. */
+#define FQ (ZS_PARAM_FROZEN | ZS_PARAM_QUANTIZE)
+static const layout qlora_layout = {
+    "qlora",
+    4,
+    {1, 2, 5, 4},
+    {257 * 24, 24, 24, 72 * 24, 24 * 24, 96 * 24, 24 * 96, 1000, 4 * 24, 72 * 4, 4 * 96, 24 * 4},
+    {ZS_PARAM_FROZEN, ZS_PARAM_FROZEN, ZS_PARAM_FROZEN, FQ, FQ, FQ, FQ, FQ, 0, 0, 0, 0}};
+#undef FQ
 
 /* Settings beside stage and dtype, as override lists: gradient
  * accumulation (an fp32 gradient shard in stages 2-3), fp32 reductions
@@ -75,27 +96,45 @@ static const char *const variants[][6] = {
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
+/* The QLoRA layout's: its frozen units in the compute dtype, then stored
+ * quantized; stage 3 only with offload.params (the records in host_params). */
+static const char *const qlora_variants[][6] = {
+    {NULL},
+    {"zero.frozen_storage=\"nf4\"", NULL},
+    {"zero.frozen_storage=\"int8\"", "zero.frozen_block=32", NULL},
+    {"zero.frozen_storage=\"nf4\"", "offload.optimizer=\"host\"", "gradient_accumulation_steps=2",
+     NULL},
+    {"zero.frozen_storage=\"nf4\"", "zero.frozen_block=128", "zero.live_bytes=200000", NULL},
+    {"zero.frozen_storage=\"nf4\"", "offload.params=\"host\"", "offload.optimizer=\"host\"",
+     NULL},
+    /* Double quantization: its decode scratch (twice with the records on the host). */
+    {"zero.frozen_storage=\"nf4\"", "zero.frozen_double_quant=true", "zero.frozen_block=16", NULL},
+    {"zero.frozen_storage=\"int8\"", "zero.frozen_double_quant=true", "offload.params=\"host\"",
+     NULL},
+};
+#define QLORA_VARIANTS ((int)(sizeof qlora_variants / sizeof qlora_variants[0]))
+
 static const char *const dtypes[] = {"fp32", "bf16", "fp16"};
 
 /* 1 when the variant sets something containing `text`. */
-static int variant_has(int variant, const char *text) {
-    for (int i = 0; variants[variant][i]; i++)
-        if (strstr(variants[variant][i], text)) return 1;
+static int variant_has(const char *const *variant, const char *text) {
+    for (int i = 0; variant[i]; i++)
+        if (strstr(variant[i], text)) return 1;
     return 0;
 }
 
-/* The NVMe tier needs stages 1-3, parameters on NVMe stage 3. */
-static int variant_fits(int variant, int stage) {
-    if (variant_has(variant, "params=\"nvme\"")) return stage == 3;
+/* The NVMe tier needs stages 1-3, parameters on NVMe or the host stage 3. */
+static int variant_fits(const char *const *variant, int stage) {
+    if (variant_has(variant, "params=")) return stage == 3;
     return stage > 0 || !variant_has(variant, "nvme");
 }
 
 static void describe(char *out, size_t cap, const layout *l, int stage, const char *dtype,
-                     int variant, int world) {
+                     const char *const *variant, int world) {
     int n = snprintf(out, cap, "layout %s, stage %d, %s, world %d, variant {", l->name, stage,
                      dtype, world);
-    for (int i = 0; variants[variant][i] && n > 0 && (size_t)n < cap; i++)
-        n += snprintf(out + n, cap - (size_t)n, "%s%s", i ? ", " : "", variants[variant][i]);
+    for (int i = 0; variant[i] && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(out + n, cap - (size_t)n, "%s%s", i ? ", " : "", variant[i]);
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, "}");
 }
 
@@ -108,7 +147,7 @@ static zs_status build(const zs_config *cfg, const layout *l, zs_ctx **out) {
         s = zs_unit_begin(zs, name, &(zs_unit *){NULL});
         for (int i = 0; s == ZS_OK && i < l->params_per_unit[u]; i++, p++) {
             snprintf(name, sizeof name, "p%d", p);
-            s = zs_param_create(zs, name, 1, &l->numel[p], ZS_INIT_NORMAL_STD(0.02), 0,
+            s = zs_param_create(zs, name, 1, &l->numel[p], ZS_INIT_NORMAL_STD(0.02), l->flags[p],
                                 &(zs_param *){NULL});
         }
         if (s == ZS_OK) s = zs_unit_end(zs);
@@ -122,8 +161,8 @@ static zs_status build(const zs_config *cfg, const layout *l, zs_ctx **out) {
     return ZS_OK;
 }
 
-static void check_one(const char *cfg_path, const layout *l, int stage, int d, int variant,
-                      int world) {
+static void check_one(const char *cfg_path, const layout *l, int stage, int d,
+                      const char *const *variant, int world) {
     char what[512];
     describe(what, sizeof what, l, stage, dtypes[d], variant, world);
     const char *list[8];
@@ -133,7 +172,7 @@ static void check_one(const char *cfg_path, const layout *l, int stage, int d, i
     int n = 0;
     list[n++] = stage_set;
     list[n++] = dtype_set;
-    for (int i = 0; variants[variant][i]; i++) list[n++] = variants[variant][i];
+    for (int i = 0; variant[i]; i++) list[n++] = variant[i];
     zs_config *cfg = NULL;
     ZT_OK(zs_config_load(cfg_path, &cfg));
     if (!cfg) return;
@@ -146,7 +185,8 @@ static void check_one(const char *cfg_path, const layout *l, int stage, int d, i
 
     zs_memory_stats est, got;
     memset(&est, 0, sizeof est);
-    zs_status es = zs_estimate_memory(cfg, world, l->unit_count, l->params_per_unit, l->numel, &est);
+    zs_status es = zs_estimate_memory_flags(cfg, world, l->unit_count, l->params_per_unit,
+                                            l->numel, l->flags, &est);
     ZT_CHECK_MSG(es == ZS_OK, "%s: zs_estimate_memory failed: %s", what, zs_last_error());
     zs_ctx *zs = NULL;
     s = build(cfg, l, &zs);
@@ -213,7 +253,13 @@ int main(int argc, char **argv) {
         for (int stage = 0; stage < 4; stage++)
             for (int d = 0; d < 3; d++)
                 for (int v = 0; v < VARIANTS; v++, cases++)
-                    if (variant_fits(v, stage)) check_one(cfg_path, &layouts[li], stage, d, v, world);
+                    if (variant_fits(variants[v], stage))
+                        check_one(cfg_path, &layouts[li], stage, d, variants[v], world);
+    for (int stage = 0; stage < 4; stage++)
+        for (int d = 0; d < 3; d++)
+            for (int v = 0; v < QLORA_VARIANTS; v++, cases++)
+                if (variant_fits(qlora_variants[v], stage))
+                    check_one(cfg_path, &qlora_layout, stage, d, qlora_variants[v], world);
     check_too_small(cfg_path, world);
     if (zt_rank == 0) printf("test_estimate_equal: %d configurations on %d rank%s\n", cases, world,
                              world == 1 ? "" : "s");

@@ -9,6 +9,19 @@
 # - a synthetic checkpoint (make_fixture), the runtime's own (make_real_ckpt,
 #   when given) and a zs-ckpt export are read: units and parameters agree
 #   with zs-ckpt info; a tiny llm.c file gives GPT-2's layout;
+# - QLoRA (--qlora, issue 43): the frozen tag of Llama tiny equals the records'
+#   formula (per quantized unit and shard of S elements: the values, two per
+#   byte for nf4 or one for int8, rounded up to 4 bytes, then an fp32 scale
+#   per 64 elements, or with zero.frozen_double_quant an int8 code per 64
+#   rounded up to 4 bytes and an fp32 scale per 256 codes; this rank's in
+#   stage 3, every shard's below) plus the
+#   compute-dtype frozen units; Llama 3.1 70B QLoRA (NF4 base, LoRA r 64 on
+#   every Linear, bf16, recomputation, B 1, T 2048) on 2 x 24 GiB does not fit
+#   with everything on the device and fits in stage 3 with the base and the
+#   optimizer on the host (docs/QLORA.md);
+# - llama_train's workspace (--batch, --seq) is added to the device total and
+#   to what --device-memory must fit (its rows: test_estimate_workspace);
+# - bytes per step follow the layout's flags (frozen units reduce nothing);
 # - usage errors exit 2 with a message, unreadable inputs exit 1 naming the file.
 set -u
 tool=$1 ckpt=$2 fixture=$3 work=$4 real=${5:-}
@@ -106,6 +119,124 @@ open(sys.argv[1], 'wb').write(struct.pack('<256i', *h) + bytes(4 * 1048))" "$wor
         fail "llm.c layout: $(head -3 "$work/llmc.txt")"
 fi
 
+# --- QLoRA: the frozen tag against the records' formula -----------------------
+# Llama tiny (C 128, F 352, 4 query and 2 key-value heads of 32, vocab 256, 4
+# blocks, untied head) in bf16: zero.align is raised to the block (64); each
+# block's matrices make one quantized unit, its two norms a unit "<block>.norms",
+# the embedding and the head (model.norm, lm_head) units of their own.
+pad() { echo $(( ($1 + $2 - 1) / $2 * $2 )); }
+record() { # <shard elements> <nf4|int8|nf4dq>: values rounded up to 4 bytes, then the
+    # scales: fp32, or (double quantization) int8 codes rounded up to 4 bytes and an fp32
+    # scale per 256 codes
+    if [ "$2" = int8 ]; then v=$1; else v=$(( ($1 + 1) / 2 )); fi
+    blocks=$(( ($1 + 63) / 64 ))
+    if [ "$2" = nf4dq ]; then
+        echo $(( $(pad "$v" 4) + $(pad "$blocks" 4) + 4 * ((blocks + 255) / 256) ))
+    else
+        echo $(( $(pad "$v" 4) + 4 * blocks ))
+    fi
+}
+frozen_row() { # <stage> <world> <file>: the frozen tag's exact bytes, offload none
+    sed -n "/^stage $1 on $2 rank/,/^\$/p" "$3" | awk '$1 == "frozen" {print $4}'
+}
+for w in 2 3; do
+    for f in nf4 int8 nf4dq; do
+        dq=false
+        [ $f = nf4dq ] && dq=true
+        "$tool" --llama tiny --lora 4 --qlora ${f%dq} --dtype bf16 --world $w \
+            --set zero.frozen_double_quant=$dq > "$work/qlora_$f$w.txt" 2>&1 ||
+            fail "--qlora $f --world $w exited $?: $(cat "$work/qlora_$f$w.txt")"
+        m=$((w * 64))
+        blk=$(pad $((2 * 16384 + 2 * 8192 + 3 * 45056)) $m)           # q, o; k, v; gate, up, down
+        rec=$(record $((blk / w)) $f)
+        compute=$(( $(pad 32768 $m) + $(pad $((128 + 32768)) $m) + 4 * $(pad 256 $m) ))
+        want3=$(( 4 * rec + 2 * compute / w ))
+        want1=$(( w * 4 * rec + 2 * compute ))
+        got3=$(frozen_row 3 $w "$work/qlora_$f$w.txt")
+        got1=$(frozen_row 1 $w "$work/qlora_$f$w.txt")
+        [ "$got3" = "$want3" ] || fail "--qlora $f, $w ranks, stage 3: frozen $got3, formula $want3"
+        [ "$got1" = "$want1" ] || fail "--qlora $f, $w ranks, stage 1: frozen $got1, formula $want1"
+    done
+done
+grep -q "^  *14 units, 55 tensors" "$work/qlora_nf42.txt" ||
+    fail "tiny QLoRA: 6 units + 4 norms units + 4 adapter units: $(head -3 "$work/qlora_nf42.txt")"
+grep -q "QLoRA: the matrices of 4 blocks stored nf4 (4.500 bits per element" "$work/qlora_nf42.txt" ||
+    fail "no QLoRA line in: $(head -8 "$work/qlora_nf42.txt")"
+grep -q "stored nf4 (4.127 bits per element: a double-quantized scale" "$work/qlora_nf4dq2.txt" ||
+    fail "no double-quantized QLoRA line in: $(head -8 "$work/qlora_nf4dq2.txt")"
+grep -q "override zero.frozen_storage=\"nf4\" (--qlora)" "$work/qlora_nf42.txt" ||
+    fail "--qlora nf4 did not set zero.frozen_storage"
+# --set wins over --qlora: the same layout kept in the compute dtype.
+"$tool" --llama tiny --lora 4 --qlora nf4 --dtype bf16 --world 2 --set 'zero.frozen_storage="compute"' \
+    > "$work/qlora_compute.txt" 2>&1 || fail "--qlora with frozen_storage compute exited $?"
+grep -q "zero.frozen_storage = \"compute\": the block matrices are kept in bf16" "$work/qlora_compute.txt" ||
+    fail "no compute note in: $(head -8 "$work/qlora_compute.txt")"
+# Stage 3 gathers the records: fewer bytes per step than the compute dtype's.
+bytes3() { sed -n '/^stage 3 on/,/^$/p' "$1" | awk '$1 == "bytes" {gsub(/[(),]/, "", $8); print $8}'; }
+b_nf4=$(bytes3 "$work/qlora_nf42.txt") b_bf16=$(bytes3 "$work/qlora_compute.txt")
+[ -n "$b_nf4" ] && [ -n "$b_bf16" ] && [ "$b_nf4" -lt "$b_bf16" ] ||
+    fail "stage-3 bytes per step: nf4 '$b_nf4', bf16 '$b_bf16'"
+# Frozen units reduce nothing: LoRA's stage-0 all-reduce is its adapters'.
+"$tool" --llama tiny --world 2 > "$work/tiny_full.txt" 2>&1 || fail "tiny exited $?"
+"$tool" --llama tiny --world 2 --lora 4 > "$work/tiny_lora.txt" 2>&1 || fail "tiny --lora exited $?"
+bytes0() { sed -n '/^stage 0 on/,/^$/p' "$1" | awk '$1 == "bytes" {gsub(/[(),]/, "", $8); print $8}'; }
+b_full=$(bytes0 "$work/tiny_full.txt") b_lora=$(bytes0 "$work/tiny_lora.txt")
+[ -n "$b_lora" ] && [ -n "$b_full" ] && [ $((b_lora * 20)) -lt "$b_full" ] ||
+    fail "stage-0 bytes per step: LoRA '$b_lora', full '$b_full' (frozen units reduced?)"
+
+# --- QLoRA: the 70B plan of docs/QLORA.md ---------------------------------------
+# The page's four commands; the numbers it quotes (exact bytes per rank).
+plan="--llama llama-3.1-70b --dtype bf16 --lora 64 --lora-targets all-linear --qlora nf4"
+plan="$plan --batch 1 --seq 2048 --recompute --world 2 --stage 3 --device-memory 24GiB"
+# shellcheck disable=SC2086
+"$tool" $plan --set 'backend="cuda"' --set zero.max_live_units=3 > "$work/plan_device.txt" 2>&1 ||
+    fail "70B plan exited $?: $(cat "$work/plan_device.txt")"
+# shellcheck disable=SC2086
+"$tool" $plan --set 'backend="cuda"' --set zero.max_live_units=3 --set zero.stage=3 \
+    --set 'offload.params="host"' > "$work/plan_host.txt" 2>&1 ||
+    fail "70B plan, host exited $?: $(cat "$work/plan_host.txt")"
+# shellcheck disable=SC2086
+"$tool" $plan --set 'backend="cuda"' --set zero.max_live_units=3 --set zero.stage=3 \
+    --set 'offload.params="host"' --set zero.live_bytes=3221225472 > "$work/plan_live.txt" 2>&1 ||
+    fail "70B plan, 3 GiB live exited $?: $(cat "$work/plan_live.txt")"
+# shellcheck disable=SC2086
+"$tool" $plan --set 'backend="cuda"' --set zero.max_live_units=3 --set zero.stage=3 \
+    --set 'offload.params="host"' --set zero.frozen_double_quant=true > "$work/plan_dq.txt" 2>&1 ||
+    fail "70B plan, double quantization exited $?: $(cat "$work/plan_dq.txt")"
+none_part "$work/plan_device.txt" | grep -q "^  stage 3 does not fit on 2 ranks: .* (runtime .* + llama_train workspace " ||
+    fail "70B QLoRA with everything on the device should not fit 24 GiB: $(cat "$work/plan_device.txt")"
+for f in plan_host plan_live plan_dq; do
+    sed -n '/offload host:$/,/offload nvme:$/p' "$work/$f.txt" | grep -q "^  stage 3 fits on 2 ranks: " ||
+        fail "$f: 70B QLoRA, base and optimizer on the host, should fit 24 GiB: $(cat "$work/$f.txt")"
+done
+row() { # <file> <row name> <column 1-3>: the row's exact bytes in that column
+    sed -n '/^stage 3 on 2 ranks/,/^$/p' "$1" |
+        awk -v name="$2" -v col="$3" 'index($0, "  " name " ") == 1 {
+            n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/ && $(i - 1) ~ /B$/) { n++; if (n == col) print $i } }'
+}
+check_row() { # <file> <row> <column> <bytes quoted>
+    got=$(row "$work/$1.txt" "$2" "$3")
+    [ "$got" = "$4" ] || fail "$1: $2 (column $3) is '$got'; docs/QLORA.md quotes $4"
+}
+check_row plan_device "frozen" 1 21354520576
+check_row plan_device "live_free" 1 6366216192
+check_row plan_device "llama_train workspace" 1 5541233664
+check_row plan_device "device total" 1 39888970752
+check_row plan_host "device total" 2 11907449856
+check_row plan_host "host_params" 2 22182895616
+check_row plan_host "host_state" 2 5798625280
+check_row plan_host "host total" 2 27981520896
+check_row plan_live "device total" 2 8762459136
+check_row plan_dq "device total" 2 11907449856
+check_row plan_dq "host_params" 2 20586930176
+check_row plan_dq "host total" 2 26439034880
+# The device total is the device's tags plus the workspace.
+wsb=$(row "$work/plan_host.txt" "llama_train workspace" 2)
+live=$(row "$work/plan_host.txt" "live_free" 2)
+dev=$(row "$work/plan_host.txt" "device total" 2)
+[ -n "$wsb" ] && [ "$dev" = "$((wsb + live))" ] ||
+    fail "70B, offload host: device total $dev != workspace $wsb + live $live"
+
 # --- errors -----------------------------------------------------------------
 expect() { # <exit status> <text in stderr> <args...>
     want=$1 text=$2
@@ -128,7 +259,17 @@ expect 1 "$work/missing.bin" --llmc "$work/missing.bin" --world 2
 echo "not a safetensors file" > "$work/bad.safetensors"
 expect 1 "$work/bad.safetensors" --safetensors "$work/bad.safetensors" --world 2
 expect 1 "$work/nowhere.cfg" --preset 124M --world 2 --config "$work/nowhere.cfg"
+expect 2 "--qlora needs --lora" --llama tiny --world 2 --qlora nf4
+expect 2 "unknown --qlora \"nf5\"" --llama tiny --world 2 --lora 4 --qlora nf5
+expect 2 "apply to Llama layouts" --preset 124M --world 2 --lora 4 --qlora nf4
+expect 2 "apply to Llama layouts" --preset 124M --world 2 --batch 2
+expect 2 "longer than" --llama tiny --world 2 --seq 257
+expect 2 "--lora-dropout \"1\"" --llama tiny --world 2 --lora 4 --lora-dropout 1
+printf 'optimizer: { lr = 0.001; };\nzero: { frozen_storage = "int8"; };\n' > "$work/int8.cfg"
+expect 2 "sets zero.frozen_storage = \"int8\"" --llama tiny --world 2 --lora 4 --qlora nf4 \
+    --config "$work/int8.cfg"
 "$tool" --help | grep -q -- "--device-memory SIZE" || fail "--help does not document --device-memory"
+"$tool" --help | grep -q -- "--qlora nf4|int8" || fail "--help does not document --qlora"
 
 if [ "$fails" -ne 0 ]; then
     echo "test_zs_estimate: $fails failure(s)" >&2
