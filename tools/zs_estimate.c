@@ -750,51 +750,21 @@ static zs_status layout_plan(const run_info *r, int world, zs__plan **out, int *
                         "size; %d ranks in nodes of %d do not make them", world, *per_node);
     const int shard = hybrid ? *per_node : world;
     const layout *l = r->l;
-    ZS_CHECK(zs__plan_create_replicated(shard, world / shard, zs__plan_align_of(s), l->unit_count,
-                                        l->params_per_unit, l->param_numel, out));
-    /* As zs_estimate_memory_flags (src/zero/estimate.c) plans it. */
-    zs_status st = zs__plan_freeze_flags(*out, l->param_flags, NULL, NULL);
-    zs__plan_double_quant(*out, s->zero.frozen_double_quant);
-    if (st == ZS_OK)
-        st = zs__plan_quantize(*out, l->param_flags, zs__frozen_bits_of(s), s->zero.frozen_block,
-                               NULL, NULL);
-    if (st != ZS_OK) {
-        zs__plan_destroy(*out);
-        *out = NULL;
-    }
-    return st;
+    return zs__plan_of_settings(s, shard, world / shard, l->unit_count, l->params_per_unit,
+                                l->param_numel, l->param_flags, NULL, NULL, out);
 }
 
 /* The bytes one step sends (zero/comm_plan.h), every rank's and the
- * busiest's, over the plan with the layout's flags: frozen units reduce
- * nothing, quantized ones gather their records (zs__comm_plan_estimate
- * takes no flags). */
+ * busiest's, with the layout's flags: frozen units reduce nothing,
+ * quantized ones gather their records. */
 static zs_status step_bytes(const run_info *r, int world, zs__step_bytes *job,
                             zs__step_bytes *busiest, int *per_node) {
-    memset(job, 0, sizeof *job);
-    memset(busiest, 0, sizeof *busiest);
-    zs__plan *plan = NULL;
-    ZS_CHECK(layout_plan(r, world, &plan, per_node));
-    int *node_of = calloc((size_t)world, sizeof *node_of);
-    zs_status st = node_of ? ZS_OK : zs__fail(ZS_ERR_OUT_OF_MEMORY, "out of host memory");
-    for (int rank = 0; node_of && rank < world; rank++) node_of[rank] = rank / *per_node;
-    const zs__comm_plan_input in = {zs__config_settings(r->cfg), plan, world, node_of, r->gathers};
-    uint64_t most = 0;
-    for (int rank = 0; rank < world && st == ZS_OK; rank++) {
-        zs__step_bytes b;
-        if ((st = zs__comm_plan_rank(&in, rank, &b)) != ZS_OK) break;
-        for (int op = 0; op < ZS_COMM_OP_COUNT; op++) {
-            job->intra[op] += b.intra[op];
-            job->inter[op] += b.inter[op];
-        }
-        if (rank == 0 || zs__step_bytes_inter(&b) > most) {
-            most = zs__step_bytes_inter(&b);
-            *busiest = b;
-        }
-    }
-    free(node_of);
-    zs__plan_destroy(plan);
-    return st;
+    const zs__settings *s = zs__config_settings(r->cfg);
+    *per_node = world;
+    ZS_CHECK(zs__estimate_node_size(s, world, per_node));
+    const layout *l = r->l;
+    return zs__comm_plan_estimate(s, world, l->unit_count, l->params_per_unit, l->param_numel,
+                                  l->param_flags, r->gathers, job, busiest);
 }
 
 /* The bytes one step sends, under the stage's settings without offload

@@ -194,8 +194,8 @@ uint64_t zs__step_bytes_inter(const zs__step_bytes *b) {
 
 zs_status zs__comm_plan_estimate(const zs__settings *s, int world, int unit_count,
                                  const int *params_per_unit, const int64_t *param_numel,
-                                 int gathers_per_micro, zs__step_bytes *job,
-                                 zs__step_bytes *busiest) {
+                                 const unsigned *param_flags, int gathers_per_micro,
+                                 zs__step_bytes *job, zs__step_bytes *busiest) {
     memset(job, 0, sizeof *job);
     memset(busiest, 0, sizeof *busiest);
     if (world < 1) return zs__fail(ZS_ERR_INVALID_ARGUMENT, "bytes per step: %d ranks", world);
@@ -216,8 +216,8 @@ zs_status zs__comm_plan_estimate(const zs__settings *s, int world, int unit_coun
     if (!node_of) return zs__fail(ZS_ERR_OUT_OF_MEMORY, "bytes per step: out of host memory");
     for (int r = 0; r < world; r++) node_of[r] = r / per_node;
     zs__plan *plan = NULL;
-    zs_status st = zs__plan_create_replicated(shard, replicas, zs__plan_align_of(s), unit_count,
-                                              params_per_unit, param_numel, &plan);
+    zs_status st = zs__plan_of_settings(s, shard, replicas, unit_count, params_per_unit,
+                                        param_numel, param_flags, NULL, NULL, &plan);
     const zs__comm_plan_input in = {s, plan, world, node_of, gathers_per_micro};
     uint64_t most = 0;
     for (int r = 0; r < world && st == ZS_OK; r++) {

@@ -55,13 +55,14 @@ uint64_t zs__step_bytes_intra(const zs__step_bytes *b);
 uint64_t zs__step_bytes_inter(const zs__step_bytes *b);
 
 /* For zs-estimate: the layout of `unit_count` units (as zs_estimate_memory
- * takes it) on `world` ranks in nodes of comm.ranks_per_node consecutive
- * ranks (one node when 0), laid out as zs_build would (hybrid sharding
- * included): *job the bytes of every rank summed, *busiest the rank that
- * sends the most across nodes (ties: the lowest rank). */
+ * takes it, with the parameters' ZS_PARAM_* flags or NULL) on `world`
+ * ranks in nodes of comm.ranks_per_node consecutive ranks (one node when
+ * 0), laid out as zs_build would (hybrid sharding, frozen and quantized
+ * units included): *job the bytes of every rank summed, *busiest the rank
+ * that sends the most across nodes (ties: the lowest rank). */
 zs_status zs__comm_plan_estimate(const zs__settings *s, int world, int unit_count,
                                  const int *params_per_unit, const int64_t *param_numel,
-                                 int gathers_per_micro, zs__step_bytes *job,
-                                 zs__step_bytes *busiest);
+                                 const unsigned *param_flags, int gathers_per_micro,
+                                 zs__step_bytes *job, zs__step_bytes *busiest);
 
 #endif

@@ -42,15 +42,10 @@ zs_status zs_estimate_memory_flags(const zs_config *cfg, int world_size, int uni
     int node_size = world_size;
     ZS_CHECK(zs__estimate_node_size(s, world_size, &node_size));
     zs__plan *plan = NULL;
-    ZS_CHECK(zs__plan_create_replicated(shard_size, replicas, zs__plan_align_of(s), unit_count,
-                                        params_per_unit, param_numel, &plan));
+    ZS_CHECK(zs__plan_of_settings(s, shard_size, replicas, unit_count, params_per_unit,
+                                  param_numel, param_flags, NULL, NULL, &plan));
     zs__memory_plan mp;
-    zs_status st = zs__plan_freeze_flags(plan, param_flags, NULL, NULL);
-    zs__plan_double_quant(plan, s->zero.frozen_double_quant);
-    if (st == ZS_OK)
-        st = zs__plan_quantize(plan, param_flags, zs__frozen_bits_of(s), s->zero.frozen_block,
-                               NULL, NULL);
-    if (st == ZS_OK) st = zs__memory_plan_make(s, plan, node_size, NULL, &mp);
+    const zs_status st = zs__memory_plan_make(s, plan, node_size, NULL, &mp);
     zs__plan_destroy(plan);
     if (st != ZS_OK) return st;
     memset(out, 0, sizeof *out);

@@ -64,11 +64,13 @@ zs_status zs__frozen_store_create(zs_ctx *zs, zs_mem_tag tag) {
         bytes += (int64_t)fs->kept * plan->units[u].record_bytes;
     }
     ZS_CHECK(zs__plan_buf(zs, &fs->records, tag, ZS_DTYPE_FP32, bytes / 4));
+    /* Double quantization's decoded scales: part of the store, beside its
+     * records, and on the device too where the records are not. */
     const int64_t scales = zs__plan_frozen_scales_numel(plan);
     if (scales == 0) return ZS_OK;
-    ZS_CHECK(zs__buf_alloc(fs->records.be, &fs->scales, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, scales));
+    ZS_CHECK(zs__plan_buf(zs, &fs->scales, tag, ZS_DTYPE_FP32, scales));
     if (fs->records.be == zs->backend) return ZS_OK;
-    return zs__buf_alloc(zs->backend, &fs->device_scales, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, scales);
+    return zs__plan_buf(zs, &fs->device_scales, ZS_MEM_FROZEN, ZS_DTYPE_FP32, scales);
 }
 
 void zs__frozen_store_destroy(zs_ctx *zs) {

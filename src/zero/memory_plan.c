@@ -235,11 +235,12 @@ zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int 
     out->frozen_store_bytes =
         (stage < 3 ? (uint64_t)plan->world_size : 1u) * (uint64_t)plan->quantized_record_bytes;
     b[out->frozen_tag] += out->frozen_store_bytes;
-    /* Double quantization's scratch for decoded scales: beside the records,
-     * and on the device too when they are in host memory (a gathered
-     * unit's decode there). */
-    b[ZS_MEM_SCRATCH] += (uint64_t)zs__plan_frozen_scales_numel(plan) * 4 *
-                         (out->frozen_tag == ZS_MEM_FROZEN ? 1u : 2u);
+    /* Double quantization's decoded scales: beside the records, and on the
+     * device too when they are in host memory (a gathered unit is decoded
+     * there). */
+    const uint64_t decoded = (uint64_t)zs__plan_frozen_scales_numel(plan) * 4;
+    b[out->frozen_tag] += decoded;
+    if (out->frozen_tag != ZS_MEM_FROZEN) b[ZS_MEM_FROZEN] += decoded;
     b[out->grads_tag] += (uint64_t)out->grads_numel *
                          (stage < 2 ? elem : zs_dtype_size(out->grad_shard_dtype));
     b[ZS_MEM_HOST_STATE] += (uint64_t)out->grads_host_numel * elem;
@@ -291,4 +292,25 @@ int64_t zs__plan_align_of(const zs__settings *s) {
     const int64_t align = s->zero.align;
     if (s->zero.frozen_storage == ZS_FROZEN_COMPUTE || align >= s->zero.frozen_block) return align;
     return s->zero.frozen_block; /* both powers of two: a multiple of align */
+}
+
+zs_status zs__plan_of_settings(const zs__settings *s, int shard, int replicas, int unit_count,
+                               const int *params_per_unit, const int64_t *param_numel,
+                               const unsigned *param_flags, const char *const *unit_names,
+                               const char *const *param_names, zs__plan **out) {
+    *out = NULL;
+    zs__plan *plan = NULL;
+    ZS_CHECK(zs__plan_create_replicated(shard, replicas, zs__plan_align_of(s), unit_count,
+                                        params_per_unit, param_numel, &plan));
+    zs_status st = zs__plan_freeze_flags(plan, param_flags, unit_names, param_names);
+    zs__plan_double_quant(plan, s->zero.frozen_double_quant);
+    if (st == ZS_OK)
+        st = zs__plan_quantize(plan, param_flags, zs__frozen_bits_of(s), s->zero.frozen_block,
+                               unit_names, param_names);
+    if (st != ZS_OK) {
+        zs__plan_destroy(plan);
+        return st;
+    }
+    *out = plan;
+    return ZS_OK;
 }

@@ -105,6 +105,17 @@ int zs__frozen_bits_of(const zs__settings *s);
  * shard's). Every plan of a run is made with it. */
 int64_t zs__plan_align_of(const zs__settings *s);
 
+/* The plan zs_build makes of a layout under these settings: units sharded
+ * over `shard` ranks and copied `replicas` times (hybrid sharding), aligned
+ * as zs__plan_align_of says, frozen and quantized as the parameters' flags
+ * say (param_flags NULL: none; names, when given, for the refusals). The
+ * one recipe zs_build, zs_estimate_memory, the bytes per step and
+ * zs-estimate follow. */
+zs_status zs__plan_of_settings(const zs__settings *s, int shard, int replicas, int unit_count,
+                               const int *params_per_unit, const int64_t *param_numel,
+                               const unsigned *param_flags, const char *const *unit_names,
+                               const char *const *param_names, zs__plan **out);
+
 zs_status zs__memory_plan_make(const zs__settings *s, const zs__plan *plan, int node_size,
                                const char *const *unit_names, zs__memory_plan *out);
 

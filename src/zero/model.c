@@ -530,14 +530,9 @@ zs_status zs__build_model(zs_ctx *zs) {
         }
         st = shard_group_choose(zs);
         if (st == ZS_OK)
-            st = zs__plan_create_replicated(zs->shard_size, zs->replicas,
-                                            zs__plan_align_of(&zs->settings), zs->unit_count,
-                                            per_unit, numels, &zs->plan);
-        if (st == ZS_OK) st = zs__plan_freeze_flags(zs->plan, flags, unit_names, param_names);
-        if (st == ZS_OK) zs__plan_double_quant(zs->plan, zs->settings.zero.frozen_double_quant);
-        if (st == ZS_OK)
-            st = zs__plan_quantize(zs->plan, flags, zs__frozen_bits_of(&zs->settings),
-                                   zs->settings.zero.frozen_block, unit_names, param_names);
+            st = zs__plan_of_settings(&zs->settings, zs->shard_size, zs->replicas,
+                                      zs->unit_count, per_unit, numels, flags, unit_names,
+                                      param_names, &zs->plan);
     }
     free(per_unit);
     free(numels);

@@ -159,8 +159,8 @@ int main(void) {
     {
         zs_config *cfg = config("stage = 3;", "comm: { ranks_per_node = 2; };");
         zs__step_bytes job, busiest;
-        ZT_OK(zs__comm_plan_estimate(zs__config_settings(cfg), 4, 1, unit_params, unit_numel, 2,
-                                     &job, &busiest));
+        ZT_OK(zs__comm_plan_estimate(zs__config_settings(cfg), 4, 1, unit_params, unit_numel,
+                                     NULL, 2, &job, &busiest));
         ZT_EQ_U64(zs__step_bytes_inter(&job), 2 * (192 + 384 + 40) + 2 * 60);
         ZT_EQ_U64(zs__step_bytes_intra(&job), 2 * (192 + 384) + 2 * 20);
         ZT_EQ_U64(zs__step_bytes_inter(&busiest), 192 + 384 + 40);

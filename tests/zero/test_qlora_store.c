@@ -415,8 +415,14 @@ static void check_memory(const char *what, const run_opts *ro, int bits, const o
     uint64_t records = 0;
     for (int k = 0; k < BASES; k++) records += (uint64_t)record_bytes(k, bits);
     const int64_t norms = padded(aligned(NORM) * (BASES - 1) + NORM);
-    const uint64_t want = ro->stage < 3 ? (uint64_t)g_world * records + (uint64_t)norms * 4
-                                        : records + (uint64_t)(norms / g_world) * 4;
+    /* Double quantization: one record's decoded scales (the largest's blocks
+     * and a group more, fp32) beside the records, and on the device too
+     * when the records are in host memory. */
+    const uint64_t decoded =
+        g_dq ? 4u * (uint64_t)(base_padded(BASES - 1) / g_world / g_block + 256) : 0u;
+    const uint64_t want = decoded + (ro->stage < 3
+                                         ? (uint64_t)g_world * records + (uint64_t)norms * 4
+                                         : records + (uint64_t)(norms / g_world) * 4);
     /* offload.params = "host": the records and the norms' shard live in
      * host memory, with the trainable parameters. */
     const zs_mem_tag tag = ro->offload ? ZS_MEM_HOST_PARAMS : ZS_MEM_FROZEN;
@@ -503,9 +509,12 @@ int main(int argc, char **argv) {
             check_memory(what, &o, formats[f].bits, &off);
             check_bytes(what, formats[f].bits, &off);
             check_same(what, &by_stage[3], &off);
-            ZT_CHECK_MSG(off.memory.current[ZS_MEM_FROZEN] == 0,
-                         "%s: %llu bytes of the frozen tag on the device", what,
-                         (unsigned long long)off.memory.current[ZS_MEM_FROZEN]);
+            const uint64_t decoded =
+                g_dq ? 4u * (uint64_t)(base_padded(BASES - 1) / g_world / g_block + 256) : 0u;
+            ZT_CHECK_MSG(off.memory.current[ZS_MEM_FROZEN] == decoded,
+                         "%s: %llu bytes of the frozen tag on the device, want %llu (decoded "
+                         "scales)", what, (unsigned long long)off.memory.current[ZS_MEM_FROZEN],
+                         (unsigned long long)decoded);
             outcome_free(&off);
         }
         /* Saved in stage 1 after step 3, resumed in stage 3. With double
