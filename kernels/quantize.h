@@ -117,26 +117,24 @@ ZS_HD int zs_k_quant_qmax(int bits) {
     return bits == 4 ? ZS_K_QUANT_INT4_MAX : bits == ZS_K_QUANT_NF4 ? 1 : ZS_K_QUANT_INT8_MAX;
 }
 
-/* The 16 NF4 levels, index 0 .. 15 (the QLoRA paper's table). */
+/* The 16 NF4 levels, index 0 .. 15 (the QLoRA paper's table), chosen by
+ * the index's bits in a tree of selects rather than looked up: constants
+ * and selects only, so the CPU's dequantize loops vectorize (blends) and
+ * CUDA needs no table in memory. */
 ZS_HD float zs_k_nf4_level(int index) {
-    switch (index) {
-    case 0: return -1.0f;
-    case 1: return -0.6961928009986877f;
-    case 2: return -0.5250730514526367f;
-    case 3: return -0.39491748809814453f;
-    case 4: return -0.28444138169288635f;
-    case 5: return -0.18477343022823334f;
-    case 6: return -0.09105003625154495f;
-    case 7: return 0.0f;
-    case 8: return 0.07958029955625534f;
-    case 9: return 0.16093020141124725f;
-    case 10: return 0.24611230194568634f;
-    case 11: return 0.33791524171829224f;
-    case 12: return 0.44070982933044434f;
-    case 13: return 0.5626170039176941f;
-    case 14: return 0.7229568362236023f;
-    default: return 1.0f;
-    }
+    const int b0 = index & 1, b1 = index & 2, b2 = index & 4, b3 = index & 8;
+    const float l01 = b0 ? -0.6961928009986877f : -1.0f;
+    const float l23 = b0 ? -0.39491748809814453f : -0.5250730514526367f;
+    const float l45 = b0 ? -0.18477343022823334f : -0.28444138169288635f;
+    const float l67 = b0 ? 0.0f : -0.09105003625154495f;
+    const float l89 = b0 ? 0.16093020141124725f : 0.07958029955625534f;
+    const float l1011 = b0 ? 0.33791524171829224f : 0.24611230194568634f;
+    const float l1213 = b0 ? 0.5626170039176941f : 0.44070982933044434f;
+    const float l1415 = b0 ? 1.0f : 0.7229568362236023f;
+    const float l03 = b1 ? l23 : l01, l47 = b1 ? l67 : l45;
+    const float l811 = b1 ? l1011 : l89, l1215 = b1 ? l1415 : l1213;
+    const float l07 = b2 ? l47 : l03, l815 = b2 ? l1215 : l811;
+    return b3 ? l815 : l07;
 }
 
 /* The index of the NF4 level nearest n (normalized, in [-1, 1]): how many

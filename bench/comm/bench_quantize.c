@@ -11,7 +11,9 @@
  *   dequantize += fp32:  reads integers, scales and the fp32 accumulator,
  *                        writes it (the gradient reduction's add)
  * The table gives GB/s of each and op / memcpy; a ratio near 1 means the op
- * runs at memory speed.
+ * runs at memory speed. Formats: int8 and int4 (the quantized collectives)
+ * and NF4 (the frozen base's, whose "dequantize -> bf16" llama_train runs
+ * on every base matrix before its products, forward and backward).
  *
  *   build/bench/comm/bench_quantize [--n 33554432] [--block 256] [--reps 5]
  *   OMP_NUM_THREADS overrides the default of 2 threads. */
@@ -140,12 +142,16 @@ int main(int argc, char **argv) {
     double *copies = malloc(sizeof(double) * (size_t)reps);
     if (!times || !copies) return 1;
     const zs_dtype srcs[2] = {ZS_DTYPE_FP32, ZS_DTYPE_BF16};
+    /* The collectives' int8 and int4, and the frozen base's NF4 (issue 43). */
+    const int formats[3] = {8, 4, ZS_K_QUANT_NF4};
+    const char *const format_names[3] = {"int8", "int4", "nf4"};
     for (int level = 0; level < ZS_CPU_ISA_COUNT; level++) {
         if (!zs__cpu_isa_supported((zs__cpu_isa)level)) continue;
         check(zs__cpu_set_isa((zs__cpu_isa)level), "choosing the level");
         for (int s = 0; s < 2; s++)
-            for (int bits = 8; bits >= 4; bits -= 4)
+            for (int f = 0; f < 3; f++)
                 for (int op = 0; op < OP_COUNT; op++) {
+                    const int bits = formats[f];
                     if (op != OP_QUANTIZE && s == 1) continue; /* does not read the source */
                     const double bytes = op_bytes(op, srcs[s], n, block, bits);
                     (void)run_op(be, &a, OP_QUANTIZE, srcs[s], n, block, bits); /* warm, and q */
@@ -157,9 +163,10 @@ int main(int argc, char **argv) {
                     }
                     const double t = bench_median(times, (int)reps);
                     const double c = bench_median(copies, (int)reps);
-                    printf("%-7s %-5s int%-2d %-19s %10.2f %11.2f %11.2f %7.2f\n",
-                           zs__cpu_isa_name((zs__cpu_isa)level), zs_dtype_name(srcs[s]), bits,
-                           op_names[op], 1e3 * t, bytes / t * 1e-9, bytes / c * 1e-9, c / t);
+                    printf("%-7s %-5s %-5s %-19s %10.2f %11.2f %11.2f %7.2f\n",
+                           zs__cpu_isa_name((zs__cpu_isa)level), zs_dtype_name(srcs[s]),
+                           format_names[f], op_names[op], 1e3 * t, bytes / t * 1e-9,
+                           bytes / c * 1e-9, c / t);
                 }
     }
     check(zs__cpu_set_isa(ZS_CPU_ISA_AUTO), "restoring the level");
