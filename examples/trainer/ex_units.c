@@ -16,6 +16,7 @@ zs_status ex_units_init(ex_units *u, zs_ctx *zs, int unit_count, int param_count
     u->first = calloc((size_t)unit_count + 1, sizeof *u->first);
     u->param = calloc((size_t)param_count, sizeof *u->param);
     u->offset = calloc((size_t)param_count, sizeof *u->offset);
+    u->unit_of = calloc((size_t)param_count, sizeof *u->unit_of);
     u->numel = calloc((size_t)param_count, sizeof *u->numel);
     u->grad = calloc((size_t)param_count, sizeof *u->grad);
     u->kind = calloc((size_t)unit_count, sizeof *u->kind);
@@ -24,8 +25,8 @@ zs_status ex_units_init(ex_units *u, zs_ctx *zs, int unit_count, int param_count
     u->view_n = calloc((size_t)unit_count, sizeof *u->view_n);
     u->companion = malloc((size_t)unit_count * sizeof *u->companion);
     for (int i = 0; u->companion && i < unit_count; i++) u->companion[i] = -1;
-    if (!u->unit || !u->first || !u->param || !u->offset || !u->numel || !u->grad || !u->kind ||
-        !u->view_at || !u->view || !u->view_n || !u->companion) {
+    if (!u->unit || !u->first || !u->param || !u->offset || !u->unit_of || !u->numel || !u->grad ||
+        !u->kind || !u->view_at || !u->view || !u->view_n || !u->companion) {
         ex_units_free(u);
         fprintf(stderr, "ex_units: out of host memory\n");
         return ZS_ERR_OUT_OF_MEMORY;
@@ -54,6 +55,7 @@ zs_status ex_units_add(ex_units *u, const char *name, int ndim, const int64_t *s
     for (int d = 0; d < ndim; d++) numel *= shape[d];
     u->offset[index] = index == u->first[unit] ? 0 : u->offset[index - 1] + u->numel[index - 1];
     u->numel[index] = numel;
+    u->unit_of[index] = unit;
     zs_status st = zs_param_create(u->zs, name, ndim, shape, init, flags, &u->param[index]);
     if (st == ZS_OK) u->param_count++;
     return st;
@@ -135,6 +137,7 @@ void ex_units_free(ex_units *u) {
     free(u->first);
     free(u->param);
     free(u->offset);
+    free(u->unit_of);
     free(u->numel);
     free(u->grad);
     for (int unit = 0; u->view && unit < u->units_cap; unit++) free(u->view[unit]);
@@ -151,13 +154,6 @@ static int zs_failed(const char *what, const char *name, char *err, size_t cap) 
     return -1;
 }
 
-/* The registration unit of global parameter k. */
-static int unit_of(const ex_units *u, int k) {
-    int unit = 0;
-    while (unit + 1 < u->unit_count && u->first[unit + 1] <= k) unit++;
-    return unit;
-}
-
 int ex_units_params(ex_units *u, int unit, void **ptrs, char *err, size_t cap) {
     const int n = u->view[unit] ? u->view_n[unit] : u->first[unit + 1] - u->first[unit];
     for (int i = 0; i < n; i++) {
@@ -172,7 +168,7 @@ int ex_units_params(ex_units *u, int unit, void **ptrs, char *err, size_t cap) {
             ptrs[i] = data;
             continue;
         }
-        ptrs[i] = u->param32 + u->view_at[unit_of(u, k)] + u->offset[k];
+        ptrs[i] = u->param32 + u->view_at[u->unit_of[k]] + u->offset[k];
         if (zs_backend_convert(u->zs, ptrs[i], ZS_DTYPE_FP32, data, u->dtype, u->numel[k]) != ZS_OK)
             return zs_failed("zs_backend_convert", zs_param_name(u->param[k]), err, cap);
     }

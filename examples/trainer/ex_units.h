@@ -42,6 +42,7 @@ typedef struct ex_units {
     zs_unit **unit;      /* [units_cap] */
     int *first;          /* [units_cap + 1]: unit u's parameters are [first[u], first[u + 1]) */
     zs_param **param;    /* [params_cap] */
+    int *unit_of;        /* [params_cap]: the unit it was registered in */
     int64_t *offset;     /* [params_cap]: elements from its unit's first parameter, no gaps */
     int64_t *numel;      /* [params_cap] */
     void **grad;         /* [params_cap]: zeroshard's gradients, kept by ex_units_grads */

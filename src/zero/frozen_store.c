@@ -109,11 +109,13 @@ static zs_status record_scales(zs_ctx *zs, zs__backend *be, const char *rec, int
     return ZS_OK;
 }
 
-/* Dequantizes elements [first, first + count) of unit u, all inside
- * records the store keeps, into dst (fp32 or the compute dtype) on be;
+/* Dequantizes elements [first, first + count) of unit u into dst (fp32 or
+ * the compute dtype) on be, from `records`, which holds the unit's records
+ * from record `first_record` on (every one of the elements' among them);
  * `first` is a multiple of the block. */
 static zs_status dequantize_range(zs_ctx *zs, zs__backend *be, int u, const void *records,
-                                  int64_t first, int64_t count, void *dst, zs_dtype dtype) {
+                                  int first_record, int64_t first, int64_t count, void *dst,
+                                  zs_dtype dtype) {
     const zs__plan *plan = zs->plan;
     const zs__plan_unit *pu = unit_of(zs, u);
     const int64_t S = pu->shard_numel, block = plan->quant_block;
@@ -123,7 +125,7 @@ static zs_status dequantize_range(zs_ctx *zs, zs__backend *be, int u, const void
         const int r = (int)(at / S);
         const int64_t j0 = at - (int64_t)r * S; /* a block boundary */
         const int64_t j1 = first + count < (int64_t)(r + 1) * S ? first + count - (int64_t)r * S : S;
-        const char *rec = (const char *)records + (int64_t)r * pu->record_bytes;
+        const char *rec = (const char *)records + (int64_t)(r - first_record) * pu->record_bytes;
         const float *scales = NULL;
         ZS_CHECK(record_scales(zs, be, rec, S, j0 / block, zs_k_quant_blocks(j1, block),
                                &scales));
@@ -135,11 +137,11 @@ static zs_status dequantize_range(zs_ctx *zs, zs__backend *be, int u, const void
     return ZS_OK;
 }
 
-/* The first record this rank keeps of unit u, and the unit element it
- * starts at. */
-static const char *kept_records(const zs_ctx *zs, int u, int64_t *element) {
+/* The records this rank keeps of unit u, and the index of the first
+ * (stage 3: its own shard's; else 0, every shard's). */
+static const char *kept_records(const zs_ctx *zs, int u, int *first_record) {
     const zs__frozen_store *fs = zs->frozen_store;
-    *element = fs->kept == 1 ? (int64_t)zs->shard_rank * unit_of(zs, u)->shard_numel : 0;
+    *first_record = fs->kept == 1 ? zs->shard_rank : 0;
     return (const char *)fs->records.ptr + fs->at[u];
 }
 
@@ -179,15 +181,15 @@ static zs_status begin_unit(zs_ctx *zs, int u) {
     zs__frozen_store *fs = zs->frozen_store;
     if (fs->pending_unit == u) return ZS_OK;
     ZS_CHECK(zs__frozen_store_flush(zs));
-    int64_t first, count, element;
+    int64_t first, count;
+    int first_record;
     quantized_part(zs, u, &first, &count);
     zs__backend *be = fs->records.be;
     ZS_CHECK(zs__buf_alloc(be, &fs->pending, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, count));
     fs->pending_unit = u;
-    const char *records = kept_records(zs, u, &element);
-    /* dequantize_range indexes records from the unit's first shard. */
-    records -= (element / unit_of(zs, u)->shard_numel) * unit_of(zs, u)->record_bytes;
-    return dequantize_range(zs, be, u, records, first, count, fs->pending.ptr, ZS_DTYPE_FP32);
+    const char *records = kept_records(zs, u, &first_record);
+    return dequantize_range(zs, be, u, records, first_record, first, count, fs->pending.ptr,
+                            ZS_DTYPE_FP32);
 }
 
 zs_status zs__frozen_store_write(zs_ctx *zs, int param, int64_t first, int64_t count,
@@ -233,10 +235,9 @@ zs_status zs__frozen_store_read(zs_ctx *zs, int param, int64_t first, int64_t co
     /* Whole blocks from the one holding element `first`, dequantized into
      * scratch on the store's backend, then the range downloaded. */
     const int64_t a = pp->offset + first, lead = a % block;
-    int64_t element;
-    const char *records = kept_records(zs, u, &element);
-    const int64_t S = unit_of(zs, u)->shard_numel;
-    records -= (element / S) * unit_of(zs, u)->record_bytes;
+    int first_record;
+    const char *records = kept_records(zs, u, &first_record);
+    const int64_t S = unit_of(zs, u)->shard_numel, element = (int64_t)first_record * S;
     if (a < element || a + count > element + (int64_t)fs->kept * S)
         return zs__fail(ZS_ERR_INTERNAL, "frozen store: elements [%lld, %lld) of '%s' are not "
                         "kept by rank %d", (long long)first, (long long)(first + count),
@@ -244,8 +245,8 @@ zs_status zs__frozen_store_read(zs_ctx *zs, int param, int64_t first, int64_t co
     zs__backend *be = fs->records.be;
     zs__buf scratch = {0};
     ZS_CHECK(zs__buf_alloc(be, &scratch, ZS_MEM_SCRATCH, ZS_DTYPE_FP32, lead + count));
-    zs_status st = dequantize_range(zs, be, u, records, a - lead, lead + count, scratch.ptr,
-                                    ZS_DTYPE_FP32);
+    zs_status st = dequantize_range(zs, be, u, records, first_record, a - lead, lead + count,
+                                    scratch.ptr, ZS_DTYPE_FP32);
     if (st == ZS_OK)
         st = be->ops->download(be, dst, (const float *)scratch.ptr + lead,
                                (size_t)count * sizeof(float));
@@ -275,7 +276,7 @@ const void *zs__frozen_store_records(const zs_ctx *zs, int u) {
 zs_status zs__frozen_store_dequantize(zs_ctx *zs, zs__backend *be, int param,
                                       const void *records, void *dst, zs_dtype dtype) {
     const zs__plan_param *pp = &zs->plan->params[param];
-    return dequantize_range(zs, be, pp->unit, records, pp->offset, pp->numel, dst, dtype);
+    return dequantize_range(zs, be, pp->unit, records, 0, pp->offset, pp->numel, dst, dtype);
 }
 
 const zs__buf *zs__frozen_store_buf(const zs_ctx *zs) {
