@@ -14,7 +14,8 @@
 #     else, and zs-ckpt export --peft names them as PEFT does;
 #   - on an llm.c model file (app.init_from) the file is the frozen base
 #     and the adapters keep their initialization;
-#   - an unknown target module is refused, listing the Linears.
+#   - an unknown target module is refused, listing the Linears, and a
+#     quantized base (zero.frozen_storage = "nf4") naming the key.
 # Usage: run_gpt2_lora.sh MPIEXEC gpt2_train zs-ckpt
 MPIEXEC=$1 TRAIN=$2 ZSCKPT=$3
 source "$(dirname "$0")/e2e_common.sh"
@@ -138,5 +139,12 @@ if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/bad.cfg" app.
 fi
 want="not a Linear of this model; its Linears are c_attn, attn.c_proj, c_fc, mlp.c_proj"
 grep -qF -- "$want" "$work/bad.log" || { cat "$work/bad.log"; fail "no \"$want\""; }
+# ... and a quantized base (QLoRA), which GPT-2's layers do not dequantize.
+if "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$TRAIN" "$work/bad.cfg" app.steps=1 \
+     'zero.frozen_storage="nf4"' > "$work/nf4.log" 2>&1; then
+  fail "GPT-2 ran on a quantized base"
+fi
+want="zero.frozen_storage: this model family's layers do not dequantize a quantized base"
+grep -qF -- "$want" "$work/nf4.log" || { cat "$work/nf4.log"; fail "no \"$want\""; }
 echo "refusals name the key"
 echo "PASS"
